@@ -1,0 +1,183 @@
+// The CUDA/HIP portability layer: the only header in hipsrc/ (beside the GEMM tile's
+// matrix-instruction layer) that may test a platform macro.
+//
+// Everything the rest of the device code needs from the platform is here: integer and
+// 16-bit float storage types, the warp (wave) size, 16-byte vector access, a nanosecond
+// clock for bounded waits, and memory-model primitives with explicit order and scope.
+// System scope is for flags in peer memory (other GPUs); device scope for local queues.
+#pragma once
+
+#if defined(__HIP_PLATFORM_AMD__) || defined(__AMDGCN__)
+#define KOSMOS_AMD 1
+#if !defined(__HIPCC_RTC__)
+#include <hip/hip_runtime.h>
+#endif
+#else
+#define KOSMOS_NVIDIA 1
+#endif
+
+#define KOSMOS_DEVICE __device__ __forceinline__
+
+namespace kosmos {
+
+typedef unsigned char u8;
+typedef unsigned short u16;
+typedef unsigned int u32;
+typedef unsigned long long u64;
+typedef int i32;
+typedef long long i64;
+
+// 16 bytes, the unit every mover and staging loop moves.
+struct alignas(16) vec16 {
+  u32 x, y, z, w;
+};
+
+#if KOSMOS_AMD
+constexpr int kWarpSize = 64;  // CDNA waves
+#else
+constexpr int kWarpSize = 32;
+#endif
+
+// ---- bf16 kept as raw 16-bit storage (Debian's HIP headers have no hip_bf16.h) ----
+KOSMOS_DEVICE float bf16_to_f32(u16 b) { return __uint_as_float(u32(b) << 16); }
+
+// Round to nearest even; NaNs stay NaN (quieted).
+KOSMOS_DEVICE u16 f32_to_bf16(float f) {
+  u32 u = __float_as_uint(f);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x007fffffu)) return u16((u >> 16) | 0x0040u);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return u16(u >> 16);
+}
+
+// ---- nanosecond clock for bounded waits ----
+KOSMOS_DEVICE u64 now_ns() {
+#if KOSMOS_AMD
+  return __builtin_amdgcn_s_memrealtime() * 10ull;  // 100 MHz constant clock on CDNA
+#else
+  u64 t;
+  asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+  return t;
+#endif
+}
+
+KOSMOS_DEVICE void sleep_briefly() {
+#if KOSMOS_AMD
+  __builtin_amdgcn_s_sleep(2);
+#else
+  __nanosleep(64);
+#endif
+}
+
+// ---- memory-model primitives ----
+KOSMOS_DEVICE u64 ld_acquire_sys(const u64* p) {
+#if KOSMOS_AMD
+  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  u64 v;
+  asm volatile("ld.acquire.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+#endif
+}
+
+KOSMOS_DEVICE u64 ld_acquire_dev(const u64* p) {
+#if KOSMOS_AMD
+  return __hip_atomic_load(p, __ATOMIC_ACQUIRE, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  u64 v;
+  asm volatile("ld.acquire.gpu.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+  return v;
+#endif
+}
+
+KOSMOS_DEVICE u32 ld_relaxed_sys_u32(const u32* p) {
+#if KOSMOS_AMD
+  return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  u32 v;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+#endif
+}
+
+KOSMOS_DEVICE void st_release_sys(u64* p, u64 v) {
+#if KOSMOS_AMD
+  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  asm volatile("st.release.sys.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#endif
+}
+
+KOSMOS_DEVICE void st_relaxed_sys_u32(u32* p, u32 v) {
+#if KOSMOS_AMD
+  __hip_atomic_store(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+#endif
+}
+
+KOSMOS_DEVICE void red_release_sys_add(u64* p, u64 v) {
+#if KOSMOS_AMD
+  __hip_atomic_fetch_add(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  asm volatile("red.release.sys.global.add.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#endif
+}
+
+// Device-scope fetch-add with acquire-release order: grid arrival counters.
+KOSMOS_DEVICE u64 atomic_add_acq_rel_dev(u64* p, u64 v) {
+#if KOSMOS_AMD
+  return __hip_atomic_fetch_add(p, v, __ATOMIC_ACQ_REL, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  u64 old;
+  asm volatile("atom.acq_rel.gpu.global.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
+  return old;
+#endif
+}
+
+// Device-scope relaxed fetch-add: work-queue claims (order comes from the flags, not the claim).
+KOSMOS_DEVICE u64 atomic_add_relaxed_dev(u64* p, u64 v) {
+#if KOSMOS_AMD
+  return __hip_atomic_fetch_add(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  u64 old;
+  asm volatile("atom.relaxed.gpu.global.add.u64 %0, [%1], %2;" : "=l"(old) : "l"(p), "l"(v) : "memory");
+  return old;
+#endif
+}
+
+KOSMOS_DEVICE void fence_acq_rel_sys() {
+#if KOSMOS_AMD
+  __builtin_amdgcn_fence(__ATOMIC_ACQ_REL, "");
+#else
+  asm volatile("fence.acq_rel.sys;" ::: "memory");
+#endif
+}
+
+KOSMOS_DEVICE void fence_acq_rel_dev() {
+#if KOSMOS_AMD
+  __builtin_amdgcn_fence(__ATOMIC_ACQ_REL, "agent");
+#else
+  asm volatile("fence.acq_rel.gpu;" ::: "memory");
+#endif
+}
+
+// ---- 16-byte vector access ----
+KOSMOS_DEVICE vec16 ld16(const void* p) { return *reinterpret_cast<const vec16*>(p); }
+KOSMOS_DEVICE void st16(void* p, const vec16& v) { *reinterpret_cast<vec16*>(p) = v; }
+
+// A load that always goes to memory (peer data polled for a sentinel).
+KOSMOS_DEVICE vec16 ld16_volatile(const void* p) {
+  vec16 v;
+#if KOSMOS_AMD
+  const u64* q = reinterpret_cast<const u64*>(p);
+  u64 lo = __hip_atomic_load(q, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+  u64 hi = __hip_atomic_load(q + 1, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+  v.x = u32(lo); v.y = u32(lo >> 32); v.z = u32(hi); v.w = u32(hi >> 32);
+#else
+  asm volatile("ld.volatile.global.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p) : "memory");
+#endif
+  return v;
+}
+
+}  // namespace kosmos

@@ -1,0 +1,95 @@
+// Bounded device waits. A wait that outlives its budget records (kernel, rank, site) in the
+// status word (host-mapped, so the host can read it without a sync) and returns false; the
+// caller then leaves the kernel. Every wait also gives up early once any CTA of this rank has
+// failed, so one failure drains the whole grid instead of leaving it spinning.
+//
+// The enums below are parsed by kosmos/runtime/status.py to name kernels and sites in
+// KosmosTimeoutError: keep one `NAME = number,` per line.
+#pragma once
+#include "platform.h"
+
+namespace kosmos {
+
+enum KernelId : u32 {
+  KERNEL_NONE = 0,
+  KERNEL_ALL_GATHER = 1,
+  KERNEL_REDUCE_SCATTER = 2,
+  KERNEL_ALL_TO_ALL = 3,
+  KERNEL_BARRIER = 4,
+  KERNEL_WAIT_PROBE = 5,
+  KERNEL_COPY_BENCH = 6,
+  KERNEL_GEMM = 7,
+  KERNEL_AG_GEMM = 8,
+  KERNEL_GEMM_RS = 9,
+  KERNEL_BULK_AG_GEMM = 10,
+  KERNEL_BULK_RS_GEMM = 11,
+};
+
+enum WaitSite : u32 {
+  SITE_NONE = 0,
+  SITE_PEER_DONE = 1,       // a peer has not finished reading my staging from the last call
+  SITE_PEER_READY = 2,      // a peer's staged input for this call has not arrived
+  SITE_SENTINEL = 3,        // a peer's reduce-scatter partial still holds the NaN sentinel
+  SITE_PEER_ARRIVED = 4,    // a peer has not finished pushing into my arena
+  SITE_ARENA_FREE = 5,      // a peer has not finished copying out of its arena from the last call
+  SITE_BARRIER = 6,         // a peer has not reached the heap barrier
+  SITE_PROBE = 7,           // the deliberately unmatched wait of the timeout test
+  SITE_TILE_READY = 8,      // a GEMM input tile row has not been gathered yet
+  SITE_GRID = 9,            // other CTAs of this grid have not finished a phase
+};
+
+struct Status {
+  u32 code;    // 0 = ok, 1 = timeout
+  u32 kernel;  // KernelId
+  u32 rank;
+  u32 site;    // WaitSite
+};
+
+// What every bounded wait needs to know; passed by value into the kernel.
+struct WaitCtx {
+  Status* status;  // host-mapped
+  u64 budget_ns;
+  u32 kernel;
+  u32 rank;
+};
+
+KOSMOS_DEVICE bool failed(const WaitCtx& w) { return ld_relaxed_sys_u32(&w.status->code) != 0; }
+
+KOSMOS_DEVICE void record_timeout(const WaitCtx& w, u32 site) {
+  // First failure wins; later ones only see `code` already set.
+  if (atomicCAS(&w.status->code, 0u, 1u) == 0u) {
+    w.status->kernel = w.kernel;
+    w.status->rank = w.rank;
+    w.status->site = site;
+    fence_acq_rel_sys();
+  }
+}
+
+// Spin until ready() is true, the budget is spent, or the grid has failed.
+template <class Ready>
+KOSMOS_DEVICE bool bounded_wait(const WaitCtx& w, u32 site, Ready ready) {
+  if (ready()) return true;
+  const u64 start = now_ns();
+  for (u32 spin = 1;; ++spin) {
+    if (ready()) return true;
+    if ((spin & 63u) == 0u) {
+      if (failed(w)) return false;
+      if (now_ns() - start > w.budget_ns) {
+        record_timeout(w, site);
+        return false;
+      }
+      sleep_briefly();
+    }
+  }
+}
+
+// Wait for a u64 flag (written with a system-scope release by a peer) to reach `target`.
+KOSMOS_DEVICE bool wait_flag_sys(const WaitCtx& w, u32 site, const u64* flag, u64 target) {
+  return bounded_wait(w, site, [&] { return ld_acquire_sys(flag) >= target; });
+}
+
+KOSMOS_DEVICE bool wait_flag_dev(const WaitCtx& w, u32 site, const u64* flag, u64 target) {
+  return bounded_wait(w, site, [&] { return ld_acquire_dev(flag) >= target; });
+}
+
+}  // namespace kosmos

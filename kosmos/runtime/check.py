@@ -1,0 +1,92 @@
+"""Compile every kernel in hipsrc/ without a GPU: NVIDIA through NVRTC, AMD through clang.
+
+    python -m kosmos.runtime.check --nvidia sm_90a --amd gfx942
+
+Used by CI so that a kernel that does not compile fails the build on a CPU-only machine.
+Kernels are extern "C" entry points, so compiling a .hip file compiles all of its kernels.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from .source import compile_options, hipsrc_dir, kernel_files
+
+
+def compile_nvidia(path: Path, arch: str) -> int:
+    """NVRTC-compile one file to a cubin for `arch`; returns the cubin size."""
+    from cupy_backends.cuda.libs import nvrtc
+
+    opts = compile_options("cuda", arch)
+    prog = nvrtc.createProgram(path.read_text(), path.name, [], [])
+    try:
+        try:
+            nvrtc.compileProgram(prog, list(opts))
+        except nvrtc.NVRTCError as e:
+            log = nvrtc.getProgramLog(prog)
+            raise RuntimeError(f"{path.name} ({arch}): {e}\n{log}") from None
+        return len(nvrtc.getCUBIN(prog))
+    finally:
+        nvrtc.destroyProgram(prog)
+
+
+def find_clang() -> str | None:
+    for name in (os.environ.get("KOSMOS_HIP_CLANG", ""), "clang++-19", "clang++-18", "clang++-17", "clang++"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def compile_amd(path: Path, arch: str, clang: str) -> int:
+    """clang -x hip device-only compile of one file to AMD assembly; returns the assembly size."""
+    opts = [o for o in compile_options("hip") if o != "-std=c++17"]
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / (path.stem + ".s")
+        cmd = [clang, "-x", "hip", "-std=c++17", f"--offload-arch={arch}", "-nogpulib", "--hip-path=/usr",
+               "--cuda-device-only", "-O3", "-S", *opts, str(path), "-o", str(out)]
+        r = subprocess.run(cmd, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise RuntimeError(f"{path.name} ({arch}): {' '.join(cmd)}\n{r.stderr}")
+        return out.stat().st_size
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--nvidia", action="append", default=[], metavar="ARCH", help="e.g. sm_90a (repeatable)")
+    ap.add_argument("--amd", action="append", default=[], metavar="ARCH", help="e.g. gfx942 (repeatable)")
+    args = ap.parse_args(argv)
+    if not args.nvidia and not args.amd:
+        ap.error("name at least one --nvidia or --amd target")
+    files = kernel_files()
+    if not files:
+        print(f"no kernels found under {hipsrc_dir()}", file=sys.stderr)
+        return 1
+    clang = find_clang() if args.amd else None
+    if args.amd and clang is None:
+        print("no clang++ found for the AMD compile check (apt-get install clang-19 hipcc)", file=sys.stderr)
+        return 1
+    failures = 0
+    for f in files:
+        for arch in args.nvidia:
+            try:
+                print(f"ok   {f.name:28s} {arch:8s} cubin {compile_nvidia(f, arch):>9d} B", flush=True)
+            except RuntimeError as e:
+                failures += 1
+                print(f"FAIL {e}", flush=True)
+        for arch in args.amd:
+            try:
+                print(f"ok   {f.name:28s} {arch:8s} asm   {compile_amd(f, arch, clang):>9d} B", flush=True)
+            except RuntimeError as e:
+                failures += 1
+                print(f"FAIL {e}", flush=True)
+    print(f"{len(files)} kernel files, {failures} failures")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

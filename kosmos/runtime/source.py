@@ -1,0 +1,63 @@
+"""Where kernel sources live, and the compile options for the GPU at hand.
+
+CuPy's on-disk cache keys on the source string and options, not on headers reached through
+``-I``; we pass a digest of the whole hipsrc/ tree as a define so that editing a header
+recompiles every kernel that might include it.
+"""
+from __future__ import annotations
+
+import functools
+import hashlib
+import os
+from pathlib import Path
+
+
+def hipsrc_dir() -> Path:
+    """The kernel source tree: $KOSMOS_HIPSRC, the source checkout, or the installed copy."""
+    env = os.environ.get("KOSMOS_HIPSRC")
+    candidates = [Path(env)] if env else []
+    here = Path(__file__).resolve()
+    candidates += [here.parents[2] / "hipsrc", here.parents[1] / "_hipsrc"]
+    for c in candidates:
+        if (c / "kosmos" / "platform.h").is_file():
+            return c
+    raise FileNotFoundError(f"kernel sources not found; looked in {[str(c) for c in candidates]}")
+
+
+def kernel_files() -> list[Path]:
+    """Every kernel family (one .hip file each)."""
+    return sorted(hipsrc_dir().glob("*.hip"))
+
+
+@functools.lru_cache(maxsize=None)
+def tree_digest(root: str | None = None) -> str:
+    """A short digest of every file under hipsrc/ (names and contents)."""
+    base = Path(root) if root else hipsrc_dir()
+    h = hashlib.sha256()
+    for p in sorted(base.rglob("*")):
+        if p.is_file() and p.suffix in (".h", ".hip", ".cuh"):
+            h.update(str(p.relative_to(base)).encode())
+            h.update(p.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def nvidia_arch(major: int, minor: int) -> str:
+    """The -arch for an NVIDIA compute capability; Hopper gets the arch-specific 'a' target (wgmma)."""
+    suffix = "a" if (major, minor) == (9, 0) else ""
+    return f"sm_{major}{minor}{suffix}"
+
+
+def compile_options(backend: str, arch: str | None = None) -> tuple[str, ...]:
+    """Options for cupy.RawModule (NVRTC or hipRTC).
+
+    backend: "cuda" or "hip". arch: e.g. "sm_90a" (CUDA); ignored on hip, where hipRTC
+    targets the current device.
+    """
+    root = hipsrc_dir()
+    opts = ["-std=c++17", f"-I{root}", f"-DKOSMOS_SRC_DIGEST=0x{tree_digest(str(root))}"]
+    if backend == "cuda":
+        if arch:
+            opts.append(f"-arch={arch}")
+    elif backend != "hip":
+        raise ValueError(f"unknown backend {backend!r}; expected 'cuda' or 'hip'")
+    return tuple(opts)

@@ -1,0 +1,148 @@
+"""SymmetricHeap: one raw device allocation per rank, mapped into every peer through IPC.
+
+Every rank allocates the same number of bytes with the runtime's plain malloc (an IPC handle
+names a whole allocation, so pool sub-allocations will not do), all-gathers the handles over
+MPI and opens its peers'. Allocations from the heap are collective and bump-allocated at the
+same offset on every rank, so the address of an allocation on peer ``r`` is
+``peer_bases[r] + offset``; kernels get ``peer_bases`` as a device table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from .errors import KosmosError, KosmosResourceError
+from .exchange import agree, allgather_handles
+
+if TYPE_CHECKING:
+    import cupy
+    from .world import World
+
+ALIGN = 256  # bytes; covers 16-byte vectors and TMA's 128-byte alignment
+
+
+def align_up(n: int, a: int = ALIGN) -> int:
+    return (n + a - 1) // a * a
+
+
+class BumpAllocator:
+    """Offsets handed out in call order, each aligned; identical on every rank by construction."""
+
+    def __init__(self, capacity: int, align: int = ALIGN):
+        self.capacity, self.align, self.top = capacity, align, 0
+
+    def take(self, nbytes: int) -> int:
+        if nbytes < 0:
+            raise ValueError(f"negative allocation size {nbytes}")
+        off = align_up(self.top, self.align)
+        if off + nbytes > self.capacity:
+            raise KosmosResourceError(
+                f"symmetric heap full: {nbytes} B requested at offset {off} of {self.capacity} B; "
+                "make the heap larger (SymmetricHeap(world, nbytes=...))"
+            )
+        self.top = off + nbytes
+        return off
+
+
+@dataclass
+class SymmetricArray:
+    """An allocation at the same offset on every rank; ``local`` is this rank's CuPy view."""
+
+    heap: "SymmetricHeap"
+    offset: int
+    local: "cupy.ndarray"
+
+    @property
+    def nbytes(self) -> int:
+        return self.local.nbytes
+
+    def peer_ptr(self, rank: int) -> int:
+        return self.heap.bases[rank] + self.offset
+
+
+class SymmetricHeap:
+    """A rank's share of symmetric memory; create collectively on every rank of ``world``."""
+
+    def __init__(self, world: "World", nbytes: int):
+        import cupy
+
+        world.require_gpu()
+        agree(world.comm, "symmetric heap size", int(nbytes))
+        rt = cupy.cuda.runtime
+        self.world = world
+        self.nbytes = align_up(int(nbytes))
+        self._alloc = BumpAllocator(self.nbytes)
+        self.base: int = rt.malloc(self.nbytes)
+        rt.memset(self.base, 0, self.nbytes)  # flags start at zero
+        rt.deviceSynchronize()
+        self._opened: list[int] = []
+        bases = [0] * world.size
+        bases[world.rank] = self.base
+        if world.size > 1:
+            handles = allgather_handles(world.comm, rt.ipcGetMemHandle(self.base))
+            for r, h in enumerate(handles):
+                if r != world.rank:
+                    bases[r] = rt.ipcOpenMemHandle(h, rt.cudaIpcMemLazyEnablePeerAccess)
+                    self._opened.append(bases[r])
+        self.bases: list[int] = bases
+        self.peer_bases = cupy.asarray(np.array(bases, dtype=np.uint64))
+        world.comm.Barrier()  # nobody writes into a peer before that peer has zeroed its heap
+        world.register_heap(self)
+        self._barrier_flags = self.alloc((world.size,), np.uint64)
+        self._barrier_epoch = 0
+        self._barrier_kernel = None
+
+    def alloc(self, shape: Any, dtype: Any) -> SymmetricArray:
+        """Collective: every rank must call alloc with the same shape and dtype, in the same order."""
+        import cupy
+
+        dtype = np.dtype(dtype)
+        shape = tuple(int(s) for s in (shape if isinstance(shape, (tuple, list)) else (shape,)))
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        off = self._alloc.take(nbytes)
+        agree(self.world.comm, "symmetric allocation (offset, bytes)", (off, nbytes))
+        mem = cupy.cuda.UnownedMemory(self.base + off, max(nbytes, 1), self)
+        local = cupy.ndarray(shape, dtype, cupy.cuda.MemoryPointer(mem, 0))
+        return SymmetricArray(self, off, local)
+
+    @property
+    def used(self) -> int:
+        return self._alloc.top
+
+    def barrier(self, stream: Any = None) -> None:
+        """A device-side barrier across ranks, ordered on `stream` (no host synchronization)."""
+        from .runtime import PersistentLaunch, kernel_id, load_module
+
+        if self._barrier_kernel is None:
+            mod = load_module("symmetric.hip", world=self.world)
+            self._barrier_kernel = PersistentLaunch.checked(mod.get_function("kosmos_heap_barrier"), 1, 64)
+        self._barrier_epoch += 1
+        ctx = self.world.status.wait_ctx(kernel_id("KERNEL_BARRIER"))
+        self._barrier_kernel(
+            (self.peer_bases, np.uint64(self._barrier_flags.offset), np.int32(self.world.rank),
+             np.int32(self.world.size), np.uint64(self._barrier_epoch), ctx),
+            stream=stream,
+        )
+
+    def free(self) -> None:
+        """Collective: close peers' mappings and free this rank's allocation."""
+        import cupy
+
+        if not self.base:
+            return
+        rt = cupy.cuda.runtime
+        rt.deviceSynchronize()
+        self.world.comm.Barrier()  # no peer still reads or writes our memory
+        for p in self._opened:
+            rt.ipcCloseMemHandle(p)
+        self._opened.clear()
+        self.world.comm.Barrier()  # every peer has closed its mapping of ours
+        rt.free(self.base)
+        self.base = 0
+
+
+def check_world_size(world_size: int, max_world: int = 16) -> None:
+    if not 1 <= world_size <= max_world:
+        raise KosmosError(f"world size {world_size} not supported (1..{max_world})")

@@ -1,0 +1,116 @@
+"""World: the MPI communicator, the rank -> GPU binding, and everything a rank owns on its GPU."""
+from __future__ import annotations
+
+from typing import Any
+
+from .errors import KosmosError
+
+
+def visible_gpus() -> int:
+    """Number of GPUs this process can see (0 without CuPy or a driver)."""
+    try:
+        import cupy
+
+        return cupy.cuda.runtime.getDeviceCount()
+    except Exception:
+        return 0
+
+
+class World:
+    """One MPI rank per GPU (or several ranks per GPU, for tests), intranode only.
+
+    ``World(comm)`` wraps an mpi4py communicator (default ``MPI.COMM_WORLD``), binds this rank
+    to GPU ``local_rank % visible GPUs`` and owns the rank's device status word. Use it as a
+    context manager or call ``finalize()``; that frees every symmetric heap made from it.
+    """
+
+    def __init__(self, comm: Any = None, *, gpu: bool | None = None, wait_budget_s: float | None = None):
+        from mpi4py import MPI
+
+        self.comm = MPI.COMM_WORLD if comm is None else comm
+        self.rank: int = self.comm.Get_rank()
+        self.size: int = self.comm.Get_size()
+        self.local_comm = self.comm.Split_type(MPI.COMM_TYPE_SHARED, key=self.rank)
+        self.local_rank: int = self.local_comm.Get_rank()
+        self.local_size: int = self.local_comm.Get_size()
+        spans = self.comm.allreduce(1 if self.local_size != self.size else 0)
+        if spans:
+            self.local_comm.Free()
+            raise KosmosError(
+                f"this world of {self.size} ranks spans several nodes ({self.local_size} on this one); "
+                "kosmos is intranode only (peer GPU memory through IPC handles)"
+            )
+        ngpu = visible_gpus()
+        if gpu is None:
+            gpu = ngpu > 0
+        if gpu and ngpu == 0:
+            raise KosmosError("no GPU is visible to this process (World(gpu=True))")
+        self.num_gpus = ngpu
+        self.device_id: int | None = None
+        self.oversubscribed = False
+        self.status = None
+        self._heaps: list[Any] = []
+        self._finalized = False
+        if gpu:
+            import cupy
+
+            from .runtime.status import DEFAULT_BUDGET_S, DeviceStatus
+
+            self.device_id = self.local_rank % ngpu
+            cupy.cuda.Device(self.device_id).use()
+            self.oversubscribed = self.local_size > ngpu
+            self.status = DeviceStatus(self.rank, DEFAULT_BUDGET_S if wait_budget_s is None else wait_budget_s)
+
+    # ---- GPU helpers ----
+    def require_gpu(self) -> None:
+        if self.device_id is None:
+            raise KosmosError("this World has no GPU (made with gpu=False or none visible)")
+        if self._finalized:
+            raise KosmosError("this World was finalized")
+
+    def synchronize(self) -> None:
+        """Wait for this rank's GPU work, then raise KosmosTimeoutError if a device wait gave up."""
+        import cupy
+
+        self.require_gpu()
+        cupy.cuda.Device(self.device_id).synchronize()
+        self.status.raise_if_failed()
+
+    def check(self) -> None:
+        """Raise if an earlier kernel of this rank recorded a timeout (no synchronization)."""
+        if self.status is not None:
+            self.status.raise_if_failed()
+
+    def barrier(self) -> None:
+        self.comm.Barrier()
+
+    # ---- lifetime ----
+    def register_heap(self, heap: Any) -> None:
+        self._heaps.append(heap)
+
+    def finalize(self) -> None:
+        """Free every heap made from this world (collectively) and the status word."""
+        if self._finalized:
+            return
+        if self.device_id is not None:
+            import cupy
+
+            cupy.cuda.Device(self.device_id).synchronize()
+        for heap in reversed(self._heaps):
+            heap.free()
+        self._heaps.clear()
+        if self.status is not None:
+            self.status.free()
+        self.local_comm.Free()
+        self._finalized = True
+
+    def __enter__(self) -> "World":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.finalize()
+
+    def __repr__(self) -> str:
+        gpu = f"gpu {self.device_id}" if self.device_id is not None else "no gpu"
+        over = ", oversubscribed" if self.oversubscribed else ""
+        return f"World(rank {self.rank}/{self.size}, local {self.local_rank}/{self.local_size}, {gpu}{over})"
