@@ -5,5 +5,22 @@ One MPI rank per GPU; CuPy arrays in and out; no PyTorch.
 from .errors import KosmosCompileError, KosmosError, KosmosResourceError, KosmosTimeoutError
 from .world import World
 
-__all__ = ["World", "KosmosError", "KosmosTimeoutError", "KosmosCompileError", "KosmosResourceError"]
+
+def __getattr__(name: str):
+    # The collectives need CuPy; import them on first use so `import kosmos` works on CPU-only hosts.
+    if name in ("all_gather", "reduce_scatter", "all_to_all", "AllGather", "ReduceScatter", "AllToAll"):
+        from . import collectives
+
+        return getattr(collectives, name)
+    if name == "SymmetricHeap":
+        from .symmetric import SymmetricHeap
+
+        return SymmetricHeap
+    raise AttributeError(f"module 'kosmos' has no attribute {name!r}")
+
+
+__all__ = [
+    "World", "SymmetricHeap", "all_gather", "reduce_scatter", "all_to_all", "AllGather", "ReduceScatter",
+    "AllToAll", "KosmosError", "KosmosTimeoutError", "KosmosCompileError", "KosmosResourceError",
+]
 __version__ = "0.1.0"

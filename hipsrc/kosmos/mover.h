@@ -1,0 +1,45 @@
+// Mover copy loops: a whole CTA moves a contiguous byte range with 16-byte accesses and
+// several requests in flight per thread (the loads of one round are issued before its stores).
+#pragma once
+#include "platform.h"
+
+namespace kosmos {
+
+constexpr int kMoverUnroll = 4;
+
+// dst and src 16-byte aligned, nbytes a multiple of 16. Either side may be peer memory.
+KOSMOS_DEVICE void cta_copy(void* dst, const void* src, u64 nbytes) {
+  vec16* d = reinterpret_cast<vec16*>(dst);
+  const vec16* s = reinterpret_cast<const vec16*>(src);
+  const u64 n = nbytes / 16, stride = blockDim.x;
+  u64 i = threadIdx.x;
+  for (; i + (kMoverUnroll - 1) * stride < n; i += kMoverUnroll * stride) {
+    vec16 v[kMoverUnroll];
+#pragma unroll
+    for (int u = 0; u < kMoverUnroll; ++u) v[u] = ld16(s + i + u * stride);
+#pragma unroll
+    for (int u = 0; u < kMoverUnroll; ++u) st16(d + i + u * stride, v[u]);
+  }
+  for (; i < n; i += stride) st16(d + i, ld16(s + i));
+}
+
+// The same, spread over the whole grid (CTA-major), for staging a rank's input.
+KOSMOS_DEVICE void grid_copy(void* dst, const void* src, u64 nbytes) {
+  const u64 per_cta = (nbytes / 16 + gridDim.x - 1) / gridDim.x * 16;
+  const u64 begin = per_cta * blockIdx.x;
+  if (begin >= nbytes) return;
+  const u64 len = begin + per_cta > nbytes ? nbytes - begin : per_cta;
+  cta_copy(static_cast<u8*>(dst) + begin, static_cast<const u8*>(src) + begin, len);
+}
+
+// Broadcast a value chosen by thread 0 to the whole CTA.
+template <class T>
+KOSMOS_DEVICE T cta_broadcast(T* slot, T value) {
+  if (threadIdx.x == 0) *slot = value;
+  __syncthreads();
+  T v = *slot;
+  __syncthreads();
+  return v;
+}
+
+}  // namespace kosmos

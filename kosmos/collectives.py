@@ -1,0 +1,299 @@
+"""Standalone mover collectives on CuPy arrays: all-gather, reduce-scatter, all-to-all.
+
+Each op is a plan built once per shape (collectively, on every rank): it owns a symmetric heap
+with its staging buffers and control words (hipsrc/kosmos/flags.h) and a checked persistent
+launch. Calls only launch. The functional forms (`all_gather(world, x)` ...) validate their
+arguments on every rank, then reuse a cached plan.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Sequence
+
+import numpy as np
+
+from .dtypes import REDUCE_SUFFIX, bfloat16, check_array, dtype_name, float32
+from .errors import KosmosError
+from .exchange import agree, all_ok, allgather_counts
+from .runtime import PersistentLaunch, kernel_id, load_module, sm_count
+from .symmetric import SymmetricHeap, align_up
+from .world import World
+
+FLAG_WORDS = 64  # sizeof(OpFlags) / 8, see hipsrc/kosmos/flags.h
+MAX_WORLD = 16
+MOVER_THREADS = 384  # the block size the fused kernels share between builders and movers
+DEFAULT_ITEM_BYTES = 256 * 1024
+RS_SENTINEL = {bfloat16: np.uint16(0x7FA5), float32: np.uint32(0x7FA5A5A5)}
+
+
+class _CollectivePlan:
+    """Shared plumbing: heap, control words, epochs, the persistent launch, failure tracking."""
+
+    kernel_name = ""
+    kernel_enum = ""
+
+    def __init__(self, world: World, heap_bytes: int, crew: int | None, threads: int):
+        world.require_gpu()
+        if world.size > MAX_WORLD:
+            raise KosmosError(f"world size {world.size} exceeds the supported {MAX_WORLD}")
+        self.world = world
+        self.heap = SymmetricHeap(world, heap_bytes + FLAG_WORDS * 8 + 4096)
+        self.flags = self.heap.alloc((FLAG_WORDS,), np.uint64)
+        self.epoch = 0
+        self.threads = threads
+        self.crew = crew or sm_count()
+        self._failures_at_build = world.status.failures
+        self._launch: PersistentLaunch | None = None
+
+    def _kernel(self, name: str) -> PersistentLaunch:
+        if self._launch is None:
+            mod = load_module("collectives.hip", world=self.world)
+            self._launch = PersistentLaunch.checked(mod.get_function(name), self.crew, self.threads)
+        return self._launch
+
+    def _next_call(self) -> tuple[np.uint64, np.void]:
+        """Epoch and wait context for the next launch; refuse after a timeout broke the protocol."""
+        self.world.check()
+        if self.world.status.failures != self._failures_at_build:
+            raise KosmosError(f"{type(self).__name__} was built before a device timeout; build a new plan")
+        self.epoch += 1
+        return np.uint64(self.epoch), self.world.status.wait_ctx(kernel_id(self.kernel_enum))
+
+    def _common_args(self) -> tuple:
+        w = self.world
+        return (self.heap.peer_bases, np.int32(w.rank), np.int32(w.size))
+
+
+class AllGather(_CollectivePlan):
+    """out[p*m:(p+1)*m] = shard of rank p, for shards of shape `shard_shape` on every rank."""
+
+    kernel_enum = "KERNEL_ALL_GATHER"
+
+    def __init__(self, world: World, shard_shape: Sequence[int], dtype: Any, *, crew: int | None = None,
+                 threads: int = MOVER_THREADS, item_bytes: int = DEFAULT_ITEM_BYTES):
+        self.shard_shape = tuple(int(s) for s in shard_shape)
+        self.dtype = np.dtype(dtype)
+        self.shard_bytes = math.prod(self.shard_shape) * self.dtype.itemsize
+        if self.shard_bytes % 16:
+            raise ValueError(f"all_gather moves 16-byte vectors: a shard of {self.shard_bytes} B is not a multiple of 16")
+        if item_bytes % 16 or item_bytes <= 0:
+            raise ValueError(f"item_bytes must be a positive multiple of 16, got {item_bytes}")
+        super().__init__(world, self.shard_bytes, crew, threads)
+        self.item_bytes = item_bytes
+        self.staging = self.heap.alloc((max(self.shard_bytes, 16),), np.uint8)
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return (self.world.size * self.shard_shape[0],) + self.shard_shape[1:]
+
+    def __call__(self, x: Any, out: Any = None, stream: Any = None) -> Any:
+        import cupy
+
+        check_array(x, "x", dtypes=(self.dtype,), device=self.world.device_id)
+        if x.shape != self.shard_shape:
+            raise ValueError(f"x has shape {x.shape}; this plan gathers shards of shape {self.shard_shape}")
+        if out is None:
+            out = cupy.empty(self.out_shape, self.dtype)
+        check_array(out, "out", dtypes=(self.dtype,), device=self.world.device_id)
+        if out.shape != self.out_shape:
+            raise ValueError(f"out has shape {out.shape}; expected {self.out_shape}")
+        epoch, ctx = self._next_call()
+        self._kernel("kosmos_all_gather")(
+            self._common_args() + (epoch, np.uint64(self.flags.offset), np.uint64(self.staging.offset), x, out,
+                                   np.uint64(self.shard_bytes), np.uint64(self.item_bytes), ctx),
+            stream=stream,
+        )
+        return out
+
+
+class ReduceScatter(_CollectivePlan):
+    """out = sum over ranks of x_r[rank*m:(rank+1)*m], summed in fp32 in rank order, rounded once.
+
+    One-shot pull: each element crosses the fabric once and is rounded once, so the result is
+    bitwise reproducible. Arrival is detected from the data (a signalling-NaN sentinel);
+    an input element equal to the sentinel is replaced by a quiet NaN.
+    """
+
+    kernel_enum = "KERNEL_REDUCE_SCATTER"
+
+    def __init__(self, world: World, shape: Sequence[int], dtype: Any, *, crew: int | None = None,
+                 threads: int = MOVER_THREADS, item_bytes: int = 64 * 1024):
+        import cupy
+
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = np.dtype(dtype)
+        if self.dtype not in REDUCE_SUFFIX:
+            raise TypeError(f"reduce_scatter sums bfloat16 or float32, not {dtype_name(self.dtype)}")
+        if not self.shape or self.shape[0] % world.size:
+            raise ValueError(f"reduce_scatter splits rows among {world.size} ranks; {self.shape} rows do not divide")
+        total = math.prod(self.shape) * self.dtype.itemsize
+        self.chunk_bytes = total // world.size
+        if self.chunk_bytes % 16:
+            raise ValueError(f"each rank's chunk ({self.chunk_bytes} B) must be a multiple of 16 bytes")
+        super().__init__(world, 2 * total, crew, threads)
+        self.item_bytes = item_bytes
+        self.staging = self.heap.alloc((2 * total // self.dtype.itemsize,), RS_SENTINEL[self.dtype].dtype)
+        self.staging.local.fill(RS_SENTINEL[self.dtype])
+        cupy.cuda.runtime.deviceSynchronize()
+        world.comm.Barrier()  # every staging buffer is poisoned before any peer reads it
+
+    @property
+    def out_shape(self) -> tuple[int, ...]:
+        return (self.shape[0] // self.world.size,) + self.shape[1:]
+
+    def __call__(self, x: Any, out: Any = None, stream: Any = None) -> Any:
+        import cupy
+
+        check_array(x, "x", dtypes=(self.dtype,), device=self.world.device_id)
+        if x.shape != self.shape:
+            raise ValueError(f"x has shape {x.shape}; this plan reduces arrays of shape {self.shape}")
+        if out is None:
+            out = cupy.empty(self.out_shape, self.dtype)
+        check_array(out, "out", dtypes=(self.dtype,), device=self.world.device_id)
+        if out.shape != self.out_shape:
+            raise ValueError(f"out has shape {out.shape}; expected {self.out_shape}")
+        epoch, ctx = self._next_call()
+        self._kernel(f"kosmos_reduce_scatter_{REDUCE_SUFFIX[self.dtype]}")(
+            self._common_args() + (epoch, np.uint64(self.flags.offset), np.uint64(self.staging.offset), x, out,
+                                   np.uint64(self.chunk_bytes), np.uint64(self.item_bytes), ctx),
+            stream=stream,
+        )
+        return out
+
+
+def all_to_all_layout(counts: np.ndarray, rank: int) -> tuple[np.ndarray, int]:
+    """From the [src, dst] row-count matrix: this rank's kernel plan and its received row count.
+
+    plan = [rows to each dest | first row in x for each dest | first row in each dest's arena].
+    Rows a destination receives are grouped by source rank, in rank order.
+    """
+    world = counts.shape[0]
+    send = counts[rank]
+    send_first = np.concatenate([[0], np.cumsum(send)[:-1]])
+    arena_first = counts[:rank].sum(axis=0) if rank else np.zeros(world, np.int64)
+    plan = np.concatenate([send, send_first, arena_first]).astype(np.int64)
+    return plan, int(counts[:, rank].sum())
+
+
+class AllToAll(_CollectivePlan):
+    """Rows of x go to destination ranks by `send_counts` (x holds them destination-major).
+
+    The output holds the rows this rank receives, grouped by source rank. Push: each source
+    writes its rows straight into the destination's arena; capacity_rows bounds what any rank
+    can receive in one call.
+    """
+
+    kernel_enum = "KERNEL_ALL_TO_ALL"
+
+    def __init__(self, world: World, capacity_rows: int, row_shape: Sequence[int], dtype: Any, *,
+                 crew: int | None = None, threads: int = MOVER_THREADS, item_rows: int | None = None):
+        self.row_shape = tuple(int(s) for s in row_shape)
+        self.dtype = np.dtype(dtype)
+        self.row_bytes = math.prod(self.row_shape) * self.dtype.itemsize
+        if self.row_bytes % 16 or self.row_bytes == 0:
+            raise ValueError(f"all_to_all moves 16-byte vectors: a row of {self.row_bytes} B is not a multiple of 16")
+        self.capacity_rows = int(capacity_rows)
+        super().__init__(world, self.capacity_rows * self.row_bytes, crew, threads)
+        self.item_rows = item_rows or max(1, DEFAULT_ITEM_BYTES // self.row_bytes)
+        self.chunks_per_dest = max(1, -(-self.capacity_rows // self.item_rows))
+        self.arena = self.heap.alloc((max(self.capacity_rows * self.row_bytes, 16),), np.uint8)
+
+    def __call__(self, x: Any, send_counts: Sequence[int], stream: Any = None) -> tuple[Any, np.ndarray]:
+        """Returns (received rows, recv_counts per source). Collective: exchanges counts over MPI."""
+        import cupy
+
+        w = self.world
+        err = None
+        try:
+            check_array(x, "x", dtypes=(self.dtype,), device=w.device_id)
+            counts = np.asarray(send_counts, np.int64)
+            if counts.shape != (w.size,) or (counts < 0).any():
+                raise ValueError(f"send_counts must be {w.size} non-negative row counts, got {send_counts}")
+            if x.shape[1:] != self.row_shape or x.shape[0] != counts.sum():
+                raise ValueError(f"x has shape {x.shape}; expected ({int(counts.sum())},) + {self.row_shape}")
+        except (TypeError, ValueError) as e:
+            err, counts = e, np.zeros(w.size, np.int64)
+        all_ok(w.comm, err)
+        matrix = allgather_counts(w.comm, counts)
+        most = int(matrix.sum(axis=0).max())
+        if most > self.capacity_rows:
+            raise KosmosError(f"a rank would receive {most} rows; this plan's arena holds {self.capacity_rows}")
+        plan, recv_rows = all_to_all_layout(matrix, w.rank)
+        out = cupy.empty((recv_rows,) + self.row_shape, self.dtype)
+        plan_dev = cupy.asarray(plan)
+        epoch, ctx = self._next_call()
+        self._kernel("kosmos_all_to_all")(
+            self._common_args() + (epoch, np.uint64(self.flags.offset), np.uint64(self.arena.offset), x, out,
+                                   plan_dev, np.uint64(self.row_bytes), np.uint64(recv_rows),
+                                   np.uint64(self.chunks_per_dest), np.uint64(self.item_rows), ctx),
+            stream=stream,
+        )
+        self._plan_dev = plan_dev  # keep alive until the kernel has read it
+        return out, matrix[:, w.rank].copy()
+
+
+# ---- functional forms: collective validation, then a cached plan ----
+
+def _plan_cache(world: World) -> dict:
+    cache = getattr(world, "_collective_plans", None)
+    if cache is None:
+        cache = world._collective_plans = {}
+    # A device timeout invalidates every plan built before it; drop those.
+    for key in [k for k, plan in cache.items() if plan._failures_at_build != world.status.failures]:
+        del cache[key]
+    return cache
+
+
+def _validated(world: World, x: Any, what: str, dtypes: tuple[np.dtype, ...] | None = None) -> None:
+    err = None
+    try:
+        check_array(x, "x", dtypes=dtypes, device=world.device_id)
+    except (TypeError, ValueError) as e:
+        err = e
+    all_ok(world.comm, err)
+    agree(world.comm, f"{what} input (shape, dtype)", (tuple(x.shape), dtype_name(x.dtype)))
+
+
+def all_gather(world: World, x: Any, out: Any = None) -> Any:
+    """Concatenate every rank's x along axis 0 (rank order). Collective."""
+    _validated(world, x, "all_gather")
+    key = ("ag", x.shape, x.dtype)
+    cache = _plan_cache(world)
+    if key not in cache:
+        cache[key] = AllGather(world, x.shape, x.dtype)
+    return cache[key](x, out)
+
+
+def reduce_scatter(world: World, x: Any, out: Any = None) -> Any:
+    """Sum x over ranks and return this rank's block of rows (rows split evenly). Collective."""
+    _validated(world, x, "reduce_scatter", (bfloat16, float32))
+    if x.ndim == 0 or x.shape[0] % world.size:
+        raise ValueError(f"reduce_scatter splits axis 0 among {world.size} ranks; shape {x.shape} does not divide")
+    key = ("rs", x.shape, x.dtype)
+    cache = _plan_cache(world)
+    if key not in cache:
+        cache[key] = ReduceScatter(world, x.shape, x.dtype)
+    return cache[key](x, out)
+
+
+def all_to_all(world: World, x: Any, send_counts: Sequence[int]) -> tuple[Any, np.ndarray]:
+    """Send x[rows of dest d] to rank d for every d; returns (received rows by source, recv counts)."""
+    import cupy
+
+    err = None
+    try:
+        check_array(x, "x", device=world.device_id)
+        if x.ndim == 0:
+            raise ValueError("x must have a row axis")
+    except (TypeError, ValueError) as e:
+        err = e
+    all_ok(world.comm, err)
+    agree(world.comm, "all_to_all row shape and dtype", (tuple(x.shape[1:]), dtype_name(x.dtype)))
+    counts = np.asarray(send_counts, np.int64)
+    most = int(allgather_counts(world.comm, counts if counts.shape == (world.size,) else np.zeros(world.size, np.int64)).sum(axis=0).max())
+    capacity = 1 << max(10, (max(most, 1) - 1).bit_length())  # power-of-two buckets: few plans
+    key = ("a2a", x.shape[1:], x.dtype, capacity)
+    cache = _plan_cache(world)
+    if key not in cache:
+        cache[key] = AllToAll(world, capacity, x.shape[1:], x.dtype)
+    return cache[key](x, send_counts)

@@ -1,0 +1,35 @@
+"""Element types kosmos kernels accept, and argument validation shared by every op."""
+from __future__ import annotations
+
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+
+bfloat16 = np.dtype(ml_dtypes.bfloat16)
+float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3fn)
+float32 = np.dtype(np.float32)
+
+# Kernels treat bf16 as raw 16-bit storage; these name the kernel variant per dtype.
+REDUCE_SUFFIX = {bfloat16: "bf16", float32: "f32"}
+
+
+def dtype_name(dt: Any) -> str:
+    dt = np.dtype(dt)
+    return "bfloat16" if dt == bfloat16 else dt.name
+
+
+def check_array(x: Any, name: str, *, dtypes: tuple[np.dtype, ...] | None = None, device: int | None = None) -> None:
+    """Raise a clear TypeError/ValueError unless x is a C-contiguous CuPy array of an accepted dtype on `device`."""
+    import cupy
+
+    if not isinstance(x, cupy.ndarray):
+        raise TypeError(f"{name} must be a cupy.ndarray, got {type(x).__name__}")
+    if dtypes is not None and x.dtype not in dtypes:
+        raise TypeError(f"{name} has dtype {dtype_name(x.dtype)}; expected one of {[dtype_name(d) for d in dtypes]}")
+    if not x.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (call cupy.ascontiguousarray first)")
+    if device is not None and x.device.id != device:
+        raise ValueError(f"{name} lives on GPU {x.device.id}, but this rank's GPU is {device}")
+    if x.data.ptr % 16:
+        raise ValueError(f"{name} must be 16-byte aligned")

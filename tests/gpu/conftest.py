@@ -1,0 +1,43 @@
+"""GPU tests: run under MPI, one process per rank (several ranks may share one GPU).
+
+    mpirun --allow-run-as-root --oversubscribe -np 4 python3 -m mpi4py -m pytest tests/gpu -q
+
+Every rank runs the same tests in the same order; every test is collective.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+try:
+    _ngpu = cupy.cuda.runtime.getDeviceCount()
+except Exception:  # no driver
+    _ngpu = 0
+if _ngpu == 0:
+    pytest.skip("no GPU visible", allow_module_level=True)
+
+import kosmos  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def world():
+    w = kosmos.World()
+    yield w
+    w.finalize()
+
+
+def rank_input(seed: int, rank: int, shape, dtype) -> np.ndarray:
+    """Rank `rank`'s input for a test: fresh, random, never zero; every rank can rebuild it."""
+    rng = np.random.default_rng([seed, rank])
+    x = rng.standard_normal(shape) + 0.1
+    if np.dtype(dtype).kind in "iu":
+        x = rng.integers(1, 100, shape)
+    return x.astype(dtype)
+
+
+def poisoned(shape, dtype):
+    """An output buffer full of NaN (0xFF bytes: NaN in every float format)."""
+    out = cupy.empty(shape, dtype)
+    out.view(np.uint8).fill(0xFF)
+    return out

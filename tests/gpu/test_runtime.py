@@ -1,0 +1,76 @@
+"""World, SymmetricHeap, the compile options and bounded waits, on the GPU."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import kosmos
+from kosmos.runtime import PersistentLaunch, kernel_id, load_module, sm_count
+from kosmos.symmetric import SymmetricHeap
+
+from .conftest import cupy
+
+
+def test_world_binds_a_gpu(world):
+    assert world.device_id == world.local_rank % world.num_gpus
+    assert cupy.cuda.Device().id == world.device_id
+    assert world.oversubscribed == (world.local_size > world.num_gpus)
+
+
+def test_heap_peers_see_each_others_memory(world):
+    heap = SymmetricHeap(world, 1 << 20)
+    a = heap.alloc((world.size, 4), np.uint32)
+    a.local[...] = cupy.uint32(0xDEAD0000 + world.rank)
+    cupy.cuda.Device().synchronize()
+    world.barrier()
+    # Read every peer's allocation through the peer pointers, with a plain device-to-device copy.
+    for r in range(world.size):
+        got = np.empty((world.size, 4), np.uint32)
+        cupy.cuda.runtime.memcpy(got.ctypes.data, a.peer_ptr(r), got.nbytes, cupy.cuda.runtime.memcpyDeviceToHost)
+        assert (got == 0xDEAD0000 + r).all()
+    world.barrier()
+    heap.barrier()
+    heap.barrier()
+    world.synchronize()
+
+
+def test_arch_specific_features_are_on():
+    """CuPy adds its own -arch; ours must win on Hopper, or wgmma silently disappears."""
+    if cupy.cuda.runtime.is_hip or cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("Hopper only")
+    src = r'''
+    extern "C" __global__ void probe(int* out) {
+    #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+      *out = 1;
+    #else
+      *out = 2;
+    #endif
+    }'''
+    from kosmos.runtime import compile_options, current_target
+
+    backend, arch = current_target()
+    assert arch == "sm_90a"
+    k = cupy.RawModule(code=src, options=compile_options(backend, arch)).get_function("probe")
+    out = cupy.zeros(1, np.int32)
+    k((1,), (1,), (out,))
+    assert int(out[0]) == 1
+
+
+def test_occupancy_check_refuses_a_grid_that_cannot_be_resident(world):
+    mod = load_module("collectives.hip", world=world)
+    k = mod.get_function("kosmos_mover_copy")
+    with pytest.raises(kosmos.KosmosResourceError, match="cannot be fully resident"):
+        PersistentLaunch.checked(k, 10_000 * sm_count(), 1024)
+
+
+def test_unmatched_wait_raises_instead_of_hanging(world):
+    mod = load_module("collectives.hip", world=world)
+    probe = PersistentLaunch.checked(mod.get_function("kosmos_wait_probe"), 1, 32)
+    flag = cupy.zeros(1, np.uint64)
+    ctx = world.status.wait_ctx(kernel_id("KERNEL_WAIT_PROBE"), budget_s=0.2)
+    probe((flag, np.uint64(1), ctx))
+    with pytest.raises(kosmos.KosmosTimeoutError) as e:
+        world.synchronize()
+    assert e.value.kernel == "KERNEL_WAIT_PROBE" and e.value.site == "SITE_PROBE"
+    assert e.value.rank == world.rank
+    world.synchronize()  # the error was reported once; the status word is clear again
