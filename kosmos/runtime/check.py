@@ -42,11 +42,14 @@ def find_clang() -> str | None:
     return None
 
 
-def compile_amd(path: Path, arch: str, clang: str) -> int:
-    """clang -x hip device-only compile of one file to AMD assembly; returns the assembly size."""
+def compile_amd(path: Path, arch: str, clang: str, keep: Path | None = None) -> int:
+    """clang -x hip device-only compile of one file to AMD assembly; returns the assembly size.
+
+    `keep`: a directory to leave <stem>.<arch>.s in (to read the memory-model instructions).
+    """
     opts = [o for o in compile_options("hip") if o != "-std=c++17"]
     with tempfile.TemporaryDirectory() as tmp:
-        out = Path(tmp) / (path.stem + ".s")
+        out = (Path(keep) if keep is not None else Path(tmp)) / f"{path.stem}.{arch}.s"
         cmd = [clang, "-x", "hip", "-std=c++17", f"--offload-arch={arch}", "-nogpulib", "--hip-path=/usr",
                "--cuda-device-only", "-O3", "-S", *opts, str(path), "-o", str(out)]
         r = subprocess.run(cmd, capture_output=True, text=True)

@@ -1,0 +1,105 @@
+"""kosmos.runtime.status: names from wait.h, the WaitCtx layout, the host side of the status word."""
+from __future__ import annotations
+
+import ctypes
+
+import numpy as np
+import pytest
+
+from kosmos.errors import KosmosTimeoutError
+from kosmos.runtime import hipsrc_dir
+from kosmos.runtime.status import WAIT_CTX_DTYPE, DeviceStatus, kernel_and_site_names, kernel_id, parse_enum
+
+WAIT_H = (hipsrc_dir() / "kosmos" / "wait.h").read_text()
+
+
+def test_wait_ctx_layout_matches_the_c_struct() -> None:
+    # struct WaitCtx { Status* status; u64 budget_ns; u32 kernel; u32 rank; }
+    assert WAIT_CTX_DTYPE.itemsize == 24
+    assert WAIT_CTX_DTYPE.names == ("status", "budget_ns", "kernel", "rank")
+    assert [WAIT_CTX_DTYPE.fields[n][1] for n in WAIT_CTX_DTYPE.names] == [0, 8, 16, 20]
+    assert WAIT_CTX_DTYPE.alignment == 8
+    assert "Status* status;" in WAIT_H and "u64 budget_ns;" in WAIT_H
+
+
+def test_parse_enum_of_wait_h() -> None:
+    kernels = parse_enum(WAIT_H, "KernelId")
+    sites = parse_enum(WAIT_H, "WaitSite")
+    assert kernels[0] == "KERNEL_NONE" and sites[0] == "SITE_NONE"
+    assert kernels[1] == "KERNEL_ALL_GATHER"
+    assert "SITE_BARRIER" in sites.values() and "SITE_PROBE" in sites.values()
+    # every enumerator line was parsed (a line the regex misses would name a site "site#N")
+    for name, values in (("KernelId", kernels), ("WaitSite", sites)):
+        body = WAIT_H.split(f"enum {name}")[1].split("};")[0]
+        assert len(values) == body.count(" = "), name
+        assert sorted(values) == list(range(len(values))), f"{name} values are not 0..n-1"
+
+
+def test_parse_enum_handles_comments_and_missing_enums() -> None:
+    text = "enum Foo : u32 {\n  A = 0,   // first\n  B_2 = 7,\n};\nenum Bar { X = 1, };"
+    assert parse_enum(text, "Foo") == {0: "A", 7: "B_2"}
+    with pytest.raises(ValueError, match="enum Baz not found"):
+        parse_enum(text, "Baz")
+    with pytest.raises(ValueError):
+        parse_enum(text, "Fo")  # a prefix of a name is not the name
+
+
+def test_kernel_id() -> None:
+    kernels, sites = kernel_and_site_names()
+    assert kernel_id("KERNEL_ALL_GATHER") == 1
+    assert kernel_id("KERNEL_BARRIER") == [v for v, k in kernels.items() if k == "KERNEL_BARRIER"][0]
+    with pytest.raises(KeyError):
+        kernel_id("KERNEL_NO_SUCH_THING")
+
+
+def _host_only_status(rank: int = 2, budget_s: float = 1.5) -> DeviceStatus:
+    """A DeviceStatus over ordinary host memory: the host logic without a GPU."""
+    st = DeviceStatus.__new__(DeviceStatus)
+    st._buf = (ctypes.c_uint32 * 4)()
+    st._ptr = ctypes.addressof(st._buf)
+    st._words = st._buf
+    st.rank, st.budget_s, st.failures = rank, budget_s, 0
+    return st
+
+
+def test_wait_ctx_record() -> None:
+    st = _host_only_status(rank=3, budget_s=2.5)
+    ctx = st.wait_ctx(kernel_id("KERNEL_REDUCE_SCATTER"))
+    assert ctx.dtype == WAIT_CTX_DTYPE
+    assert int(ctx["status"]) == st.device_ptr
+    assert int(ctx["budget_ns"]) == 2_500_000_000
+    assert int(ctx["kernel"]) == kernel_id("KERNEL_REDUCE_SCATTER")
+    assert int(ctx["rank"]) == 3
+    assert int(st.wait_ctx(1, budget_s=0.001)["budget_ns"]) == 1_000_000
+    assert len(ctx.tobytes()) == 24
+
+
+def test_status_word_ok_then_timeout() -> None:
+    st = _host_only_status(rank=2, budget_s=1.5)
+    st.raise_if_failed()  # all zero: nothing happens
+    kernels, sites = kernel_and_site_names()
+    site = [v for v, k in sites.items() if k == "SITE_BARRIER"][0]
+    st._words[:] = [1, kernel_id("KERNEL_ALL_GATHER"), 1, site]
+    with pytest.raises(KosmosTimeoutError) as e:
+        st.raise_if_failed()
+    err = e.value
+    assert (err.kernel, err.rank, err.site, err.budget_s) == ("KERNEL_ALL_GATHER", 1, "SITE_BARRIER", 1.5)
+    assert st.failures == 1
+    assert list(st._words) == [0, 0, 0, 0]  # cleared: the next check passes
+    st.raise_if_failed()
+
+
+def test_status_word_unknown_ids_still_named() -> None:
+    st = _host_only_status()
+    st._words[:] = [1, 999, 0, 998]
+    with pytest.raises(KosmosTimeoutError, match=r"kernel#999.*site#998"):
+        st.raise_if_failed()
+
+
+def test_wait_ctx_dtype_packs_into_kernel_arguments() -> None:
+    # CuPy passes a numpy.void of this dtype by value; its bytes must be the C struct's.
+    ctx = np.zeros((), WAIT_CTX_DTYPE)
+    ctx["status"], ctx["budget_ns"], ctx["kernel"], ctx["rank"] = 0x1122334455667788, 5, 6, 7
+    raw = ctx.tobytes()
+    assert raw[:8] == (0x1122334455667788).to_bytes(8, "little")
+    assert raw[16:20] == (6).to_bytes(4, "little") and raw[20:24] == (7).to_bytes(4, "little")
