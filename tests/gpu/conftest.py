@@ -14,10 +14,14 @@ try:
     _ngpu = cupy.cuda.runtime.getDeviceCount()
 except Exception:  # no driver
     _ngpu = 0
-if _ngpu == 0:
-    pytest.skip("no GPU visible", allow_module_level=True)
 
 import kosmos  # noqa: E402
+
+
+def pytest_collection_modifyitems(config, items):
+    if _ngpu == 0:
+        for item in items:
+            item.add_marker(pytest.mark.skip(reason="no GPU visible"))
 
 
 @pytest.fixture(scope="session")
