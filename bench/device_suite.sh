@@ -1,30 +1,41 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: compile check, GPU tests at world sizes 1-4 (one GPU, oversubscribed),
-# the demo, and the mover-loop bench. Logs under $OUT (default /tmp/kosmos_out); a table last.
+# the demo, and the mover-loop bench. One log ($OUT/suite.log) plus bench JSON/PNG; a table last.
 #   bash bench/device_suite.sh [tests|demo|bench ...]   (default: all)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/kosmos_out}; mkdir -p "$OUT"
+LOG=$OUT/suite.log
 parts=${*:-tests demo bench}
-MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none --tag-output"
+MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
 summary=()
-nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv | tee "$OUT/gpu.txt"
-python3 -m kosmos.runtime.check --nvidia sm_90a > "$OUT/compile.log" 2>&1; summary+=("compile sm_90a rc=$?")
+run() {  # run NAME CMD...: append output to the log, remember the exit code
+  local name=$1; shift
+  echo "===== $name: $*" >> "$LOG"
+  "$@" >> "$LOG" 2>&1
+  local rc=$?
+  summary+=("$name rc=$rc")
+  return $rc
+}
+nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv >> "$LOG"
+run "compile sm_90a" python3 -m kosmos.runtime.check --nvidia sm_90a
 if [[ $parts == *tests* ]]; then
   for n in ${KOSMOS_NPS:-1 2 3 4}; do
-    timeout 420 $MPIRUN -np "$n" python3 -m mpi4py -m pytest tests/gpu -q -p no:cacheprovider --timeout=180 \
-      ${KOSMOS_PYTEST_ARGS:-} > "$OUT/gpu_tests_np$n.log" 2>&1
-    rc=$?
-    summary+=("gpu tests np=$n rc=$rc: $(grep -E '^\[1,0\]<stdout>:.*(passed|failed|error)' "$OUT/gpu_tests_np$n.log" | tail -1 | sed 's/^\[1,0\]<stdout>://')")
+    # Rank 0 reports on stdout; the others only their failures (-rfE) to keep the log short.
+    run "gpu tests np=$n" timeout 420 $MPIRUN -np "$n" bash -c \
+      'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then q=-q; else q="-q --no-header -p no:terminal"; fi;
+       exec python3 -m mpi4py -m pytest tests/gpu -q -p no:cacheprovider --timeout=180 -rfE --color=no '"${KOSMOS_PYTEST_ARGS:-}"
+    summary[-1]+=" $(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' "$LOG" | tail -1)"
   done
 fi
 if [[ $parts == *demo* ]]; then
-  timeout 200 python3 -m kosmos.demo --mib 256 > "$OUT/demo_np1.log" 2>&1; summary+=("demo np=1 rc=$?")
-  timeout 200 $MPIRUN -np 2 python3 -m kosmos.demo --mib 8 > "$OUT/demo_np2.log" 2>&1; summary+=("demo np=2 (oversubscribed) rc=$?")
+  run "demo np=1" timeout 200 python3 -m kosmos.demo --mib 256
+  run "demo np=2 (oversubscribed)" timeout 200 $MPIRUN -np 2 python3 -m kosmos.demo --mib 8
 fi
 if [[ $parts == *bench* ]]; then
-  timeout 300 python3 bench/collectives.py --out "$OUT" > "$OUT/bench_collectives.log" 2>&1; summary+=("bench/collectives rc=$?")
+  run "bench/collectives" timeout 300 python3 bench/collectives.py --out "$OUT"
 fi
-echo; for f in "$OUT"/demo_np1.log "$OUT"/bench_collectives.log; do [ -f "$f" ] && tail -n 16 "$f"; done
+echo; grep -A14 -E '^op +impl|^impl +SMs' "$LOG" | head -40
+echo; grep -E '^(FAILED|ERROR) ' "$LOG" | sort | uniq | head -20
 echo; printf '%s\n' "${summary[@]}"

@@ -64,9 +64,12 @@ def _max():
 
 
 def git_commit() -> str:
+    import os
     import subprocess
     from pathlib import Path
 
+    if os.environ.get("KOSMOS_COMMIT"):  # trees copied without .git (e.g. to a GPU machine)
+        return os.environ["KOSMOS_COMMIT"]
     try:
         return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
                               cwd=Path(__file__).resolve().parent, timeout=5).stdout.strip() or "unknown"

@@ -14,12 +14,12 @@ WAIT_H = (hipsrc_dir() / "kosmos" / "wait.h").read_text()
 
 
 def test_wait_ctx_layout_matches_the_c_struct() -> None:
-    # struct WaitCtx { Status* status; u64 budget_ns; u32 kernel; u32 rank; }
-    assert WAIT_CTX_DTYPE.itemsize == 24
-    assert WAIT_CTX_DTYPE.names == ("status", "budget_ns", "kernel", "rank")
-    assert [WAIT_CTX_DTYPE.fields[n][1] for n in WAIT_CTX_DTYPE.names] == [0, 8, 16, 20]
+    # struct WaitCtx { Status* status; u32* abort; u64 budget_ns; u32 kernel; u32 rank; }
+    assert WAIT_CTX_DTYPE.itemsize == 32
+    assert WAIT_CTX_DTYPE.names == ("status", "abort", "budget_ns", "kernel", "rank")
+    assert [WAIT_CTX_DTYPE.fields[n][1] for n in WAIT_CTX_DTYPE.names] == [0, 8, 16, 24, 28]
     assert WAIT_CTX_DTYPE.alignment == 8
-    assert "Status* status;" in WAIT_H and "u64 budget_ns;" in WAIT_H
+    assert "Status* status;" in WAIT_H and "u32* abort;" in WAIT_H and "u64 budget_ns;" in WAIT_H
 
 
 def test_parse_enum_of_wait_h() -> None:
@@ -71,7 +71,7 @@ def test_wait_ctx_record() -> None:
     assert int(ctx["kernel"]) == kernel_id("KERNEL_REDUCE_SCATTER")
     assert int(ctx["rank"]) == 3
     assert int(st.wait_ctx(1, budget_s=0.001)["budget_ns"]) == 1_000_000
-    assert len(ctx.tobytes()) == 24
+    assert len(ctx.tobytes()) == 32
 
 
 def test_status_word_ok_then_timeout() -> None:
@@ -99,7 +99,7 @@ def test_status_word_unknown_ids_still_named() -> None:
 def test_wait_ctx_dtype_packs_into_kernel_arguments() -> None:
     # CuPy passes a numpy.void of this dtype by value; its bytes must be the C struct's.
     ctx = np.zeros((), WAIT_CTX_DTYPE)
-    ctx["status"], ctx["budget_ns"], ctx["kernel"], ctx["rank"] = 0x1122334455667788, 5, 6, 7
+    ctx["status"], ctx["abort"], ctx["budget_ns"], ctx["kernel"], ctx["rank"] = 0x1122334455667788, 9, 5, 6, 7
     raw = ctx.tobytes()
-    assert raw[:8] == (0x1122334455667788).to_bytes(8, "little")
-    assert raw[16:20] == (6).to_bytes(4, "little") and raw[20:24] == (7).to_bytes(4, "little")
+    assert raw[:8] == (0x1122334455667788).to_bytes(8, "little") and raw[8:16] == (9).to_bytes(8, "little")
+    assert raw[24:28] == (6).to_bytes(4, "little") and raw[28:32] == (7).to_bytes(4, "little")

@@ -47,20 +47,24 @@ struct Status {
 
 // What every bounded wait needs to know; passed by value into the kernel.
 struct WaitCtx {
-  Status* status;  // host-mapped
+  Status* status;  // host-mapped: the host reads it without synchronizing
+  u32* abort;      // device memory: polled by waiting threads (cheap, unlike a read over PCIe)
   u64 budget_ns;
   u32 kernel;
   u32 rank;
 };
 
-KOSMOS_DEVICE bool failed(const WaitCtx& w) { return ld_relaxed_sys_u32(&w.status->code) != 0; }
+KOSMOS_DEVICE bool failed(const WaitCtx& w) { return ld_relaxed_dev_u32(w.abort) != 0; }
 
 KOSMOS_DEVICE void record_timeout(const WaitCtx& w, u32 site) {
-  // First failure wins; later ones only see `code` already set.
-  if (atomicCAS(&w.status->code, 0u, 1u) == 0u) {
+  // First failure wins (a device atomic on device memory); it then reports to the host,
+  // writing `code` last so the host never sees a half-written record.
+  if (atomicCAS(w.abort, 0u, 1u) == 0u) {
     w.status->kernel = w.kernel;
     w.status->rank = w.rank;
     w.status->site = site;
+    fence_acq_rel_sys();
+    st_relaxed_sys_u32(&w.status->code, 1u);
     fence_acq_rel_sys();
   }
 }

@@ -16,9 +16,10 @@ import numpy as np
 from ..errors import KosmosTimeoutError
 from .source import hipsrc_dir
 
-# WaitCtx in wait.h: {Status* status; u64 budget_ns; u32 kernel; u32 rank;}
+# WaitCtx in wait.h: {Status* status; u32* abort; u64 budget_ns; u32 kernel; u32 rank;}
 WAIT_CTX_DTYPE = np.dtype(
-    [("status", np.uint64), ("budget_ns", np.uint64), ("kernel", np.uint32), ("rank", np.uint32)],
+    [("status", np.uint64), ("abort", np.uint64), ("budget_ns", np.uint64), ("kernel", np.uint32),
+     ("rank", np.uint32)],
     align=True,
 )
 
@@ -49,7 +50,11 @@ def kernel_id(name: str) -> int:
 
 
 class DeviceStatus:
-    """One rank's status word (4 x u32 in mapped pinned memory)."""
+    """One rank's status word (4 x u32 in mapped pinned memory) and its device-side abort flag.
+
+    Waiting threads poll the abort flag in device memory; only the first wait that gives up
+    writes the host-visible record.
+    """
 
     def __init__(self, rank: int, budget_s: float = DEFAULT_BUDGET_S):
         import cupy
@@ -60,6 +65,7 @@ class DeviceStatus:
         self._ptr = rt.hostAlloc(16, rt.hostAllocMapped | rt.hostAllocPortable)
         self._words = (ctypes.c_uint32 * 4).from_address(self._ptr)
         self.failures = 0  # timeouts seen so far; ops built before a failure refuse to run
+        self._abort = cupy.zeros(1, np.uint32)
         self.clear()
 
     @property
@@ -69,6 +75,7 @@ class DeviceStatus:
     def wait_ctx(self, kernel: int, budget_s: float | None = None) -> np.void:
         ctx = np.zeros((), WAIT_CTX_DTYPE)
         ctx["status"] = self._ptr
+        ctx["abort"] = self._abort.data.ptr if getattr(self, "_abort", None) is not None else 0
         ctx["budget_ns"] = int((self.budget_s if budget_s is None else budget_s) * 1e9)
         ctx["kernel"] = kernel
         ctx["rank"] = self.rank
@@ -77,6 +84,8 @@ class DeviceStatus:
     def clear(self) -> None:
         for i in range(4):
             self._words[i] = 0
+        if getattr(self, "_abort", None) is not None:
+            self._abort.fill(0)  # stream-ordered: later kernels start un-aborted
 
     def raise_if_failed(self) -> None:
         code, kernel, rank, site = (int(w) for w in self._words)
