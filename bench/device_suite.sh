@@ -22,11 +22,13 @@ nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw -
 run "compile sm_90a" python3 -m kosmos.runtime.check --nvidia sm_90a
 if [[ $parts == *tests* ]]; then
   for n in ${KOSMOS_NPS:-1 2 3 4}; do
-    # Rank 0 reports on stdout; the others only their failures (-rfE) to keep the log short.
+    rm -f /tmp/kosmos_gpu_tests_r*.log
     run "gpu tests np=$n" timeout 420 $MPIRUN -np "$n" bash -c \
-      'if [ "$OMPI_COMM_WORLD_RANK" = 0 ]; then q=-q; else q="-q --no-header -p no:terminal"; fi;
-       exec python3 -m mpi4py -m pytest tests/gpu -q -p no:cacheprovider --timeout=180 -rfE --color=no '"${KOSMOS_PYTEST_ARGS:-}"
-    summary[-1]+=" $(grep -E '^[0-9]+ (passed|failed)|^=+ .*(passed|failed|error)' "$LOG" | tail -1)"
+      'exec python3 -m mpi4py -m pytest tests/gpu -q -p no:cacheprovider --timeout=180 -rfE --color=no '"${KOSMOS_PYTEST_ARGS:-}"' > /tmp/kosmos_gpu_tests_r$OMPI_COMM_WORLD_RANK.log 2>&1'
+    for f in /tmp/kosmos_gpu_tests_r*.log; do
+      echo "----- $f (last 40 lines)" >> "$LOG"; tail -n 40 "$f" >> "$LOG"
+      summary[-1]+=" | r${f//[^0-9]/}: $(grep -E '[0-9]+ (passed|failed)' "$f" | tail -1)"
+    done
   done
 fi
 if [[ $parts == *demo* ]]; then
