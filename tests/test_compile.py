@@ -14,22 +14,25 @@ import pytest
 
 from kosmos.runtime import check
 from kosmos.runtime.source import compile_options, hipsrc_dir
+from kosmos.runtime.status import WAIT_CTX_DTYPE
 
 REQUIRED = os.environ.get("KOSMOS_REQUIRE_TOOLCHAINS") == "1"
 
-LAYOUT_CHECK = r"""
-#include "kosmos/wait.h"
-using namespace kosmos;
-static_assert(sizeof(WaitCtx) == 24, "WaitCtx size");
-static_assert(__builtin_offsetof(WaitCtx, status) == 0, "status offset");
-static_assert(__builtin_offsetof(WaitCtx, budget_ns) == 8, "budget_ns offset");
-static_assert(__builtin_offsetof(WaitCtx, kernel) == 16, "kernel offset");
-static_assert(__builtin_offsetof(WaitCtx, rank) == 20, "rank offset");
-static_assert(alignof(WaitCtx) == 8, "WaitCtx alignment");
-static_assert(sizeof(Status) == 16, "Status is 4 x u32 (DeviceStatus maps 16 bytes)");
-static_assert(sizeof(vec16) == 16 && alignof(vec16) == 16, "vec16");
-extern "C" __global__ void layout_probe(WaitCtx w) { if (failed(w)) record_timeout(w, SITE_PROBE); }
-"""
+def layout_check() -> str:
+    """A translation unit that fails to compile unless WaitCtx matches WAIT_CTX_DTYPE field for field."""
+    lines = ['#include "kosmos/wait.h"', "using namespace kosmos;",
+             f"static_assert(sizeof(WaitCtx) == {WAIT_CTX_DTYPE.itemsize}, \"WaitCtx size\");",
+             f"static_assert(alignof(WaitCtx) == {WAIT_CTX_DTYPE.alignment}, \"WaitCtx alignment\");"]
+    for name in WAIT_CTX_DTYPE.names:
+        dt, off = WAIT_CTX_DTYPE.fields[name][:2]
+        lines.append(f"static_assert(__builtin_offsetof(WaitCtx, {name}) == {off}, \"{name} offset\");")
+        lines.append(f"static_assert(sizeof(WaitCtx::{name}) == {dt.itemsize}, \"{name} size\");")
+    lines += [
+        'static_assert(sizeof(Status) == 16, "Status is 4 x u32 (DeviceStatus maps 16 bytes)");',
+        'static_assert(sizeof(vec16) == 16 && alignof(vec16) == 16, "vec16");',
+        'extern "C" __global__ void layout_probe(WaitCtx w) { if (failed(w)) record_timeout(w, SITE_PROBE); }',
+    ]
+    return "\n".join(lines) + "\n"
 
 
 def _missing(what: str) -> None:
@@ -58,7 +61,7 @@ def clang() -> str:
 
 
 def test_wait_ctx_layout_nvrtc(nvrtc) -> None:  # noqa: ANN001
-    prog = nvrtc.createProgram(LAYOUT_CHECK, "layout.cu", [], [])
+    prog = nvrtc.createProgram(layout_check(), "layout.cu", [], [])
     try:
         try:
             nvrtc.compileProgram(prog, list(compile_options("cuda", "sm_90a")))
@@ -75,7 +78,7 @@ def test_every_kernel_compiles_for_sm_90a(nvrtc) -> None:  # noqa: ANN001
 
 def test_wait_ctx_layout_amd(clang: str, tmp_path: Path) -> None:
     src = tmp_path / "layout.hip"
-    src.write_text(LAYOUT_CHECK)
+    src.write_text(layout_check())
     assert check.compile_amd(src, "gfx942", clang) > 0
 
 

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes
+import re
 
 import numpy as np
 import pytest
@@ -13,13 +14,38 @@ from kosmos.runtime.status import WAIT_CTX_DTYPE, DeviceStatus, kernel_and_site_
 WAIT_H = (hipsrc_dir() / "kosmos" / "wait.h").read_text()
 
 
+C_SIZES = {"u64": 8, "u32": 4, "i64": 8, "i32": 4}
+
+
+def c_struct_layout(text: str, name: str) -> list[tuple[str, int, int]]:
+    """(member, offset, size) of a C struct of pointers and fixed-width integers, natural alignment."""
+    body = re.search(r"struct\s+" + name + r"\s*\{(.*?)\};", text, re.S).group(1)
+    out, off = [], 0
+    for ctype, star, member in re.findall(r"^\s*(\w+)\s*(\*?)\s*(\w+)\s*;", body, re.M):
+        size = 8 if star else C_SIZES[ctype]
+        off = (off + size - 1) // size * size
+        out.append((member, off, size))
+        off += size
+    return out
+
+
 def test_wait_ctx_layout_matches_the_c_struct() -> None:
-    # struct WaitCtx { Status* status; u32* abort; u64 budget_ns; u32 kernel; u32 rank; }
-    assert WAIT_CTX_DTYPE.itemsize == 32
-    assert WAIT_CTX_DTYPE.names == ("status", "abort", "budget_ns", "kernel", "rank")
-    assert [WAIT_CTX_DTYPE.fields[n][1] for n in WAIT_CTX_DTYPE.names] == [0, 8, 16, 24, 28]
+    layout = c_struct_layout(WAIT_H, "WaitCtx")
+    assert [m for m, _, _ in layout] == list(WAIT_CTX_DTYPE.names)
+    for member, off, size in layout:
+        dt, dt_off = WAIT_CTX_DTYPE.fields[member][:2]
+        assert (dt_off, dt.itemsize) == (off, size), member
+    end = layout[-1][1] + layout[-1][2]
+    assert WAIT_CTX_DTYPE.itemsize == (end + 7) // 8 * 8
     assert WAIT_CTX_DTYPE.alignment == 8
-    assert "Status* status;" in WAIT_H and "u32* abort;" in WAIT_H and "u64 budget_ns;" in WAIT_H
+    # the fields every kernel relies on
+    assert {"status", "budget_ns", "kernel", "rank"} <= set(WAIT_CTX_DTYPE.names)
+    assert WAIT_CTX_DTYPE.fields["status"][1] == 0
+
+
+def test_c_struct_layout_parser() -> None:
+    text = "struct S {\n  Status* a;  // c\n  u32 b;\n  u64 c;\n  u32 d;\n};"
+    assert c_struct_layout(text, "S") == [("a", 0, 8), ("b", 8, 4), ("c", 16, 8), ("d", 24, 4)]
 
 
 def test_parse_enum_of_wait_h() -> None:
