@@ -1,0 +1,220 @@
+"""Benchmark kosmos.matmul against cuBLAS (cupy.matmul) on the paper's Llama 3 shapes.
+
+    python3 bench/gemm.py [--quick] [--caps 132,116,99,66,33] [--caps-all] [--reps 20]
+
+For each shape of kosmos/configs/llama3_shapes.yaml (5 fused kernels x 24 shapes): cuBLAS and ours
+on the full GPU; ours also under SM caps (the paper's Figure 2 shapes, 70B MBS4 and 405B MBS8, or
+every shape with --caps-all; CuPy cannot cap cuBLAS). Each number is the median of --reps timed
+runs (cupy.cuda.Event around each run) after warm-up, inputs rotated over enough sets that the
+60 MiB L2 cannot serve them. Writes bench/results/gemm_<gpu>_<date>.json and .png; prints a
+short table last.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+import cupy  # noqa: E402
+import ml_dtypes  # noqa: E402
+
+from kosmos import gemm  # noqa: E402
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+L2_BYTES = 60 * 2**20
+FIG2 = ("70B", "MBS4"), ("405B", "MBS8")
+QUICK = {"8B-QKV-MBS1", "8B-FC1-MBS1", "70B-FC1-MBS4", "70B-QKV-MBS4", "405B-FC1-MBS8",
+         "8B-Down-MBS1", "8B-OProj-MBS1", "70B-Down-MBS4", "70B-OProj-MBS4", "405B-Down-MBS8"}
+
+
+def random_bf16(shape, seed):
+    """Random normal bf16 on the device (fp32 draw, round to nearest even in the top 16 bits)."""
+    rs = cupy.random.RandomState(seed)
+    x = rs.standard_normal(shape, dtype=cupy.float32).view(cupy.uint32)
+    bits = ((x + cupy.uint32(0x7FFF) + ((x >> 16) & cupy.uint32(1))) >> 16).astype(cupy.uint16)
+    del x
+    return cupy.ndarray(shape, dtype=BF16, memptr=bits.data)
+
+
+def time_runs(fn, nsets, reps, warmup):
+    for i in range(warmup):
+        fn(i % nsets)
+    starts = [cupy.cuda.Event() for _ in range(reps)]
+    ends = [cupy.cuda.Event() for _ in range(reps)]
+    for i in range(reps):
+        starts[i].record()
+        fn(i % nsets)
+        ends[i].record()
+    ends[-1].synchronize()
+    ms = [cupy.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends)]
+    return float(np.median(ms)), float(np.min(ms)), float(np.max(ms))
+
+
+def cublas_fn(layout, a, b, out):
+    if layout == "TN":
+        return lambda: cupy.matmul(a, b.T, out=out)
+    if layout == "NN":
+        return lambda: cupy.matmul(a, b, out=out)
+    return lambda: cupy.matmul(a.T, b, out=out)
+
+
+def git_commit():
+    try:
+        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
+                              text=True).stdout.strip() or "unknown"
+    except OSError:
+        return "unknown"
+
+
+def bench_shape(s, caps, reps, warmup, do_caps, sms):
+    a_shape, b_shape, out_shape = s.operand_shapes()
+    set_bytes = 2 * (math.prod(a_shape) + math.prod(b_shape))
+    nsets = max(2, min(8, math.ceil(3 * L2_BYTES / set_bytes)))
+    sets = [(random_bf16(a_shape, 2 * i + 1), random_bf16(b_shape, 2 * i + 2)) for i in range(nsets)]
+    out = cupy.empty(out_shape, dtype=BF16)
+    flop = s.flops
+    rec = {"kernel": s.kernel, "name": s.name, "layout": s.layout, "M": s.m, "N": s.n, "K": s.k, "sets": nsets}
+
+    fns = [cublas_fn(s.layout, a, b, out) for a, b in sets]
+    ms, lo, hi = time_runs(lambda i: fns[i](), nsets, reps, warmup)
+    rec["cublas"] = {"ms": ms, "min_ms": lo, "max_ms": hi, "tflops": flop / ms / 1e9}
+    ref = out.copy()
+
+    rec["ours"] = {}
+    cap_list = [None] + ([c for c in caps if c < sms] if do_caps else [])
+    for cap in cap_list:
+        def run(i, cap=cap):
+            a, b = sets[i]
+            gemm.matmul(a, b, s.layout, out=out, sm_cap=cap)
+        ms, lo, hi = time_runs(run, nsets, reps, warmup)
+        key = str(sms if cap is None else cap)
+        rec["ours"][key] = {"ms": ms, "min_ms": lo, "max_ms": hi, "tflops": flop / ms / 1e9}
+    # Same inputs (the last set) through both: a sanity check of the timed kernel, not a test.
+    gemm.matmul(sets[-1][0], sets[-1][1], s.layout, out=out)
+    cublas_fn(s.layout, sets[-1][0], sets[-1][1], ref)()
+    o32 = _bf16_to_f32(out)
+    r32 = _bf16_to_f32(ref)
+    rec["rel_diff_vs_cublas"] = float(cupy.linalg.norm(o32 - r32) / cupy.linalg.norm(r32))
+    full = rec["ours"][str(sms)]["tflops"]
+    rec["ratio"] = full / rec["cublas"]["tflops"]
+    rec["cap_retention"] = {k: v["tflops"] / full for k, v in rec["ours"].items()}
+    del sets, out, ref, o32, r32
+    cupy.get_default_memory_pool().free_all_blocks()
+    return rec
+
+
+def _bf16_to_f32(x):
+    return (x.view(cupy.uint16).astype(cupy.uint32) << 16).view(cupy.float32)
+
+
+def geomean(xs):
+    xs = [x for x in xs if x > 0]
+    return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
+
+
+def plot(results, path, sms):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig_shapes = [r for r in results if len(r["ours"]) > 1]
+    n = max(1, len(fig_shapes))
+    cols = min(5, n)
+    rows = -(-n // cols) + 1
+    fig = plt.figure(figsize=(4 * cols, 3.2 * rows))
+    for i, r in enumerate(fig_shapes):
+        ax = fig.add_subplot(rows, cols, i + 1)
+        caps = sorted(int(k) for k in r["ours"])
+        ax.plot(caps, [r["ours"][str(c)]["tflops"] for c in caps], "o-", label="kosmos")
+        ax.axhline(r["cublas"]["tflops"], color="gray", ls="--", label=f"cuBLAS ({sms} SMs)")
+        ax.set_title(f"{r['layout']} {r['kernel']} {r['M']}x{r['N']}x{r['K']}", fontsize=8)
+        ax.set_xlabel("SM cap")
+        ax.set_ylabel("TFLOP/s")
+        ax.legend(fontsize=6)
+    ax = fig.add_subplot(rows, 1, rows)
+    ax.bar(range(len(results)), [r["ratio"] for r in results],
+           color=[{"TN": "C0", "NN": "C1", "NT": "C2"}[r["layout"]] for r in results])
+    ax.axhline(1.0, color="k", lw=0.5)
+    ax.set_ylabel("kosmos / cuBLAS")
+    ax.set_xticks(range(len(results)))
+    ax.set_xticklabels([f"{r['kernel']}:{r['name']}" for r in results], rotation=90, fontsize=5)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="a subset: 10 shapes per kernel type")
+    ap.add_argument("--caps", default="132,116,99,66,33")
+    ap.add_argument("--caps-all", action="store_true", help="SM caps on every shape, not only Figure 2's")
+    ap.add_argument("--kernels", default="", help="comma list of kernels (ag_tn,tn_rs,ag_nn,bulk_ag_nn,bulk_rs_nt)")
+    ap.add_argument("--shapes", default="", help="comma list of shape names")
+    ap.add_argument("--reps", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    ap.add_argument("--tag", default="")
+    args = ap.parse_args(argv)
+
+    caps = [int(c) for c in args.caps.split(",") if c]
+    shapes = gemm.load_llama3_shapes()
+    if args.kernels:
+        shapes = [s for s in shapes if s.kernel in args.kernels.split(",")]
+    if args.shapes:
+        shapes = [s for s in shapes if s.name in args.shapes.split(",")]
+    if args.quick:
+        shapes = [s for s in shapes if s.name in QUICK]
+    dev = cupy.cuda.Device()
+    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
+    gpu = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
+    sms = dev.attributes["MultiProcessorCount"]
+    print(f"# {gpu}, {sms} SMs, gemm path {gemm.arch_path()}, commit {git_commit()}", flush=True)
+
+    results = []
+    for s in shapes:
+        do_caps = args.caps_all or any(m in s.name and b in s.name for m, b in FIG2) or (
+            args.quick and "MBS8" in s.name)
+        rec = bench_shape(s, caps, args.reps, args.warmup, do_caps, sms)
+        results.append(rec)
+        capstr = " ".join(f"{k}:{v:.2f}" for k, v in rec["cap_retention"].items() if k != str(sms))
+        print(f"{s.kernel:11s} {s.layout} {s.name:16s} {s.m:6d} {s.n:6d} {s.k:6d}  cuBLAS {rec['cublas']['tflops']:6.1f}"
+              f"  ours {rec['ours'][str(sms)]['tflops']:6.1f}  ratio {rec['ratio']:.3f}  diff {rec['rel_diff_vs_cublas']:.1e}"
+              f"  {capstr}", flush=True)
+
+    date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    out_dir = Path(args.out)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = f"gemm_{gpu.replace(' ', '_')}_{date}{('_' + args.tag) if args.tag else ''}"
+    doc = {"gpu": gpu, "sms": sms, "commit": git_commit(), "date": date, "path": gemm.arch_path(),
+           "reps": args.reps, "warmup": args.warmup, "quick": args.quick, "results": results}
+    (out_dir / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+    try:
+        plot(results, out_dir / f"{stem}.png", sms)
+    except Exception as e:  # a plot failure must not lose the numbers
+        print(f"plot failed: {e}")
+
+    print(f"\n# summary ({gpu}, commit {doc['commit']}) -> {out_dir / stem}.json")
+    print(f"{'group':12s} {'n':>3s} {'geomean':>8s} {'min':>6s} {'ours TF':>8s} {'cuBLAS TF':>9s}  cap116/full")
+    groups = {}
+    for r in results:
+        groups.setdefault(r["kernel"], []).append(r)
+        groups.setdefault("layout " + r["layout"], []).append(r)
+    for g, rs in groups.items():
+        ret = [r["cap_retention"]["116"] for r in rs if "116" in r["cap_retention"]]
+        print(f"{g:12s} {len(rs):3d} {geomean([r['ratio'] for r in rs]):8.3f} {min(r['ratio'] for r in rs):6.3f} "
+              f"{geomean([r['ours'][str(sms)]['tflops'] for r in rs]):8.1f} {geomean([r['cublas']['tflops'] for r in rs]):9.1f}"
+              f"  {('%.3f' % geomean(ret)) if ret else '-'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,33 @@
+// Standalone persistent GEMM kernels (kosmos.matmul): one extern "C" entry per layout x epilogue.
+// Grid = SMs (or an SM cap), one CTA per SM, kosmos::gemm::kThreads threads, kSmemBytes of
+// dynamic shared memory; tiles come from an atomic queue (QueueClaim).
+#include "kosmos/gemm/tile.h"
+
+using namespace kosmos;
+using namespace kosmos::gemm;
+
+#define KOSMOS_GEMM_KERNEL(NAME, LAYOUT, EPI)                                                              \
+  extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
+      NAME(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb, Problem p, \
+           EPI epi, u64* head, u64 base) {                                                                 \
+    extern __shared__ __align__(1024) u8 kosmos_gemm_smem[];                                               \
+    QueueClaim claim{head, base, p.tiles_m * p.tiles_n};                                                   \
+    run_builder<LAYOUT>(p, &tma, &tmb, kosmos_gemm_smem, claim, AlwaysReady{}, epi);                       \
+  }
+
+KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_bf16, LAYOUT_TN, EpiStoreBf16)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_f32, LAYOUT_TN, EpiStoreF32)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_swiglu, LAYOUT_TN, EpiSwiGLU)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_bf16, LAYOUT_NN, EpiStoreBf16)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_f32, LAYOUT_NN, EpiStoreF32)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_bf16, LAYOUT_NT, EpiStoreBf16)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_f32, LAYOUT_NT, EpiStoreF32)
+
+// What this compile selected: out[0] = kArchPath (1 wgmma, 2 mma.sync, 3 MFMA),
+// out[1] = kSm90aFeatures (1 when __CUDA_ARCH_FEAT_SM90_ALL was defined).
+extern "C" __global__ void kosmos_gemm_arch(int* out) {
+  if (threadIdx.x == 0 && blockIdx.x == 0) {
+    out[0] = kArchPath;
+    out[1] = kSm90aFeatures;
+  }
+}

@@ -1,0 +1,89 @@
+// The portable builder (mma.sync on NVIDIA without wgmma, MFMA on AMD CDNA): all kThreads
+// threads stage each kTileK-deep slab of A and B into K-contiguous shared tiles with 16-byte
+// loads (transposing MN-major operands on the way), then the compute warps run ArchMma.
+// Single-stage and synchronous: correct everywhere, fast nowhere; the Hopper path is the fast one.
+#pragma once
+#include "config.h"
+#include "epilogue.h"
+#if KOSMOS_GEMM_MFMA
+#include "mfma.h"
+#else
+#include "mma_sync.h"
+#endif
+
+namespace kosmos {
+namespace gemm {
+
+// Stage rows [0, rows) of the tile operand into s[rows][kLdS] (K-contiguous).
+//   kmajor: global element (row r, k) at g[r_index(r) * ld + k]
+//   else:   global element (row r, k) at g[k * ld + r_index(r)]
+// Rows whose global index is >= rlim and k >= klim read as zero.
+template <bool KMajor, int Rows, int LdS, class RowIndex>
+KOSMOS_DEVICE void stage_operand(u16* s, const u16* g, i32 ld, i32 k0, i32 rlim, i32 klim, RowIndex row_index) {
+  constexpr int kVecs = Rows * kTileK / 8;  // 16-byte vectors
+  for (int v = threadIdx.x; v < kVecs; v += kThreads) {
+    vec16 x = {0u, 0u, 0u, 0u};
+    if (KMajor) {
+      const int r = v / (kTileK / 8), kc = (v % (kTileK / 8)) * 8;
+      const i32 gr = row_index(r);
+      if (gr < rlim && k0 + kc < klim) x = ld16(g + i64(gr) * ld + k0 + kc);
+      st16(s + r * LdS + kc, x);  // LdS*2 and kc*2 are multiples of 16 bytes
+    } else {
+      const int k = v / (Rows / 8), rc = (v % (Rows / 8)) * 8;
+      const i32 gr = row_index(rc);  // 8 consecutive rows stay inside one 64-row chunk
+      if (gr < rlim && k0 + k < klim) x = ld16(g + i64(k0 + k) * ld + gr);
+      const u16* e = reinterpret_cast<const u16*>(&x);
+#pragma unroll
+      for (int i = 0; i < 8; ++i) s[(rc + i) * LdS + k] = e[i];
+    }
+  }
+}
+
+template <int L, class Claim, class Ready, class Epi>
+KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap*, const TensorMap*, u8* smem_raw, Claim& claim,
+                                    const Ready& ready, const Epi& epi) {
+  constexpr int LdS = ArchMma::kLdS;
+  u16* sA = reinterpret_cast<u16*>((reinterpret_cast<u64>(smem_raw) + 127) & ~u64(127));
+  u16* sB = sA + kTileM * LdS;
+  __shared__ i32 s_tile;
+  __shared__ i32 s_ready;
+  const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
+  const bool computes = warp < ArchMma::kComputeWarps;
+  ArchMma mma;
+  for (;;) {
+    if (threadIdx.x == 0) s_tile = claim();
+    __syncthreads();
+    const i32 t = s_tile;
+    __syncthreads();
+    if (t < 0) return true;
+    const TileCoord tc = tile_of(p, t);
+    mma.zero();
+    for (i32 kb = 0; kb < p.k_slabs; ++kb) {
+      if (!Ready::kTrivial) {
+        if (threadIdx.x == 0) s_ready = ready(tc, kb) ? 1 : 0;
+        __syncthreads();
+        if (!s_ready) return false;
+      }
+      const i32 k0 = kb * kTileK;
+      const i32 m0 = tc.tm * kTileM;
+      // A: rows are output rows (mo of them); its reduction index runs to kr.
+      stage_operand<LayoutTraits<L>::kAKMajor, kTileM, LdS>(sA, p.a, p.lda, k0, p.mo, p.kr,
+                                                            [&](int r) { return m0 + r; });
+      // B: rows are output columns mapped through b_chunk_col (SwiGLU gate/up halves).
+      const i32 nlim = p.swiglu_f ? 2 * p.swiglu_f : p.no;
+      stage_operand<LayoutTraits<L>::kBKMajor, kTileN, LdS>(
+          sB, p.b, p.ldb, k0, nlim, p.kr, [&](int r) { return b_chunk_col(p, tc.tn, r / 64) + r % 64; });
+      __syncthreads();
+      if (computes) mma.slab(sA, sB, warp, lane);
+      __syncthreads();
+    }
+    if (computes) mma.epilogue(tc, epi, warp, lane);
+    if (Epi::kHasDone) {
+      __syncthreads();
+      if (threadIdx.x == 0) epi.done(tc);
+    }
+  }
+}
+
+}  // namespace gemm
+}  // namespace kosmos

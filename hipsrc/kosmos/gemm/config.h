@@ -1,0 +1,91 @@
+// GEMM builder geometry and problem description, shared by every matrix-instruction path.
+//
+// The numbers below are the single source of truth: kosmos/gemm.py parses the
+// `constexpr int NAME = number;` lines of this file (block size, tile, shared memory), so the
+// Python side and fused kernels that put movers in the same grid agree on them.
+#pragma once
+#include "../platform.h"
+
+namespace kosmos {
+namespace gemm {
+
+constexpr int kThreads = 384;     // one producer warpgroup + two consumer warpgroups (Hopper)
+constexpr int kTileM = 128;       // output rows per tile
+constexpr int kTileN = 256;       // output columns per tile (SwiGLU: 128 gate + 128 up columns)
+constexpr int kTileK = 64;        // reduction depth per pipeline stage (one 128-byte bf16 row)
+constexpr int kStages = 4;        // shared-memory pipeline depth
+constexpr int kBoxBytes = 8192;   // one 64x64 bf16 box (the TMA unit, 128-byte swizzled)
+constexpr int kStageBytesA = 16384;  // 2 boxes: 128 rows (or columns) of A
+constexpr int kStageBytesB = 32768;  // 4 boxes: 256 columns of the output
+constexpr int kStageBytes = 49152;
+constexpr int kSmemBytes = 197888;   // kStages * kStageBytes + 1024 (alignment) + 256 (barriers)
+constexpr int kGroupM = 8;           // tile raster: tile-rows per group (L2 reuse of B)
+
+static_assert(kStageBytes == kStageBytesA + kStageBytesB, "stage size");
+static_assert(kSmemBytes == kStages * kStageBytes + 1024 + 256, "shared memory size");
+
+// Layouts in row-major NumPy terms (named BLAS-style, as in the paper). In each, the output
+// is [Mo, No] and the reduction has depth Kr:
+//   TN: Y[M,N] = X[M,K] @ W[N,K]^T   a = [Mo, Kr], b = [No, Kr]   (both K-major)
+//   NN: dX[M,K] = dY[M,N] @ W[N,K]   a = [Mo, Kr], b = [Kr, No]   (b MN-major)
+//   NT: dW[N,K] = dY[M,N]^T @ X[M,K] a = [Kr, Mo], b = [Kr, No]   (both MN-major)
+enum Layout : int { LAYOUT_TN = 0, LAYOUT_NN = 1, LAYOUT_NT = 2 };
+
+template <int L> struct LayoutTraits {
+  static constexpr bool kAKMajor = (L != LAYOUT_NT);
+  static constexpr bool kBKMajor = (L == LAYOUT_TN);
+};
+
+// A CUtensorMap (128 bytes, 64-byte aligned), passed by value as a __grid_constant__ kernel
+// parameter (KOSMOS_GRID_CONSTANT). Only the Hopper layer reads it; other layers use Problem's pointers.
+struct alignas(64) TensorMap {
+  u64 words[16];
+};
+
+// One GEMM problem as the builder sees it.
+struct Problem {
+  const u16* a;      // bf16, row-major, see Layout
+  const u16* b;
+  i32 mo, no, kr;    // output rows, output columns (of the accumulator tile grid), reduction depth
+  i32 lda, ldb;      // row strides of a and b in elements
+  i32 tiles_m, tiles_n, k_slabs;
+  i32 swiglu_f;      // SwiGLU: columns of the gate half (b rows [0,F) gate, [F,2F) up); 0 = off
+};
+
+// A claimed output tile.
+struct TileCoord {
+  i32 index;   // position in the queue order
+  i32 tm, tn;  // tile row and column
+};
+
+// Queue position -> tile, grouped raster: kGroupM tile-rows share each B column block.
+KOSMOS_DEVICE TileCoord tile_of(const Problem& p, i32 t) {
+  const i32 per_group = kGroupM * p.tiles_n;
+  const i32 g = t / per_group;
+  const i32 first_m = g * kGroupM;
+  const i32 rows = (p.tiles_m - first_m) < kGroupM ? (p.tiles_m - first_m) : kGroupM;
+  const i32 r = t - g * per_group;
+  TileCoord c;
+  c.index = t;
+  c.tm = first_m + r % rows;
+  c.tn = r / rows;
+  return c;
+}
+
+// The output column (No index) where 64-column chunk c (0..3) of tile column tn starts.
+// Without SwiGLU the chunks are contiguous. With SwiGLU, chunks 0,1 are gate columns and
+// chunks 2,3 the matching up columns, so a thread holds gate and up of one output column.
+KOSMOS_DEVICE i32 b_chunk_col(const Problem& p, i32 tn, i32 c) {
+  if (p.swiglu_f == 0) return tn * kTileN + 64 * c;
+  const i32 base = tn * (kTileN / 2) + 64 * (c & 1);
+  return c < 2 ? base : p.swiglu_f + base;
+}
+
+// The readiness hook that never waits (the standalone GEMM).
+struct AlwaysReady {
+  static constexpr bool kTrivial = true;
+  KOSMOS_DEVICE bool operator()(const TileCoord&, i32 /*k_slab*/) const { return true; }
+};
+
+}  // namespace gemm
+}  // namespace kosmos

@@ -1,0 +1,72 @@
+// GEMM epilogues, chosen at compile time (a template parameter of the builder).
+//
+// Every matrix-instruction layer arranges its accumulator fragment so that each thread holds,
+// for an output row, a pair of adjacent columns (lc, lc+1) in the tile's lower half together
+// with the same pair 128 columns further (the upper half). The layer calls
+//   epi.pair(tile, row, lc, lo0, lo1, hi0, hi1)
+// for each such pair (row: global output row, may be >= mo in a row tail; lc: even, 0..126),
+// then, once every thread of the tile has stored, one thread calls epi.done(tile) when
+// Epi::kHasDone is true: the tile's single completion point (fused kernels release a flag there).
+// Adding an epilogue (e.g. MXFP8 quantization) = adding a struct with this interface.
+#pragma once
+#include "../platform.h"
+#include "config.h"
+
+namespace kosmos {
+namespace gemm {
+
+KOSMOS_DEVICE u32 pack_bf16x2(float a, float b) {
+  return u32(f32_to_bf16(a)) | (u32(f32_to_bf16(b)) << 16);
+}
+
+// out[mo, no] bf16, row stride ldo elements.
+struct EpiStoreBf16 {
+  u16* out;
+  i32 ldo, mo, no;
+  static constexpr bool kHasDone = false;
+  KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
+                          float hi1) const {
+    if (row >= mo) return;
+    const i32 col = t.tn * kTileN + lc;
+    u16* p = out + i64(row) * ldo + col;
+    if (col < no) *reinterpret_cast<u32*>(p) = pack_bf16x2(lo0, lo1);
+    if (col + kTileN / 2 < no) *reinterpret_cast<u32*>(p + kTileN / 2) = pack_bf16x2(hi0, hi1);
+  }
+  KOSMOS_DEVICE void done(const TileCoord&) const {}
+};
+
+// out[mo, no] fp32 (a partial-sum staging buffer, or a full-precision result), row stride ldo.
+struct EpiStoreF32 {
+  float* out;
+  i32 ldo, mo, no;
+  static constexpr bool kHasDone = false;
+  KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
+                          float hi1) const {
+    if (row >= mo) return;
+    const i32 col = t.tn * kTileN + lc;
+    float* p = out + i64(row) * ldo + col;
+    if (col < no) { p[0] = lo0; p[1] = lo1; }
+    if (col + kTileN / 2 < no) { p[kTileN / 2] = hi0; p[kTileN / 2 + 1] = hi1; }
+  }
+  KOSMOS_DEVICE void done(const TileCoord&) const {}
+};
+
+// SwiGLU: the tile's lower half holds gate columns, its upper half the matching up columns
+// (see b_chunk_col); out[mo, f] = silu(gate) * up in bf16, f output columns per row.
+struct EpiSwiGLU {
+  u16* out;
+  i32 ldo, mo, f;
+  static constexpr bool kHasDone = false;
+  KOSMOS_DEVICE static float silu(float g) { return g / (1.0f + __expf(-g)); }
+  KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float g0, float g1, float u0,
+                          float u1) const {
+    if (row >= mo) return;
+    const i32 col = t.tn * (kTileN / 2) + lc;
+    if (col >= f) return;
+    *reinterpret_cast<u32*>(out + i64(row) * ldo + col) = pack_bf16x2(silu(g0) * u0, silu(g1) * u1);
+  }
+  KOSMOS_DEVICE void done(const TileCoord&) const {}
+};
+
+}  // namespace gemm
+}  // namespace kosmos

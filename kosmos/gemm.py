@@ -1,0 +1,409 @@
+"""The standalone persistent GEMM: ``matmul(a, b, layout="TN")`` on the builder tile of hipsrc/kosmos/gemm.
+
+Layouts, in row-major NumPy terms (named BLAS-style as in the paper):
+
+    TN  Y[M,N]  = X[M,K] @ W[N,K]^T     matmul(X, W, "TN")   (fprop)
+    NN  dX[M,K] = dY[M,N] @ W[N,K]      matmul(dY, W, "NN")  (dgrad)
+    NT  dW[N,K] = dY[M,N]^T @ X[M,K]    matmul(dY, X, "NT")  (wgrad)
+
+Inputs are C-contiguous ``ml_dtypes.bfloat16`` CuPy arrays; accumulation is fp32; the output is
+bf16 (default) or float32. M (the first dimension of ``a``) may be anything; N and K must be
+multiples of 64. ``epilogue="swiglu"`` (TN only): ``b`` holds [gate; up] rows (2F of them) and the
+output is ``silu(X Wg^T) * (X Wu^T)``, [M, F] bf16.
+
+One CTA per SM (or ``sm_cap`` of them), each claiming 128x256 output tiles from an atomic queue
+in device memory until it is empty. Plans (compiled kernel, queue counter, launch check, TMA
+descriptors) are cached per shape.
+"""
+from __future__ import annotations
+
+import functools
+import re
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from .runtime.source import hipsrc_dir
+
+LAYOUTS = ("TN", "NN", "NT")
+EPILOGUES = ("store", "swiglu")
+_LAYOUT_ID = {"TN": 0, "NN": 1, "NT": 2}
+
+
+# ---------------------------------------------------------------- constants from config.h
+@functools.lru_cache(maxsize=None)
+def device_constants() -> dict[str, int]:
+    """The `constexpr int NAME = number;` constants of hipsrc/kosmos/gemm/config.h."""
+    text = (hipsrc_dir() / "kosmos" / "gemm" / "config.h").read_text()
+    return {k: int(v) for k, v in re.findall(r"constexpr\s+int\s+(k\w+)\s*=\s*(\d+)\s*;", text)}
+
+
+def block_threads() -> int:
+    """Threads per CTA of every builder (and of movers that share its grid)."""
+    return device_constants()["kThreads"]
+
+
+def shared_mem_bytes() -> int:
+    """Dynamic shared memory a builder CTA needs."""
+    return device_constants()["kSmemBytes"]
+
+
+def tile_shape() -> tuple[int, int, int]:
+    c = device_constants()
+    return c["kTileM"], c["kTileN"], c["kTileK"]
+
+
+# ---------------------------------------------------------------- host logic (no GPU needed)
+@dataclass(frozen=True)
+class GemmShape:
+    layout: str
+    mo: int  # output rows
+    no: int  # output columns (accumulator columns; 2F under SwiGLU)
+    kr: int  # reduction depth
+    out_shape: tuple[int, int]
+    swiglu_f: int = 0
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.mo * self.no * self.kr
+
+
+def _dim_error(what: str, value: int) -> ValueError:
+    return ValueError(f"{what} = {value} must be a positive multiple of 64")
+
+
+def gemm_shape(layout: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...], epilogue: str = "store") -> GemmShape:
+    """Check a layout's operand shapes and return the GEMM's (Mo, No, Kr) and output shape."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"epilogue must be one of {EPILOGUES}, got {epilogue!r}")
+    if len(a_shape) != 2 or len(b_shape) != 2:
+        raise ValueError(f"a and b must be 2-D, got shapes {tuple(a_shape)} and {tuple(b_shape)}")
+    (a0, a1), (b0, b1) = a_shape, b_shape
+    if a0 < 1:
+        raise ValueError(f"M = {a0} must be at least 1")
+    if layout == "TN":  # Y[M,N] = X[M,K] @ W[N,K]^T
+        m, k, n = a0, a1, b0
+        if b1 != k:
+            raise ValueError(f"TN needs a[M,K] and b[N,K] with the same K; got {tuple(a_shape)} and {tuple(b_shape)}")
+        shape = (m, n, k, (m, n))
+    elif layout == "NN":  # dX[M,K] = dY[M,N] @ W[N,K]
+        m, n, k = a0, a1, b1
+        if b0 != n:
+            raise ValueError(f"NN needs a[M,N] and b[N,K] with the same N; got {tuple(a_shape)} and {tuple(b_shape)}")
+        shape = (m, k, n, (m, k))
+    else:  # NT: dW[N,K] = dY[M,N]^T @ X[M,K]
+        m, n, k = a0, a1, b1
+        if b0 != m:
+            raise ValueError(f"NT needs a[M,N] and b[M,K] with the same M; got {tuple(a_shape)} and {tuple(b_shape)}")
+        shape = (n, k, m, (n, k))
+    if n < 64 or n % 64:
+        raise _dim_error("N", n)
+    if k < 64 or k % 64:
+        raise _dim_error("K", k)
+    mo, no, kr, out_shape = shape
+    if epilogue == "swiglu":
+        if layout != "TN":
+            raise ValueError("epilogue='swiglu' is a forward (TN) epilogue")
+        if no % 128:
+            raise ValueError(f"swiglu needs b with 2F rows, F a multiple of 64; got {no} rows")
+        f = no // 2
+        return GemmShape(layout, mo, no, kr, (mo, f), swiglu_f=f)
+    return GemmShape(layout, mo, no, kr, out_shape)
+
+
+def tile_counts(shape: GemmShape) -> tuple[int, int, int]:
+    """(tiles_m, tiles_n, k_slabs) of the 128x256x64 builder on this GEMM."""
+    tm, tn, tk = tile_shape()
+    cols = shape.swiglu_f if shape.swiglu_f else shape.no
+    per_tile = tn // 2 if shape.swiglu_f else tn
+    return -(-shape.mo // tm), -(-cols // per_tile), -(-shape.kr // tk)
+
+
+def grid_size(ntiles: int, sms: int, sm_cap: int | None) -> int:
+    """CTAs of the persistent grid: one per SM, or sm_cap of them; never more than there are tiles."""
+    if sm_cap is not None:
+        if not isinstance(sm_cap, (int, np.integer)) or sm_cap < 1:
+            raise ValueError(f"sm_cap must be a positive integer, got {sm_cap!r}")
+        sms = min(sms, int(sm_cap))
+    return max(1, min(sms, ntiles))
+
+
+def tile_order(shape: GemmShape) -> list[tuple[int, int]]:
+    """Queue index -> (tile row, tile column): the device's tile_of(), for tests and tools."""
+    tiles_m, tiles_n, _ = tile_counts(shape)
+    g = device_constants()["kGroupM"]
+    out = []
+    for t in range(tiles_m * tiles_n):
+        grp, r = divmod(t, g * tiles_n)
+        first = grp * g
+        rows = min(g, tiles_m - first)
+        out.append((first + r % rows, r // rows))
+    return out
+
+
+PROBLEM_DTYPE = np.dtype(
+    [("a", np.uint64), ("b", np.uint64), ("mo", np.int32), ("no", np.int32), ("kr", np.int32), ("lda", np.int32),
+     ("ldb", np.int32), ("tiles_m", np.int32), ("tiles_n", np.int32), ("k_slabs", np.int32), ("swiglu_f", np.int32)],
+    align=True,
+)
+EPI_DTYPE = np.dtype([("out", np.uint64), ("ldo", np.int32), ("mo", np.int32), ("no", np.int32)], align=True)
+TMAP_DTYPE = np.dtype([("words", np.uint64, (16,))], align=True)
+
+
+def kernel_name(layout: str, epilogue: str, out_dtype: Any) -> str:
+    if epilogue == "swiglu":
+        return "kosmos_gemm_tn_swiglu"
+    suffix = "f32" if np.dtype(out_dtype) == np.float32 else "bf16"
+    return f"kosmos_gemm_{layout.lower()}_{suffix}"
+
+
+def _bf16():
+    import ml_dtypes
+
+    return np.dtype(ml_dtypes.bfloat16)
+
+
+def resolve_out_dtype(out_dtype: Any, epilogue: str) -> np.dtype:
+    bf16 = _bf16()
+    if out_dtype is None:
+        return bf16
+    dt = np.dtype(out_dtype)
+    if dt not in (bf16, np.dtype(np.float32)):
+        raise TypeError(f"out_dtype must be ml_dtypes.bfloat16 or numpy.float32, got {dt}")
+    if epilogue == "swiglu" and dt != bf16:
+        raise TypeError("epilogue='swiglu' writes bf16")
+    return dt
+
+
+# ---------------------------------------------------------------- device side
+@functools.lru_cache(maxsize=None)
+def _arch_info(device_id: int, options: tuple[str, ...] = ()) -> tuple[int, int]:
+    """(path, sm90a) the compiled gemm module reports: path 1 wgmma, 2 mma.sync, 3 MFMA."""
+    import cupy
+
+    mod = _module()
+    out = cupy.zeros(2, dtype=cupy.int32)
+    mod.get_function("kosmos_gemm_arch")((1,), (32,), (out,))
+    path, sm90a = (int(x) for x in out.get())
+    return path, sm90a
+
+
+def arch_path() -> str:
+    """Which matrix-instruction layer the compiled kernels use on the current device."""
+    import cupy
+
+    return {1: "wgmma", 2: "mma.sync", 3: "mfma"}[_arch_info(cupy.cuda.Device().id, _extra_options)[0]]
+
+
+def sm90a_features() -> bool:
+    """True when the gemm module was compiled with __CUDA_ARCH_FEAT_SM90_ALL (wgmma available)."""
+    import cupy
+
+    return bool(_arch_info(cupy.cuda.Device().id, _extra_options)[1])
+
+
+# Extra compile options for the gemm module (tests set ("-DKOSMOS_GEMM_FORCE_PORTABLE",) to run the
+# mma.sync layer on Hopper); part of every cache key.
+_extra_options: tuple[str, ...] = ()
+
+
+def _module():
+    from .runtime.module import load_module
+
+    return load_module("gemm.hip", extra_options=_extra_options)
+
+
+def _encode_tmap(ptr: int, inner: int, outer: int, ld_elems: int) -> np.void:
+    """A 2-D bf16 TMA descriptor with 64x64 boxes and 128-byte swizzle (zero fill out of bounds)."""
+    from cuda.bindings import driver as cu
+
+    res, tm = cu.cuTensorMapEncodeTiled(
+        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        2,
+        ptr,
+        [cu.cuuint64_t(inner), cu.cuuint64_t(outer)],
+        [cu.cuuint64_t(ld_elems * 2)],
+        [cu.cuuint32_t(64), cu.cuuint32_t(64)],
+        [cu.cuuint32_t(1), cu.cuuint32_t(1)],
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
+    )
+    if res != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed: {res} (ptr={ptr:#x}, dims=({inner},{outer}), ld={ld_elems})")
+    rec = np.zeros(1, TMAP_DTYPE)
+    rec["words"][0] = np.array([int(w) for w in tm.opaque], dtype=np.uint64)
+    return rec[0]
+
+
+_ZERO_TMAP = np.zeros(1, TMAP_DTYPE)[0]
+
+
+@dataclass
+class GemmPlan:
+    """One compiled, launch-checked GEMM for a (layout, epilogue, out dtype, shape, grid)."""
+
+    shape: GemmShape
+    out_dtype: np.dtype
+    kernel_name: str
+    grid: int
+    ntiles: int
+    tiles: tuple[int, int, int]
+    launch: Any
+    head: Any  # cupy uint64[1], the queue head
+    base: int = 0
+    uses_tma: bool = True
+    _tmaps: dict = field(default_factory=dict)
+
+    def _tmap_pair(self, a, b) -> tuple[np.void, np.void]:
+        if not self.uses_tma:
+            return _ZERO_TMAP, _ZERO_TMAP
+        key = (a.data.ptr, b.data.ptr)
+        hit = self._tmaps.get(key)
+        if hit is None:
+            # Every operand is row-major; its TMA dims are (columns, rows).
+            ta = _encode_tmap(a.data.ptr, a.shape[1], a.shape[0], a.shape[1])
+            tb = _encode_tmap(b.data.ptr, b.shape[1], b.shape[0], b.shape[1])
+            if len(self._tmaps) > 16:
+                self._tmaps.clear()
+            hit = self._tmaps[key] = (ta, tb)
+        return hit
+
+    def __call__(self, a, b, out, stream=None) -> None:
+        s = self.shape
+        prob = np.zeros(1, PROBLEM_DTYPE)[0]
+        prob["a"], prob["b"] = a.data.ptr, b.data.ptr
+        prob["mo"], prob["no"], prob["kr"] = s.mo, s.no, s.kr
+        prob["lda"], prob["ldb"] = a.shape[1], b.shape[1]
+        prob["tiles_m"], prob["tiles_n"], prob["k_slabs"] = self.tiles
+        prob["swiglu_f"] = s.swiglu_f
+        epi = np.zeros(1, EPI_DTYPE)[0]
+        epi["out"] = out.data.ptr
+        epi["ldo"] = out.shape[1]
+        epi["mo"] = s.mo
+        epi["no"] = s.swiglu_f if s.swiglu_f else s.no
+        ta, tb = self._tmap_pair(a, b)
+        self.launch((ta, tb, prob, epi, self.head, np.uint64(self.base)), stream=stream)
+        # Every CTA claims until it sees an index past the end: the head moves by ntiles + grid.
+        self.base += self.ntiles + self.grid
+
+
+_plans: dict[tuple, GemmPlan] = {}
+_plans_lock = threading.Lock()
+
+
+def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None) -> GemmPlan:
+    import cupy
+
+    from .runtime.launch import PersistentLaunch, sm_count
+
+    dev = cupy.cuda.Device().id
+    key = (shape, np.dtype(out_dtype).str, sm_cap, dev, _extra_options)
+    with _plans_lock:
+        plan = _plans.get(key)
+    if plan is not None:
+        return plan
+    name = kernel_name(shape.layout, "swiglu" if shape.swiglu_f else "store", out_dtype)
+    kern = _module().get_function(name)
+    tiles = tile_counts(shape)
+    ntiles = tiles[0] * tiles[1]
+    grid = grid_size(ntiles, sm_count(), sm_cap)
+    launch = PersistentLaunch.checked(kern, grid, block_threads(), shared_mem_bytes())
+    plan = GemmPlan(shape, np.dtype(out_dtype), name, grid, ntiles, tiles, launch,
+                    head=cupy.zeros(1, dtype=cupy.uint64), uses_tma=_arch_info(dev, _extra_options)[0] == 1)
+    with _plans_lock:
+        _plans[key] = plan
+    return plan
+
+
+def _check_array(name: str, x: Any, dtype: np.dtype, device_id: int) -> None:
+    import cupy
+
+    if not isinstance(x, cupy.ndarray):
+        raise TypeError(f"{name} must be a cupy.ndarray, got {type(x).__name__}")
+    if x.dtype != dtype:
+        raise TypeError(f"{name} must have dtype {dtype} (ml_dtypes.bfloat16 for inputs), got {x.dtype}")
+    if not x.flags.c_contiguous:
+        raise ValueError(f"{name} must be C-contiguous (row-major); pass cupy.ascontiguousarray({name})")
+    if x.device.id != device_id:
+        raise ValueError(f"{name} is on device {x.device.id}, but the current device is {device_id}")
+    if x.data.ptr % 16:
+        raise ValueError(f"{name} must be 16-byte aligned")
+
+
+def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | None = None, *,
+           epilogue: str = "store", stream=None):
+    """Persistent GEMM on the builder tile; see the module docstring for layouts.
+
+    Returns ``out`` (allocated when None). ``sm_cap`` limits the grid to that many CTAs (SMs).
+    """
+    import cupy
+
+    if isinstance(layout, str):
+        layout = layout.upper()
+    shape = gemm_shape(layout, getattr(a, "shape", ()), getattr(b, "shape", ()), epilogue)
+    dev = cupy.cuda.Device().id
+    bf16 = _bf16()
+    _check_array("a", a, bf16, dev)
+    _check_array("b", b, bf16, dev)
+    if out is not None and out_dtype is None:
+        out_dtype = out.dtype
+    dt = resolve_out_dtype(out_dtype, epilogue)
+    if out is None:
+        out = cupy.empty(shape.out_shape, dtype=dt)
+    else:
+        _check_array("out", out, dt, dev)
+        if tuple(out.shape) != shape.out_shape:
+            raise ValueError(f"out has shape {tuple(out.shape)}, expected {shape.out_shape}")
+    plan = get_plan(shape, dt, sm_cap)
+    plan(a, b, out, stream=stream)
+    return out
+
+
+# ---------------------------------------------------------------- the paper's shape table
+@dataclass(frozen=True)
+class PaperShape:
+    kernel: str  # ag_tn, tn_rs, ag_nn, bulk_ag_nn, bulk_rs_nt
+    name: str    # e.g. 405B-FC1-MBS1
+    m: int       # the paper's BLAS convention: output M x N, reduction K
+    n: int
+    k: int
+    layout: str
+
+    @property
+    def flops(self) -> int:
+        return 2 * self.m * self.n * self.k
+
+    def operand_shapes(self) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+        """(a.shape, b.shape, out.shape) for matmul(a, b, self.layout)."""
+        m, n, k = self.m, self.n, self.k
+        if self.layout == "TN":
+            return (m, k), (n, k), (m, n)
+        if self.layout == "NN":
+            return (m, k), (k, n), (m, n)
+        return (k, m), (k, n), (m, n)  # NT: tokens are the reduction
+
+
+def load_llama3_shapes(path: str | None = None) -> list[PaperShape]:
+    """Every shape of kosmos/configs/llama3_shapes.yaml, in file order."""
+    import os
+
+    import yaml
+
+    path = path or os.path.join(os.path.dirname(__file__), "configs", "llama3_shapes.yaml")
+    with open(path) as f:
+        doc = yaml.safe_load(f)
+    layouts = doc["layouts"]
+    out = []
+    for kernel, rows in doc["kernels"].items():
+        layout = layouts[kernel]
+        if layout not in LAYOUTS:
+            raise ValueError(f"{path}: kernel {kernel} has unknown layout {layout!r}")
+        for name, m, n, k in rows:
+            out.append(PaperShape(kernel, str(name), int(m), int(n), int(k), layout))
+    return out

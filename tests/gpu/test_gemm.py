@@ -1,0 +1,172 @@
+"""GPU tests of kosmos.gemm.matmul (the builder tile). Skipped cleanly without a GPU.
+
+Tolerances (relative Frobenius error against a float64 NumPy product of the same bf16 inputs):
+bf16 output 1e-2 (one bf16 rounding of each output is ~2e-3), fp32 output 1e-4 (fp32 accumulation).
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+try:
+    if cupy.cuda.runtime.getDeviceCount() == 0:
+        pytest.skip("no GPU", allow_module_level=True)
+except Exception:  # no driver
+    pytest.skip("no GPU", allow_module_level=True)
+
+from kosmos import gemm  # noqa: E402
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+TOL = {"bf16": 1e-2, "f32": 1e-4}
+
+
+def rand_bf16(rng, shape):
+    return rng.standard_normal(shape).astype(np.float32).astype(BF16)
+
+
+def reference(layout, a, b, epilogue="store"):
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    if layout == "TN":
+        y = a64 @ b64.T
+    elif layout == "NN":
+        y = a64 @ b64
+    else:
+        y = a64.T @ b64
+    if epilogue == "swiglu":
+        f = y.shape[1] // 2
+        g, u = y[:, :f], y[:, f:]
+        y = g / (1.0 + np.exp(-g)) * u
+    return y
+
+
+def rel_err(got, ref):
+    got = np.asarray(got, dtype=np.float64)
+    assert np.isfinite(got).all(), "output holds NaN/Inf (unwritten or poisoned elements)"
+    return float(np.linalg.norm(got - ref) / np.linalg.norm(ref))
+
+
+def nan_buffer(shape, dtype, guard_rows=64):
+    """A NaN-poisoned buffer with guard rows after the output; returns (whole, output view)."""
+    rows, cols = shape
+    if np.dtype(dtype) == BF16:
+        whole = cupy.full((rows + guard_rows, cols), 0x7FC0, dtype=cupy.uint16)
+        whole = cupy.ndarray(whole.shape, dtype=BF16, memptr=whole.data)
+    else:
+        whole = cupy.full((rows + guard_rows, cols), np.nan, dtype=cupy.float32)
+    return whole, whole[:rows]
+
+
+def operands(layout, m, n, k):
+    """Shapes of (a, b) for matmul's own letters (see kosmos/gemm.py)."""
+    return {"TN": ((m, k), (n, k)), "NN": ((m, n), (n, k)), "NT": ((m, n), (m, k))}[layout]
+
+
+# Odd M everywhere; N/K not multiples of the 256-wide tile; several tiles per CTA via sm_cap.
+CASES = [
+    ("TN", 333, 320, 192, None),
+    ("TN", 1000, 1024, 2048, 7),
+    ("NN", 257, 448, 384, None),
+    ("NN", 515, 640, 1536, 5),
+    ("NT", 301, 192, 320, None),
+    ("NT", 1999, 384, 512, 3),
+]
+
+
+@pytest.mark.parametrize("out_kind", ["bf16", "f32"])
+@pytest.mark.parametrize("layout,m,n,k,cap", CASES)
+def test_matmul_matches_reference(layout, m, n, k, cap, out_kind):
+    rng = np.random.default_rng(hash((layout, m, n, k)) % 2**32)
+    sa, sb = operands(layout, m, n, k)
+    a_h, b_h = rand_bf16(rng, sa), rand_bf16(rng, sb)
+    a, b = cupy.asarray(a_h), cupy.asarray(b_h)
+    ref = reference(layout, a_h, b_h)
+    dt = BF16 if out_kind == "bf16" else np.dtype(np.float32)
+    whole, out = nan_buffer(ref.shape, dt)
+    res = gemm.matmul(a, b, layout, out=out, sm_cap=cap)
+    assert res is out
+    cupy.cuda.runtime.deviceSynchronize()
+    err = rel_err(out.get().astype(np.float64), ref)
+    assert err < TOL[out_kind], f"{layout} M={m} N={n} K={k}: relative error {err:.3e}"
+    guard = whole[ref.shape[0]:].get().astype(np.float32)
+    assert np.isnan(guard).all(), "rows past the output were written"
+    # Bitwise-equal reruns, also under another SM cap (one tile, one CTA, fixed K order).
+    again = gemm.matmul(a, b, layout, out_dtype=dt, sm_cap=None if cap else 3)
+    assert (again.view(cupy.uint16 if out_kind == "bf16" else cupy.uint32)
+            == out.view(cupy.uint16 if out_kind == "bf16" else cupy.uint32)).all()
+
+
+@pytest.mark.parametrize("m,f,k", [(200, 192, 256), (1031, 512, 1024)])
+def test_swiglu(m, f, k):
+    rng = np.random.default_rng(m + f + k)
+    x_h, w_h = rand_bf16(rng, (m, k)), rand_bf16(rng, (2 * f, k))
+    ref = reference("TN", x_h, w_h, "swiglu")
+    whole, out = nan_buffer((m, f), BF16)
+    gemm.matmul(cupy.asarray(x_h), cupy.asarray(w_h), "TN", out=out, epilogue="swiglu")
+    err = rel_err(out.get().astype(np.float64), ref)
+    assert err < TOL["bf16"], f"swiglu relative error {err:.3e}"
+    assert np.isnan(whole[m:].get().astype(np.float32)).all()
+
+
+def test_back_to_back_calls_and_sm_caps():
+    """The queue's epoch base must be right call after call, for every cap."""
+    rng = np.random.default_rng(7)
+    a_h, b_h = rand_bf16(rng, (700, 512)), rand_bf16(rng, (768, 512))
+    a, b = cupy.asarray(a_h), cupy.asarray(b_h)
+    first = gemm.matmul(a, b, "TN")
+    ref_bits = first.view(cupy.uint16).copy()
+    assert rel_err(first.get().astype(np.float64), reference("TN", a_h, b_h)) < TOL["bf16"]
+    for cap in (1, 2, 33, 66, 99, 116, 132, 1000):
+        for _ in range(3):
+            out = gemm.matmul(a, b, "TN", sm_cap=cap)
+            assert (out.view(cupy.uint16) == ref_bits).all(), f"cap {cap}"
+
+
+def test_compiled_for_sm90a_on_hopper():
+    """Hopper must get the wgmma layer: a CuPy option change must not silently drop sm_90a."""
+    if cupy.cuda.Device().compute_capability != "90":
+        pytest.skip("not a Hopper GPU")
+    assert gemm.sm90a_features(), "__CUDA_ARCH_FEAT_SM90_ALL is not defined under our compile options"
+    assert gemm.arch_path() == "wgmma"
+
+
+@pytest.mark.parametrize("layout,m,n,k", [("TN", 131, 320, 192), ("NN", 77, 256, 384), ("NT", 259, 192, 128)])
+def test_portable_mma_sync_path(layout, m, n, k, monkeypatch):
+    """The mma.sync layer (other NVIDIA GPUs), forced on this GPU."""
+    monkeypatch.setattr(gemm, "_extra_options", ("-DKOSMOS_GEMM_FORCE_PORTABLE",))
+    assert gemm.arch_path() == "mma.sync"
+    rng = np.random.default_rng(11)
+    sa, sb = operands(layout, m, n, k)
+    a_h, b_h = rand_bf16(rng, sa), rand_bf16(rng, sb)
+    ref = reference(layout, a_h, b_h)
+    whole, out = nan_buffer(ref.shape, np.float32)
+    gemm.matmul(cupy.asarray(a_h), cupy.asarray(b_h), layout, out=out, sm_cap=4)
+    assert rel_err(out.get(), ref) < TOL["f32"]
+    assert np.isnan(whole[ref.shape[0]:].get()).all()
+
+
+def test_bad_inputs_rejected():
+    rng = np.random.default_rng(3)
+    a = cupy.asarray(rand_bf16(rng, (128, 128)))
+    b = cupy.asarray(rand_bf16(rng, (128, 128)))
+    with pytest.raises(TypeError, match="dtype"):
+        gemm.matmul(cupy.asarray(rng.standard_normal((128, 128)).astype(np.float32)), b)
+    with pytest.raises(TypeError, match="cupy.ndarray"):
+        gemm.matmul(a.get(), b)
+    with pytest.raises(ValueError, match="C-contiguous"):
+        gemm.matmul(cupy.asarray(rand_bf16(rng, (128, 256)))[:, :128], b)
+    with pytest.raises(ValueError, match="multiple of 64"):
+        gemm.matmul(cupy.asarray(rand_bf16(rng, (128, 96))), cupy.asarray(rand_bf16(rng, (128, 96))))
+    with pytest.raises(ValueError, match="same K"):
+        gemm.matmul(a, cupy.asarray(rand_bf16(rng, (128, 192))))
+    with pytest.raises(ValueError, match="layout"):
+        gemm.matmul(a, b, "TT")
+    with pytest.raises(ValueError, match="shape"):
+        gemm.matmul(a, b, out=cupy.empty((64, 128), dtype=BF16))
+    with pytest.raises(TypeError, match="out_dtype"):
+        gemm.matmul(a, b, out_dtype=np.float16)
+    with pytest.raises(ValueError, match="swiglu"):
+        gemm.matmul(a, b, "NN", epilogue="swiglu")
+    with pytest.raises(ValueError, match="sm_cap"):
+        gemm.matmul(a, b, sm_cap=0)

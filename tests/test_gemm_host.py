@@ -1,0 +1,127 @@
+"""CPU tests of the GEMM op's host logic: shapes, validation, tile counts, the shape table."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kosmos import gemm
+
+
+def test_constants_come_from_config_h():
+    c = gemm.device_constants()
+    assert gemm.block_threads() == c["kThreads"] == 384
+    assert gemm.tile_shape() == (128, 256, 64)
+    # Every pipeline stage, the 1024-byte alignment slack and the barrier area fit in the opt-in limit.
+    assert gemm.shared_mem_bytes() == c["kStages"] * c["kStageBytes"] + 1024 + 256
+    assert gemm.shared_mem_bytes() <= 232448
+
+
+@pytest.mark.parametrize(
+    "layout,a,b,expect",
+    [
+        ("TN", (333, 192), (320, 192), (333, 320, 192, (333, 320))),
+        ("NN", (257, 448), (448, 384), (257, 384, 448, (257, 384))),
+        ("NT", (301, 192), (301, 320), (192, 320, 301, (192, 320))),
+    ],
+)
+def test_gemm_shape(layout, a, b, expect):
+    s = gemm.gemm_shape(layout, a, b)
+    assert (s.mo, s.no, s.kr, s.out_shape) == expect
+    assert s.flops == 2 * expect[0] * expect[1] * expect[2]
+
+
+@pytest.mark.parametrize(
+    "layout,a,b,msg",
+    [
+        ("TN", (128, 96), (128, 96), "K = 96"),
+        ("TN", (128, 128), (100, 128), "N = 100"),
+        ("TN", (128, 128), (128, 192), "same K"),
+        ("NN", (128, 128), (192, 128), "same N"),
+        ("NT", (128, 128), (64, 128), "same M"),
+        ("NN", (0, 128), (128, 128), "M = 0"),
+        ("TN", (128,), (128, 128), "2-D"),
+        ("XX", (128, 128), (128, 128), "layout"),
+    ],
+)
+def test_gemm_shape_rejects(layout, a, b, msg):
+    with pytest.raises(ValueError, match=msg):
+        gemm.gemm_shape(layout, a, b)
+
+
+def test_swiglu_shape():
+    s = gemm.gemm_shape("TN", (100, 256), (384, 256), "swiglu")
+    assert s.out_shape == (100, 192) and s.swiglu_f == 192
+    assert gemm.tile_counts(s) == (1, 2, 4)
+    with pytest.raises(ValueError, match="forward"):
+        gemm.gemm_shape("NT", (100, 256), (100, 256), "swiglu")
+    with pytest.raises(ValueError, match="2F rows"):
+        gemm.gemm_shape("TN", (100, 256), (320, 256), "swiglu")
+
+
+def test_tile_counts_and_grid():
+    s = gemm.gemm_shape("TN", (8192, 4096), (13312, 4096))
+    assert gemm.tile_counts(s) == (64, 52, 64)
+    s = gemm.gemm_shape("NT", (1999, 384), (1999, 512))  # reduction tail: 1999 = 31*64 + 15
+    assert gemm.tile_counts(s) == (3, 2, 32)
+    assert gemm.grid_size(3328, 132, None) == 132
+    assert gemm.grid_size(3328, 132, 116) == 116
+    assert gemm.grid_size(3328, 132, 500) == 132
+    assert gemm.grid_size(6, 132, None) == 6
+    with pytest.raises(ValueError, match="sm_cap"):
+        gemm.grid_size(10, 132, 0)
+
+
+def test_tile_order_is_a_permutation_grouped_by_rows():
+    s = gemm.gemm_shape("TN", (128 * 19, 64), (256 * 5, 64))
+    order = gemm.tile_order(s)
+    assert sorted(order) == [(m, n) for m in range(19) for n in range(5)]
+    # The first group walks kGroupM tile rows before moving to the next tile column.
+    g = gemm.device_constants()["kGroupM"]
+    assert order[:g] == [(m, 0) for m in range(g)]
+
+
+def test_param_structs_match_the_device_layout():
+    # Problem: 2 pointers + 9 int32 = 52 bytes, padded to 56; epilogues: pointer + 3 int32 -> 24.
+    assert gemm.PROBLEM_DTYPE.itemsize == 56
+    assert gemm.EPI_DTYPE.itemsize == 24
+    assert gemm.TMAP_DTYPE.itemsize == 128
+
+
+def test_kernel_names_and_out_dtype():
+    import ml_dtypes
+
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    assert gemm.kernel_name("NN", "store", np.float32) == "kosmos_gemm_nn_f32"
+    assert gemm.kernel_name("TN", "swiglu", bf16) == "kosmos_gemm_tn_swiglu"
+    assert gemm.resolve_out_dtype(None, "store") == bf16
+    with pytest.raises(TypeError):
+        gemm.resolve_out_dtype(np.float16, "store")
+    with pytest.raises(TypeError):
+        gemm.resolve_out_dtype(np.float32, "swiglu")
+    src = (gemm.hipsrc_dir() / "gemm.hip").read_text()
+    for layout in gemm.LAYOUTS:
+        for dt in (bf16, np.float32):
+            assert gemm.kernel_name(layout, "store", dt) + "," in src
+
+
+def test_llama3_shape_table():
+    shapes = gemm.load_llama3_shapes()
+    by_kernel = {}
+    for s in shapes:
+        by_kernel.setdefault(s.kernel, []).append(s)
+    assert sorted(by_kernel) == ["ag_nn", "ag_tn", "bulk_ag_nn", "bulk_rs_nt", "tn_rs"]
+    assert all(len(v) == 24 for v in by_kernel.values())
+    layouts = {k: v[0].layout for k, v in by_kernel.items()}
+    assert layouts == {"ag_tn": "TN", "tn_rs": "TN", "ag_nn": "NN", "bulk_ag_nn": "NN", "bulk_rs_nt": "NT"}
+    first = {k: (v[0].name, v[0].m, v[0].n, v[0].k) for k, v in by_kernel.items()}
+    assert first["ag_tn"] == ("405B-FC1-MBS1", 8192, 13312, 16384)  # Table C.3
+    assert first["tn_rs"] == ("405B-Down-MBS1", 8192, 16384, 6656)  # Table C.5
+    assert first["ag_nn"] == ("405B-Down-MBS1", 8192, 6656, 16384)  # Table C.7
+    assert first["bulk_ag_nn"] == ("405B-FC1-MBS1", 8192, 16384, 13312)  # Table C.9
+    assert first["bulk_rs_nt"] == ("405B-FC1-MBS1", 13312, 16384, 8192)  # Table C.11
+    for s in shapes:
+        a, b, out = s.operand_shapes()
+        g = gemm.gemm_shape(s.layout, a, b)
+        assert g.out_shape == out and g.flops == s.flops, s
+        tokens = s.k if s.layout == "NT" else s.m
+        assert tokens in (8192, 16384, 32768, 65536) and tokens == 8192 * int(s.name.split("MBS")[1])
