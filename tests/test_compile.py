@@ -98,3 +98,51 @@ def test_amd_memory_model_in_assembly(clang: str, tmp_path: Path) -> None:
 def test_check_cli_needs_a_target() -> None:
     with pytest.raises(SystemExit):
         check.main([])
+
+
+PRIMITIVES_PROBE = r"""
+#include "kosmos/platform.h"
+using namespace kosmos;
+extern "C" __global__ void p_ld_sys(const u64* p, u64* o) { *o = ld_acquire_sys(p); }
+extern "C" __global__ void p_ld_dev(const u64* p, u64* o) { *o = ld_acquire_dev(p); }
+extern "C" __global__ void p_st_sys(u64* p, u64 v) { st_release_sys(p, v); }
+extern "C" __global__ void p_red_sys(u64* p, u64 v) { red_release_sys_add(p, v); }
+extern "C" __global__ void p_add_dev(u64* p, u64 v, u64* o) { *o = atomic_add_acq_rel_dev(p, v); }
+extern "C" __global__ void p_fence_sys() { fence_acq_rel_sys(); }
+extern "C" __global__ void p_fence_dev() { fence_acq_rel_dev(); }
+extern "C" __global__ void p_ld16v(const void* p, vec16* o) { *o = ld16_volatile(p); }
+"""
+
+# gfx942 (LLVM AMDGPU memory model for GFX940-942): sc0 sc1 = system scope on loads/stores and
+# cache maintenance, sc1 = agent scope there; on RMW atomics sc1 = system scope (sc0 = returns).
+EXPECTED_GFX942 = {
+    "p_ld_sys": [r"global_load_dwordx2 .* sc0 sc1", r"buffer_inv sc0 sc1"],
+    "p_ld_dev": [r"global_load_dwordx2 .* sc1", r"buffer_inv sc1"],
+    "p_st_sys": [r"buffer_wbl2 sc0 sc1", r"global_store_dwordx2 .* sc0 sc1"],
+    "p_red_sys": [r"buffer_wbl2 sc0 sc1", r"global_atomic_add_x2 .* sc1"],
+    "p_add_dev": [r"buffer_wbl2 sc1", r"global_atomic_add_x2 .* sc0", r"buffer_inv sc1"],
+    "p_fence_sys": [r"buffer_wbl2 sc0 sc1", r"buffer_inv sc0 sc1"],
+    "p_fence_dev": [r"buffer_wbl2 sc1", r"buffer_inv sc1"],
+    "p_ld16v": [r"global_load_dwordx2 .* sc0 sc1", r"global_load_dwordx2 .* offset:8 sc0 sc1"],
+}
+
+
+def test_amd_platform_primitives(clang: str, tmp_path: Path) -> None:
+    """Every scoped primitive of platform.h, in order, as the gfx942 instructions it must become."""
+    src = tmp_path / "primitives.hip"
+    src.write_text(PRIMITIVES_PROBE)
+    check.compile_amd(src, "gfx942", clang, keep=tmp_path)
+    bodies: dict[str, list[str]] = {}
+    current = None
+    for line in (tmp_path / "primitives.gfx942.s").read_text().splitlines():
+        m = re.match(r"^(p_\w+):", line)
+        if m:
+            current = bodies.setdefault(m.group(1), [])
+        elif current is not None and line.startswith("\t") and not line.lstrip().startswith((".", ";")):
+            current.append(line.strip())
+    for fn, patterns in EXPECTED_GFX942.items():
+        body, pos = bodies.get(fn, []), 0
+        for pat in patterns:  # each expected instruction, in this order
+            hit = next((i for i in range(pos, len(body)) if re.fullmatch(pat, body[i])), None)
+            assert hit is not None, f"{fn}: no `{pat}` after instruction {pos}:\n" + "\n".join(body)
+            pos = hit + 1
