@@ -1,0 +1,111 @@
+"""Host logic of the TP+SP fused ops: queue orders and crew heuristics (no GPU)."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from kosmos.tp.heuristics import KINDS, Hardware, crew_for, hardware
+from kosmos.tp.queues import (TILE_ROW, BandGrid, GatherGrid, ag_mover_order, ag_tile_order, peer_order,
+                              rs_reducer_order, rs_tile_order)
+
+
+@pytest.mark.parametrize("world,rank", [(1, 0), (2, 1), (3, 0), (4, 2), (8, 7)])
+def test_peer_order_is_destination_minor(world, rank):
+    peers = peer_order(world, rank)
+    assert sorted(peers + [rank]) == list(range(world))
+    assert peers[:1] == ([(rank + 1) % world] if world > 1 else [])
+
+
+@pytest.mark.parametrize("world,rank,m", [(2, 0, 256), (4, 3, 384), (3, 1, 128), (8, 5, 1024)])
+@pytest.mark.parametrize("order", ["local_first", "chunk_major", "naive"])
+def test_ag_tile_order_is_a_permutation(world, rank, m, order):
+    g = GatherGrid(world, rank, m, 128, 5)
+    tiles = ag_tile_order(g, order)
+    assert len(tiles) == world * g.tiles_m_per_chunk * 5
+    assert len({tuple(t) for t in tiles}) == len(tiles)
+
+
+def test_ag_local_first_follows_the_gather_order():
+    """Local tiles first; then each peer tile comes no earlier than the item it waits for is gathered."""
+    g = GatherGrid(4, 1, 640, 128, 2)
+    tiles = ag_tile_order(g, "local_first")
+    n_local = g.tiles_m_per_chunk * 2
+    assert (tiles[:n_local, 0] == 1).all()
+    movers = [tuple(x) for x in ag_mover_order(g)]
+    pos = [movers.index((c, g.item_of_tile_row(tm))) for c, tm, _ in tiles[n_local:]]
+    assert pos == sorted(pos)  # builders consume in exactly the order movers produce
+
+
+def test_ag_naive_and_chunk_major_differ_from_shipped():
+    g = GatherGrid(4, 2, 512, 128, 1)
+    assert ag_tile_order(g, "naive")[0, 0] == 0
+    assert ag_tile_order(g, "chunk_major")[0, 0] == 2
+    with pytest.raises(ValueError):
+        ag_tile_order(g, "random")
+
+
+@pytest.mark.parametrize("m,tile_m", [(256, 128), (384, 128), (1024, 128), (128, 128), (640, 64)])
+def test_items_cover_tile_rows(m, tile_m):
+    g = GatherGrid(2, 0, m, tile_m, 1)
+    covered = list(itertools.chain.from_iterable(g.tile_rows_of_item(i) for i in range(g.items_per_chunk)))
+    assert covered == list(range(g.tiles_m_per_chunk))
+    for tm in range(g.tiles_m_per_chunk):
+        rows = range(tm * tile_m, min((tm + 1) * tile_m, m))
+        assert g.item_of_tile_row(tm) == rows[-1] // TILE_ROW
+
+
+def test_rs_band_major_produces_every_chunks_first_band_first():
+    g = BandGrid(4, 1, 1024, 128, 3, band_tile_rows=2)
+    tiles = rs_tile_order(g, "band_major")
+    first_step = tiles[: 4 * 2 * 3]
+    assert {tuple(t[:2]) for t in first_step} == {(c, tm) for c in range(4) for tm in (0, 1)}
+    assert tiles[len(first_step) - 1][0] == 1  # own chunk last within a band
+    row_major = rs_tile_order(g, "row_major")
+    assert sorted(map(tuple, row_major)) == sorted(map(tuple, tiles))
+    assert (row_major[: g.tiles_m_per_chunk * 3, 0] == 2).all()
+
+
+def test_rs_reducer_order():
+    g = BandGrid(2, 0, 500, 128, 2, band_tile_rows=2)
+    assert g.bands == 2 and g.band_rows(1) == (256, 500)
+    assert rs_reducer_order(g, 512, 2).tolist() == [[0, 0], [0, 1], [1, 0], [1, 1]]
+    with pytest.raises(ValueError):
+        rs_reducer_order(g, 500, 3)
+
+
+H200 = Hardware(sms=132, link_GBps=450, mover_GBps_per_sm=25, builder_TFLOPs_per_sm=6)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("world", [1, 2, 4, 8])
+@pytest.mark.parametrize("cap", [None, 116, 66, 33, 2])
+def test_crews_fit_the_cap(kind, world, cap):
+    c = crew_for(kind, world, 1024, 4096, 2048, H200, sm_cap=cap)
+    assert c.grid == (cap or 132)
+    assert c.movers + c.builders == c.grid
+    assert c.builders >= 1
+    if world == 1:
+        assert c.movers == 0
+    else:
+        assert c.movers >= world - 1 or c.movers == c.grid - 1
+        assert c.movers <= max(H200.link_saturating_movers, world - 1) + world
+
+
+def test_crew_rules_follow_the_balance():
+    # Wider gathered GEMMs need fewer movers; deeper RS contractions need fewer reducers.
+    wide = crew_for("ag_tn", 8, 1024, 16384, 4096, H200)
+    narrow = crew_for("ag_tn", 8, 1024, 256, 4096, H200)
+    assert wide.movers <= narrow.movers
+    deep = crew_for("tn_rs", 8, 1024, 4096, 8192, H200)
+    shallow = crew_for("tn_rs", 8, 1024, 4096, 128, H200)
+    assert deep.movers <= shallow.movers
+    with pytest.raises(ValueError):
+        crew_for("ag_gemm", 8, 1024, 4096, 4096, H200)
+
+
+def test_hardware_table_loads():
+    hw = hardware("NVIDIA H200", sms=132)
+    assert hw.sms == 132 and hw.link_GBps > 0
+    assert hardware("Some Other GPU").sms > 0
