@@ -32,6 +32,9 @@ def test_mpi_suite_under_mpiexec() -> None:
     env = {**os.environ, **extra}
     env.pop("PYTEST_CURRENT_TEST", None)
     env.pop("PYTEST_ADDOPTS", None)
+    if any(k in env for k in ("PMIX_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK")):
+        # this pytest itself runs under mpirun: the child job must not think it is part of ours
+        env = {k: v for k, v in env.items() if not k.startswith(("PMIX_", "PRTE_", "OMPI_", "PMI_", "HYDRA_", "MPI_"))}
     try:
         r = subprocess.run(argv, cwd=REPO, env=env, capture_output=True, text=True, timeout=TIMEOUT_S)
     except subprocess.TimeoutExpired as e:
