@@ -14,10 +14,12 @@ struct OpFlags {
   u64 ready[kMaxWorld];   // [p]: peer p's input for this epoch is staged / pushed to me (written by p)
   u64 done[kMaxWorld];    // [p]: peer p has finished with my buffers for this epoch (written by p)
   u64 items[kMaxWorld];   // local: work items finished per peer
-  u64 head;               // local: work-queue head
+  u64 head;               // local: work-queue head (movers' queue in the fused kernels)
   u64 staged;             // local: CTAs that finished staging this rank's input
   u64 exited;             // local: CTAs that finished the kernel
-  u64 spare[13];
+  u64 tile_head;          // local, fused kernels: GEMM tile queue head, reset by the last CTA out
+  u64 join_head;          // local, fused kernels: builders that joined the movers, reset likewise
+  u64 spare[11];
 };
 static_assert(sizeof(OpFlags) == 64 * 8, "kosmos/collectives.py allocates OpFlags as u64[64]");
 

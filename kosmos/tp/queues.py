@@ -152,3 +152,20 @@ def rs_reducer_order(g: BandGrid, cols: int, col_split: int) -> np.ndarray:
     if cols % col_split:
         raise ValueError(f"{cols} columns do not split into {col_split} slices")
     return np.array([(b, s) for b in range(g.bands) for s in range(col_split)], np.int32).reshape(-1, 2)
+
+
+def tile_index(tiles_m: int, tiles_n: int, group_m: int, tm: int, tn: int) -> int:
+    """The builder's queue index of tile (tm, tn): the inverse of tile_of() in gemm/config.h.
+
+    tile_of walks groups of group_m tile rows, column by column within a group.
+    """
+    g, r = divmod(tm, group_m)
+    first = g * group_m
+    rows = min(group_m, tiles_m - first)
+    return g * group_m * tiles_n + tn * rows + r
+
+
+def tile_indices(tiles: np.ndarray, tiles_m_per_chunk: int, tiles_m: int, tiles_n: int, group_m: int) -> np.ndarray:
+    """(chunk, tile row in chunk, tile column) rows -> int32 builder queue indices."""
+    return np.array([tile_index(tiles_m, tiles_n, group_m, int(c) * tiles_m_per_chunk + int(tm), int(tn))
+                     for c, tm, tn in tiles], np.int32)

@@ -1,0 +1,208 @@
+// The pieces the TP+SP fused kernels (hipsrc/tp.hip) are made of: table-driven queues, the
+// all-gather mover loop with per-(chunk, item) arrival counters, and the one-shot pull reducer.
+#pragma once
+#include "flags.h"
+#include "mover.h"
+#include "wait.h"
+
+namespace kosmos {
+namespace tp {
+
+constexpr int kTileRow = 256;  // gathered rows per AG item (the readiness grain)
+
+// A queue: a head counter plus an order table. Claimed by one thread; -1 when empty.
+struct TableQueue {
+  u64* head;
+  const i32* order;  // [n] entries of `width` ints
+  i32 n, width;
+  KOSMOS_DEVICE i32 claim() const {
+    const u64 v = atomic_add_relaxed_dev(head, 1ull);
+    return v < u64(n) ? i32(v) : -1;
+  }
+  KOSMOS_DEVICE const i32* at(i32 i) const { return order + i64(i) * width; }
+};
+
+// Where a gathered operand lives: P chunks of m rows, row_bytes each, in every rank's heap.
+struct Gathered {
+  const u64* peer_bases;
+  u64 off;          // offset of the gathered buffer [P*m rows] in the heap
+  u64 m, row_bytes;
+  i32 items_per_chunk;
+  KOSMOS_DEVICE u8* rows(int rank, int chunk, u64 row) const {
+    return reinterpret_cast<u8*>(peer_bases[rank] + off) + (u64(chunk) * m + row) * row_bytes;
+  }
+};
+
+// Stage this rank's shard into its own chunk of the gathered buffer (all CTAs), then the last
+// CTA marks the local chunk's items arrived and tells every peer the shard can be pulled.
+KOSMOS_DEVICE void stage_shard(const Gathered& g, int rank, int world, u64 epoch, OpFlags* mine, u64 flags_off,
+                               u64* arrived, const u8* x) {
+  grid_copy(g.rows(rank, rank, 0), x, g.m * g.row_bytes);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    fence_acq_rel_sys();
+    if (atomic_add_acq_rel_dev(&mine->staged, 1) + 1 == epoch * gridDim.x) {
+      for (int i = 0; i < g.items_per_chunk; ++i) st_release_sys(&arrived[rank * g.items_per_chunk + i], epoch);
+      for (int p = 0; p < world; ++p)
+        if (p != rank) st_release_sys(&flags_of(g.peer_bases, p, flags_off)->ready[rank], epoch);
+    }
+  }
+}
+
+// The movers' loop: pull (peer, item) pairs in table order into this rank's gathered buffer and
+// release each item's arrival counter. `threads` of the CTA copy (the warps-per-mover ablation).
+KOSMOS_DEVICE bool gather_items(const Gathered& g, int rank, u64 epoch, OpFlags* mine, u64 flags_off, u64* arrived,
+                                const TableQueue& q, u32 threads, const WaitCtx& wait) {
+  __shared__ i32 s_idx;
+  __shared__ int s_ok;
+  for (;;) {
+    const i32 idx = cta_broadcast(&s_idx, threadIdx.x == 0 ? q.claim() : 0);
+    if (idx < 0) return true;
+    const int peer = q.at(idx)[0];
+    const u64 item = u64(q.at(idx)[1]);
+    const int ok = threadIdx.x == 0 ? wait_flag_sys(wait, SITE_PEER_READY, &mine->ready[peer], epoch) : 1;
+    if (!cta_broadcast(&s_ok, ok)) return false;
+    const u64 row0 = item * kTileRow;
+    const u64 rows = row0 + kTileRow > g.m ? g.m - row0 : kTileRow;
+    if (threadIdx.x < threads) {
+      // cta_copy strides by blockDim.x; emulate a smaller mover by striding over `threads`.
+      vec16* d = reinterpret_cast<vec16*>(g.rows(rank, peer, row0));
+      const vec16* s = reinterpret_cast<const vec16*>(g.rows(peer, peer, row0));
+      const u64 n = rows * g.row_bytes / 16;
+      u64 i = threadIdx.x;
+      for (; i + 3ull * threads < n; i += 4ull * threads) {
+        const vec16 a = ld16(s + i), b = ld16(s + i + threads), c = ld16(s + i + 2 * threads),
+                    e = ld16(s + i + 3 * threads);
+        st16(d + i, a); st16(d + i + threads, b); st16(d + i + 2 * threads, c); st16(d + i + 3 * threads, e);
+      }
+      for (; i < n; i += threads) st16(d + i, ld16(s + i));
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      fence_acq_rel_sys();
+      st_release_sys(&arrived[peer * g.items_per_chunk + item], epoch);
+      if (atomic_add_acq_rel_dev(&mine->items[peer], 1) + 1 == epoch * u64(g.items_per_chunk))
+        st_release_sys(&flags_of(g.peer_bases, peer, flags_off)->done[rank], epoch);
+    }
+  }
+}
+
+// ---- reduce-scatter pieces (one-shot pull, NaN-sentinel arrival) ----
+template <class T> struct Sentinel;
+template <> struct Sentinel<u16> {
+  static constexpr u32 kBits = 0x7fa5u;
+  static constexpr int kLanes = 8;
+  KOSMOS_DEVICE static float lane(const vec16& v, int i) {
+    const u32 w = (&v.x)[i >> 1];
+    return bf16_to_f32(u16((i & 1) ? w >> 16 : w & 0xffffu));
+  }
+  KOSMOS_DEVICE static bool has(const vec16& v) {
+    bool any = false;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) any |= ((&v.x)[i] & 0xffffu) == kBits || ((&v.x)[i] >> 16) == kBits;
+    return any;
+  }
+  KOSMOS_DEVICE static vec16 canonical(vec16 v) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+      u32& w = (&v.x)[i];
+      if ((w & 0xffffu) == kBits) w = (w & 0xffff0000u) | 0x7fc0u;
+      if ((w >> 16) == kBits) w = (w & 0xffffu) | 0x7fc00000u;
+    }
+    return v;
+  }
+  KOSMOS_DEVICE static vec16 poison() { const u32 w = kBits * 0x10001u; return vec16{w, w, w, w}; }
+};
+template <> struct Sentinel<float> {
+  static constexpr u32 kBits = 0x7fa5a5a5u;
+  static constexpr int kLanes = 4;
+  KOSMOS_DEVICE static float lane(const vec16& v, int i) { return __uint_as_float((&v.x)[i]); }
+  KOSMOS_DEVICE static bool has(const vec16& v) { return v.x == kBits || v.y == kBits || v.z == kBits || v.w == kBits; }
+  KOSMOS_DEVICE static vec16 canonical(vec16 v) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) if ((&v.x)[i] == kBits) (&v.x)[i] = 0x7fc00000u;
+    return v;
+  }
+  KOSMOS_DEVICE static vec16 poison() { return vec16{kBits, kBits, kBits, kBits}; }
+};
+
+// Two staging buffers of P*m rows x cols elements, chosen by epoch parity: call e writes
+// buffer e % 2 and poisons the other for call e + 1.
+struct Staging {
+  const u64* peer_bases;
+  u64 off, buffer_bytes;
+  u64 m, cols;  // rows per chunk, elements per row
+  KOSMOS_DEVICE u64 cur(u64 epoch) const { return off + (epoch & 1) * buffer_bytes; }
+  KOSMOS_DEVICE u64 next(u64 epoch) const { return off + ((epoch + 1) & 1) * buffer_bytes; }
+  KOSMOS_DEVICE u8* at(int rank, u64 buf_off) const { return reinterpret_cast<u8*>(peer_bases[rank] + buf_off); }
+};
+
+// Every thread poisons (and, given x, stages) the same grid-stride indices, fencing between,
+// so a reader that saw this call's data at an index finds the poison there in the next call.
+template <class T>
+KOSMOS_DEVICE void poison_and_stage(const Staging& s, int rank, u64 epoch, const vec16* x) {
+  vec16* cur = reinterpret_cast<vec16*>(s.at(rank, s.cur(epoch)));
+  vec16* next = reinterpret_cast<vec16*>(s.at(rank, s.next(epoch)));
+  const u64 n = s.buffer_bytes / 16, stride = u64(gridDim.x) * blockDim.x;
+  const u64 first = u64(blockIdx.x) * blockDim.x + threadIdx.x;
+  for (u64 i = first; i < n; i += stride) st16(next + i, Sentinel<T>::poison());
+  fence_acq_rel_sys();
+  if (x)
+    for (u64 i = first; i < n; i += stride) st16(cur + i, Sentinel<T>::canonical(ld16(x + i)));
+}
+
+// Reduce item (band, column slice) of this rank's chunk: pull it from every rank's current
+// staging buffer, waiting on the sentinel, sum in fp32 in rank order, round once to bf16.
+template <class T>
+KOSMOS_DEVICE bool reduce_item(const Staging& s, int rank, int world, u64 epoch, u64 band_rows, u64 slice_cols,
+                               i32 band, i32 slice, u16* out, const WaitCtx& wait) {
+  typedef Sentinel<T> S;
+  const u64 row0 = u64(band) * band_rows;
+  const u64 rows = row0 + band_rows > s.m ? s.m - row0 : band_rows;
+  const u64 col0 = u64(slice) * slice_cols;
+  const u64 vec_per_row = slice_cols / S::kLanes;
+  const u64 cur = s.cur(epoch);
+  bool ok = true;
+  for (u64 v = threadIdx.x; ok && v < rows * vec_per_row; v += blockDim.x) {
+    const u64 r = row0 + v / vec_per_row, c = col0 + (v % vec_per_row) * S::kLanes;
+    const u64 elem = (u64(rank) * s.m + r) * s.cols + c;
+    vec16 d[kMaxWorld];
+    for (int p = 0; p < world; ++p) d[p] = ld16_volatile(s.at(p, cur) + elem * sizeof(T));
+    float acc[S::kLanes];
+#pragma unroll
+    for (int l = 0; l < S::kLanes; ++l) acc[l] = 0.f;
+    for (int p = 0; p < world && ok; ++p) {
+      if (S::has(d[p])) {
+        const vec16* src = reinterpret_cast<const vec16*>(s.at(p, cur) + elem * sizeof(T));
+        ok = bounded_wait(wait, SITE_SENTINEL, [&] { d[p] = ld16_volatile(src); return !S::has(d[p]); });
+      }
+#pragma unroll
+      for (int l = 0; l < S::kLanes; ++l) acc[l] += S::lane(d[p], l);
+    }
+    if (!ok) break;
+    u16* o = out + r * s.cols + c;
+#pragma unroll
+    for (int l = 0; l < S::kLanes; l += 2)
+      *reinterpret_cast<u32*>(o + l) = u32(f32_to_bf16(acc[l])) | (u32(f32_to_bf16(acc[l + 1])) << 16);
+  }
+  return ok;
+}
+
+// The last CTA out of the kernel resets the local queue heads for the next call (the stream
+// orders the next launch after this one) and tells every peer we are done with its buffers.
+KOSMOS_DEVICE void exit_kernel(OpFlags* mine, const u64* peer_bases, u64 flags_off, int rank, int world, u64 epoch,
+                               bool signal_done) {
+  __syncthreads();
+  if (threadIdx.x != 0) return;
+  fence_acq_rel_sys();
+  if (atomic_add_acq_rel_dev(&mine->exited, 1) + 1 != epoch * gridDim.x) return;
+  mine->head = 0;
+  mine->tile_head = 0;
+  mine->join_head = 0;
+  if (signal_done)
+    for (int p = 0; p < world; ++p)
+      if (p != rank) st_release_sys(&flags_of(peer_bases, p, flags_off)->done[rank], epoch);
+}
+
+}  // namespace tp
+}  // namespace kosmos

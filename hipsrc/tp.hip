@@ -1,0 +1,186 @@
+// TP+SP fused kernels: one launch each, CTAs switching roles from data readiness.
+//
+//   AG+TN  (column-parallel fprop)  Y  = allgather(X) W^T       kosmos_tp_ag_tn
+//   AG+NN  (row-parallel dgrad)     dX = allgather(dY) W        kosmos_tp_ag_nn
+//   bulk AG || NN (col. dgrad)      X_full = allgather(X) beside dX = dY W             kosmos_tp_bulk_ag_nn
+//   TN+RS  (row-parallel fprop)     Y  = reduce_scatter(X W^T)  kosmos_tp_tn_rs_{bf16,f32} (staging type)
+//   bulk RS || NT (col. wgrad)      dX = reduce_scatter(dX_partial) beside dW = dY^T X kosmos_tp_bulk_rs_nt
+//
+// Grid: one CTA per SM (or the cap), the GEMM builder's block size and shared memory. CTAs
+// [0, movers) start as movers, the rest as builders. Role policy: 0 = one-way (movers become
+// builders when their queue is empty; in TN+RS builders become reducers when the GEMM queue
+// is empty), 1 = fixed split (nobody switches).
+#include "kosmos/gemm/tile.h"
+#include "kosmos/tp.h"
+
+using namespace kosmos;
+using namespace kosmos::gemm;
+using namespace kosmos::tp;
+
+constexpr int kOneWay = 0, kFixed = 1;
+
+// Builders claim tiles from the plan's order table (entries are tile_of() queue indices).
+struct TableClaim {
+  u64* head;
+  const i32* order;
+  i32 n;
+  KOSMOS_DEVICE i32 operator()() const {
+    const u64 v = atomic_add_relaxed_dev(head, 1ull);
+    return v < u64(n) ? order[v] : -1;
+  }
+};
+
+// An AG+GEMM tile waits for the gather item that holds its last row.
+struct GatherReady {
+  static constexpr bool kTrivial = false;
+  const u64* arrived;
+  u64 epoch, m;
+  i32 tiles_m_per_chunk, items_per_chunk;
+  WaitCtx wait;
+  KOSMOS_DEVICE bool operator()(const TileCoord& t, i32 kb) const {
+    if (kb != 0) return true;
+    const i32 chunk = t.tm / tiles_m_per_chunk, tm = t.tm % tiles_m_per_chunk;
+    u64 last = u64(tm + 1) * kTileM - 1;
+    if (last >= m) last = m - 1;
+    return wait_flag_sys(wait, SITE_TILE_READY, &arrived[chunk * items_per_chunk + last / kTileRow], epoch);
+  }
+};
+
+// TN+RS: the first tile of each CTA waits until every CTA has poisoned its part of the next
+// staging buffer, so no partial lands before the poison that guards the next call.
+struct PoisonedReady {
+  static constexpr bool kTrivial = false;
+  const u64* staged;
+  u64 target;
+  WaitCtx wait;
+  KOSMOS_DEVICE bool operator()(const TileCoord&, i32 kb) const {
+    return kb != 0 || wait_flag_dev(wait, SITE_GRID, staged, target);
+  }
+};
+
+#define TP_COMMON_PARAMS                                                                                   \
+  const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb, Problem p,           \
+      const u64 *__restrict__ peer_bases, int rank, int world, u64 epoch, u64 flags_off, i32 movers,       \
+      i32 policy, const i32 *__restrict__ tile_order, i32 n_tiles, WaitCtx wait
+
+// ---------------------------------------------------------------------------------------
+// AG+GEMM (fused: tiles wait for their rows; bulk: the GEMM is independent of the gather).
+template <int L, bool kBulk>
+KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const Problem& p, const EpiStoreBf16& epi,
+                           const u64* peer_bases, int rank, int world, u64 epoch, u64 flags_off, i32 movers, i32 policy,
+                           const i32* tile_order, i32 n_tiles, const WaitCtx& wait, u64 gathered_off, u64 arrived_off,
+                           const u8* x, u64 m, u64 row_bytes, i32 items_per_chunk, i32 tiles_m_per_chunk,
+                           const i32* mover_order, i32 n_mover_items, u32 mover_threads) {
+  extern __shared__ __align__(1024) u8 smem[];
+  __shared__ int s_ok;
+  OpFlags* mine = flags_of(peer_bases, rank, flags_off);
+  u64* arrived = reinterpret_cast<u64*>(peer_bases[rank] + arrived_off);
+  const Gathered g{peer_bases, gathered_off, m, row_bytes, items_per_chunk};
+  // Peers must have finished pulling our chunk from the last call before we overwrite it.
+  int ok = 1;
+  if (threadIdx.x == 0)
+    for (int q = 0; q < world && ok; ++q)
+      if (q != rank) ok = wait_flag_sys(wait, SITE_PEER_DONE, &mine->done[q], epoch - 1);
+  if (!cta_broadcast(&s_ok, ok)) return;
+  stage_shard(g, rank, world, epoch, mine, flags_off, arrived, x);
+
+  const bool mover = i32(blockIdx.x) < movers;
+  if (mover) {
+    const TableQueue q{&mine->head, mover_order, n_mover_items, 2};
+    if (!gather_items(g, rank, epoch, mine, flags_off, arrived, q, mover_threads, wait)) return;
+  }
+  if (!mover || policy == kOneWay) {
+    TableClaim claim{&mine->tile_head, tile_order, n_tiles};
+    bool built;
+    if (kBulk) {
+      built = run_builder<L>(p, &tma, &tmb, smem, claim, AlwaysReady{}, epi);
+    } else {
+      const GatherReady ready{arrived, epoch, m, tiles_m_per_chunk, items_per_chunk, wait};
+      built = run_builder<L>(p, &tma, &tmb, smem, claim, ready, epi);
+    }
+    if (!built) return;
+  }
+  exit_kernel(mine, peer_bases, flags_off, rank, world, epoch, /*signal_done=*/false);
+}
+
+#define TP_AG_KERNEL(NAME, LAYOUT, BULK)                                                                  \
+  extern "C" __global__ void __launch_bounds__(kThreads, 1)                                             \
+      NAME(TP_COMMON_PARAMS, EpiStoreBf16 epi, u64 gathered_off, u64 arrived_off, const u8* __restrict__ x, \
+           u64 m, u64 row_bytes, i32 items_per_chunk, i32 tiles_m_per_chunk, const i32* __restrict__ mover_order, \
+           i32 n_mover_items, u32 mover_threads) {                                                         \
+    ag_gemm<LAYOUT, BULK>(tma, tmb, p, epi, peer_bases, rank, world, epoch, flags_off, movers, policy,      \
+                          tile_order, n_tiles, wait, gathered_off, arrived_off, x, m, row_bytes,            \
+                          items_per_chunk, tiles_m_per_chunk, mover_order, n_mover_items, mover_threads);   \
+  }
+TP_AG_KERNEL(kosmos_tp_ag_tn, LAYOUT_TN, false)
+TP_AG_KERNEL(kosmos_tp_ag_nn, LAYOUT_NN, false)
+TP_AG_KERNEL(kosmos_tp_bulk_ag_nn, LAYOUT_NN, true)
+
+// ---------------------------------------------------------------------------------------
+// GEMM+RS. Fused (TN+RS): builders write partial tiles band-major into this call's staging
+// buffer; reducers pull this rank's chunk from every rank; builders that find the GEMM queue
+// empty join the reducers (one-way), up to max_join of them. Bulk (RS || NT): the RS input is
+// staged at the start, reducers become builders of the independent wgrad when they are done.
+template <int L, bool kBulk, class T, class Epi>
+KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Problem& p, const Epi& epi,
+                           const u64* peer_bases, int rank, int world, u64 epoch, u64 flags_off, i32 movers, i32 policy,
+                           const i32* tile_order, i32 n_tiles, const WaitCtx& wait, u64 staging_off, u64 buffer_bytes,
+                           u64 m, u64 cols, const vec16* x, u16* out, const i32* reduce_order, i32 n_reduce_items,
+                           u64 band_rows, u64 slice_cols, i32 max_join) {
+  extern __shared__ __align__(1024) u8 smem[];
+  __shared__ int s_ok;
+  __shared__ i32 s_idx;
+  OpFlags* mine = flags_of(peer_bases, rank, flags_off);
+  const Staging st{peer_bases, staging_off, buffer_bytes, m, cols};
+  int ok = 1;
+  if (threadIdx.x == 0)
+    for (int q = 0; q < world && ok; ++q)
+      if (q != rank) ok = wait_flag_sys(wait, SITE_PEER_DONE, &mine->done[q], epoch - 1);
+  if (!cta_broadcast(&s_ok, ok)) return;
+  poison_and_stage<T>(st, rank, epoch, kBulk ? x : nullptr);
+  __syncthreads();
+  if (threadIdx.x == 0) atomic_add_acq_rel_dev(&mine->staged, 1);
+
+  auto reduce_loop = [&]() -> bool {
+    const TableQueue q{&mine->head, reduce_order, n_reduce_items, 2};
+    for (;;) {
+      const i32 idx = cta_broadcast(&s_idx, threadIdx.x == 0 ? q.claim() : 0);
+      if (idx < 0) return true;
+      reduce_item<T>(st, rank, world, epoch, band_rows, slice_cols, q.at(idx)[0], q.at(idx)[1], out, wait);
+      if (!cta_broadcast(&s_ok, threadIdx.x == 0 ? int(!failed(wait)) : 0)) return false;
+    }
+  };
+  auto build = [&]() -> bool {
+    TableClaim claim{&mine->tile_head, tile_order, n_tiles};
+    if (kBulk) return run_builder<L>(p, &tma, &tmb, smem, claim, AlwaysReady{}, epi);
+    const PoisonedReady ready{&mine->staged, epoch * gridDim.x, wait};
+    return run_builder<L>(p, &tma, &tmb, smem, claim, ready, epi);
+  };
+
+  const bool mover = i32(blockIdx.x) < movers;
+  if (mover) {
+    if (!reduce_loop()) return;
+    if (kBulk && policy == kOneWay && !build()) return;
+  } else {
+    if (!build()) return;
+    if (!kBulk && policy == kOneWay) {
+      const i32 joined = cta_broadcast(&s_idx, threadIdx.x == 0 ? i32(atomic_add_relaxed_dev(&mine->join_head, 1)) : 0);
+      if (joined < max_join && !reduce_loop()) return;
+    }
+  }
+  exit_kernel(mine, peer_bases, flags_off, rank, world, epoch, /*signal_done=*/true);
+}
+
+#define TP_RS_KERNEL(NAME, LAYOUT, BULK, T, EPI)                                                          \
+  extern "C" __global__ void __launch_bounds__(kThreads, 1)                                             \
+      NAME(TP_COMMON_PARAMS, EPI epi, u64 staging_off, u64 buffer_bytes, u64 m, u64 cols,                 \
+           const vec16* __restrict__ x, u16* __restrict__ out, const i32* __restrict__ reduce_order,       \
+           i32 n_reduce_items, u64 band_rows, u64 slice_cols, i32 max_join) {                              \
+    gemm_rs<LAYOUT, BULK, T>(tma, tmb, p, epi, peer_bases, rank, world, epoch, flags_off, movers, policy,   \
+                             tile_order, n_tiles, wait, staging_off, buffer_bytes, m, cols, x, out,         \
+                             reduce_order, n_reduce_items, band_rows, slice_cols, max_join);                \
+  }
+TP_RS_KERNEL(kosmos_tp_tn_rs_bf16, LAYOUT_TN, false, u16, EpiStoreBf16)
+TP_RS_KERNEL(kosmos_tp_tn_rs_f32, LAYOUT_TN, false, float, EpiStoreF32)
+TP_RS_KERNEL(kosmos_tp_bulk_rs_nt_bf16, LAYOUT_NT, true, u16, EpiStoreBf16)
+TP_RS_KERNEL(kosmos_tp_bulk_rs_nt_f32, LAYOUT_NT, true, u16, EpiStoreF32)

@@ -1,0 +1,369 @@
+"""The five TP+SP fused ops: plans built once per shape, then called like functions.
+
+    ag = AllGatherMatmul(world, m, n, k)            # Y[P*m, n] = allgather(X[m, k]) @ W[n, k]^T
+    y = ag(x_shard, w)
+    rs = MatmulReduceScatter(world, m, n, k)        # Y[m, n] = reduce_scatter(X[P*m, k] @ W[n, k]^T)
+    y_shard = rs(x, w)
+    dg = AllGatherMatmulNN(world, m, n, k)          # dX[P*m, k] = allgather(dY[m, n]) @ W[n, k]
+    bag = BulkAllGatherMatmul(world, m, n, k)       # X_full = allgather(X[m, k]) || dX = dY[P*m, n] @ W[n, k]
+    brs = BulkReduceScatterMatmul(world, m, n, k)   # dX[m, k] = reduce_scatter(dXp[P*m, k]) || dW = dY^T X
+
+m is the rows (tokens) per rank and must be a multiple of 128 (the GEMM tile); n and k are
+multiples of 64. Every call is collective: all ranks call the same op in the same order.
+Each op is one persistent kernel launch (hipsrc/tp.hip); `policy`, `ag_order`, `rs_order` and
+`mover_threads` are the ablation switches of the paper's Tables 1, 2, A.2-A.4.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .. import gemm
+from ..dtypes import bfloat16, check_array, float32
+from ..errors import KosmosError
+from ..exchange import agree
+from ..runtime import PersistentLaunch, kernel_id, load_module, sm_count
+from ..symmetric import SymmetricHeap
+from ..timing import device_name
+from ..world import World
+from .heuristics import Crew, crew_for, hardware
+from .queues import (TILE_ROW, BandGrid, GatherGrid, ag_mover_order, ag_tile_order, rs_reducer_order, rs_tile_order,
+                     tile_indices)
+
+POLICIES = {"one_way": 0, "fixed": 1}
+FLAG_WORDS = 64
+
+
+def _slice_cols(cols: int) -> int:
+    return next(s for s in (1024, 512, 256, 128, 64) if cols % s == 0)
+
+
+class _FusedOp:
+    kind = ""
+
+    def __init__(self, world: World, m: int, n: int, k: int, *, sm_cap: int | None, policy: str,
+                 movers: int | None, heap_bytes: int):
+        world.require_gpu()
+        agree(world.comm, f"{type(self).__name__} shape and switches", (m, n, k, sm_cap, policy, movers))
+        if m < 128 or m % 128:
+            raise ValueError(f"rows per rank m = {m} must be a positive multiple of 128 (the GEMM tile)")
+        for name, v in (("n", n), ("k", k)):
+            if v < 64 or v % 64:
+                raise ValueError(f"{name} = {v} must be a positive multiple of 64")
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {tuple(POLICIES)}, got {policy!r}")
+        self.world, self.m, self.n, self.k = world, m, n, k
+        self.P = world.size
+        self.policy = policy
+        hw = hardware(device_name(), sm_count())
+        self.crew: Crew = crew_for(self.kind, self.P, m, n, k, hw, sm_cap)
+        if movers is not None:  # an explicit split (the fixed-split ablation)
+            if not 0 <= movers < self.crew.grid:
+                raise ValueError(f"movers = {movers} must leave at least one builder in a grid of {self.crew.grid}")
+            self.crew = Crew(movers, max(1, movers // max(1, self.P - 1)), self.crew.grid - movers, self.crew.grid)
+        if self.P == 1:
+            self.crew = Crew(0, 0, self.crew.grid, self.crew.grid)
+        self.hw = hw
+        self.heap = SymmetricHeap(world, heap_bytes + FLAG_WORDS * 8 + 8192)
+        self.flags = self.heap.alloc((FLAG_WORDS,), np.uint64)
+        self.epoch = 0
+        self._failures_at_build = world.status.failures
+        self._tmaps: dict[int, np.void] = {}
+
+    # ---- plumbing shared by the five ops ----
+    def _launch(self, name: str) -> PersistentLaunch:
+        mod = load_module("tp.hip", world=self.world)
+        return PersistentLaunch.checked(mod.get_function(name), self.crew.grid, gemm.block_threads(),
+                                        gemm.shared_mem_bytes())
+
+    def _tmap(self, arr: Any) -> np.void:
+        """A TMA descriptor of a row-major bf16 operand (cached by pointer and shape)."""
+        key = (arr.data.ptr, arr.shape)
+        hit = self._tmaps.get(key)
+        if hit is None:
+            if len(self._tmaps) > 32:
+                self._tmaps.clear()
+            hit = self._tmaps[key] = gemm._encode_tmap(arr.data.ptr, arr.shape[1], arr.shape[0], arr.shape[1])
+        return hit
+
+    @staticmethod
+    def _problem(shape: gemm.GemmShape, a: Any, b: Any) -> np.void:
+        tiles = gemm.tile_counts(shape)
+        prob = np.zeros(1, gemm.PROBLEM_DTYPE)[0]
+        prob["a"], prob["b"] = a.data.ptr, b.data.ptr
+        prob["mo"], prob["no"], prob["kr"] = shape.mo, shape.no, shape.kr
+        prob["lda"], prob["ldb"] = a.shape[1], b.shape[1]
+        prob["tiles_m"], prob["tiles_n"], prob["k_slabs"] = tiles
+        return prob
+
+    @staticmethod
+    def _epi(out_ptr: int, ldo: int, mo: int, no: int) -> np.void:
+        epi = np.zeros(1, gemm.EPI_DTYPE)[0]
+        epi["out"], epi["ldo"], epi["mo"], epi["no"] = out_ptr, ldo, mo, no
+        return epi
+
+    def _tile_table(self, shape: gemm.GemmShape, tiles: np.ndarray | None) -> Any:
+        import cupy
+
+        tm, tn, _ = gemm.tile_counts(shape)
+        if tiles is None:
+            return cupy.arange(tm * tn, dtype=np.int32)
+        idx = tile_indices(tiles, self.m // gemm.tile_shape()[0], tm, tn, gemm.device_constants()["kGroupM"])
+        assert sorted(idx.tolist()) == list(range(tm * tn)), "tile order is not a permutation"
+        return cupy.asarray(idx)
+
+    def _next_call(self) -> tuple[np.uint64, np.void]:
+        self.world.check()
+        if self.world.status.failures != self._failures_at_build:
+            raise KosmosError(f"{type(self).__name__} was built before a device timeout; build a new plan")
+        self.epoch += 1
+        return np.uint64(self.epoch), self.world.status.wait_ctx(kernel_id(self.kernel_enum))
+
+    def _common(self, prob_args: tuple, epoch: np.uint64, tiles: Any, ctx: np.void) -> tuple:
+        w = self.world
+        return prob_args + (self.heap.peer_bases, np.int32(w.rank), np.int32(w.size), epoch,
+                            np.uint64(self.flags.offset), np.int32(self.crew.movers), np.int32(POLICIES[self.policy]),
+                            tiles, np.int32(tiles.size), ctx)
+
+    def _check(self, x: Any, name: str, shape: tuple[int, ...]) -> None:
+        check_array(x, name, dtypes=(bfloat16,), device=self.world.device_id)
+        if tuple(x.shape) != shape:
+            raise ValueError(f"{name} has shape {tuple(x.shape)}; this plan expects {shape}")
+
+    def describe(self) -> str:
+        c = self.crew
+        return (f"{type(self).__name__}(P={self.P}, m={self.m}, n={self.n}, k={self.k}): grid {c.grid}, "
+                f"{c.movers} movers ({c.movers_per_peer}/peer), policy {self.policy}")
+
+
+class _AllGatherBase(_FusedOp):
+    """Shared by AG+TN, AG+NN and bulk AG || NN: the gathered buffer and the movers' tables."""
+
+    kernel_enum = "KERNEL_AG_GEMM"
+
+    def _setup_gather(self, row_elems: int, ag_order: str, mover_threads: int | None) -> None:
+        import cupy
+
+        P, m = self.P, self.m
+        self.row_elems = row_elems
+        self.grid_g = GatherGrid(P, self.world.rank, m, gemm.tile_shape()[0], 1)
+        self.gathered = self.heap.alloc((P * m, row_elems), bfloat16)
+        self.arrived = self.heap.alloc((P * self.grid_g.items_per_chunk,), np.uint64)
+        self.mover_order = cupy.asarray(ag_mover_order(self.grid_g))
+        self.ag_order = ag_order
+        threads = gemm.block_threads()
+        self.mover_threads = threads if mover_threads is None else int(mover_threads)
+        if not 32 <= self.mover_threads <= threads or self.mover_threads % 32:
+            raise ValueError(f"mover_threads must be a multiple of 32 in [32, {threads}]")
+
+    def _gather_args(self, x: Any) -> tuple:
+        g = self.grid_g
+        return (np.uint64(self.gathered.offset), np.uint64(self.arrived.offset), x, np.uint64(self.m),
+                np.uint64(self.row_elems * 2), np.int32(g.items_per_chunk), np.int32(g.tiles_m_per_chunk),
+                self.mover_order, np.int32(len(self.mover_order)), np.uint32(self.mover_threads))
+
+    def gathered_copy(self) -> Any:
+        """A copy of the last call's gathered operand (the heap's is overwritten by the next call)."""
+        return self.gathered.local.copy()
+
+
+class AllGatherMatmul(_AllGatherBase):
+    """AG+TN (layout="TN"): Y[P*m, n] = allgather(X[m, k]) @ W[n, k]^T  (column-parallel fprop).
+    AG+NN (layout="NN"): dX[P*m, k] = allgather(dY[m, n]) @ W[n, k]    (row-parallel dgrad).
+    """
+
+    def __init__(self, world: World, m: int, n: int, k: int, *, layout: str = "TN", sm_cap: int | None = None,
+                 policy: str = "one_way", movers: int | None = None, ag_order: str = "local_first",
+                 mover_threads: int | None = None):
+        if layout not in ("TN", "NN"):
+            raise ValueError(f"AllGatherMatmul layout is 'TN' (fprop) or 'NN' (dgrad), got {layout!r}")
+        self.kind = "ag_tn" if layout == "TN" else "ag_nn"
+        self.layout = layout
+        row = k if layout == "TN" else n  # gathered operand: X[m, k] or dY[m, n]
+        super().__init__(world, m, n, k, sm_cap=sm_cap, policy=policy, movers=movers,
+                         heap_bytes=world.size * m * row * 2 + world.size * (m // TILE_ROW + 1) * 8 + 4096)
+        self._setup_gather(row, ag_order, mover_threads)
+        P = self.P
+        a_shape = (P * m, row)
+        b_shape = (n, k)
+        self.shape = gemm.gemm_shape(layout, a_shape, b_shape)
+        tm, tn, _ = gemm.tile_counts(self.shape)
+        g = GatherGrid(P, world.rank, m, gemm.tile_shape()[0], tn)
+        self.tiles = self._tile_table(self.shape, ag_tile_order(g, ag_order))
+        self.launch = self._launch("kosmos_tp_ag_tn" if layout == "TN" else "kosmos_tp_ag_nn")
+        self.tmap_a = self._tmap(self.gathered.local)
+
+    @property
+    def out_shape(self) -> tuple[int, int]:
+        return self.shape.out_shape
+
+    def __call__(self, x: Any, w: Any, out: Any = None, stream: Any = None) -> Any:
+        import cupy
+
+        self._check(x, "x" if self.layout == "TN" else "dy", (self.m, self.row_elems))
+        self._check(w, "w", (self.n, self.k))
+        if out is None:
+            out = cupy.empty(self.out_shape, bfloat16)
+        self._check(out, "out", self.out_shape)
+        epoch, ctx = self._next_call()
+        prob = self._problem(self.shape, self.gathered.local, w)
+        epi = self._epi(out.data.ptr, out.shape[1], *self.out_shape)
+        args = self._common((self.tmap_a, self._tmap(w), prob), epoch, self.tiles, ctx) + (epi,) + self._gather_args(x)
+        self.launch(args, stream=stream)
+        return out
+
+
+class BulkAllGatherMatmul(_AllGatherBase):
+    """Column-parallel dgrad: X_full[P*m, kx] = allgather(X[m, kx]) beside dX[P*m, k] = dY[P*m, n] @ W[n, k].
+
+    The gather (kept for the wgrad) and the dgrad are independent; movers become builders when
+    their share of the gather is done. kx defaults to k (the layer's input width).
+    """
+
+    kind = "bulk_ag_nn"
+
+    def __init__(self, world: World, m: int, n: int, k: int, *, kx: int | None = None, sm_cap: int | None = None,
+                 policy: str = "one_way", movers: int | None = None, mover_threads: int | None = None):
+        kx = k if kx is None else kx
+        super().__init__(world, m, n, k, sm_cap=sm_cap, policy=policy, movers=movers,
+                         heap_bytes=world.size * m * kx * 2 + world.size * (m // TILE_ROW + 1) * 8 + 4096)
+        self._setup_gather(kx, "local_first", mover_threads)
+        P = self.P
+        self.shape = gemm.gemm_shape("NN", (P * m, n), (n, k))
+        self.tiles = self._tile_table(self.shape, None)
+        self.launch = self._launch("kosmos_tp_bulk_ag_nn")
+
+    def __call__(self, x: Any, dy: Any, w: Any, dx: Any = None, stream: Any = None) -> tuple[Any, Any]:
+        """Returns (X_full, dX): X_full is a copy of the gathered input (the heap's is reused)."""
+        import cupy
+
+        P, m = self.P, self.m
+        self._check(x, "x", (m, self.row_elems))
+        self._check(dy, "dy", (P * m, self.n))
+        self._check(w, "w", (self.n, self.k))
+        if dx is None:
+            dx = cupy.empty(self.shape.out_shape, bfloat16)
+        self._check(dx, "dx", self.shape.out_shape)
+        epoch, ctx = self._next_call()
+        prob = self._problem(self.shape, dy, w)
+        epi = self._epi(dx.data.ptr, dx.shape[1], *self.shape.out_shape)
+        args = self._common((self._tmap(dy), self._tmap(w), prob), epoch, self.tiles, ctx) + (epi,) + self._gather_args(x)
+        self.launch(args, stream=stream)
+        return self.gathered.local.copy(), dx
+
+
+class _ReduceScatterBase(_FusedOp):
+    kernel_enum = "KERNEL_GEMM_RS"
+
+    def _setup_reduce(self, cols: int, staging_dtype: np.dtype) -> None:
+        import cupy
+
+        from ..collectives import RS_SENTINEL
+
+        P, m = self.P, self.m
+        self.cols = cols
+        self.staging_dtype = np.dtype(staging_dtype)
+        self.buffer_bytes = P * m * cols * self.staging_dtype.itemsize
+        self.staging = self.heap.alloc((2 * P * m * cols,), RS_SENTINEL[self.staging_dtype].dtype)
+        self.staging.local.fill(RS_SENTINEL[self.staging_dtype])
+        cupy.cuda.runtime.deviceSynchronize()
+        self.world.comm.Barrier()  # every staging buffer is poisoned before any peer reads it
+        self.band = BandGrid(P, self.world.rank, m, gemm.tile_shape()[0], 1, band_tile_rows=TILE_ROW // gemm.tile_shape()[0])
+        self.slice_cols = _slice_cols(cols)
+        self.reduce_order = cupy.asarray(rs_reducer_order(self.band, cols, cols // self.slice_cols))
+        # Builders that join the reducers when the GEMM queue empties: up to link saturation.
+        self.max_join = self.crew.grid if P == 1 else max(0, self.hw.link_saturating_movers - self.crew.movers)
+
+    def _reduce_args(self, x: Any, out: Any) -> tuple:
+        return (np.uint64(self.staging.offset), np.uint64(self.buffer_bytes), np.uint64(self.m), np.uint64(self.cols),
+                x, out, self.reduce_order, np.int32(len(self.reduce_order)), np.uint64(TILE_ROW),
+                np.uint64(self.slice_cols), np.int32(self.max_join))
+
+    def _cur_staging_ptr(self) -> int:
+        # The kernel writes buffer (epoch % 2); self.epoch is already this call's epoch.
+        return self.staging.local.data.ptr + (self.epoch & 1) * self.buffer_bytes
+
+
+class MatmulReduceScatter(_ReduceScatterBase):
+    """TN+RS (row-parallel fprop): Y[m, n] = reduce_scatter(X[P*m, k] @ W[n, k]^T), bf16 out.
+
+    Partial tiles are staged in `staging_dtype` (bf16: half the link bytes; float32: partials
+    rounded only once) and summed in fp32 in rank order: bitwise reproducible.
+    """
+
+    kind = "tn_rs"
+
+    def __init__(self, world: World, m: int, n: int, k: int, *, staging_dtype: Any = bfloat16,
+                 sm_cap: int | None = None, policy: str = "one_way", movers: int | None = None,
+                 rs_order: str = "band_major"):
+        sd = np.dtype(staging_dtype)
+        if sd not in (bfloat16, float32):
+            raise TypeError("staging_dtype must be bfloat16 or float32")
+        super().__init__(world, m, n, k, sm_cap=sm_cap, policy=policy, movers=movers,
+                         heap_bytes=2 * world.size * m * n * sd.itemsize)
+        self._setup_reduce(n, sd)
+        P = self.P
+        self.shape = gemm.gemm_shape("TN", (P * m, k), (n, k))
+        tm, tn, _ = gemm.tile_counts(self.shape)
+        bg = BandGrid(P, world.rank, m, gemm.tile_shape()[0], tn, band_tile_rows=TILE_ROW // gemm.tile_shape()[0])
+        self.tiles = self._tile_table(self.shape, rs_tile_order(bg, rs_order))
+        self.launch = self._launch("kosmos_tp_tn_rs_" + ("bf16" if sd == bfloat16 else "f32"))
+
+    def __call__(self, x: Any, w: Any, out: Any = None, stream: Any = None) -> Any:
+        import cupy
+
+        P, m, n = self.P, self.m, self.n
+        self._check(x, "x", (P * m, self.k))
+        self._check(w, "w", (n, self.k))
+        if out is None:
+            out = cupy.empty((m, n), bfloat16)
+        self._check(out, "out", (m, n))
+        epoch, ctx = self._next_call()
+        prob = self._problem(self.shape, x, w)
+        epi = self._epi(self._cur_staging_ptr(), n, P * m, n)
+        args = self._common((self._tmap(x), self._tmap(w), prob), epoch, self.tiles, ctx) + (epi,)
+        self.launch(args + self._reduce_args(x, out), stream=stream)
+        return out
+
+
+class BulkReduceScatterMatmul(_ReduceScatterBase):
+    """Column-parallel wgrad: dX[m, k] = reduce_scatter(dXp[P*m, k]) beside dW[n, k] = dY[P*m, n]^T @ X[P*m, k].
+
+    dW is bf16 (or float32 with dw_dtype=float32).
+    """
+
+    kind = "bulk_rs_nt"
+
+    def __init__(self, world: World, m: int, n: int, k: int, *, dw_dtype: Any = bfloat16, sm_cap: int | None = None,
+                 policy: str = "one_way", movers: int | None = None):
+        super().__init__(world, m, n, k, sm_cap=sm_cap, policy=policy, movers=movers,
+                         heap_bytes=2 * world.size * m * k * 2)
+        self._setup_reduce(k, bfloat16)
+        self.dw_dtype = np.dtype(dw_dtype)
+        if self.dw_dtype not in (bfloat16, float32):
+            raise TypeError("dw_dtype must be bfloat16 or float32")
+        self.shape = gemm.gemm_shape("NT", (self.P * m, n), (self.P * m, k))
+        self.tiles = self._tile_table(self.shape, None)
+        self.launch = self._launch("kosmos_tp_bulk_rs_nt_" + ("bf16" if self.dw_dtype == bfloat16 else "f32"))
+
+    def __call__(self, dx_partial: Any, dy: Any, x_full: Any, dx: Any = None, dw: Any = None,
+                 stream: Any = None) -> tuple[Any, Any]:
+        import cupy
+
+        P, m, n, k = self.P, self.m, self.n, self.k
+        self._check(dx_partial, "dx_partial", (P * m, k))
+        self._check(dy, "dy", (P * m, n))
+        self._check(x_full, "x_full", (P * m, k))
+        if dx is None:
+            dx = cupy.empty((m, k), bfloat16)
+        if dw is None:
+            dw = cupy.empty((n, k), self.dw_dtype)
+        self._check(dx, "dx", (m, k))
+        check_array(dw, "dw", dtypes=(self.dw_dtype,), device=self.world.device_id)
+        epoch, ctx = self._next_call()
+        prob = self._problem(self.shape, dy, x_full)
+        epi = self._epi(dw.data.ptr, k, n, k)
+        args = self._common((self._tmap(dy), self._tmap(x_full), prob), epoch, self.tiles, ctx) + (epi,)
+        self.launch(args + self._reduce_args(dx_partial, dx), stream=stream)
+        return dx, dw
