@@ -164,9 +164,14 @@ def main(argv=None):
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--tag", default="")
+    ap.add_argument("--define", action="append", default=[], help="compile define for the gemm module, NAME=VALUE")
+    ap.add_argument("--commit", default="", help="record this commit (when the tree has no .git)")
     args = ap.parse_args(argv)
 
     caps = [int(c) for c in args.caps.split(",") if c]
+    if args.define:
+        gemm._extra_options = tuple(f"-D{d}" for d in args.define)
+    commit = args.commit or git_commit()
     shapes = gemm.load_llama3_shapes()
     if args.kernels:
         shapes = [s for s in shapes if s.kernel in args.kernels.split(",")]
@@ -178,7 +183,7 @@ def main(argv=None):
     props = cupy.cuda.runtime.getDeviceProperties(dev.id)
     gpu = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
     sms = dev.attributes["MultiProcessorCount"]
-    print(f"# {gpu}, {sms} SMs, gemm path {gemm.arch_path()}, commit {git_commit()}", flush=True)
+    print(f"# {gpu}, {sms} SMs, gemm path {gemm.arch_path()}, commit {commit}, defines {args.define}", flush=True)
 
     results = []
     for s in shapes:
@@ -195,7 +200,7 @@ def main(argv=None):
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"gemm_{gpu.replace(' ', '_')}_{date}{('_' + args.tag) if args.tag else ''}"
-    doc = {"gpu": gpu, "sms": sms, "commit": git_commit(), "date": date, "path": gemm.arch_path(),
+    doc = {"gpu": gpu, "sms": sms, "commit": commit, "date": date, "path": gemm.arch_path(), "defines": args.define,
            "reps": args.reps, "warmup": args.warmup, "quick": args.quick, "results": results}
     (out_dir / f"{stem}.json").write_text(json.dumps(doc, indent=1))
     try:

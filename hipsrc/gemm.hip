@@ -6,22 +6,27 @@
 using namespace kosmos;
 using namespace kosmos::gemm;
 
-#define KOSMOS_GEMM_KERNEL(NAME, LAYOUT, EPI)                                                              \
+// tmc: TMA map of the output (bf16 kernels on Hopper; zeros elsewhere). MAKE_EPI turns the
+// host's epilogue struct into the one the builder runs.
+#define KOSMOS_GEMM_KERNEL(NAME, LAYOUT, EPI, MAKE_EPI)                                                    \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
-      NAME(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb, Problem p, \
-           EPI epi, u64* head, u64 base) {                                                                 \
-    extern __shared__ __align__(1024) u8 kosmos_gemm_smem[];                                               \
+      NAME(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,             \
+           const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EPI epi, u64* head, u64 base) {            \
+    extern __shared__ __align__(16) u8 kosmos_gemm_smem[];                                                 \
     QueueClaim claim{head, base, p.tiles_m * p.tiles_n};                                                   \
-    run_builder<LAYOUT>(p, &tma, &tmb, kosmos_gemm_smem, claim, AlwaysReady{}, epi);                       \
+    run_builder<LAYOUT>(p, &tma, &tmb, kosmos_gemm_smem, claim, AlwaysReady{}, MAKE_EPI);                  \
   }
 
-KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_bf16, LAYOUT_TN, EpiStoreBf16)
-KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_f32, LAYOUT_TN, EpiStoreF32)
-KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_swiglu, LAYOUT_TN, EpiSwiGLU)
-KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_bf16, LAYOUT_NN, EpiStoreBf16)
-KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_f32, LAYOUT_NN, EpiStoreF32)
-KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_bf16, LAYOUT_NT, EpiStoreBf16)
-KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_f32, LAYOUT_NT, EpiStoreF32)
+#define KOSMOS_EPI_AS_IS epi
+#define KOSMOS_EPI_TMA EpiStoreBf16Tma(epi, &tmc)
+
+KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_bf16, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_f32, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_AS_IS)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_swiglu, LAYOUT_TN, EpiSwiGLU, KOSMOS_EPI_AS_IS)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_bf16, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_f32, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_AS_IS)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_bf16, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_f32, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_AS_IS)
 
 // What this compile selected: out[0] = kArchPath (1 wgmma, 2 mma.sync, 3 MFMA),
 // out[1] = kSm90aFeatures (1 when __CUDA_ARCH_FEAT_SM90_ALL was defined).

@@ -260,18 +260,24 @@ class GemmPlan:
     uses_tma: bool = True
     _tmaps: dict = field(default_factory=dict)
 
-    def _tmap_pair(self, a, b) -> tuple[np.void, np.void]:
+    @property
+    def tma_store(self) -> bool:
+        """The bf16 store epilogue writes through TMA (Hopper layer)."""
+        return self.uses_tma and self.kernel_name.endswith("_bf16")
+
+    def _tmaps_for(self, a, b, out) -> tuple[np.void, np.void, np.void]:
         if not self.uses_tma:
-            return _ZERO_TMAP, _ZERO_TMAP
-        key = (a.data.ptr, b.data.ptr)
+            return _ZERO_TMAP, _ZERO_TMAP, _ZERO_TMAP
+        key = (a.data.ptr, b.data.ptr, out.data.ptr)
         hit = self._tmaps.get(key)
         if hit is None:
-            # Every operand is row-major; its TMA dims are (columns, rows).
+            # Every array is row-major; its TMA dims are (columns, rows).
             ta = _encode_tmap(a.data.ptr, a.shape[1], a.shape[0], a.shape[1])
             tb = _encode_tmap(b.data.ptr, b.shape[1], b.shape[0], b.shape[1])
-            if len(self._tmaps) > 16:
+            tc = _encode_tmap(out.data.ptr, out.shape[1], out.shape[0], out.shape[1]) if self.tma_store else _ZERO_TMAP
+            if len(self._tmaps) > 32:
                 self._tmaps.clear()
-            hit = self._tmaps[key] = (ta, tb)
+            hit = self._tmaps[key] = (ta, tb, tc)
         return hit
 
     def __call__(self, a, b, out, stream=None) -> None:
@@ -287,8 +293,8 @@ class GemmPlan:
         epi["ldo"] = out.shape[1]
         epi["mo"] = s.mo
         epi["no"] = s.swiglu_f if s.swiglu_f else s.no
-        ta, tb = self._tmap_pair(a, b)
-        self.launch((ta, tb, prob, epi, self.head, np.uint64(self.base)), stream=stream)
+        ta, tb, tc = self._tmaps_for(a, b, out)
+        self.launch((ta, tb, tc, prob, epi, self.head, np.uint64(self.base)), stream=stream)
         # Every CTA claims until it sees an index past the end: the head moves by ntiles + grid.
         self.base += self.ntiles + self.grid
 

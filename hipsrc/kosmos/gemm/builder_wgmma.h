@@ -26,7 +26,8 @@ KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap* tma, cons
   constexpr bool AK = LayoutTraits<L>::kAKMajor;
   constexpr bool BK = LayoutTraits<L>::kBKMajor;
   u8* base = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
-  u64* full = reinterpret_cast<u64*>(base + kStages * kStageBytes);
+  u8* epi_smem = base + kStages * kStageBytes;  // kEpiBytes: 16 KB per consumer warpgroup
+  u64* full = reinterpret_cast<u64*>(epi_smem + kEpiBytes);
   u64* empty = full + kStages;
   i32* slot = reinterpret_cast<i32*>(empty + kStages);
   __shared__ i32 aborted;
@@ -137,16 +138,49 @@ KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap* tma, cons
       fence_regs(acc);
       if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
       if (!more) break;
-      // Epilogue from registers. Fragment of m64nNk16: thread (warp, lane) holds, for each n8
-      // block j, rows warp*16 + lane/4 (+8) and columns 8j + 2*(lane%4) (+1).
-      const i32 row0 = tc.tm * kTileM + cw * 64 + warp * 16 + lane / 4;
-      const i32 lc0 = 2 * (lane % 4);
+      if constexpr (Epi::kTmaStore) {
+        // Through shared memory: each warpgroup writes its 64x256 half-tile as two 64x128 rounds
+        // of two 64x64 boxes, in the TMA's 128-byte swizzle (16-byte chunk ^= row % 8, which also
+        // keeps the fragment's 8-row stores free of bank conflicts), then one thread stores them.
+        u8* ebuf = epi_smem + cw * (kEpiBytes / 2);
+        const int r0 = warp * 16 + lane / 4;
 #pragma unroll
-      for (int j = 0; j < 16; ++j) {
+        for (int h = 0; h < 2; ++h) {
+          if (tid == 0) bulk_wait_read_all();  // the previous round's stores have read ebuf
+          (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
-          epi.pair(tc, row0 + 8 * i, lc0 + 8 * j, acc[4 * j + 2 * i], acc[4 * j + 2 * i + 1],
-                   acc[4 * (j + 16) + 2 * i], acc[4 * (j + 16) + 2 * i + 1]);
+          for (int j = 0; j < 16; ++j) {
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+              const int r = r0 + 8 * i;
+              const int off = (j / 8) * kBoxBytes + r * 128 + (((j % 8) ^ (r % 8)) * 16) + (lane % 4) * 4;
+              const int a = 4 * (16 * h + j) + 2 * i;
+              *reinterpret_cast<u32*>(ebuf + off) = pack_bf16x2(acc[a], acc[a + 1]);
+            }
+          }
+          fence_proxy_async_shared();
+          (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
+          if (tid == 0) {
+            const i32 row = tc.tm * kTileM + cw * 64;
+            const i32 col = tc.tn * kTileN + 128 * h;
+            tma_store_2d(epi.map, ebuf, col, row);
+            tma_store_2d(epi.map, ebuf + kBoxBytes, col + 64, row);
+            bulk_commit();
+          }
+        }
+        if (Epi::kHasDone && tid == 0) bulk_wait_all();
+      } else {
+        // Epilogue from registers. Fragment of m64nNk16: thread (warp, lane) holds, for each n8
+        // block j, rows warp*16 + lane/4 (+8) and columns 8j + 2*(lane%4) (+1).
+        const i32 row0 = tc.tm * kTileM + cw * 64 + warp * 16 + lane / 4;
+        const i32 lc0 = 2 * (lane % 4);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) {
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            epi.pair(tc, row0 + 8 * i, lc0 + 8 * j, acc[4 * j + 2 * i], acc[4 * j + 2 * i + 1],
+                     acc[4 * (j + 16) + 2 * i], acc[4 * (j + 16) + 2 * i + 1]);
+          }
         }
       }
       if (Epi::kHasDone) {
@@ -154,6 +188,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap* tma, cons
         if (tid == 0 && cw == 0) epi.done(tc);
       }
     }
+    if (Epi::kTmaStore && tid == 0) bulk_wait_all();  // shared memory stays ours until the stores are done
     setmaxnreg_dec<kEntryRegs>();
   }
   __syncthreads();

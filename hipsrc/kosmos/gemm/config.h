@@ -18,11 +18,17 @@ constexpr int kBoxBytes = 8192;   // one 64x64 bf16 box (the TMA unit, 128-byte 
 constexpr int kStageBytesA = 16384;  // 2 boxes: 128 rows (or columns) of A
 constexpr int kStageBytesB = 32768;  // 4 boxes: 256 columns of the output
 constexpr int kStageBytes = 49152;
-constexpr int kSmemBytes = 197888;   // kStages * kStageBytes + 1024 (alignment) + 256 (barriers)
+constexpr int kEpiBytes = 32768;     // bf16 store staging: 64 rows x 128 columns per consumer warpgroup
+constexpr int kSmemBytes = 230656;   // kStages * kStageBytes + kEpiBytes + 1024 (alignment) + 256 (barriers)
 constexpr int kGroupM = 8;           // tile raster: tile-rows per group (L2 reuse of B)
+#ifdef KOSMOS_GEMM_GROUP_M           // a tuning knob for benchmarks (-DKOSMOS_GEMM_GROUP_M=16)
+constexpr int kRasterGroupM = KOSMOS_GEMM_GROUP_M;
+#else
+constexpr int kRasterGroupM = kGroupM;
+#endif
 
 static_assert(kStageBytes == kStageBytesA + kStageBytesB, "stage size");
-static_assert(kSmemBytes == kStages * kStageBytes + 1024 + 256, "shared memory size");
+static_assert(kSmemBytes == kStages * kStageBytes + kEpiBytes + 1024 + 256, "shared memory size");
 
 // Layouts in row-major NumPy terms (named BLAS-style, as in the paper). In each, the output
 // is [Mo, No] and the reduction has depth Kr:
@@ -60,10 +66,10 @@ struct TileCoord {
 
 // Queue position -> tile, grouped raster: kGroupM tile-rows share each B column block.
 KOSMOS_DEVICE TileCoord tile_of(const Problem& p, i32 t) {
-  const i32 per_group = kGroupM * p.tiles_n;
+  const i32 per_group = kRasterGroupM * p.tiles_n;
   const i32 g = t / per_group;
-  const i32 first_m = g * kGroupM;
-  const i32 rows = (p.tiles_m - first_m) < kGroupM ? (p.tiles_m - first_m) : kGroupM;
+  const i32 first_m = g * kRasterGroupM;
+  const i32 rows = (p.tiles_m - first_m) < kRasterGroupM ? (p.tiles_m - first_m) : kRasterGroupM;
   const i32 r = t - g * per_group;
   TileCoord c;
   c.index = t;

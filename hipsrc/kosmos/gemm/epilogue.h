@@ -24,6 +24,7 @@ struct EpiStoreBf16 {
   u16* out;
   i32 ldo, mo, no;
   static constexpr bool kHasDone = false;
+  static constexpr bool kTmaStore = false;
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
                           float hi1) const {
     if (row >= mo) return;
@@ -35,11 +36,21 @@ struct EpiStoreBf16 {
   KOSMOS_DEVICE void done(const TileCoord&) const {}
 };
 
+// The same through shared memory and TMA stores on the Hopper layer (full 128-byte lines, and the
+// consumers move on to the next tile while the stores drain). `map` describes `out` (64x64 boxes,
+// 128-byte swizzle); other layers ignore it and use pair().
+struct EpiStoreBf16Tma : EpiStoreBf16 {
+  const TensorMap* map;
+  static constexpr bool kTmaStore = true;
+  KOSMOS_DEVICE EpiStoreBf16Tma(const EpiStoreBf16& e, const TensorMap* m) : EpiStoreBf16(e), map(m) {}
+};
+
 // out[mo, no] fp32 (a partial-sum staging buffer, or a full-precision result), row stride ldo.
 struct EpiStoreF32 {
   float* out;
   i32 ldo, mo, no;
   static constexpr bool kHasDone = false;
+  static constexpr bool kTmaStore = false;
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
                           float hi1) const {
     if (row >= mo) return;
@@ -57,6 +68,7 @@ struct EpiSwiGLU {
   u16* out;
   i32 ldo, mo, f;
   static constexpr bool kHasDone = false;
+  static constexpr bool kTmaStore = false;
   KOSMOS_DEVICE static float silu(float g) { return g / (1.0f + __expf(-g)); }
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float g0, float g1, float u0,
                           float u1) const {

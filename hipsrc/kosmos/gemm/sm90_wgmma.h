@@ -53,6 +53,21 @@ KOSMOS_DEVICE void tma_load_2d(void* dst, const TensorMap* tm, i32 c0, i32 c1, u
       : "memory");
 }
 
+// Store one 2-D box from shared memory (async proxy; commit with bulk_commit). Out-of-bounds
+// elements of the box are not written (row and column tails).
+KOSMOS_DEVICE void tma_store_2d(const TensorMap* tm, const void* src, i32 c0, i32 c1) {
+  asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];"
+               ::"l"(reinterpret_cast<u64>(tm)), "r"(smem_addr(src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+KOSMOS_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
+// Wait until this thread's committed bulk stores have finished reading shared memory.
+KOSMOS_DEVICE void bulk_wait_read_all() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+// Wait until they are complete (written to global memory).
+KOSMOS_DEVICE void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
+// Ordinary shared-memory stores become visible to the async proxy (TMA store, wgmma).
+KOSMOS_DEVICE void fence_proxy_async_shared() { asm volatile("fence.proxy.async.shared::cta;" ::: "memory"); }
+
 // Generic-proxy writes (by other CTAs or peers, observed through an acquire) become visible to
 // the TMA reads this thread issues next.
 KOSMOS_DEVICE void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
