@@ -166,12 +166,16 @@ KOSMOS_DEVICE bool reduce_item(const Staging& s, int rank, int world, u64 epoch,
   for (u64 v = threadIdx.x; ok && v < rows * vec_per_row; v += blockDim.x) {
     const u64 r = row0 + v / vec_per_row, c = col0 + (v % vec_per_row) * S::kLanes;
     const u64 elem = (u64(rank) * s.m + r) * s.cols + c;
-    vec16 d[kMaxWorld];
-    for (int p = 0; p < world; ++p) d[p] = ld16_volatile(s.at(p, cur) + elem * sizeof(T));
+    vec16 d[kMaxWorld];  // all peers' loads in flight at once; unrolled so d stays in registers
+#pragma unroll
+    for (int p = 0; p < kMaxWorld; ++p)
+      if (p < world) d[p] = ld16_volatile(s.at(p, cur) + elem * sizeof(T));
     float acc[S::kLanes];
 #pragma unroll
     for (int l = 0; l < S::kLanes; ++l) acc[l] = 0.f;
-    for (int p = 0; p < world && ok; ++p) {
+#pragma unroll
+    for (int p = 0; p < kMaxWorld; ++p) {
+      if (p >= world || !ok) continue;
       if (S::has(d[p])) {
         const vec16* src = reinterpret_cast<const vec16*>(s.at(p, cur) + elem * sizeof(T));
         ok = bounded_wait(wait, SITE_SENTINEL, [&] { d[p] = ld16_volatile(src); return !S::has(d[p]); });

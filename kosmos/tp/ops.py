@@ -64,6 +64,8 @@ class _FusedOp:
             self.crew = Crew(movers, max(1, movers // max(1, self.P - 1)), self.crew.grid - movers, self.crew.grid)
         if self.P == 1:
             self.crew = Crew(0, 0, self.crew.grid, self.crew.grid)
+        elif self.crew.movers == 0 and policy == "fixed":
+            raise ValueError("a fixed split needs at least one mover: nobody would move the data")
         self.hw = hw
         self.heap = SymmetricHeap(world, heap_bytes + FLAG_WORDS * 8 + 8192)
         self.flags = self.heap.alloc((FLAG_WORDS,), np.uint64)

@@ -1,0 +1,172 @@
+"""The TP+SP fused kernels against float64 references, on every rank of the world."""
+from __future__ import annotations
+
+import zlib
+
+import numpy as np
+import pytest
+
+import kosmos
+from kosmos.dtypes import bfloat16, float32
+from kosmos.reference import rel_error
+from kosmos.tp.ops import (AllGatherMatmul, BulkAllGatherMatmul, BulkReduceScatterMatmul, MatmulReduceScatter)
+
+from .conftest import cupy, poisoned
+
+TOL = 1e-2  # bf16 inputs and output, fp32 accumulation: relative Frobenius error vs float64
+
+
+def arr(tag, rank, shape, scale=1.0):
+    """Rank `rank`'s operand `tag`, fresh random bf16, never zero; any rank can rebuild it."""
+    rng = np.random.default_rng([zlib.crc32(repr((tag, shape)).encode()), rank])
+    return ((rng.standard_normal(shape) + 0.05) * scale).astype(bfloat16)
+
+
+def f64(a):
+    return np.asarray(a, np.float64)
+
+
+def bits(a):
+    return cupy.asnumpy(a).view(np.uint16)
+
+
+SHAPES = [(128, 64, 64), (384, 192, 320), (256, 512, 128)]  # (m, n, k): tails in items and tiles
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("layout", ["TN", "NN"])
+def test_all_gather_matmul(world, m, n, k, layout):
+    P, r = world.size, world.rank
+    row = k if layout == "TN" else n
+    xs = [arr(("agx", layout), p, (m, row)) for p in range(P)]
+    w = arr(("agw", layout), 0, (n, k), 0.1)
+    op = AllGatherMatmul(world, m, n, k, layout=layout)
+    out = poisoned(op.out_shape, bfloat16)
+    op(cupy.asarray(xs[r]), cupy.asarray(w), out)
+    world.synchronize()
+    full = f64(np.concatenate(xs))
+    ref = full @ f64(w).T if layout == "TN" else full @ f64(w)
+    assert rel_error(cupy.asnumpy(out), ref) < TOL
+    first = bits(out)
+    op(cupy.asarray(xs[r]), cupy.asarray(w), out)
+    world.synchronize()
+    np.testing.assert_array_equal(bits(out), first)  # bitwise-equal rerun
+    np.testing.assert_array_equal(cupy.asnumpy(op.gathered_copy()).view(np.uint16), np.concatenate(xs).view(np.uint16))
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("staging", [bfloat16, float32])
+def test_matmul_reduce_scatter(world, m, n, k, staging):
+    P, r = world.size, world.rank
+    xs = [arr("rsx", p, (P * m, k)) for p in range(P)]
+    ws = [arr("rsw", p, (n, k), 0.1) for p in range(P)]
+    op = MatmulReduceScatter(world, m, n, k, staging_dtype=staging)
+    out = poisoned((m, n), bfloat16)
+    op(cupy.asarray(xs[r]), cupy.asarray(ws[r]), out)
+    world.synchronize()
+    ref = sum(f64(xs[p][r * m:(r + 1) * m]) @ f64(ws[p]).T for p in range(P))
+    assert rel_error(cupy.asnumpy(out), ref) < TOL
+    first = bits(out)
+    op(cupy.asarray(xs[r]), cupy.asarray(ws[r]), out)
+    world.synchronize()
+    np.testing.assert_array_equal(bits(out), first)
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES[:2])
+def test_bulk_all_gather_matmul(world, m, n, k):
+    P, r = world.size, world.rank
+    xs = [arr("bagx", p, (m, k)) for p in range(P)]
+    dy = arr("bagdy", r, (P * m, n))
+    w = arr("bagw", 0, (n, k), 0.1)
+    op = BulkAllGatherMatmul(world, m, n, k)
+    x_full, dx = op(cupy.asarray(xs[r]), cupy.asarray(dy), cupy.asarray(w), dx=poisoned((P * m, k), bfloat16))
+    world.synchronize()
+    np.testing.assert_array_equal(cupy.asnumpy(x_full).view(np.uint16), np.concatenate(xs).view(np.uint16))
+    assert rel_error(cupy.asnumpy(dx), f64(dy) @ f64(w)) < TOL
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES[:2])
+@pytest.mark.parametrize("dw_dtype", [bfloat16, float32])
+def test_bulk_reduce_scatter_matmul(world, m, n, k, dw_dtype):
+    P, r = world.size, world.rank
+    dxps = [arr("brsdx", p, (P * m, k)) for p in range(P)]
+    dy = arr("brsdy", r, (P * m, n))
+    x_full = arr("brsx", r, (P * m, k))
+    op = BulkReduceScatterMatmul(world, m, n, k, dw_dtype=dw_dtype)
+    dx, dw = op(cupy.asarray(dxps[r]), cupy.asarray(dy), cupy.asarray(x_full),
+                dx=poisoned((m, k), bfloat16), dw=poisoned((n, k), dw_dtype))
+    world.synchronize()
+    exact = np.zeros((m, k), np.float32)
+    for p in range(P):
+        exact += dxps[p][r * m:(r + 1) * m].astype(np.float32)
+    np.testing.assert_array_equal(cupy.asnumpy(dx).view(np.uint16), exact.astype(bfloat16).view(np.uint16))
+    assert rel_error(cupy.asnumpy(dw), f64(dy).T @ f64(x_full)) < TOL
+
+
+ABLATIONS = [dict(policy="fixed"), dict(ag_order="chunk_major"), dict(ag_order="naive"), dict(mover_threads=128),
+             dict(movers=1), dict(sm_cap=33)]
+
+
+@pytest.mark.parametrize("switch", ABLATIONS, ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
+def test_ag_switches_give_the_same_answer(world, switch):
+    m, n, k = 256, 192, 128
+    P, r = world.size, world.rank
+    x = cupy.asarray(arr("abx", r, (m, k)))
+    w = cupy.asarray(arr("abw", 0, (n, k), 0.1))
+    base = AllGatherMatmul(world, m, n, k)(x, w)
+    other = AllGatherMatmul(world, m, n, k, **switch)(x, w)
+    world.synchronize()
+    np.testing.assert_array_equal(bits(other), bits(base))
+
+
+@pytest.mark.parametrize("switch", [dict(policy="fixed"), dict(rs_order="row_major"), dict(movers=1), dict(sm_cap=16)],
+                         ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
+def test_rs_switches_give_the_same_answer(world, switch):
+    m, n, k = 256, 192, 128
+    P, r = world.size, world.rank
+    x = cupy.asarray(arr("rbx", r, (P * m, k)))
+    w = cupy.asarray(arr("rbw", r, (n, k), 0.1))
+    base = MatmulReduceScatter(world, m, n, k)(x, w)
+    other = MatmulReduceScatter(world, m, n, k, **switch)(x, w)
+    world.synchronize()
+    np.testing.assert_array_equal(bits(other), bits(base))
+
+
+def test_back_to_back_calls_of_different_shapes(world):
+    """Several plans interleaved without host synchronization, each called with fresh inputs."""
+    P, r = world.size, world.rank
+    ops = [(AllGatherMatmul(world, 128, 128, 64), "ag1"), (MatmulReduceScatter(world, 256, 64, 128), "rs1"),
+           (AllGatherMatmul(world, 256, 64, 192, layout="NN"), "ag2")]
+    results = []
+    for it in range(4):
+        for op, tag in ops:
+            if isinstance(op, MatmulReduceScatter):
+                xs = [arr((tag, it), p, (P * op.m, op.k)) for p in range(P)]
+                w = arr((tag, "w"), 0, (op.n, op.k), 0.1)
+                results.append((op(cupy.asarray(xs[r]), cupy.asarray(w)),
+                                sum(f64(xs[p][r * op.m:(r + 1) * op.m]) for p in range(P)) @ f64(w).T))
+            else:
+                row = op.row_elems
+                xs = [arr((tag, it), p, (op.m, row)) for p in range(P)]
+                w = arr((tag, "w"), 0, (op.n, op.k), 0.1)
+                full = f64(np.concatenate(xs))
+                results.append((op(cupy.asarray(xs[r]), cupy.asarray(w)),
+                                full @ (f64(w).T if op.layout == "TN" else f64(w))))
+    world.synchronize()
+    for got, ref in results:
+        assert rel_error(cupy.asnumpy(got), ref) < TOL
+
+
+def test_bad_inputs_are_rejected(world):
+    with pytest.raises(ValueError, match="multiple of 128"):
+        AllGatherMatmul(world, 100, 64, 64)
+    with pytest.raises(ValueError, match="multiple of 64"):
+        MatmulReduceScatter(world, 128, 100, 64)
+    with pytest.raises(ValueError, match="policy"):
+        AllGatherMatmul(world, 128, 64, 64, policy="two_way_maybe")
+    op = AllGatherMatmul(world, 128, 64, 64)
+    with pytest.raises(TypeError):
+        op(cupy.zeros((128, 64), np.float32), cupy.zeros((64, 64), bfloat16))
+    with pytest.raises(ValueError, match="shape"):
+        op(cupy.zeros((64, 64), bfloat16), cupy.zeros((64, 64), bfloat16))
+    world.synchronize()
