@@ -3,6 +3,7 @@
 // ones. Persistent grid: every CTA claims work items from the op's queue until it is empty.
 #include "kosmos/flags.h"
 #include "kosmos/mover.h"
+#include "kosmos/sentinel.h"
 #include "kosmos/wait.h"
 
 using namespace kosmos;
@@ -81,73 +82,6 @@ extern "C" __global__ void kosmos_all_gather(const u64* __restrict__ peer_bases,
 // the next call; reducers pull this rank's chunk from every rank, detect arrival from the data
 // itself (no sentinel left), sum in fp32 in rank order 0..world-1 and round once.
 template <class T>
-struct Sentinel;
-template <>
-struct Sentinel<u16> {  // bf16
-  static constexpr u32 kBits = 0x7fa5u, kQuiet = 0x7fc0u;
-  static constexpr int kLanes = 8;
-  KOSMOS_DEVICE static float lane(const vec16& v, int i) {
-    const u32 w = (&v.x)[i >> 1];
-    return bf16_to_f32(u16((i & 1) ? w >> 16 : w & 0xffffu));
-  }
-  KOSMOS_DEVICE static bool has(const vec16& v) {
-    bool any = false;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const u32 w = (&v.x)[i];
-      any |= (w & 0xffffu) == kBits || (w >> 16) == kBits;
-    }
-    return any;
-  }
-  KOSMOS_DEVICE static vec16 canonical(vec16 v) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      u32& w = (&v.x)[i];
-      if ((w & 0xffffu) == kBits) w = (w & 0xffff0000u) | kQuiet;
-      if ((w >> 16) == kBits) w = (w & 0xffffu) | (kQuiet << 16);
-    }
-    return v;
-  }
-  KOSMOS_DEVICE static vec16 pack(const float* a) {
-    vec16 v;
-#pragma unroll
-    for (int i = 0; i < 4; ++i) (&v.x)[i] = u32(f32_to_bf16(a[2 * i])) | (u32(f32_to_bf16(a[2 * i + 1])) << 16);
-    return v;
-  }
-  KOSMOS_DEVICE static vec16 poison() { return vec16{kBits * 0x10001u, kBits * 0x10001u, kBits * 0x10001u, kBits * 0x10001u}; }
-};
-template <>
-struct Sentinel<float> {
-  static constexpr u32 kBits = 0x7fa5a5a5u, kQuiet = 0x7fc00000u;
-  static constexpr int kLanes = 4;
-  KOSMOS_DEVICE static float lane(const vec16& v, int i) { return __uint_as_float((&v.x)[i]); }
-  KOSMOS_DEVICE static bool has(const vec16& v) {
-    return v.x == kBits || v.y == kBits || v.z == kBits || v.w == kBits;
-  }
-  KOSMOS_DEVICE static vec16 canonical(vec16 v) {
-#pragma unroll
-    for (int i = 0; i < 4; ++i)
-      if ((&v.x)[i] == kBits) (&v.x)[i] = kQuiet;
-    return v;
-  }
-  KOSMOS_DEVICE static vec16 pack(const float* a) {
-    return vec16{__float_as_uint(a[0]), __float_as_uint(a[1]), __float_as_uint(a[2]), __float_as_uint(a[3])};
-  }
-  KOSMOS_DEVICE static vec16 poison() { return vec16{kBits, kBits, kBits, kBits}; }
-};
-
-// Stage x into this call's buffer and poison the other one. Each thread poisons and then
-// writes the same indices, with a system fence between, so a reader that saw this call's data
-// at an index will find the poison there in the next call.
-template <class T>
-KOSMOS_DEVICE void stage_with_sentinel(vec16* cur, vec16* next, const vec16* x, u64 n_vec) {
-  const u64 stride = u64(gridDim.x) * blockDim.x, first = u64(blockIdx.x) * blockDim.x + threadIdx.x;
-  for (u64 i = first; i < n_vec; i += stride) st16(next + i, Sentinel<T>::poison());
-  fence_acq_rel_sys();
-  for (u64 i = first; i < n_vec; i += stride) st16(cur + i, Sentinel<T>::canonical(ld16(x + i)));
-}
-
-template <class T>
 KOSMOS_DEVICE void reduce_scatter(const u64* __restrict__ peer_bases, int rank, int world, u64 epoch,
                                   u64 flags_off, u64 staging_off, const T* __restrict__ x,
                                   T* __restrict__ out, u64 chunk_bytes, u64 item_bytes, WaitCtx wait) {
@@ -157,11 +91,10 @@ KOSMOS_DEVICE void reduce_scatter(const u64* __restrict__ peer_bases, int rank, 
   OpFlags* mine = flags_of(peer_bases, rank, flags_off);
   const u64 total = chunk_bytes * world;
   // Buffers by parity: call e writes buffer e % 2 and poisons the other.
-  const u64 cur_off = staging_off + (epoch & 1) * total, next_off = staging_off + ((epoch + 1) & 1) * total;
+  const Staging st{peer_bases, staging_off, total, chunk_bytes / sizeof(T), 1};
+  const u64 cur_off = st.cur(epoch);
   if (!wait_peers_done(wait, mine, rank, world, epoch)) return;
-  stage_with_sentinel<T>(reinterpret_cast<vec16*>(peer_bases[rank] + cur_off),
-                         reinterpret_cast<vec16*>(peer_bases[rank] + next_off),
-                         reinterpret_cast<const vec16*>(x), total / 16);
+  poison_and_stage<T>(st, rank, epoch, reinterpret_cast<const vec16*>(x));
 
   const u64 n_items = (chunk_bytes + item_bytes - 1) / item_bytes, base = queue_base(epoch, n_items);
   bool ok = true;
