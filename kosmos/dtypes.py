@@ -33,3 +33,29 @@ def check_array(x: Any, name: str, *, dtypes: tuple[np.dtype, ...] | None = None
         raise ValueError(f"{name} lives on GPU {x.device.id}, but this rank's GPU is {device}")
     if x.data.ptr % 16:
         raise ValueError(f"{name} must be 16-byte aligned")
+
+
+def random_bf16(shape: Any, seed: int, scale: float = 1.0) -> Any:
+    """Random normal bf16 CuPy array drawn on the device (fp32 draw, rounded to nearest even)."""
+    import cupy
+
+    x = (cupy.random.RandomState(seed).standard_normal(shape, dtype=cupy.float32) * scale).view(cupy.uint32)
+    bits = ((x + cupy.uint32(0x7FFF) + ((x >> 16) & cupy.uint32(1))) >> 16).astype(cupy.uint16)
+    return bits.view(bfloat16)
+
+
+def bf16_to_f32(x: Any) -> Any:
+    """A bf16 CuPy array as float32 (exact)."""
+    import cupy
+
+    return (x.view(cupy.uint16).astype(cupy.uint32) << 16).view(cupy.float32)
+
+
+def f32_to_bf16(x: Any) -> Any:
+    """A float32 CuPy array rounded to bf16 (nearest even; NaN stays NaN)."""
+    import cupy
+
+    u = x.view(cupy.uint32)
+    r = ((u + cupy.uint32(0x7FFF) + ((u >> 16) & cupy.uint32(1))) >> 16).astype(cupy.uint16)
+    r = cupy.where(cupy.isnan(x), cupy.uint16(0x7FC0), r)
+    return r.view(bfloat16)

@@ -1,0 +1,202 @@
+"""TP+SP fused kernels vs NCCL + cuBLAS back to back vs our own unfused kernels, on Llama 3 shapes.
+
+    python3 bench/tp.py [--quick] [--kernels ag_tn,tn_rs] [--iters 20]       # world size 1: overhead
+    mpirun -np 8 python3 bench/tp.py                                          # the real thing
+    mpirun -np 8 python3 bench/tp.py --ablate                                 # role policies, queue orders
+
+Shapes: kosmos/configs/llama3_shapes.yaml (the paper's Tables C.3-C.12, M tokens in total, TP 8
+widths); each rank holds M / world tokens. Per shape and kernel: the fused op (one launch), the
+baseline (NCCL collective and cuBLAS through CuPy, back to back on one stream), and "unfused"
+(our collective kernel and our persistent GEMM back to back). Slowest rank's median of --iters
+timed calls after warm-up. At world size 1 nothing moves, and the comparison that matters is
+fused vs our plain GEMM (the cost of the queues and flags). Writes JSON and a PNG.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kosmos import World, gemm  # noqa: E402
+from kosmos.collectives import AllGather, ReduceScatter  # noqa: E402
+from kosmos.dtypes import bfloat16, random_bf16  # noqa: E402
+from kosmos.reference import NcclBaseline  # noqa: E402
+from kosmos.timing import check_timeable, device_name, git_commit, time_call  # noqa: E402
+from kosmos.tp.ops import (AllGatherMatmul, BulkAllGatherMatmul, BulkReduceScatterMatmul,  # noqa: E402
+                           MatmulReduceScatter)
+
+RESULTS = Path(__file__).resolve().parent / "results"
+QUICK = {"8B-QKV-MBS1", "8B-FC1-MBS1", "70B-FC1-MBS2", "70B-QKV-MBS2", "405B-FC1-MBS1", "8B-Down-MBS1",
+         "8B-OProj-MBS1", "70B-Down-MBS2", "70B-OProj-MBS2", "405B-Down-MBS1"}
+ABLATIONS = {
+    "ag_tn": [dict(policy="fixed"), dict(ag_order="chunk_major"), dict(ag_order="naive"), dict(mover_threads=128)],
+    "ag_nn": [dict(policy="fixed"), dict(ag_order="chunk_major"), dict(ag_order="naive")],
+    "tn_rs": [dict(policy="fixed"), dict(rs_order="row_major")],
+    "bulk_ag_nn": [dict(policy="fixed")],
+    "bulk_rs_nt": [dict(policy="fixed")],
+}
+
+
+def op_dims(kernel: str, M: int, N: int, K: int, P: int) -> tuple[int, int, int]:
+    """The paper's (M, N, K) of a kernel's GEMM -> our ops' (m rows per rank, n, k)."""
+    if kernel in ("ag_tn", "tn_rs"):
+        return M // P, N, K
+    if kernel in ("ag_nn", "bulk_ag_nn"):
+        return M // P, K, N  # dY[m, n=K] @ W[K, N]
+    return K // P, M, N      # bulk_rs_nt: dW[M, N] = dY[K, M]^T @ X[K, N], K tokens
+
+
+class Case:
+    """Operands and the three contenders for one (kernel, shape)."""
+
+    def __init__(self, world: World, kernel: str, m: int, n: int, k: int, nccl, switches: dict | None = None):
+        import cupy
+
+        P, self.kernel = world.size, kernel
+        s = 1000 * world.rank
+        sw = switches or {}
+        if kernel in ("ag_tn", "ag_nn"):
+            layout = "TN" if kernel == "ag_tn" else "NN"
+            row = k if layout == "TN" else n
+            x, w = random_bf16((m, row), s + 1), random_bf16((n, k), 2, 0.05)
+            op = AllGatherMatmul(world, m, n, k, layout=layout, **sw)
+            out, full = cupy.empty(op.out_shape, bfloat16), cupy.empty((P * m, row), bfloat16)
+            ag = AllGather(world, (m, row), bfloat16)
+            self.fused = lambda i: op(x, w, out)
+            self.unfused = lambda i: gemm.matmul(ag(x, full), w, layout, out=out)
+            self.gemm = lambda i: gemm.matmul(full, w, layout, out=out)
+            if nccl:
+                wt = w.T if layout == "TN" else w
+                self.base = lambda i: cupy.matmul(nccl.all_gather(x, full), wt, out=out)
+            self.flops = 2 * P * m * n * k
+        elif kernel == "tn_rs":
+            x, w = random_bf16((P * m, k), s + 1), random_bf16((n, k), s + 2, 0.05)
+            op = MatmulReduceScatter(world, m, n, k, **sw)
+            part, out = cupy.empty((P * m, n), bfloat16), cupy.empty((m, n), bfloat16)
+            rs = ReduceScatter(world, (P * m, n), bfloat16)
+            self.fused = lambda i: op(x, w, out)
+            self.unfused = lambda i: rs(gemm.matmul(x, w, "TN", out=part), out)
+            self.gemm = lambda i: gemm.matmul(x, w, "TN", out=part)
+            if nccl:
+                self.base = lambda i: nccl.reduce_scatter(cupy.matmul(x, w.T, out=part), out)
+            self.flops = 2 * P * m * n * k
+        elif kernel == "bulk_ag_nn":
+            x, dy, w = random_bf16((m, k), s + 1), random_bf16((P * m, n), s + 3), random_bf16((n, k), 2, 0.05)
+            op = BulkAllGatherMatmul(world, m, n, k, **sw)
+            full, dx = cupy.empty((P * m, k), bfloat16), cupy.empty((P * m, k), bfloat16)
+            ag = AllGather(world, (m, k), bfloat16)
+            self.fused = lambda i: op(x, dy, w, dx)
+            self.unfused = lambda i: (ag(x, full), gemm.matmul(dy, w, "NN", out=dx))
+            self.gemm = lambda i: gemm.matmul(dy, w, "NN", out=dx)
+            if nccl:
+                self.base = lambda i: (nccl.all_gather(x, full), cupy.matmul(dy, w, out=dx))
+            self.flops = 2 * P * m * n * k
+        else:
+            dxp, dy, xf = (random_bf16((P * m, k), s + 1), random_bf16((P * m, n), s + 3),
+                           random_bf16((P * m, k), s + 4))
+            op = BulkReduceScatterMatmul(world, m, n, k, **sw)
+            dx, dw = cupy.empty((m, k), bfloat16), cupy.empty((n, k), bfloat16)
+            rs = ReduceScatter(world, (P * m, k), bfloat16)
+            self.fused = lambda i: op(dxp, dy, xf, dx, dw)
+            self.unfused = lambda i: (rs(dxp, dx), gemm.matmul(dy, xf, "NT", out=dw))
+            self.gemm = lambda i: gemm.matmul(dy, xf, "NT", out=dw)
+            if nccl:
+                self.base = lambda i: (nccl.reduce_scatter(dxp, dx), cupy.matmul(dy.T, xf, out=dw))
+            self.flops = 2 * P * m * n * k
+        self.op = op
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="10 shapes per kernel")
+    ap.add_argument("--kernels", default="ag_tn,tn_rs,ag_nn,bulk_ag_nn,bulk_rs_nt")
+    ap.add_argument("--shapes", default="", help="comma list of shape names")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--ablate", action="store_true", help="also time each ablation switch")
+    ap.add_argument("--allow-oversubscribed", action="store_true")
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    args = ap.parse_args(argv)
+    import cupy
+
+    with World() as world:
+        check_timeable(world, args.allow_oversubscribed)
+        P, say = world.size, (print if world.rank == 0 else (lambda *a, **k: None))
+        nccl = NcclBaseline(world) if NcclBaseline.available(world) else None
+        shapes = [s for s in gemm.load_llama3_shapes() if s.kernel in args.kernels.split(",")]
+        if args.quick:
+            shapes = [s for s in shapes if s.name in QUICK]
+        if args.shapes:
+            shapes = [s for s in shapes if s.name in args.shapes.split(",")]
+        say(f"bench/tp: {device_name()}, world {P}, commit {git_commit()}, {len(shapes)} shapes", flush=True)
+        rows = []
+        for s in shapes:
+            m, n, k = op_dims(s.kernel, s.m, s.n, s.k, P)
+            if m % 128:
+                say(f"skip {s.kernel} {s.name}: {m} tokens per rank is not a multiple of 128")
+                continue
+            variants = [("shipped", {})] + ([(",".join(f"{a}={b}" for a, b in sw.items()), sw)
+                                             for sw in ABLATIONS[s.kernel]] if args.ablate else [])
+            for label, sw in variants:
+                case = Case(world, s.kernel, m, n, k, nccl, sw)
+                t = {"fused": time_call(world, case.fused, args.warmup, args.iters).median_ms}
+                if label == "shipped":
+                    t["unfused"] = time_call(world, case.unfused, args.warmup, args.iters).median_ms
+                    t["gemm"] = time_call(world, case.gemm, args.warmup, args.iters).median_ms
+                    if nccl:
+                        t["base"] = time_call(world, case.base, args.warmup, args.iters).median_ms
+                row = {"kernel": s.kernel, "shape": s.name, "m": m, "n": n, "k": k, "variant": label,
+                       "crew": case.op.describe(), **{f"{a}_ms": b for a, b in t.items()}}
+                rows.append(row)
+                say(f"{s.kernel:11s} {s.name:16s} {label:22s} " + "  ".join(f"{a} {b:8.3f}" for a, b in t.items()),
+                    flush=True)
+                del case
+                cupy.get_default_memory_pool().free_all_blocks()
+        result = {"gpu": device_name(), "world_size": P, "oversubscribed": world.oversubscribed,
+                  "commit": git_commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}
+        if world.rank == 0 and rows:
+            args.out.mkdir(parents=True, exist_ok=True)
+            stem = f"tp_w{P}" + ("_ablate" if args.ablate else "")
+            (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1))
+            summarize(result, args.out / f"{stem}.png")
+        if nccl:
+            nccl.close()
+    return 0
+
+
+def summarize(result: dict, png: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    shipped = [r for r in result["rows"] if r["variant"] == "shipped"]
+    print(f"\n{'kernel':11s} {'shapes':>6s} {'fused/gemm':>11s} {'base/fused':>11s} {'unfused/fused':>14s}  (geometric means)")
+    fig, ax = plt.subplots(figsize=(10, 4))
+    for kernel in dict.fromkeys(r["kernel"] for r in shipped):
+        rs = [r for r in shipped if r["kernel"] == kernel]
+        g = lambda xs: math.exp(sum(math.log(x) for x in xs) / len(xs))  # noqa: E731
+        over = g([r["fused_ms"] / r["gemm_ms"] for r in rs])
+        base = g([r["base_ms"] / r["fused_ms"] for r in rs]) if "base_ms" in rs[0] else float("nan")
+        unf = g([r["unfused_ms"] / r["fused_ms"] for r in rs])
+        print(f"{kernel:11s} {len(rs):6d} {over:11.3f} {base:11.3f} {unf:14.3f}")
+        key = "base_ms" if "base_ms" in rs[0] and result["world_size"] > 1 else "gemm_ms"
+        ax.plot([r["shape"] for r in rs], [r[key] / r["fused_ms"] for r in rs], "o-", label=kernel)
+    ax.axhline(1.0, color="gray", ls="--")
+    ax.set_ylabel("speedup of fused over " + ("NCCL+cuBLAS" if result["world_size"] > 1 else "plain GEMM"))
+    ax.set_title(f"{result['gpu']}, world {result['world_size']}, commit {result['commit']}")
+    ax.tick_params(axis="x", rotation=90, labelsize=6)
+    ax.legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(png, dpi=120)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
