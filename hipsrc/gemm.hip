@@ -2,6 +2,7 @@
 // Grid = SMs (or an SM cap), one CTA per SM, kosmos::gemm::kThreads threads, kSmemBytes of
 // dynamic shared memory; tiles come from an atomic queue (QueueClaim).
 #include "kosmos/gemm/tile.h"
+#include "kosmos/wait.h"
 
 using namespace kosmos;
 using namespace kosmos::gemm;
@@ -27,6 +28,30 @@ KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_bf16, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_f32, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_AS_IS)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_bf16, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_f32, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_AS_IS)
+
+// The hooks fused kernels use, exercised standalone: before tile row tm's first K-slab, wait
+// (bounded) until row_flags[tm] >= target; count finished tiles in *tiles_done. Returns through
+// the status word when a wait times out (the builder aborts, the grid drains).
+struct RowFlagsReady {
+  const u64* flags;
+  u64 target;
+  WaitCtx w;
+  static constexpr bool kTrivial = false;
+  KOSMOS_DEVICE bool operator()(const TileCoord& t, i32 kb) const {
+    if (kb != 0) return true;
+    return wait_flag_dev(w, SITE_TILE_READY, flags + t.tm, target);
+  }
+};
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+    kosmos_gemm_tn_bf16_gated(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,
+                              const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiStoreBf16 epi, u64* head,
+                              u64 base, const u64* row_flags, u64 target, WaitCtx w, u64* tiles_done) {
+  extern __shared__ __align__(16) u8 kosmos_gemm_smem[];
+  QueueClaim claim{head, base, p.tiles_m * p.tiles_n};
+  run_builder<LAYOUT_TN>(p, &tma, &tmb, kosmos_gemm_smem, claim, RowFlagsReady{row_flags, target, w},
+                         EpiCountDone<EpiStoreBf16Tma>(EpiStoreBf16Tma(epi, &tmc), tiles_done));
+}
 
 // What this compile selected: out[0] = kArchPath (1 wgmma, 2 mma.sync, 3 MFMA),
 // out[1] = kSm90aFeatures (1 when __CUDA_ARCH_FEAT_SM90_ALL was defined).

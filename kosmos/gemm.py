@@ -280,7 +280,8 @@ class GemmPlan:
             hit = self._tmaps[key] = (ta, tb, tc)
         return hit
 
-    def __call__(self, a, b, out, stream=None) -> None:
+    def args(self, a, b, out, head=None, base=None) -> tuple:
+        """The standard kernel arguments (tma, tmb, tmc, problem, epilogue, head, base)."""
         s = self.shape
         prob = np.zeros(1, PROBLEM_DTYPE)[0]
         prob["a"], prob["b"] = a.data.ptr, b.data.ptr
@@ -294,7 +295,11 @@ class GemmPlan:
         epi["mo"] = s.mo
         epi["no"] = s.swiglu_f if s.swiglu_f else s.no
         ta, tb, tc = self._tmaps_for(a, b, out)
-        self.launch((ta, tb, tc, prob, epi, self.head, np.uint64(self.base)), stream=stream)
+        return (ta, tb, tc, prob, epi, self.head if head is None else head,
+                np.uint64(self.base if base is None else base))
+
+    def __call__(self, a, b, out, stream=None) -> None:
+        self.launch(self.args(a, b, out), stream=stream)
         # Every CTA claims until it sees an index past the end: the head moves by ntiles + grid.
         self.base += self.ntiles + self.grid
 

@@ -170,3 +170,75 @@ def test_bad_inputs_rejected():
         gemm.matmul(a, b, "NN", epilogue="swiglu")
     with pytest.raises(ValueError, match="sm_cap"):
         gemm.matmul(a, b, sm_cap=0)
+
+
+def _gated(m, n, k, cap):
+    """The hook-exercising kernel (readiness wait per tile row + a completion count) and its plan."""
+    from kosmos.runtime import PersistentLaunch
+
+    shape = gemm.gemm_shape("TN", (m, k), (n, k))
+    plan = gemm.get_plan(shape, BF16, cap)
+    kern = gemm._module().get_function("kosmos_gemm_tn_bf16_gated")
+    return plan, PersistentLaunch.checked(kern, plan.grid, gemm.block_threads(), gemm.shared_mem_bytes())
+
+
+def test_readiness_hook_waits_for_rows_released_later():
+    """Rows are released by another stream after the launch (64 CTAs leave SMs free for it)."""
+    import time
+
+    from kosmos.runtime import DeviceStatus, kernel_id
+
+    m, n, k = 1100, 512, 1024
+    rng = np.random.default_rng(5)
+    a_h, b_h = rand_bf16(rng, (m, k)), rand_bf16(rng, (n, k))
+    a, b = cupy.asarray(a_h), cupy.asarray(b_h)
+    whole, out = nan_buffer((m, n), BF16)
+    plan, launch = _gated(m, n, k, 64)
+    tiles_m = plan.tiles[0]
+    flags = cupy.zeros(tiles_m, dtype=cupy.uint64)
+    head = cupy.zeros(1, dtype=cupy.uint64)
+    done = cupy.zeros(1, dtype=cupy.uint64)
+    status = DeviceStatus(rank=0, budget_s=20.0)
+    cupy.cuda.Device().synchronize()
+    main, side = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+    try:
+        extra = (flags, np.uint64(3), status.wait_ctx(kernel_id("KERNEL_GEMM")), done)
+        launch(plan.args(a, b, out, head=head, base=0) + extra, stream=main)
+        time.sleep(0.05)
+        assert int(done.get(stream=side)[0]) == 0, "tiles completed before their rows were released"
+        with side:
+            for tm in reversed(range(tiles_m)):
+                flags[tm:tm + 1].fill(3)
+        main.synchronize()
+        status.raise_if_failed()
+    finally:
+        status.free()
+    assert int(done.get()[0]) == plan.ntiles
+    assert rel_err(out.get().astype(np.float64), reference("TN", a_h, b_h)) < TOL["bf16"]
+    assert np.isnan(whole[m:].get().astype(np.float32)).all()
+
+
+def test_readiness_timeout_aborts_the_grid():
+    """A row that never becomes ready: the builder aborts, the grid drains, the host names the wait."""
+    from kosmos.errors import KosmosTimeoutError
+    from kosmos.runtime import DeviceStatus, kernel_id
+
+    m, n, k = 1024, 512, 512
+    rng = np.random.default_rng(6)
+    a, b = cupy.asarray(rand_bf16(rng, (m, k))), cupy.asarray(rand_bf16(rng, (n, k)))
+    out = cupy.empty((m, n), dtype=BF16)
+    plan, launch = _gated(m, n, k, None)
+    flags = cupy.ones(plan.tiles[0], dtype=cupy.uint64)
+    flags[3] = 0
+    done = cupy.zeros(1, dtype=cupy.uint64)
+    status = DeviceStatus(rank=0, budget_s=0.3)
+    try:
+        extra = (flags, np.uint64(1), status.wait_ctx(kernel_id("KERNEL_GEMM")), done)
+        launch(plan.args(a, b, out, head=cupy.zeros(1, dtype=cupy.uint64), base=0) + extra)
+        cupy.cuda.Device().synchronize()
+        with pytest.raises(KosmosTimeoutError) as e:
+            status.raise_if_failed()
+        assert e.value.kernel == "KERNEL_GEMM" and e.value.site == "SITE_TILE_READY"
+    finally:
+        status.free()
+    assert int(done.get()[0]) < plan.ntiles

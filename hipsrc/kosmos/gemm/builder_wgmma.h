@@ -139,32 +139,31 @@ KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap* tma, cons
       if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
       if (!more) break;
       if constexpr (Epi::kTmaStore) {
-        // Through shared memory: each warpgroup writes its 64x256 half-tile as two 64x128 rounds
-        // of two 64x64 boxes, in the TMA's 128-byte swizzle (16-byte chunk ^= row % 8, which also
-        // keeps the fragment's 8-row stores free of bank conflicts), then one thread stores them.
+        // Through shared memory, in four 64x64 subtiles per warpgroup (its 64 rows x 256 columns)
+        // and two 8 KB slots: subtile q is written into slot q%2 while the TMA store of subtile q-1
+        // still reads the other slot. The slots hold the TMA's 128-byte swizzle (16-byte chunk ^=
+        // row % 8), which also keeps the fragment's 8-row stores free of bank conflicts.
         u8* ebuf = epi_smem + cw * (kEpiBytes / 2);
         const int r0 = warp * 16 + lane / 4;
 #pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          if (tid == 0) bulk_wait_read_all();  // the previous round's stores have read ebuf
+        for (int q = 0; q < 4; ++q) {
+          u8* slot_q = ebuf + (q % 2) * kBoxBytes;
+          if (tid == 0) bulk_wait_read_but_one();  // the store that last used this slot has read it
           (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
 #pragma unroll
-          for (int j = 0; j < 16; ++j) {
+          for (int jj = 0; jj < 8; ++jj) {
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
               const int r = r0 + 8 * i;
-              const int off = (j / 8) * kBoxBytes + r * 128 + (((j % 8) ^ (r % 8)) * 16) + (lane % 4) * 4;
-              const int a = 4 * (16 * h + j) + 2 * i;
-              *reinterpret_cast<u32*>(ebuf + off) = pack_bf16x2(acc[a], acc[a + 1]);
+              const int a = 4 * (8 * q + jj) + 2 * i;
+              *reinterpret_cast<u32*>(slot_q + r * 128 + ((jj ^ (r % 8)) * 16) + (lane % 4) * 4) =
+                  pack_bf16x2(acc[a], acc[a + 1]);
             }
           }
           fence_proxy_async_shared();
           (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
           if (tid == 0) {
-            const i32 row = tc.tm * kTileM + cw * 64;
-            const i32 col = tc.tn * kTileN + 128 * h;
-            tma_store_2d(epi.map, ebuf, col, row);
-            tma_store_2d(epi.map, ebuf + kBoxBytes, col + 64, row);
+            tma_store_2d(epi.map, slot_q, tc.tn * kTileN + 64 * q, tc.tm * kTileM + cw * 64);
             bulk_commit();
           }
         }

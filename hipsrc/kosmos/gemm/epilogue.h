@@ -80,5 +80,19 @@ struct EpiSwiGLU {
   KOSMOS_DEVICE void done(const TileCoord&) const {}
 };
 
+// Adds a completion point to any epilogue: once per tile, after all of the tile's stores are done
+// (TMA stores waited for), one thread counts the tile with a device-scope release. Fused kernels
+// put their "tile ready" flag release here; the standalone gated kernel counts tiles with it.
+template <class Base>
+struct EpiCountDone : Base {
+  u64* tiles_done;
+  static constexpr bool kHasDone = true;
+  KOSMOS_DEVICE EpiCountDone(const Base& b, u64* counter) : Base(b), tiles_done(counter) {}
+  KOSMOS_DEVICE void done(const TileCoord&) const {
+    fence_acq_rel_dev();
+    atomic_add_acq_rel_dev(tiles_done, 1ull);
+  }
+};
+
 }  // namespace gemm
 }  // namespace kosmos

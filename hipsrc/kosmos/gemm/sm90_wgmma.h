@@ -63,6 +63,8 @@ KOSMOS_DEVICE void tma_store_2d(const TensorMap* tm, const void* src, i32 c0, i3
 KOSMOS_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }
 // Wait until this thread's committed bulk stores have finished reading shared memory.
 KOSMOS_DEVICE void bulk_wait_read_all() { asm volatile("cp.async.bulk.wait_group.read 0;" ::: "memory"); }
+// The same, but the most recent group may still be reading.
+KOSMOS_DEVICE void bulk_wait_read_but_one() { asm volatile("cp.async.bulk.wait_group.read 1;" ::: "memory"); }
 // Wait until they are complete (written to global memory).
 KOSMOS_DEVICE void bulk_wait_all() { asm volatile("cp.async.bulk.wait_group 0;" ::: "memory"); }
 // Ordinary shared-memory stores become visible to the async proxy (TMA store, wgmma).
