@@ -59,14 +59,15 @@ struct PoisonedReady {
 };
 
 #define TP_COMMON_PARAMS                                                                                   \
-  const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb, Problem p,           \
+  const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,                       \
+      const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p,                                                 \
       const u64 *__restrict__ peer_bases, int rank, int world, u64 epoch, u64 flags_off, i32 movers,       \
       i32 policy, const i32 *__restrict__ tile_order, i32 n_tiles, WaitCtx wait
 
 // ---------------------------------------------------------------------------------------
 // AG+GEMM (fused: tiles wait for their rows; bulk: the GEMM is independent of the gather).
-template <int L, bool kBulk>
-KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const Problem& p, const EpiStoreBf16& epi,
+template <int L, bool kBulk, class Epi>
+KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const Problem& p, const Epi& epi,
                            const u64* peer_bases, int rank, int world, u64 epoch, u64 flags_off, i32 movers, i32 policy,
                            const i32* tile_order, i32 n_tiles, const WaitCtx& wait, u64 gathered_off, u64 arrived_off,
                            const u8* x, u64 m, u64 row_bytes, i32 items_per_chunk, i32 tiles_m_per_chunk,
@@ -108,7 +109,7 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const Pro
       NAME(TP_COMMON_PARAMS, EpiStoreBf16 epi, u64 gathered_off, u64 arrived_off, const u8* __restrict__ x, \
            u64 m, u64 row_bytes, i32 items_per_chunk, i32 tiles_m_per_chunk, const i32* __restrict__ mover_order, \
            i32 n_mover_items, u32 mover_threads) {                                                         \
-    ag_gemm<LAYOUT, BULK>(tma, tmb, p, epi, peer_bases, rank, world, epoch, flags_off, movers, policy,      \
+    ag_gemm<LAYOUT, BULK>(tma, tmb, p, EpiStoreBf16Tma(epi, &tmc), peer_bases, rank, world, epoch, flags_off, movers, policy,      \
                           tile_order, n_tiles, wait, gathered_off, arrived_off, x, m, row_bytes,            \
                           items_per_chunk, tiles_m_per_chunk, mover_order, n_mover_items, mover_threads);   \
   }
@@ -126,7 +127,7 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Pro
                            const u64* peer_bases, int rank, int world, u64 epoch, u64 flags_off, i32 movers, i32 policy,
                            const i32* tile_order, i32 n_tiles, const WaitCtx& wait, u64 staging_off, u64 buffer_bytes,
                            u64 m, u64 cols, const vec16* x, u16* out, const i32* reduce_order, i32 n_reduce_items,
-                           u64 band_rows, u64 slice_cols, i32 max_join) {
+                           u64 band_rows, u32 slice_log2, i32 max_join) {
   extern __shared__ __align__(1024) u8 smem[];
   __shared__ int s_ok;
   __shared__ i32 s_idx;
@@ -146,7 +147,7 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Pro
     for (;;) {
       const i32 idx = cta_broadcast(&s_idx, threadIdx.x == 0 ? q.claim() : 0);
       if (idx < 0) return true;
-      reduce_item<T>(st, rank, world, epoch, band_rows, slice_cols, q.at(idx)[0], q.at(idx)[1], out, wait);
+      reduce_item<T>(st, rank, world, epoch, band_rows, slice_log2, q.at(idx)[0], q.at(idx)[1], out, wait);
       if (!cta_broadcast(&s_ok, threadIdx.x == 0 ? int(!failed(wait)) : 0)) return false;
     }
   };
@@ -171,16 +172,19 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Pro
   exit_kernel(mine, peer_bases, flags_off, rank, world, epoch, /*signal_done=*/true);
 }
 
-#define TP_RS_KERNEL(NAME, LAYOUT, BULK, T, EPI)                                                          \
+#define TP_RS_KERNEL(NAME, LAYOUT, BULK, T, EPI, MAKE_EPI)                                                \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                             \
       NAME(TP_COMMON_PARAMS, EPI epi, u64 staging_off, u64 buffer_bytes, u64 m, u64 cols,                 \
            const vec16* __restrict__ x, u16* __restrict__ out, const i32* __restrict__ reduce_order,       \
-           i32 n_reduce_items, u64 band_rows, u64 slice_cols, i32 max_join) {                              \
-    gemm_rs<LAYOUT, BULK, T>(tma, tmb, p, epi, peer_bases, rank, world, epoch, flags_off, movers, policy,   \
-                             tile_order, n_tiles, wait, staging_off, buffer_bytes, m, cols, x, out,         \
-                             reduce_order, n_reduce_items, band_rows, slice_cols, max_join);                \
+           i32 n_reduce_items, u64 band_rows, u32 slice_log2, i32 max_join) {                              \
+    gemm_rs<LAYOUT, BULK, T>(tma, tmb, p, MAKE_EPI, peer_bases, rank, world, epoch, flags_off, movers,      \
+                             policy, tile_order, n_tiles, wait, staging_off, buffer_bytes, m, cols, x, out, \
+                             reduce_order, n_reduce_items, band_rows, slice_log2, max_join);                \
   }
-TP_RS_KERNEL(kosmos_tp_tn_rs_bf16, LAYOUT_TN, false, u16, EpiStoreBf16)
-TP_RS_KERNEL(kosmos_tp_tn_rs_f32, LAYOUT_TN, false, float, EpiStoreF32)
-TP_RS_KERNEL(kosmos_tp_bulk_rs_nt_bf16, LAYOUT_NT, true, u16, EpiStoreBf16)
-TP_RS_KERNEL(kosmos_tp_bulk_rs_nt_f32, LAYOUT_NT, true, u16, EpiStoreF32)
+// bf16 outputs (partials or dW) leave through shared memory and TMA stores (tmc); fp32 from registers.
+#define TP_EPI_TMA EpiStoreBf16Tma(epi, &tmc)
+#define TP_EPI_AS_IS epi
+TP_RS_KERNEL(kosmos_tp_tn_rs_bf16, LAYOUT_TN, false, u16, EpiStoreBf16, TP_EPI_TMA)
+TP_RS_KERNEL(kosmos_tp_tn_rs_f32, LAYOUT_TN, false, float, EpiStoreF32, TP_EPI_AS_IS)
+TP_RS_KERNEL(kosmos_tp_bulk_rs_nt_bf16, LAYOUT_NT, true, u16, EpiStoreBf16, TP_EPI_TMA)
+TP_RS_KERNEL(kosmos_tp_bulk_rs_nt_f32, LAYOUT_NT, true, u16, EpiStoreF32, TP_EPI_AS_IS)

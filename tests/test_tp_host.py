@@ -34,8 +34,15 @@ def test_ag_local_first_follows_the_gather_order():
     n_local = g.tiles_m_per_chunk * 2
     assert (tiles[:n_local, 0] == 1).all()
     movers = [tuple(x) for x in ag_mover_order(g)]
-    pos = [movers.index((c, g.item_of_tile_row(tm))) for c, tm, _ in tiles[n_local:]]
-    assert pos == sorted(pos)  # builders consume in exactly the order movers produce
+    steps = [movers.index((c, g.item_of_tile_row(tm))) // (g.world - 1) for c, tm, _ in tiles[n_local:]]
+    assert steps == sorted(steps)  # builders consume gather steps in the order movers produce them
+
+
+def test_tile_orders_share_b_columns_across_rows():
+    """Column-major within a group of rows (L2 reuse of B), not one tile row at a time."""
+    g = GatherGrid(1, 0, 1024, 128, 4)
+    tiles = ag_tile_order(g)
+    assert [tuple(t) for t in tiles[:3]] == [(0, 0, 0), (0, 1, 0), (0, 2, 0)]
 
 
 def test_ag_naive_and_chunk_major_differ_from_shipped():

@@ -92,17 +92,18 @@ KOSMOS_DEVICE bool gather_items(const Gathered& g, int rank, u64 epoch, OpFlags*
 // Reduce item (band, column slice) of this rank's chunk: pull it from every rank's current
 // staging buffer, waiting on the sentinel, sum in fp32 in rank order, round once to bf16.
 template <class T>
-KOSMOS_DEVICE bool reduce_item(const Staging& s, int rank, int world, u64 epoch, u64 band_rows, u64 slice_cols,
+KOSMOS_DEVICE bool reduce_item(const Staging& s, int rank, int world, u64 epoch, u64 band_rows, u32 slice_log2,
                                i32 band, i32 slice, u16* out, const WaitCtx& wait) {
   typedef Sentinel<T> S;
   const u64 row0 = u64(band) * band_rows;
-  const u64 rows = row0 + band_rows > s.m ? s.m - row0 : band_rows;
-  const u64 col0 = u64(slice) * slice_cols;
-  const u64 vec_per_row = slice_cols / S::kLanes;
+  const u32 rows = u32(row0 + band_rows > s.m ? s.m - row0 : band_rows);
+  const u64 col0 = u64(slice) << slice_log2;
+  const u32 vec_log2 = slice_log2 - (S::kLanes == 8 ? 3 : 2);  // 16-byte vectors per slice row, log2
   const u64 cur = s.cur(epoch);
   bool ok = true;
-  for (u64 v = threadIdx.x; ok && v < rows * vec_per_row; v += blockDim.x) {
-    const u64 r = row0 + v / vec_per_row, c = col0 + (v % vec_per_row) * S::kLanes;
+  for (u32 v = threadIdx.x; ok && v < (rows << vec_log2); v += blockDim.x) {
+    // Power-of-two slices: shifts, not 64-bit divisions, in the innermost loop.
+    const u64 r = row0 + (v >> vec_log2), c = col0 + u64(v & ((1u << vec_log2) - 1)) * S::kLanes;
     const u64 elem = (u64(rank) * s.m + r) * s.cols + c;
     vec16 d[kMaxWorld];  // all peers' loads in flight at once; unrolled so d stays in registers
 #pragma unroll

@@ -62,8 +62,9 @@ class _FusedOp:
             if not 0 <= movers < self.crew.grid:
                 raise ValueError(f"movers = {movers} must leave at least one builder in a grid of {self.crew.grid}")
             self.crew = Crew(movers, max(1, movers // max(1, self.P - 1)), self.crew.grid - movers, self.crew.grid)
-        if self.P == 1:
-            self.crew = Crew(0, 0, self.crew.grid, self.crew.grid)
+        if self.P == 1:  # nothing to move; a reduce-scatter still needs a reducer (it copies out)
+            movers = 1 if self.kind in ("tn_rs", "bulk_rs_nt") else 0
+            self.crew = Crew(movers, movers, self.crew.grid - movers, self.crew.grid)
         elif self.crew.movers == 0 and policy == "fixed":
             raise ValueError("a fixed split needs at least one mover: nobody would move the data")
         self.hw = hw
@@ -121,6 +122,12 @@ class _FusedOp:
             raise KosmosError(f"{type(self).__name__} was built before a device timeout; build a new plan")
         self.epoch += 1
         return np.uint64(self.epoch), self.world.status.wait_ctx(kernel_id(self.kernel_enum))
+
+    _ZERO_TMAP = np.zeros(1, gemm.TMAP_DTYPE)[0]
+
+    def _out_tmap(self, out: Any) -> np.void:
+        """TMA map of a bf16 output (the builders' store path); fp32 outputs take no map."""
+        return self._tmap(out) if out.dtype == bfloat16 else self._ZERO_TMAP
 
     def _common(self, prob_args: tuple, epoch: np.uint64, tiles: Any, ctx: np.void) -> tuple:
         w = self.world
@@ -211,7 +218,8 @@ class AllGatherMatmul(_AllGatherBase):
         epoch, ctx = self._next_call()
         prob = self._problem(self.shape, self.gathered.local, w)
         epi = self._epi(out.data.ptr, out.shape[1], *self.out_shape)
-        args = self._common((self.tmap_a, self._tmap(w), prob), epoch, self.tiles, ctx) + (epi,) + self._gather_args(x)
+        args = self._common((self.tmap_a, self._tmap(w), self._out_tmap(out), prob), epoch, self.tiles, ctx)
+        args += (epi,) + self._gather_args(x)
         self.launch(args, stream=stream)
         return out
 
@@ -250,7 +258,8 @@ class BulkAllGatherMatmul(_AllGatherBase):
         epoch, ctx = self._next_call()
         prob = self._problem(self.shape, dy, w)
         epi = self._epi(dx.data.ptr, dx.shape[1], *self.shape.out_shape)
-        args = self._common((self._tmap(dy), self._tmap(w), prob), epoch, self.tiles, ctx) + (epi,) + self._gather_args(x)
+        args = self._common((self._tmap(dy), self._tmap(w), self._out_tmap(dx), prob), epoch, self.tiles, ctx)
+        args += (epi,) + self._gather_args(x)
         self.launch(args, stream=stream)
         return self.gathered.local.copy(), dx
 
@@ -273,6 +282,9 @@ class _ReduceScatterBase(_FusedOp):
         self.world.comm.Barrier()  # every staging buffer is poisoned before any peer reads it
         self.band = BandGrid(P, self.world.rank, m, gemm.tile_shape()[0], 1, band_tile_rows=TILE_ROW // gemm.tile_shape()[0])
         self.slice_cols = _slice_cols(cols)
+        # The two staging buffers (the kernel writes buffer epoch % 2) as [P*m, cols] arrays.
+        flat = self.staging.local.view(self.staging_dtype)
+        self.staging_buffers = [flat[i * P * m * cols:(i + 1) * P * m * cols].reshape(P * m, cols) for i in (0, 1)]
         self.reduce_order = cupy.asarray(rs_reducer_order(self.band, cols, cols // self.slice_cols))
         # Builders that join the reducers when the GEMM queue empties: up to link saturation.
         self.max_join = self.crew.grid if P == 1 else max(0, self.hw.link_saturating_movers - self.crew.movers)
@@ -280,12 +292,7 @@ class _ReduceScatterBase(_FusedOp):
     def _reduce_args(self, x: Any, out: Any) -> tuple:
         return (np.uint64(self.staging.offset), np.uint64(self.buffer_bytes), np.uint64(self.m), np.uint64(self.cols),
                 x, out, self.reduce_order, np.int32(len(self.reduce_order)), np.uint64(TILE_ROW),
-                np.uint64(self.slice_cols), np.int32(self.max_join))
-
-    def _cur_staging_ptr(self) -> int:
-        # The kernel writes buffer (epoch % 2); self.epoch is already this call's epoch.
-        return self.staging.local.data.ptr + (self.epoch & 1) * self.buffer_bytes
-
+                np.uint32(self.slice_cols.bit_length() - 1), np.int32(self.max_join))
 
 class MatmulReduceScatter(_ReduceScatterBase):
     """TN+RS (row-parallel fprop): Y[m, n] = reduce_scatter(X[P*m, k] @ W[n, k]^T), bf16 out.
@@ -323,8 +330,9 @@ class MatmulReduceScatter(_ReduceScatterBase):
         self._check(out, "out", (m, n))
         epoch, ctx = self._next_call()
         prob = self._problem(self.shape, x, w)
-        epi = self._epi(self._cur_staging_ptr(), n, P * m, n)
-        args = self._common((self._tmap(x), self._tmap(w), prob), epoch, self.tiles, ctx) + (epi,)
+        cur = self.staging_buffers[self.epoch & 1]
+        epi = self._epi(cur.data.ptr, n, P * m, n)
+        args = self._common((self._tmap(x), self._tmap(w), self._out_tmap(cur), prob), epoch, self.tiles, ctx) + (epi,)
         self.launch(args + self._reduce_args(x, out), stream=stream)
         return out
 
@@ -366,6 +374,7 @@ class BulkReduceScatterMatmul(_ReduceScatterBase):
         epoch, ctx = self._next_call()
         prob = self._problem(self.shape, dy, x_full)
         epi = self._epi(dw.data.ptr, k, n, k)
-        args = self._common((self._tmap(dy), self._tmap(x_full), prob), epoch, self.tiles, ctx) + (epi,)
+        args = self._common((self._tmap(dy), self._tmap(x_full), self._out_tmap(dw), prob), epoch, self.tiles, ctx)
+        args += (epi,)
         self.launch(args + self._reduce_args(dx_partial, dx), stream=stream)
         return dx, dw

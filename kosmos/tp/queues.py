@@ -58,6 +58,18 @@ class GatherGrid:
         return last_row // TILE_ROW
 
 
+GROUP_M = 8  # tile rows that share a column block of B in the builders' raster (L2 reuse)
+
+
+def grouped(chunk: int, tile_rows: range, tiles_n: int, group: int = GROUP_M) -> list[tuple[int, int, int]]:
+    """Tiles of some tile rows in grouped raster: `group` rows at a time, column by column."""
+    out = []
+    rows = list(tile_rows)
+    for i in range(0, len(rows), group):
+        out += [(chunk, tm, tn) for tn in range(tiles_n) for tm in rows[i:i + group]]
+    return out
+
+
 def peer_order(world: int, rank: int) -> list[int]:
     """Peers in destination-minor order: rank+1, rank+2, ... so consecutive items hit different peers."""
     return [(rank + q) % world for q in range(1, world)]
@@ -79,10 +91,9 @@ def ag_tile_order(g: GatherGrid, order: str = "local_first") -> np.ndarray:
     """
     if order not in AG_ORDERS:
         raise ValueError(f"AG queue order must be one of {AG_ORDERS}, got {order!r}")
-    cols = range(g.tiles_n)
 
     def chunk_tiles(c: int) -> list[tuple[int, int, int]]:
-        return [(c, tm, tn) for tm in range(g.tiles_m_per_chunk) for tn in cols]
+        return grouped(c, range(g.tiles_m_per_chunk), g.tiles_n)
 
     if order == "naive":
         out = [t for c in range(g.world) for t in chunk_tiles(c)]
@@ -90,9 +101,9 @@ def ag_tile_order(g: GatherGrid, order: str = "local_first") -> np.ndarray:
         out = chunk_tiles(g.rank) + [t for p in peer_order(g.world, g.rank) for t in chunk_tiles(p)]
     else:
         out = chunk_tiles(g.rank)
-        for item in range(g.items_per_chunk):
-            for p in peer_order(g.world, g.rank):
-                out += [(p, tm, tn) for tm in g.tile_rows_of_item(item) for tn in cols]
+        for item in range(g.items_per_chunk):  # one gather step: this item of every peer, column-major
+            rows = g.tile_rows_of_item(item)
+            out += [(p, tm, tn) for tn in range(g.tiles_n) for p in peer_order(g.world, g.rank) for tm in rows]
     return np.array(out, np.int32).reshape(-1, 3)
 
 
@@ -133,14 +144,12 @@ def rs_tile_order(g: BandGrid, order: str = "band_major") -> np.ndarray:
     chunks = peer_order(g.world, g.rank) + [g.rank]
     out: list[tuple[int, int, int]] = []
     if order == "band_major":
-        for b in range(g.bands):
-            lo = b * g.band_tile_rows
-            for c in chunks:
-                out += [(c, tm, tn) for tm in range(lo, min(lo + g.band_tile_rows, g.tiles_m_per_chunk))
-                        for tn in range(g.tiles_n)]
+        for b in range(g.bands):  # one step: band b of every chunk, column-major so B is reused
+            rows = range(b * g.band_tile_rows, min((b + 1) * g.band_tile_rows, g.tiles_m_per_chunk))
+            out += [(c, tm, tn) for tn in range(g.tiles_n) for c in chunks for tm in rows]
     else:
         for c in chunks:
-            out += [(c, tm, tn) for tm in range(g.tiles_m_per_chunk) for tn in range(g.tiles_n)]
+            out += grouped(c, range(g.tiles_m_per_chunk), g.tiles_n)
     return np.array(out, np.int32).reshape(-1, 3)
 
 
