@@ -1,0 +1,110 @@
+"""Column- and row-parallel linear layers (TP+SP) on the fused ops, forward and backward.
+
+A training loop without PyTorch holds CuPy arrays and calls `forward` then `backward`; the
+layers pick the fused kernel for each step, so the loop never names them:
+
+    layer                      forward                    backward
+    ColumnParallelLinear       AG+TN                      bulk AG || NN (dgrad), bulk RS || NT (wgrad)
+    RowParallelLinear          TN+RS                      AG+NN (dgrad, keeps dY gathered), NT GEMM (wgrad)
+
+Shapes, for P ranks and m tokens per rank (sequence parallel: activations between blocks are
+sharded by token):
+    ColumnParallelLinear(in K, out N): x[m, K] -> y[P*m, N/P]; weight shard [N/P, K]
+    RowParallelLinear(in K, out N):    x[P*m, K/P] -> y[m, N]; weight shard [N, K/P]
+"""
+from __future__ import annotations
+
+from typing import Any
+
+from .. import gemm
+from ..dtypes import bfloat16, random_bf16
+from ..world import World
+from .ops import AllGatherMatmul, BulkAllGatherMatmul, BulkReduceScatterMatmul, MatmulReduceScatter
+
+
+def _shard(total: int, world: World, what: str) -> int:
+    if total % world.size:
+        raise ValueError(f"{what} = {total} does not divide among {world.size} ranks")
+    return total // world.size
+
+
+class _Linear:
+    def __init__(self, world: World, weight: Any, **op_options: Any):
+        self.world = world
+        self.weight = weight
+        self.op_options = op_options
+        self._plans: dict[tuple, Any] = {}
+        self._saved: Any = None
+
+    def _plan(self, cls: type, m: int, n: int, k: int, **kw: Any) -> Any:
+        key = (cls, m, n, k, tuple(sorted(kw.items())))
+        if key not in self._plans:
+            self._plans[key] = cls(self.world, m, n, k, **self.op_options, **kw)
+        return self._plans[key]
+
+
+class ColumnParallelLinear(_Linear):
+    """y = allgather(x) @ W^T with W split by output rows. weight: this rank's [N/P, K] shard."""
+
+    def __init__(self, world: World, in_features: int, out_features: int, weight: Any = None, seed: int = 0,
+                 **op_options: Any):
+        n_local = _shard(out_features, world, "out_features")
+        if weight is None:
+            weight = random_bf16((n_local, in_features), seed * 1000 + world.rank, in_features ** -0.5)
+        if tuple(weight.shape) != (n_local, in_features):
+            raise ValueError(f"weight shard must be ({n_local}, {in_features}), got {tuple(weight.shape)}")
+        super().__init__(world, weight, **op_options)
+        self.in_features, self.out_features, self.n_local = in_features, out_features, n_local
+
+    def forward(self, x: Any) -> Any:
+        """x: this rank's tokens [m, K] -> y: every token's local output columns [P*m, N/P]."""
+        m = x.shape[0]
+        self._saved = x
+        return self._plan(AllGatherMatmul, m, self.n_local, self.in_features, layout="TN")(x, self.weight)
+
+    def backward(self, dy: Any) -> tuple[Any, Any]:
+        """dy [P*m, N/P] -> (dx [m, K] for this rank's tokens, dW [N/P, K])."""
+        x = self._saved
+        if x is None:
+            raise RuntimeError("backward before forward")
+        m, k, n = x.shape[0], self.in_features, self.n_local
+        x_full, dx_partial = self._plan(BulkAllGatherMatmul, m, n, k)(x, dy, self.weight)
+        dx, dw = self._plan(BulkReduceScatterMatmul, m, n, k)(dx_partial, dy, x_full)
+        self._saved = None
+        return dx, dw
+
+
+class RowParallelLinear(_Linear):
+    """y = reduce_scatter(x @ W^T) with W split by input columns. weight: this rank's [N, K/P] shard."""
+
+    def __init__(self, world: World, in_features: int, out_features: int, weight: Any = None, seed: int = 0,
+                 **op_options: Any):
+        k_local = _shard(in_features, world, "in_features")
+        if weight is None:
+            weight = random_bf16((out_features, k_local), seed * 1000 + world.rank, in_features ** -0.5)
+        if tuple(weight.shape) != (out_features, k_local):
+            raise ValueError(f"weight shard must be ({out_features}, {k_local}), got {tuple(weight.shape)}")
+        super().__init__(world, weight, **op_options)
+        self.in_features, self.out_features, self.k_local = in_features, out_features, k_local
+
+    def forward(self, x: Any) -> Any:
+        """x: every token's local input columns [P*m, K/P] -> y: this rank's tokens [m, N]."""
+        m = _shard(x.shape[0], self.world, "tokens")
+        self._saved = x
+        return self._plan(MatmulReduceScatter, m, self.out_features, self.k_local)(x, self.weight)
+
+    def backward(self, dy: Any) -> tuple[Any, Any]:
+        """dy [m, N] (this rank's tokens) -> (dx [P*m, K/P], dW [N, K/P])."""
+        x = self._saved
+        if x is None:
+            raise RuntimeError("backward before forward")
+        m = dy.shape[0]
+        op = self._plan(AllGatherMatmul, m, self.out_features, self.k_local, layout="NN")
+        dx = op(dy, self.weight)
+        dy_full = op.gathered_copy()
+        dw = gemm.matmul(dy_full, x, "NT")  # dW[N, K/P] = dY_full^T @ x
+        self._saved = None
+        return dx, dw
+
+
+__all__ = ["ColumnParallelLinear", "RowParallelLinear", "bfloat16"]
