@@ -32,6 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     import cupy
 
+    from .world import visible_gpus
+
+    if visible_gpus() == 0:
+        print("kosmos demo: no GPU is visible to this process (CuPy finds no CUDA/ROCm device); "
+              "the demo runs kosmos's kernels and needs one.", file=sys.stderr)
+        return 2
     with World() as world:
         P, r = world.size, world.rank
         say = print if r == 0 else (lambda *a, **k: None)
