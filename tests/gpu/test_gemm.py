@@ -172,6 +172,15 @@ def test_bad_inputs_rejected():
         gemm.matmul(a, b, sm_cap=0)
 
 
+_SIDE = []
+
+
+def side_stream():
+    if not _SIDE:
+        _SIDE.append(cupy.cuda.Stream(non_blocking=True))
+    return _SIDE[0]
+
+
 def _gated(m, n, k, cap):
     """The hook-exercising kernel (readiness wait per tile row + a completion count) and its plan."""
     from kosmos.runtime import PersistentLaunch
@@ -199,8 +208,12 @@ def test_readiness_hook_waits_for_rows_released_later():
     head = cupy.zeros(1, dtype=cupy.uint64)
     done = cupy.zeros(1, dtype=cupy.uint64)
     status = DeviceStatus(rank=0, budget_s=20.0)
+    # Load the fill kernel now: with lazy module loading, loading it while the gated grid runs
+    # waits for that grid, which waits for the fill (seen on the H200: a 20 s timeout).
+    with side_stream() as side:
+        flags[0:1].fill(0)
     cupy.cuda.Device().synchronize()
-    main, side = cupy.cuda.Stream(non_blocking=True), cupy.cuda.Stream(non_blocking=True)
+    main = cupy.cuda.Stream(non_blocking=True)
     try:
         extra = (flags, np.uint64(3), status.wait_ctx(kernel_id("KERNEL_GEMM")), done)
         launch(plan.args(a, b, out, head=head, base=0) + extra, stream=main)
