@@ -15,34 +15,22 @@ import numpy as np
 from .dtypes import REDUCE_SUFFIX, bfloat16, check_array, dtype_name, float32
 from .errors import KosmosError
 from .exchange import agree, all_ok, allgather_counts
-from .runtime import PersistentLaunch, kernel_id, load_module, sm_count
-from .symmetric import SymmetricHeap, align_up
+from .plan import SymmetricPlan
+from .runtime import PersistentLaunch, load_module, sm_count
 from .world import World
 
-FLAG_WORDS = 64  # sizeof(OpFlags) / 8, see hipsrc/kosmos/flags.h
-MAX_WORLD = 16
 MOVER_THREADS = 384  # the block size the fused kernels share between builders and movers
 DEFAULT_ITEM_BYTES = 256 * 1024
 RS_SENTINEL = {bfloat16: np.uint16(0x7FA5), float32: np.uint32(0x7FA5A5A5)}
 
 
-class _CollectivePlan:
-    """Shared plumbing: heap, control words, epochs, the persistent launch, failure tracking."""
-
-    kernel_name = ""
-    kernel_enum = ""
+class _CollectivePlan(SymmetricPlan):
+    """A collective's plan: the heap, control words and epochs, and its persistent launch."""
 
     def __init__(self, world: World, heap_bytes: int, crew: int | None, threads: int):
-        world.require_gpu()
-        if world.size > MAX_WORLD:
-            raise KosmosError(f"world size {world.size} exceeds the supported {MAX_WORLD}")
-        self.world = world
-        self.heap = SymmetricHeap(world, heap_bytes + FLAG_WORDS * 8 + 4096)
-        self.flags = self.heap.alloc((FLAG_WORDS,), np.uint64)
-        self.epoch = 0
+        super().__init__(world, heap_bytes)
         self.threads = threads
         self.crew = crew or sm_count()
-        self._failures_at_build = world.status.failures
         self._launch: PersistentLaunch | None = None
 
     def _kernel(self, name: str) -> PersistentLaunch:
@@ -50,14 +38,6 @@ class _CollectivePlan:
             mod = load_module("collectives.hip", world=self.world)
             self._launch = PersistentLaunch.checked(mod.get_function(name), self.crew, self.threads)
         return self._launch
-
-    def _next_call(self) -> tuple[np.uint64, np.void]:
-        """Epoch and wait context for the next launch; refuse after a timeout broke the protocol."""
-        self.world.check()
-        if self.world.status.failures != self._failures_at_build:
-            raise KosmosError(f"{type(self).__name__} was built before a device timeout; build a new plan")
-        self.epoch += 1
-        return np.uint64(self.epoch), self.world.status.wait_ctx(kernel_id(self.kernel_enum))
 
     def _common_args(self) -> tuple:
         w = self.world
@@ -87,16 +67,10 @@ class AllGather(_CollectivePlan):
         return (self.world.size * self.shard_shape[0],) + self.shard_shape[1:]
 
     def __call__(self, x: Any, out: Any = None, stream: Any = None) -> Any:
-        import cupy
-
         check_array(x, "x", dtypes=(self.dtype,), device=self.world.device_id)
         if x.shape != self.shard_shape:
             raise ValueError(f"x has shape {x.shape}; this plan gathers shards of shape {self.shard_shape}")
-        if out is None:
-            out = cupy.empty(self.out_shape, self.dtype)
-        check_array(out, "out", dtypes=(self.dtype,), device=self.world.device_id)
-        if out.shape != self.out_shape:
-            raise ValueError(f"out has shape {out.shape}; expected {self.out_shape}")
+        out = self._output(out, self.out_shape, self.dtype)
         epoch, ctx = self._next_call()
         self._kernel("kosmos_all_gather")(
             self._common_args() + (epoch, np.uint64(self.flags.offset), np.uint64(self.staging.offset), x, out,
@@ -142,16 +116,10 @@ class ReduceScatter(_CollectivePlan):
         return (self.shape[0] // self.world.size,) + self.shape[1:]
 
     def __call__(self, x: Any, out: Any = None, stream: Any = None) -> Any:
-        import cupy
-
         check_array(x, "x", dtypes=(self.dtype,), device=self.world.device_id)
         if x.shape != self.shape:
             raise ValueError(f"x has shape {x.shape}; this plan reduces arrays of shape {self.shape}")
-        if out is None:
-            out = cupy.empty(self.out_shape, self.dtype)
-        check_array(out, "out", dtypes=(self.dtype,), device=self.world.device_id)
-        if out.shape != self.out_shape:
-            raise ValueError(f"out has shape {out.shape}; expected {self.out_shape}")
+        out = self._output(out, self.out_shape, self.dtype)
         epoch, ctx = self._next_call()
         self._kernel(f"kosmos_reduce_scatter_{REDUCE_SUFFIX[self.dtype]}")(
             self._common_args() + (epoch, np.uint64(self.flags.offset), np.uint64(self.staging.offset), x, out,
@@ -239,7 +207,7 @@ def _plan_cache(world: World) -> dict:
     if cache is None:
         cache = world._collective_plans = {}
     # A device timeout invalidates every plan built before it; drop those.
-    for key in [k for k, plan in cache.items() if plan._failures_at_build != world.status.failures]:
+    for key in [k for k, plan in cache.items() if plan.stale]:
         del cache[key]
     return cache
 
@@ -278,8 +246,6 @@ def reduce_scatter(world: World, x: Any, out: Any = None) -> Any:
 
 def all_to_all(world: World, x: Any, send_counts: Sequence[int]) -> tuple[Any, np.ndarray]:
     """Send x[rows of dest d] to rank d for every d; returns (received rows by source, recv counts)."""
-    import cupy
-
     err = None
     try:
         check_array(x, "x", device=world.device_id)

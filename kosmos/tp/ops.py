@@ -21,10 +21,9 @@ import numpy as np
 
 from .. import gemm
 from ..dtypes import bfloat16, check_array, float32
-from ..errors import KosmosError
 from ..exchange import agree
-from ..runtime import PersistentLaunch, kernel_id, load_module, sm_count
-from ..symmetric import SymmetricHeap
+from ..plan import SymmetricPlan
+from ..runtime import PersistentLaunch, load_module, sm_count
 from ..timing import device_name
 from ..world import World
 from .heuristics import Crew, crew_for, hardware
@@ -32,14 +31,13 @@ from .queues import (TILE_ROW, BandGrid, GatherGrid, ag_mover_order, ag_tile_ord
                      tile_indices)
 
 POLICIES = {"one_way": 0, "fixed": 1}
-FLAG_WORDS = 64
 
 
 def _slice_cols(cols: int) -> int:
     return next(s for s in (1024, 512, 256, 128, 64) if cols % s == 0)
 
 
-class _FusedOp:
+class _FusedOp(SymmetricPlan):
     kind = ""
 
     def __init__(self, world: World, m: int, n: int, k: int, *, sm_cap: int | None, policy: str,
@@ -68,10 +66,7 @@ class _FusedOp:
         elif self.crew.movers == 0 and policy == "fixed":
             raise ValueError("a fixed split needs at least one mover: nobody would move the data")
         self.hw = hw
-        self.heap = SymmetricHeap(world, heap_bytes + FLAG_WORDS * 8 + 8192)
-        self.flags = self.heap.alloc((FLAG_WORDS,), np.uint64)
-        self.epoch = 0
-        self._failures_at_build = world.status.failures
+        SymmetricPlan.__init__(self, world, heap_bytes)
         self._tmaps: dict[int, np.void] = {}
 
     # ---- plumbing shared by the five ops ----
@@ -115,13 +110,6 @@ class _FusedOp:
         idx = tile_indices(tiles, self.m // gemm.tile_shape()[0], tm, tn, gemm.device_constants()["kGroupM"])
         assert sorted(idx.tolist()) == list(range(tm * tn)), "tile order is not a permutation"
         return cupy.asarray(idx)
-
-    def _next_call(self) -> tuple[np.uint64, np.void]:
-        self.world.check()
-        if self.world.status.failures != self._failures_at_build:
-            raise KosmosError(f"{type(self).__name__} was built before a device timeout; build a new plan")
-        self.epoch += 1
-        return np.uint64(self.epoch), self.world.status.wait_ctx(kernel_id(self.kernel_enum))
 
     _ZERO_TMAP = np.zeros(1, gemm.TMAP_DTYPE)[0]
 

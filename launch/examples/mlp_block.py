@@ -20,7 +20,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kosmos import World  # noqa: E402
-from kosmos.dtypes import bf16_to_f32, bfloat16, f32_to_bf16, random_bf16  # noqa: E402
+from kosmos.dtypes import bf16_to_f32, f32_to_bf16, random_bf16  # noqa: E402
 from kosmos.reference import rel_error  # noqa: E402
 from kosmos.tp.layers import ColumnParallelLinear, RowParallelLinear  # noqa: E402
 

@@ -1,0 +1,59 @@
+"""What every kosmos op plan shares: its symmetric heap and control words, and the call epoch.
+
+A plan is built once per shape, collectively (like an FFT plan); each call takes the next epoch
+(the flags in hipsrc/kosmos/flags.h are compared with it, never reset) and a bounded-wait context.
+A device timeout leaves the cross-rank protocol in an unknown state, so a plan built before one
+refuses to run again.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from .dtypes import check_array
+from .errors import KosmosError
+from .runtime import kernel_id
+from .symmetric import SymmetricHeap
+from .world import World
+
+FLAG_WORDS = 64  # sizeof(OpFlags) / 8, see hipsrc/kosmos/flags.h
+MAX_WORLD = 16   # kMaxWorld in flags.h
+
+
+class SymmetricPlan:
+    kernel_enum = ""  # the KernelId named in timeout errors
+
+    def __init__(self, world: World, heap_bytes: int):
+        world.require_gpu()
+        if world.size > MAX_WORLD:
+            raise KosmosError(f"world size {world.size} exceeds the supported {MAX_WORLD}")
+        self.world = world
+        self.heap = SymmetricHeap(world, heap_bytes + FLAG_WORDS * 8 + 8192)
+        self.flags = self.heap.alloc((FLAG_WORDS,), np.uint64)
+        self.epoch = 0
+        self._failures_at_build = world.status.failures
+
+    @property
+    def stale(self) -> bool:
+        """True once a device timeout happened after this plan was built."""
+        return self.world.status.failures != self._failures_at_build
+
+    def _next_call(self) -> tuple[np.uint64, np.void]:
+        """Epoch and wait context for the next launch."""
+        self.world.check()
+        if self.stale:
+            raise KosmosError(f"{type(self).__name__} was built before a device timeout; build a new plan")
+        self.epoch += 1
+        return np.uint64(self.epoch), self.world.status.wait_ctx(kernel_id(self.kernel_enum))
+
+    def _output(self, out: Any, shape: tuple[int, ...], dtype: Any, name: str = "out") -> Any:
+        """`out`, checked, or a new array of that shape and dtype."""
+        import cupy
+
+        if out is None:
+            return cupy.empty(shape, dtype)
+        check_array(out, name, dtypes=(np.dtype(dtype),), device=self.world.device_id)
+        if tuple(out.shape) != tuple(shape):
+            raise ValueError(f"{name} has shape {tuple(out.shape)}; expected {tuple(shape)}")
+        return out
