@@ -164,7 +164,8 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Pro
     if (kBulk && policy == kOneWay && !build()) return;
   } else {
     if (!build()) return;
-    if (!kBulk && policy == kOneWay) {
+    // One-way: a builder that finds the GEMM queue empty joins the reducers (up to max_join).
+    if (policy == kOneWay) {
       const i32 joined = cta_broadcast(&s_idx, threadIdx.x == 0 ? i32(atomic_add_relaxed_dev(&mine->join_head, 1)) : 0);
       if (joined < max_join && !reduce_loop()) return;
     }

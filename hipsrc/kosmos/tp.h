@@ -91,6 +91,10 @@ KOSMOS_DEVICE bool gather_items(const Gathered& g, int rank, u64 epoch, OpFlags*
 // ---- reduce-scatter pieces (one-shot pull, NaN-sentinel arrival; sentinel.h) ----
 // Reduce item (band, column slice) of this rank's chunk: pull it from every rank's current
 // staging buffer, waiting on the sentinel, sum in fp32 in rank order, round once to bf16.
+// Each thread owns kReduceVecs vectors at a time, peers in the outer loop, so kReduceVecs loads
+// are in flight whatever the world size, and each element still sums ranks 0, 1, ... in order.
+constexpr int kReduceVecs = 4;
+
 template <class T>
 KOSMOS_DEVICE bool reduce_item(const Staging& s, int rank, int world, u64 epoch, u64 band_rows, u32 slice_log2,
                                i32 band, i32 slice, u16* out, const WaitCtx& wait) {
@@ -99,34 +103,47 @@ KOSMOS_DEVICE bool reduce_item(const Staging& s, int rank, int world, u64 epoch,
   const u32 rows = u32(row0 + band_rows > s.m ? s.m - row0 : band_rows);
   const u64 col0 = u64(slice) << slice_log2;
   const u32 vec_log2 = slice_log2 - (S::kLanes == 8 ? 3 : 2);  // 16-byte vectors per slice row, log2
+  const u32 total = rows << vec_log2, stride = blockDim.x * kReduceVecs;
   const u64 cur = s.cur(epoch);
   bool ok = true;
-  for (u32 v = threadIdx.x; ok && v < (rows << vec_log2); v += blockDim.x) {
-    // Power-of-two slices: shifts, not 64-bit divisions, in the innermost loop.
-    const u64 r = row0 + (v >> vec_log2), c = col0 + u64(v & ((1u << vec_log2) - 1)) * S::kLanes;
-    const u64 elem = (u64(rank) * s.m + r) * s.cols + c;
-    vec16 d[kMaxWorld];  // all peers' loads in flight at once; unrolled so d stays in registers
+  for (u32 v0 = threadIdx.x; ok && v0 < total; v0 += stride) {
+    u64 elem[kReduceVecs];
+    float acc[kReduceVecs][S::kLanes];
 #pragma unroll
-    for (int p = 0; p < kMaxWorld; ++p)
-      if (p < world) d[p] = ld16_volatile(s.at(p, cur) + elem * sizeof(T));
-    float acc[S::kLanes];
+    for (int u = 0; u < kReduceVecs; ++u) {
+      // Power-of-two slices: shifts, not 64-bit divisions, in the innermost loop.
+      const u32 v = v0 + u * blockDim.x;
+      const u64 r = row0 + (v >> vec_log2), c = col0 + u64(v & ((1u << vec_log2) - 1)) * S::kLanes;
+      elem[u] = (u64(rank) * s.m + r) * s.cols + c;
 #pragma unroll
-    for (int l = 0; l < S::kLanes; ++l) acc[l] = 0.f;
+      for (int l = 0; l < S::kLanes; ++l) acc[u][l] = 0.f;
+    }
+    for (int p = 0; p < world && ok; ++p) {
+      const u8* base = s.at(p, cur);
+      vec16 d[kReduceVecs];
 #pragma unroll
-    for (int p = 0; p < kMaxWorld; ++p) {
-      if (p >= world || !ok) continue;
-      if (S::has(d[p])) {
-        const vec16* src = reinterpret_cast<const vec16*>(s.at(p, cur) + elem * sizeof(T));
-        ok = bounded_wait(wait, SITE_SENTINEL, [&] { d[p] = ld16_volatile(src); return !S::has(d[p]); });
+      for (int u = 0; u < kReduceVecs; ++u)
+        if (v0 + u * blockDim.x < total) d[u] = ld16_volatile(base + elem[u] * sizeof(T));
+#pragma unroll
+      for (int u = 0; u < kReduceVecs; ++u) {
+        if (v0 + u * blockDim.x >= total || !ok) continue;
+        if (S::has(d[u])) {
+          const u8* src = base + elem[u] * sizeof(T);
+          ok = bounded_wait(wait, SITE_SENTINEL, [&] { d[u] = ld16_volatile(src); return !S::has(d[u]); });
+        }
+#pragma unroll
+        for (int l = 0; l < S::kLanes; ++l) acc[u][l] += S::lane(d[u], l);
       }
-#pragma unroll
-      for (int l = 0; l < S::kLanes; ++l) acc[l] += S::lane(d[p], l);
     }
     if (!ok) break;
-    u16* o = out + r * s.cols + c;
 #pragma unroll
-    for (int l = 0; l < S::kLanes; l += 2)
-      *reinterpret_cast<u32*>(o + l) = u32(f32_to_bf16(acc[l])) | (u32(f32_to_bf16(acc[l + 1])) << 16);
+    for (int u = 0; u < kReduceVecs; ++u) {
+      if (v0 + u * blockDim.x >= total) continue;
+      const u64 local = elem[u] - u64(rank) * s.m * s.cols;  // the same element in this rank's output
+#pragma unroll
+      for (int l = 0; l < S::kLanes; l += 2)
+        *reinterpret_cast<u32*>(out + local + l) = u32(f32_to_bf16(acc[u][l])) | (u32(f32_to_bf16(acc[u][l + 1])) << 16);
+    }
   }
   return ok;
 }
