@@ -76,7 +76,7 @@ def git_commit():
         return "unknown"
 
 
-def bench_shape(s, caps, reps, warmup, do_caps, sms):
+def bench_shape(s, caps, reps, warmup, do_caps, sms, split_k=1):
     a_shape, b_shape, out_shape = s.operand_shapes()
     set_bytes = 2 * (math.prod(a_shape) + math.prod(b_shape))
     nsets = max(2, min(8, math.ceil(3 * L2_BYTES / set_bytes)))
@@ -95,12 +95,13 @@ def bench_shape(s, caps, reps, warmup, do_caps, sms):
     for cap in cap_list:
         def run(i, cap=cap):
             a, b = sets[i]
-            gemm.matmul(a, b, s.layout, out=out, sm_cap=cap)
+            gemm.matmul(a, b, s.layout, out=out, sm_cap=cap, split_k=split_k)
         ms, lo, hi = time_runs(run, nsets, reps, warmup)
         key = str(sms if cap is None else cap)
         rec["ours"][key] = {"ms": ms, "min_ms": lo, "max_ms": hi, "tflops": flop / ms / 1e9}
     # Same inputs (the last set) through both: a sanity check of the timed kernel, not a test.
-    gemm.matmul(sets[-1][0], sets[-1][1], s.layout, out=out)
+    gemm.matmul(sets[-1][0], sets[-1][1], s.layout, out=out, split_k=split_k)
+    rec["split_k"] = gemm.get_plan(gemm.gemm_shape(s.layout, a_shape, b_shape), BF16, None, split_k).splits
     cublas_fn(s.layout, sets[-1][0], sets[-1][1], ref)()
     o32 = _bf16_to_f32(out)
     r32 = _bf16_to_f32(ref)
@@ -165,6 +166,7 @@ def main(argv=None):
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--tag", default="")
     ap.add_argument("--define", action="append", default=[], help="compile define for the gemm module, NAME=VALUE")
+    ap.add_argument("--split-k", default="1", help="1 (default), auto, or a factor")
     ap.add_argument("--commit", default="", help="record this commit (when the tree has no .git)")
     args = ap.parse_args(argv)
 
@@ -189,18 +191,19 @@ def main(argv=None):
     for s in shapes:
         do_caps = args.caps_all or any(m in s.name and b in s.name for m, b in FIG2) or (
             args.quick and "MBS8" in s.name)
-        rec = bench_shape(s, caps, args.reps, args.warmup, do_caps, sms)
+        split = None if args.split_k == "auto" else int(args.split_k)
+        rec = bench_shape(s, caps, args.reps, args.warmup, do_caps, sms, split)
         results.append(rec)
         capstr = " ".join(f"{k}:{v:.2f}" for k, v in rec["cap_retention"].items() if k != str(sms))
         print(f"{s.kernel:11s} {s.layout} {s.name:16s} {s.m:6d} {s.n:6d} {s.k:6d}  cuBLAS {rec['cublas']['tflops']:6.1f}"
               f"  ours {rec['ours'][str(sms)]['tflops']:6.1f}  ratio {rec['ratio']:.3f}  diff {rec['rel_diff_vs_cublas']:.1e}"
-              f"  {capstr}", flush=True)
+              f"  split {rec['split_k']}  {capstr}", flush=True)
 
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"gemm_{gpu.replace(' ', '_')}_{date}{('_' + args.tag) if args.tag else ''}"
-    doc = {"gpu": gpu, "sms": sms, "commit": commit, "date": date, "path": gemm.arch_path(), "defines": args.define,
+    doc = {"gpu": gpu, "sms": sms, "commit": commit, "date": date, "path": gemm.arch_path(), "defines": args.define, "split_k": args.split_k,
            "reps": args.reps, "warmup": args.warmup, "quick": args.quick, "results": results}
     (out_dir / f"{stem}.json").write_text(json.dumps(doc, indent=1))
     try:

@@ -14,7 +14,7 @@ using namespace kosmos::gemm;
       NAME(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,             \
            const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EPI epi, u64* head, u64 base) {            \
     extern __shared__ __align__(16) u8 kosmos_gemm_smem[];                                                 \
-    QueueClaim claim{head, base, p.tiles_m * p.tiles_n};                                                   \
+    QueueClaim claim{head, base, work_units(p)};                                                   \
     run_builder<LAYOUT>(p, &tma, &tmb, kosmos_gemm_smem, claim, AlwaysReady{}, MAKE_EPI);                  \
   }
 
@@ -38,7 +38,7 @@ struct RowFlagsReady {
   WaitCtx w;
   static constexpr bool kTrivial = false;
   KOSMOS_DEVICE bool operator()(const TileCoord& t, i32 kb) const {
-    if (kb != 0) return true;
+    if (kb != t.kb0) return true;
     return wait_flag_dev(w, SITE_TILE_READY, flags + t.tm, target);
   }
 };
@@ -48,9 +48,39 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                               const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiStoreBf16 epi, u64* head,
                               u64 base, const u64* row_flags, u64 target, WaitCtx w, u64* tiles_done) {
   extern __shared__ __align__(16) u8 kosmos_gemm_smem[];
-  QueueClaim claim{head, base, p.tiles_m * p.tiles_n};
+  QueueClaim claim{head, base, work_units(p)};
   run_builder<LAYOUT_TN>(p, &tma, &tmb, kosmos_gemm_smem, claim, RowFlagsReady{row_flags, target, w},
                          EpiCountDone<EpiStoreBf16Tma>(EpiStoreBf16Tma(epi, &tmc), tiles_done));
+}
+
+// Split-K's second step: out = sum of the k_splits fp32 partials ws[split][n], added in split order
+// (bitwise deterministic), rounded once. n is a multiple of 4 (columns are multiples of 64).
+template <class Store>
+KOSMOS_DEVICE void splitk_reduce(const float* ws, i64 n, i32 splits, Store store) {
+  for (i64 v = (i64(blockIdx.x) * blockDim.x + threadIdx.x) * 4; v < n; v += i64(gridDim.x) * blockDim.x * 4) {
+    float4 acc = *reinterpret_cast<const float4*>(ws + v);
+    for (i32 s = 1; s < splits; ++s) {
+      const float4 x = *reinterpret_cast<const float4*>(ws + i64(s) * n + v);
+      acc.x += x.x;
+      acc.y += x.y;
+      acc.z += x.z;
+      acc.w += x.w;
+    }
+    store(v, acc);
+  }
+}
+
+extern "C" __global__ void kosmos_gemm_splitk_reduce_bf16(const float* ws, u16* out, i64 n, i32 splits) {
+  splitk_reduce(ws, n, splits, [&](i64 v, const float4& a) {
+    uint2 packed;
+    packed.x = pack_bf16x2(a.x, a.y);
+    packed.y = pack_bf16x2(a.z, a.w);
+    *reinterpret_cast<uint2*>(out + v) = packed;
+  });
+}
+
+extern "C" __global__ void kosmos_gemm_splitk_reduce_f32(const float* ws, float* out, i64 n, i32 splits) {
+  splitk_reduce(ws, n, splits, [&](i64 v, const float4& a) { *reinterpret_cast<float4*>(out + v) = a; });
 }
 
 // What this compile selected: out[0] = kArchPath (1 wgmma, 2 mma.sync, 3 MFMA),

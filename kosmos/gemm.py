@@ -132,6 +132,47 @@ def grid_size(ntiles: int, sms: int, sm_cap: int | None) -> int:
     return max(1, min(sms, ntiles))
 
 
+# The wave model behind choose_split_k: one 128x256x64 slab takes about this long on one SM (H200,
+# ~650 TFLOP/s over 132 SMs), and the split-K reduction streams its bytes at about this rate.
+SLAB_SECONDS = 0.85e-6
+REDUCE_BYTES_PER_S = 3.0e12
+MIN_SLABS_PER_SPLIT = 32
+
+
+def check_split_k(split_k: int, k_slabs: int) -> int:
+    """Validate an explicit split-K factor: every K-range gets at least one 64-deep slab."""
+    if not isinstance(split_k, (int, np.integer)) or split_k < 1:
+        raise ValueError(f"split_k must be a positive integer or None (automatic), got {split_k!r}")
+    per = -(-k_slabs // split_k)
+    if (split_k - 1) * per >= k_slabs:
+        raise ValueError(f"split_k = {split_k} leaves empty K-ranges: the reduction has only {k_slabs} slabs of 64")
+    return int(split_k)
+
+
+def choose_split_k(ntiles: int, grid: int, k_slabs: int, out_elems: int) -> int:
+    """Split-K factor for a grid that the output tiles alone would leave partly idle.
+
+    Wave model: time = waves * slabs per unit * SLAB_SECONDS + the reduction's bytes (each split's
+    fp32 partial written and read, the output written) / REDUCE_BYTES_PER_S. Each unit keeps at
+    least MIN_SLABS_PER_SPLIT slabs; a split must win by 5%.
+    """
+    def cost(sk: int) -> float:
+        waves = -(-ntiles * sk // grid)
+        t = waves * (-(-k_slabs // sk)) * SLAB_SECONDS
+        if sk > 1:
+            t += (8 * sk + 2) * out_elems / REDUCE_BYTES_PER_S
+        return t
+
+    best, best_t = 1, cost(1)
+    for sk in (2, 3, 4, 6, 8):
+        if k_slabs < MIN_SLABS_PER_SPLIT * sk:
+            break
+        t = cost(sk)
+        if t < 0.95 * best_t:
+            best, best_t = sk, t
+    return best
+
+
 def tile_order(shape: GemmShape) -> list[tuple[int, int]]:
     """Queue index -> (tile row, tile column): the device's tile_of(), for tests and tools."""
     tiles_m, tiles_n, _ = tile_counts(shape)
@@ -147,7 +188,8 @@ def tile_order(shape: GemmShape) -> list[tuple[int, int]]:
 
 PROBLEM_DTYPE = np.dtype(
     [("a", np.uint64), ("b", np.uint64), ("mo", np.int32), ("no", np.int32), ("kr", np.int32), ("lda", np.int32),
-     ("ldb", np.int32), ("tiles_m", np.int32), ("tiles_n", np.int32), ("k_slabs", np.int32), ("swiglu_f", np.int32)],
+     ("ldb", np.int32), ("tiles_m", np.int32), ("tiles_n", np.int32), ("k_slabs", np.int32), ("swiglu_f", np.int32),
+     ("k_splits", np.int32)],
     align=True,
 )
 EPI_DTYPE = np.dtype([("out", np.uint64), ("ldo", np.int32), ("mo", np.int32), ("no", np.int32)], align=True)
@@ -258,6 +300,8 @@ class GemmPlan:
     head: Any  # cupy uint64[1], the queue head
     base: int = 0
     uses_tma: bool = True
+    splits: int = 1  # split-K: the kernel writes fp32 partials, reduce_kernel sums them in order
+    reduce_kernel: Any = None
     _tmaps: dict = field(default_factory=dict)
 
     @property
@@ -289,6 +333,7 @@ class GemmPlan:
         prob["lda"], prob["ldb"] = a.shape[1], b.shape[1]
         prob["tiles_m"], prob["tiles_n"], prob["k_slabs"] = self.tiles
         prob["swiglu_f"] = s.swiglu_f
+        prob["k_splits"] = self.splits
         epi = np.zeros(1, EPI_DTYPE)[0]
         epi["out"] = out.data.ptr
         epi["ldo"] = out.shape[1]
@@ -299,7 +344,17 @@ class GemmPlan:
                 np.uint64(self.base if base is None else base))
 
     def __call__(self, a, b, out, stream=None) -> None:
-        self.launch(self.args(a, b, out), stream=stream)
+        if self.splits == 1:
+            self.launch(self.args(a, b, out), stream=stream)
+        else:
+            import cupy
+
+            s = self.shape
+            ws = cupy.empty((self.splits * s.mo, s.no), dtype=cupy.float32)
+            self.launch(self.args(a, b, ws), stream=stream)
+            n = s.mo * s.no
+            blocks = max(1, min(-(-n // (4 * 256)), 8 * self.grid))
+            self.reduce_kernel((blocks,), (256,), (ws, out, np.int64(n), np.int32(self.splits)), stream=stream)
         # Every CTA claims until it sees an index past the end: the head moves by ntiles + grid.
         self.base += self.ntiles + self.grid
 
@@ -308,25 +363,42 @@ _plans: dict[tuple, GemmPlan] = {}
 _plans_lock = threading.Lock()
 
 
-def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None) -> GemmPlan:
+def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, split_k: int | None = 1) -> GemmPlan:
+    """The cached plan for a GEMM; split_k: 1 = none, None = choose_split_k, n = n K-ranges."""
     import cupy
 
     from .runtime.launch import PersistentLaunch, sm_count
 
     dev = cupy.cuda.Device().id
-    key = (shape, np.dtype(out_dtype).str, sm_cap, dev, _extra_options)
+    key = (shape, np.dtype(out_dtype).str, sm_cap, split_k, dev, _extra_options)
     with _plans_lock:
         plan = _plans.get(key)
     if plan is not None:
         return plan
-    name = kernel_name(shape.layout, "swiglu" if shape.swiglu_f else "store", out_dtype)
-    kern = _module().get_function(name)
     tiles = tile_counts(shape)
     ntiles = tiles[0] * tiles[1]
-    grid = grid_size(ntiles, sm_count(), sm_cap)
+    sms = sm_count()
+    if split_k is None:
+        splits = 1 if shape.swiglu_f else choose_split_k(ntiles, grid_size(ntiles, sms, sm_cap), tiles[2],
+                                                        shape.mo * shape.no)
+    else:
+        splits = check_split_k(split_k, tiles[2])
+        if splits > 1 and shape.swiglu_f:
+            raise ValueError("split_k > 1 does not combine with epilogue='swiglu'")
+    units = ntiles * splits
+    mod = _module()
+    if splits > 1:
+        name = kernel_name(shape.layout, "store", np.float32)  # fp32 partials into a workspace
+        red = mod.get_function("kosmos_gemm_splitk_reduce_" + ("f32" if np.dtype(out_dtype) == np.float32 else "bf16"))
+    else:
+        name = kernel_name(shape.layout, "swiglu" if shape.swiglu_f else "store", out_dtype)
+        red = None
+    kern = mod.get_function(name)
+    grid = grid_size(units, sms, sm_cap)
     launch = PersistentLaunch.checked(kern, grid, block_threads(), shared_mem_bytes())
-    plan = GemmPlan(shape, np.dtype(out_dtype), name, grid, ntiles, tiles, launch,
-                    head=cupy.zeros(1, dtype=cupy.uint64), uses_tma=_arch_info(dev, _extra_options)[0] == 1)
+    plan = GemmPlan(shape, np.dtype(out_dtype), name, grid, units, tiles, launch,
+                    head=cupy.zeros(1, dtype=cupy.uint64), uses_tma=_arch_info(dev, _extra_options)[0] == 1,
+                    splits=splits, reduce_kernel=red)
     with _plans_lock:
         _plans[key] = plan
     return plan
@@ -348,10 +420,14 @@ def _check_array(name: str, x: Any, dtype: np.dtype, device_id: int) -> None:
 
 
 def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | None = None, *,
-           epilogue: str = "store", stream=None):
+           epilogue: str = "store", split_k: int | None = 1, stream=None):
     """Persistent GEMM on the builder tile; see the module docstring for layouts.
 
     Returns ``out`` (allocated when None). ``sm_cap`` limits the grid to that many CTAs (SMs).
+    ``split_k``: 1 (default) = one work unit per output tile; n > 1 = n K-ranges per tile, fp32
+    partials summed in a fixed order by a second kernel (bitwise reproducible); None = choose it
+    from a wave model (choose_split_k) when the tiles alone would leave SMs idle. Results are
+    bitwise reproducible for a given (shape, sm_cap, split_k); different splits round differently.
     """
     import cupy
 
@@ -371,7 +447,7 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
         _check_array("out", out, dt, dev)
         if tuple(out.shape) != shape.out_shape:
             raise ValueError(f"out has shape {tuple(out.shape)}, expected {shape.out_shape}")
-    plan = get_plan(shape, dt, sm_cap)
+    plan = get_plan(shape, dt, sm_cap, split_k)
     plan(a, b, out, stream=stream)
     return out
 

@@ -126,3 +126,20 @@ def test_llama3_shape_table():
         assert g.out_shape == out and g.flops == s.flops, s
         tokens = s.k if s.layout == "NT" else s.m
         assert tokens in (8192, 16384, 32768, 65536) and tokens == 8192 * int(s.name.split("MBS")[1])
+
+
+def test_split_k_choice_and_checks():
+    # 96 tiles on 132 SMs with a deep reduction: 4 K-ranges fill ~3 waves of the grid.
+    assert gemm.choose_split_k(96, 132, 1024, 768 * 4096) == 4
+    # The same tiles with a short reduction: the partials' traffic costs more than the idle SMs.
+    assert gemm.choose_split_k(96, 132, 128, 768 * 4096) == 1
+    # Plenty of tiles: never split.
+    assert gemm.choose_split_k(3328, 132, 256, 8192 * 13312) == 1
+    # Every K-range keeps MIN_SLABS_PER_SPLIT slabs.
+    assert gemm.choose_split_k(1, 132, 2 * gemm.MIN_SLABS_PER_SPLIT - 1, 128 * 256) == 1
+    assert gemm.check_split_k(3, 5) == 3
+    with pytest.raises(ValueError, match="empty K-ranges"):
+        gemm.check_split_k(4, 5)  # ranges of 2 slabs: 2, 2, 1, 0
+    with pytest.raises(ValueError, match="split_k"):
+        gemm.check_split_k(0, 5)
+    assert gemm.PROBLEM_DTYPE.names[-1] == "k_splits"

@@ -123,6 +123,26 @@ def test_back_to_back_calls_and_sm_caps():
             assert (out.view(cupy.uint16) == ref_bits).all(), f"cap {cap}"
 
 
+@pytest.mark.parametrize("layout,m,n,k,splits", [("NT", 4099, 192, 320, 3), ("TN", 300, 320, 4096, 4),
+                                                 ("NN", 129, 2048, 256, 2)])
+def test_split_k(layout, m, n, k, splits):
+    """Deterministic split-K: fp32 partials per K-range, summed in split order by a second kernel."""
+    rng = np.random.default_rng(splits * 1000 + m)
+    sa, sb = operands(layout, m, n, k)
+    a_h, b_h = rand_bf16(rng, sa), rand_bf16(rng, sb)
+    a, b = cupy.asarray(a_h), cupy.asarray(b_h)
+    ref = reference(layout, a_h, b_h)
+    for dt, kind in ((np.dtype(np.float32), "f32"), (BF16, "bf16")):
+        whole, out = nan_buffer(ref.shape, dt)
+        gemm.matmul(a, b, layout, out=out, split_k=splits, sm_cap=5)
+        assert rel_err(out.get().astype(np.float64), ref) < TOL[kind]
+        assert np.isnan(whole[ref.shape[0]:].get().astype(np.float32)).all()
+        again = gemm.matmul(a, b, layout, out_dtype=dt, split_k=splits)
+        view = cupy.uint32 if kind == "f32" else cupy.uint16
+        assert (again.view(view) == out.view(view)).all(), "split-K rerun differs"
+    assert gemm.get_plan(gemm.gemm_shape(layout, sa, sb), BF16, 5, splits).splits == splits
+
+
 def test_compiled_for_sm90a_on_hopper():
     """Hopper must get the wgmma layer: a CuPy option change must not silently drop sm_90a."""
     if cupy.cuda.Device().compute_capability != "90":
@@ -131,8 +151,9 @@ def test_compiled_for_sm90a_on_hopper():
     assert gemm.arch_path() == "wgmma"
 
 
-@pytest.mark.parametrize("layout,m,n,k", [("TN", 131, 320, 192), ("NN", 77, 256, 384), ("NT", 259, 192, 128)])
-def test_portable_mma_sync_path(layout, m, n, k, monkeypatch):
+@pytest.mark.parametrize("layout,m,n,k,splits", [("TN", 131, 320, 192, 1), ("NN", 77, 256, 384, 1),
+                                                 ("NT", 259, 192, 128, 1), ("NT", 1000, 128, 192, 3)])
+def test_portable_mma_sync_path(layout, m, n, k, splits, monkeypatch):
     """The mma.sync layer (other NVIDIA GPUs), forced on this GPU."""
     monkeypatch.setattr(gemm, "_extra_options", ("-DKOSMOS_GEMM_FORCE_PORTABLE",))
     assert gemm.arch_path() == "mma.sync"
@@ -141,7 +162,7 @@ def test_portable_mma_sync_path(layout, m, n, k, monkeypatch):
     a_h, b_h = rand_bf16(rng, sa), rand_bf16(rng, sb)
     ref = reference(layout, a_h, b_h)
     whole, out = nan_buffer(ref.shape, np.float32)
-    gemm.matmul(cupy.asarray(a_h), cupy.asarray(b_h), layout, out=out, sm_cap=4)
+    gemm.matmul(cupy.asarray(a_h), cupy.asarray(b_h), layout, out=out, sm_cap=4, split_k=splits)
     assert rel_err(out.get(), ref) < TOL["f32"]
     assert np.isnan(whole[ref.shape[0]:].get()).all()
 
@@ -170,6 +191,10 @@ def test_bad_inputs_rejected():
         gemm.matmul(a, b, "NN", epilogue="swiglu")
     with pytest.raises(ValueError, match="sm_cap"):
         gemm.matmul(a, b, sm_cap=0)
+    with pytest.raises(ValueError, match="empty K-ranges"):
+        gemm.matmul(a, b, split_k=3)  # K = 128: two slabs
+    with pytest.raises(ValueError, match="split_k"):
+        gemm.matmul(a, b, split_k=0)
 
 
 _SIDE = []

@@ -58,7 +58,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap*, const Te
     if (t < 0) return true;
     const TileCoord tc = tile_of(p, t);
     mma.zero();
-    for (i32 kb = 0; kb < p.k_slabs; ++kb) {
+    for (i32 kb = tc.kb0; kb < tc.kb1; ++kb) {
       if (!Ready::kTrivial) {
         if (threadIdx.x == 0) s_ready = ready(tc, kb) ? 1 : 0;
         __syncthreads();

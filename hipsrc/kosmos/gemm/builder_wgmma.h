@@ -54,7 +54,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap* tma, cons
         const i32 t = claim();
         i32 stop = t < 0 ? -1 : 0;
         TileCoord tc = tile_of(p, t < 0 ? 0 : t);
-        for (i32 kb = 0; stop == 0 && kb < p.k_slabs; ++kb) {
+        for (i32 kb = tc.kb0; stop == 0 && kb < tc.kb1; ++kb) {
           if (!ready(tc, kb)) {
             stop = -2;
             break;
@@ -107,14 +107,18 @@ KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap* tma, cons
     while (more) {
       TileCoord tc;
       int prev = -1;
-      for (i32 kb = 0; kb < p.k_slabs; ++kb) {
+      i32 nslabs = 1;  // known once the first stage of the unit names it
+      for (i32 i = 0; i < nslabs; ++i) {
         mbar_wait(&full[s], ph);
         const i32 t = slot[s];
         if (t < 0) {
           more = false;
           break;
         }
-        if (kb == 0) tc = tile_of(p, t);
+        if (i == 0) {
+          tc = tile_of(p, t);
+          nslabs = tc.kb1 - tc.kb0;
+        }
         const u32 a0 = smem_addr(base + s * kStageBytes + cw * kBoxBytes);
         const u32 b0 = smem_addr(base + s * kStageBytes + kStageBytesA);
         wgmma_fence();
@@ -122,7 +126,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap* tma, cons
         for (int kk = 0; kk < kTileK / 16; ++kk) {
           const u64 da = AK ? make_desc(a0 + kk * 32, 16, 1024) : make_desc(a0 + kk * 2048, kBoxBytes, 1024);
           const u64 db = BK ? make_desc(b0 + kk * 32, 16, 1024) : make_desc(b0 + kk * 2048, kBoxBytes, 1024);
-          wgmma_m64n256k16<AK ? 0 : 1, BK ? 0 : 1>(acc, da, db, (kb > 0 || kk > 0) ? 1u : 0u);
+          wgmma_m64n256k16<AK ? 0 : 1, BK ? 0 : 1>(acc, da, db, (i > 0 || kk > 0) ? 1u : 0u);
         }
         wgmma_commit();
         wgmma_wait<1>();

@@ -46,6 +46,7 @@ struct EpiStoreBf16Tma : EpiStoreBf16 {
 };
 
 // out[mo, no] fp32 (a partial-sum staging buffer, or a full-precision result), row stride ldo.
+// Under split-K, unit `split` writes the partial out[split][mo][ldo].
 struct EpiStoreF32 {
   float* out;
   i32 ldo, mo, no;
@@ -55,7 +56,7 @@ struct EpiStoreF32 {
                           float hi1) const {
     if (row >= mo) return;
     const i32 col = t.tn * kTileN + lc;
-    float* p = out + i64(row) * ldo + col;
+    float* p = out + (i64(t.split) * mo + row) * ldo + col;
     if (col < no) { p[0] = lo0; p[1] = lo1; }
     if (col + kTileN / 2 < no) { p[kTileN / 2] = hi0; p[kTileN / 2 + 1] = hi1; }
   }

@@ -5,11 +5,12 @@
 //                                  u8* smem, Claim& claim, const Ready& ready, const Epi& epi);
 //
 // Called by all kThreads threads of the CTA with kSmemBytes of dynamic shared memory at `smem`.
-//   claim()          i32: the next tile's queue index (tile_of maps it to (tm, tn)), or < 0 when
+//   claim()          i32: the next work unit's queue index (tile_of maps it to (tm, tn, K-range)), or < 0 when
 //                    this CTA should stop building (the queue is empty, or it should go back to
 //                    moving data). Called by one thread; one claim per tile.
 //   ready(tile, kb)  bool: the readiness hook, called by one thread before the loads of each
-//                    kTileK-deep reduction slab kb of the tile (kb == 0: before the tile starts).
+//                    kTileK-deep reduction slab kb of the unit, kb in [tile.kb0, tile.kb1)
+//                    (kb == tile.kb0: before the unit starts; kb0 == 0 without split-K).
 //                    It may wait (a bounded wait on flags); false aborts the builder. Ready::kTrivial
 //                    = true skips it and the proxy fence that follows a non-trivial hook.
 //   epi              a compile-time epilogue (epilogue.h): EpiStoreBf16, EpiStoreF32, EpiSwiGLU.
@@ -36,8 +37,8 @@ KOSMOS_DEVICE bool run_builder(const Problem& p, const TensorMap* tma, const Ten
 }
 
 // The standalone queue: a u64 head counter in device memory. The host passes `base`, the head's
-// value before this launch; every CTA claims until it sees an index >= ntiles, so one launch
-// advances the head by exactly ntiles + gridDim.x and the next launch's base is known on the host
+// value before this launch; every CTA claims until it sees an index >= ntiles (work units), so
+// one launch advances the head by exactly ntiles + gridDim.x and the next launch's base is known on the host
 // (an epoch, no reset).
 struct QueueClaim {
   u64* head;
