@@ -12,6 +12,14 @@ def __getattr__(name: str):
         from . import collectives
 
         return getattr(collectives, name)
+    if name == "matmul":
+        from .gemm import matmul
+
+        return matmul
+    if name in ("gemm", "tp", "collectives"):
+        import importlib
+
+        return importlib.import_module(f".{name}", __name__)
     if name == "SymmetricHeap":
         from .symmetric import SymmetricHeap
 
@@ -20,7 +28,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "World", "SymmetricHeap", "all_gather", "reduce_scatter", "all_to_all", "AllGather", "ReduceScatter",
+    "World", "SymmetricHeap", "matmul", "all_gather", "reduce_scatter", "all_to_all", "AllGather", "ReduceScatter",
     "AllToAll", "KosmosError", "KosmosTimeoutError", "KosmosCompileError", "KosmosResourceError",
 ]
 __version__ = "0.1.0"
