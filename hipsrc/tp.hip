@@ -138,7 +138,11 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Pro
     for (int q = 0; q < world && ok; ++q)
       if (q != rank) ok = wait_flag_sys(wait, SITE_PEER_DONE, &mine->done[q], epoch - 1);
   if (!cta_broadcast(&s_ok, ok)) return;
-  poison_and_stage<T>(st, rank, epoch, kBulk ? x : nullptr);
+  if (world > 1) {
+    poison_and_stage<T>(st, rank, epoch, kBulk ? x : nullptr);
+  } else if (kBulk) {
+    grid_copy(out, x, m * cols * sizeof(u16));  // alone, the reduce-scatter is a copy
+  }  // alone, TN+RS builders write the output directly (the host points the epilogue at it)
   __syncthreads();
   if (threadIdx.x == 0) atomic_add_acq_rel_dev(&mine->staged, 1);
 

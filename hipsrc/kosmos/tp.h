@@ -36,9 +36,10 @@ struct Gathered {
 
 // Stage this rank's shard into its own chunk of the gathered buffer (all CTAs), then the last
 // CTA marks the local chunk's items arrived and tells every peer the shard can be pulled.
+// Alone (world 1) nothing is pulled, so nothing is staged: the builders read x itself.
 KOSMOS_DEVICE void stage_shard(const Gathered& g, int rank, int world, u64 epoch, OpFlags* mine, u64 flags_off,
                                u64* arrived, const u8* x) {
-  grid_copy(g.rows(rank, rank, 0), x, g.m * g.row_bytes);
+  if (world > 1) grid_copy(g.rows(rank, rank, 0), x, g.m * g.row_bytes);
   __syncthreads();
   if (threadIdx.x == 0) {
     fence_acq_rel_sys();

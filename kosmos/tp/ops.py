@@ -60,9 +60,8 @@ class _FusedOp(SymmetricPlan):
             if not 0 <= movers < self.crew.grid:
                 raise ValueError(f"movers = {movers} must leave at least one builder in a grid of {self.crew.grid}")
             self.crew = Crew(movers, max(1, movers // max(1, self.P - 1)), self.crew.grid - movers, self.crew.grid)
-        if self.P == 1:  # nothing to move; a reduce-scatter still needs a reducer (it copies out)
-            movers = 1 if self.kind in ("tn_rs", "bulk_rs_nt") else 0
-            self.crew = Crew(movers, movers, self.crew.grid - movers, self.crew.grid)
+        if self.P == 1:  # nothing to move: every CTA builds
+            self.crew = Crew(0, 0, self.crew.grid, self.crew.grid)
         elif self.crew.movers == 0 and policy == "fixed":
             raise ValueError("a fixed split needs at least one mover: nobody would move the data")
         self.hw = hw
@@ -162,7 +161,7 @@ class _AllGatherBase(_FusedOp):
 
     def gathered_copy(self) -> Any:
         """A copy of the last call's gathered operand (the heap's is overwritten by the next call)."""
-        return self.gathered.local.copy()
+        return self.gathered.local.copy() if self.P > 1 else self._last_x.copy()
 
 
 class AllGatherMatmul(_AllGatherBase):
@@ -189,7 +188,6 @@ class AllGatherMatmul(_AllGatherBase):
         g = GatherGrid(P, world.rank, m, gemm.tile_shape()[0], tn)
         self.tiles = self._tile_table(self.shape, ag_tile_order(g, ag_order))
         self.launch = self._launch("kosmos_tp_ag_tn" if layout == "TN" else "kosmos_tp_ag_nn")
-        self.tmap_a = self._tmap(self.gathered.local)
 
     @property
     def out_shape(self) -> tuple[int, int]:
@@ -204,9 +202,12 @@ class AllGatherMatmul(_AllGatherBase):
             out = cupy.empty(self.out_shape, bfloat16)
         self._check(out, "out", self.out_shape)
         epoch, ctx = self._next_call()
-        prob = self._problem(self.shape, self.gathered.local, w)
+        # Alone, nothing is gathered: the builders read x itself (the kernel skips the staging copy).
+        a = self.gathered.local if self.P > 1 else x
+        self._last_x = x
+        prob = self._problem(self.shape, a, w)
         epi = self._epi(out.data.ptr, out.shape[1], *self.out_shape)
-        args = self._common((self.tmap_a, self._tmap(w), self._out_tmap(out), prob), epoch, self.tiles, ctx)
+        args = self._common((self._tmap(a), self._tmap(w), self._out_tmap(out), prob), epoch, self.tiles, ctx)
         args += (epi,) + self._gather_args(x)
         self.launch(args, stream=stream)
         return out
@@ -248,8 +249,9 @@ class BulkAllGatherMatmul(_AllGatherBase):
         epi = self._epi(dx.data.ptr, dx.shape[1], *self.shape.out_shape)
         args = self._common((self._tmap(dy), self._tmap(w), self._out_tmap(dx), prob), epoch, self.tiles, ctx)
         args += (epi,) + self._gather_args(x)
+        self._last_x = x
         self.launch(args, stream=stream)
-        return self.gathered.local.copy(), dx
+        return self.gathered_copy(), dx
 
 
 class _ReduceScatterBase(_FusedOp):
@@ -278,8 +280,9 @@ class _ReduceScatterBase(_FusedOp):
         self.max_join = self.crew.grid if P == 1 else max(0, self.hw.link_saturating_movers - self.crew.movers)
 
     def _reduce_args(self, x: Any, out: Any) -> tuple:
+        n_items = len(self.reduce_order) if self.P > 1 else 0  # alone there is nothing to reduce
         return (np.uint64(self.staging.offset), np.uint64(self.buffer_bytes), np.uint64(self.m), np.uint64(self.cols),
-                x, out, self.reduce_order, np.int32(len(self.reduce_order)), np.uint64(TILE_ROW),
+                x, out, self.reduce_order, np.int32(n_items), np.uint64(TILE_ROW),
                 np.uint32(self.slice_cols.bit_length() - 1), np.int32(self.max_join))
 
 class MatmulReduceScatter(_ReduceScatterBase):
@@ -305,7 +308,8 @@ class MatmulReduceScatter(_ReduceScatterBase):
         tm, tn, _ = gemm.tile_counts(self.shape)
         bg = BandGrid(P, world.rank, m, gemm.tile_shape()[0], tn, band_tile_rows=TILE_ROW // gemm.tile_shape()[0])
         self.tiles = self._tile_table(self.shape, rs_tile_order(bg, rs_order))
-        self.launch = self._launch("kosmos_tp_tn_rs_" + ("bf16" if sd == bfloat16 else "f32"))
+        # Alone, the builders write the bf16 output directly, whatever the staging type.
+        self.launch = self._launch("kosmos_tp_tn_rs_" + ("bf16" if sd == bfloat16 or self.P == 1 else "f32"))
 
     def __call__(self, x: Any, w: Any, out: Any = None, stream: Any = None) -> Any:
         import cupy
@@ -318,7 +322,7 @@ class MatmulReduceScatter(_ReduceScatterBase):
         self._check(out, "out", (m, n))
         epoch, ctx = self._next_call()
         prob = self._problem(self.shape, x, w)
-        cur = self.staging_buffers[self.epoch & 1]
+        cur = self.staging_buffers[self.epoch & 1] if P > 1 else out
         epi = self._epi(cur.data.ptr, n, P * m, n)
         args = self._common((self._tmap(x), self._tmap(w), self._out_tmap(cur), prob), epoch, self.tiles, ctx) + (epi,)
         self.launch(args + self._reduce_args(x, out), stream=stream)
