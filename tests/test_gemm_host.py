@@ -133,8 +133,11 @@ def test_split_k_choice_and_checks():
     assert gemm.choose_split_k(96, 132, 1024, 768 * 4096) == 4
     # The same tiles with a short reduction: the partials' traffic costs more than the idle SMs.
     assert gemm.choose_split_k(96, 132, 128, 768 * 4096) == 1
-    # Plenty of tiles: never split.
+    # Plenty of tiles: never split; a grid of a wave or more neither (measured: splitting 320 tiles by 2 lost).
     assert gemm.choose_split_k(3328, 132, 256, 8192 * 13312) == 1
+    assert gemm.choose_split_k(320, 132, 1024, 1280 * 8192) == 1
+    # A 15% win is required: 96 tiles with 256 slabs would gain only ~9%.
+    assert gemm.choose_split_k(96, 132, 256, 768 * 4096) == 1
     # Every K-range keeps MIN_SLABS_PER_SPLIT slabs.
     assert gemm.choose_split_k(1, 132, 2 * gemm.MIN_SLABS_PER_SPLIT - 1, 128 * 256) == 1
     assert gemm.check_split_k(3, 5) == 3

@@ -233,10 +233,12 @@ def test_readiness_hook_waits_for_rows_released_later():
     head = cupy.zeros(1, dtype=cupy.uint64)
     done = cupy.zeros(1, dtype=cupy.uint64)
     status = DeviceStatus(rank=0, budget_s=20.0)
-    # Load the fill kernel now: with lazy module loading, loading it while the gated grid runs
-    # waits for that grid, which waits for the fill (seen on the H200: a 20 s timeout).
-    with side_stream() as side:
-        flags[0:1].fill(0)
+    # Release rows with host-to-device copies on another stream (the copy engine runs beside the
+    # grid). A CuPy fill kernel here hung twice on the H200 until the 20 s budget: a kernel loaded
+    # lazily while the gated grid runs can wait for that grid, which waits for the fill.
+    side = side_stream()
+    three = cupy.cuda.alloc_pinned_memory(8)
+    np.frombuffer(three, dtype=np.uint64, count=1)[0] = 3
     cupy.cuda.Device().synchronize()
     main = cupy.cuda.Stream(non_blocking=True)
     try:
@@ -244,10 +246,35 @@ def test_readiness_hook_waits_for_rows_released_later():
         launch(plan.args(a, b, out, head=head, base=0) + extra, stream=main)
         time.sleep(0.05)
         assert int(done.get(stream=side)[0]) == 0, "tiles completed before their rows were released"
-        with side:
-            for tm in reversed(range(tiles_m)):
-                flags[tm:tm + 1].fill(3)
+        for tm in reversed(range(tiles_m)):
+            cupy.cuda.runtime.memcpyAsync(flags.data.ptr + 8 * tm, three.ptr, 8,
+                                          cupy.cuda.runtime.memcpyHostToDevice, side.ptr)
         main.synchronize()
+        status.raise_if_failed()
+    finally:
+        status.free()
+    assert int(done.get()[0]) == plan.ntiles
+    assert rel_err(out.get().astype(np.float64), reference("TN", a_h, b_h)) < TOL["bf16"]
+    assert np.isnan(whole[m:].get().astype(np.float32)).all()
+
+
+def test_readiness_hook_with_rows_ready_before_launch():
+    """The non-trivial hook path (wait + proxy fence before each tile) with every row already released."""
+    from kosmos.runtime import DeviceStatus, kernel_id
+
+    m, n, k = 777, 768, 640
+    rng = np.random.default_rng(8)
+    a_h, b_h = rand_bf16(rng, (m, k)), rand_bf16(rng, (n, k))
+    whole, out = nan_buffer((m, n), BF16)
+    plan, launch = _gated(m, n, k, 5)
+    flags = cupy.full(plan.tiles[0], 9, dtype=cupy.uint64)
+    done = cupy.zeros(1, dtype=cupy.uint64)
+    status = DeviceStatus(rank=0, budget_s=10.0)
+    try:
+        extra = (flags, np.uint64(9), status.wait_ctx(kernel_id("KERNEL_GEMM")), done)
+        launch(plan.args(cupy.asarray(a_h), cupy.asarray(b_h), out, head=cupy.zeros(1, dtype=cupy.uint64), base=0)
+               + extra)
+        cupy.cuda.Device().synchronize()
         status.raise_if_failed()
     finally:
         status.free()
