@@ -34,8 +34,9 @@ RESULTS = Path(__file__).resolve().parent / "results"
 QUICK = {"8B-QKV-MBS1", "8B-FC1-MBS1", "70B-FC1-MBS2", "70B-QKV-MBS2", "405B-FC1-MBS1", "8B-Down-MBS1",
          "8B-OProj-MBS1", "70B-Down-MBS2", "70B-OProj-MBS2", "405B-Down-MBS1"}
 ABLATIONS = {
-    "ag_tn": [dict(policy="fixed"), dict(ag_order="chunk_major"), dict(ag_order="naive"), dict(mover_threads=128)],
-    "ag_nn": [dict(policy="fixed"), dict(ag_order="chunk_major"), dict(ag_order="naive")],
+    "ag_tn": [dict(policy="fixed"), dict(policy="two_way"), dict(ag_order="chunk_major"), dict(ag_order="naive"),
+              dict(mover_threads=128)],
+    "ag_nn": [dict(policy="fixed"), dict(policy="two_way"), dict(ag_order="chunk_major"), dict(ag_order="naive")],
     "tn_rs": [dict(policy="fixed"), dict(rs_order="row_major")],
     "bulk_ag_nn": [dict(policy="fixed")],
     "bulk_rs_nt": [dict(policy="fixed")],

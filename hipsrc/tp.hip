@@ -9,7 +9,8 @@
 // Grid: one CTA per SM (or the cap), the GEMM builder's block size and shared memory. CTAs
 // [0, movers) start as movers, the rest as builders. Role policy: 0 = one-way (movers become
 // builders when their queue is empty; in TN+RS builders become reducers when the GEMM queue
-// is empty), 1 = fixed split (nobody switches).
+// is empty), 1 = fixed split (nobody switches), 2 = two-way (AG kernels only: besides one-way,
+// a builder goes back to moving whenever gather items are left unclaimed at its next claim).
 #include "kosmos/gemm/tile.h"
 #include "kosmos/tp.h"
 
@@ -17,14 +18,18 @@ using namespace kosmos;
 using namespace kosmos::gemm;
 using namespace kosmos::tp;
 
-constexpr int kOneWay = 0, kFixed = 1;
+constexpr int kOneWay = 0, kFixed = 1, kTwoWay = 2;
 
 // Builders claim tiles from the plan's order table (entries are tile_of() queue indices).
+// Two-way: with mover_head set, a claim returns -1 (stop building) while gather items remain.
 struct TableClaim {
   u64* head;
   const i32* order;
   i32 n;
+  const u64* mover_head;
+  i32 n_mover_items;
   KOSMOS_DEVICE i32 operator()() const {
+    if (mover_head && ld_acquire_dev(mover_head) < u64(n_mover_items)) return -1;
     const u64 v = atomic_add_relaxed_dev(head, 1ull);
     return v < u64(n) ? order[v] : -1;
   }
@@ -86,20 +91,23 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const Pro
   stage_shard(g, rank, world, epoch, mine, flags_off, arrived, x);
 
   const bool mover = i32(blockIdx.x) < movers;
-  if (mover) {
-    const TableQueue q{&mine->head, mover_order, n_mover_items, 2};
-    if (!gather_items(g, rank, epoch, mine, flags_off, arrived, q, mover_threads, wait)) return;
-  }
-  if (!mover || policy == kOneWay) {
-    TableClaim claim{&mine->tile_head, tile_order, n_tiles};
-    bool built;
-    if (kBulk) {
-      built = run_builder<L>(p, &tma, &tmb, smem, claim, AlwaysReady{}, epi);
-    } else {
-      const GatherReady ready{arrived, epoch, m, tiles_m_per_chunk, items_per_chunk, wait};
-      built = run_builder<L>(p, &tma, &tmb, smem, claim, ready, epi);
+  const TableQueue q{&mine->head, mover_order, n_mover_items, 2};
+  if (mover && !gather_items(g, rank, epoch, mine, flags_off, arrived, q, mover_threads, wait)) return;
+  if (!mover || policy != kFixed) {
+    const bool two_way = policy == kTwoWay;
+    TableClaim claim{&mine->tile_head, tile_order, n_tiles, two_way ? &mine->head : nullptr, n_mover_items};
+    const GatherReady ready{arrived, epoch, m, tiles_m_per_chunk, items_per_chunk, wait};
+    __shared__ int s_more;
+    for (;;) {
+      const bool built = kBulk ? run_builder<L>(p, &tma, &tmb, smem, claim, AlwaysReady{}, epi)
+                               : run_builder<L>(p, &tma, &tmb, smem, claim, ready, epi);
+      if (!built) return;
+      if (!two_way) break;
+      // The builder stopped because gather items were left or because the tile queue ran dry.
+      if (!gather_items(g, rank, epoch, mine, flags_off, arrived, q, mover_threads, wait)) return;
+      const int more = threadIdx.x == 0 ? int(ld_acquire_dev(&mine->tile_head) < u64(n_tiles)) : 0;
+      if (!cta_broadcast(&s_more, more)) break;
     }
-    if (!built) return;
   }
   exit_kernel(mine, peer_bases, flags_off, rank, world, epoch, /*signal_done=*/false);
 }
@@ -156,7 +164,7 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Pro
     }
   };
   auto build = [&]() -> bool {
-    TableClaim claim{&mine->tile_head, tile_order, n_tiles};
+    TableClaim claim{&mine->tile_head, tile_order, n_tiles, nullptr, 0};
     if (kBulk) return run_builder<L>(p, &tma, &tmb, smem, claim, AlwaysReady{}, epi);
     const PoisonedReady ready{&mine->staged, epoch * gridDim.x, wait};
     return run_builder<L>(p, &tma, &tmb, smem, claim, ready, epi);

@@ -30,7 +30,7 @@ from .heuristics import Crew, crew_for, hardware
 from .queues import (TILE_ROW, BandGrid, GatherGrid, ag_mover_order, ag_tile_order, rs_reducer_order, rs_tile_order,
                      tile_indices)
 
-POLICIES = {"one_way": 0, "fixed": 1}
+POLICIES = {"one_way": 0, "fixed": 1, "two_way": 2}  # two_way: the AG kernels only
 
 
 def _slice_cols(cols: int) -> int:
@@ -51,6 +51,8 @@ class _FusedOp(SymmetricPlan):
                 raise ValueError(f"{name} = {v} must be a positive multiple of 64")
         if policy not in POLICIES:
             raise ValueError(f"policy must be one of {tuple(POLICIES)}, got {policy!r}")
+        if policy == "two_way" and self.kind in ("tn_rs", "bulk_rs_nt"):
+            raise ValueError("policy 'two_way' applies to the all-gather kernels; reduce-scatters are one_way or fixed")
         self.world, self.m, self.n, self.k = world, m, n, k
         self.P = world.size
         self.policy = policy
@@ -259,6 +261,7 @@ class _ReduceScatterBase(_FusedOp):
 
     def _setup_reduce(self, cols: int, staging_dtype: np.dtype) -> None:
         import cupy
+
 
         from ..collectives import RS_SENTINEL
 

@@ -6,7 +6,6 @@ import zlib
 import numpy as np
 import pytest
 
-import kosmos
 from kosmos.dtypes import bfloat16, float32
 from kosmos.reference import rel_error
 from kosmos.tp.ops import (AllGatherMatmul, BulkAllGatherMatmul, BulkReduceScatterMatmul, MatmulReduceScatter)
@@ -103,14 +102,14 @@ def test_bulk_reduce_scatter_matmul(world, m, n, k, dw_dtype):
     assert rel_error(cupy.asnumpy(dw), f64(dy).T @ f64(x_full)) < TOL
 
 
-ABLATIONS = [dict(policy="fixed"), dict(ag_order="chunk_major"), dict(ag_order="naive"), dict(mover_threads=128),
-             dict(movers=1), dict(sm_cap=33)]
+ABLATIONS = [dict(policy="fixed"), dict(policy="two_way"), dict(ag_order="chunk_major"), dict(ag_order="naive"),
+             dict(mover_threads=128), dict(movers=1), dict(sm_cap=33)]
 
 
 @pytest.mark.parametrize("switch", ABLATIONS, ids=lambda d: ",".join(f"{k}={v}" for k, v in d.items()))
 def test_ag_switches_give_the_same_answer(world, switch):
     m, n, k = 256, 192, 128
-    P, r = world.size, world.rank
+    r = world.rank
     x = cupy.asarray(arr("abx", r, (m, k)))
     w = cupy.asarray(arr("abw", 0, (n, k), 0.1))
     base = AllGatherMatmul(world, m, n, k)(x, w)
@@ -164,6 +163,8 @@ def test_bad_inputs_are_rejected(world):
         MatmulReduceScatter(world, 128, 100, 64)
     with pytest.raises(ValueError, match="policy"):
         AllGatherMatmul(world, 128, 64, 64, policy="two_way_maybe")
+    with pytest.raises(ValueError, match="two_way"):
+        MatmulReduceScatter(world, 128, 64, 64, policy="two_way")
     op = AllGatherMatmul(world, 128, 64, 64)
     with pytest.raises(TypeError):
         op(cupy.zeros((128, 64), np.float32), cupy.zeros((64, 64), bfloat16))
