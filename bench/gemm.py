@@ -15,7 +15,6 @@ import argparse
 import datetime as _dt
 import json
 import math
-import os
 import subprocess
 import sys
 from pathlib import Path
