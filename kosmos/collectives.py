@@ -143,6 +143,25 @@ def all_to_all_layout(counts: np.ndarray, rank: int) -> tuple[np.ndarray, int]:
     return plan, int(counts[:, rank].sum())
 
 
+def exchange_send_counts(world: World, x: Any, send_counts: Sequence[int], row_shape: tuple[int, ...],
+                         dtype: Any) -> np.ndarray:
+    """Check x and send_counts on every rank, then all-gather the [src, dst] row-count matrix."""
+    err = None
+    counts = np.zeros(world.size, np.int64)
+    try:
+        check_array(x, "x", dtypes=(np.dtype(dtype),), device=world.device_id)
+        c = np.asarray(send_counts, np.int64)
+        if c.shape != (world.size,) or (c < 0).any():
+            raise ValueError(f"send_counts must be {world.size} non-negative row counts, got {send_counts}")
+        if tuple(x.shape[1:]) != tuple(row_shape) or x.shape[0] != c.sum():
+            raise ValueError(f"x has shape {x.shape}; expected ({int(c.sum())},) + {tuple(row_shape)}")
+        counts = c
+    except (TypeError, ValueError) as e:
+        err = e
+    all_ok(world.comm, err)
+    return allgather_counts(world.comm, counts)
+
+
 class AllToAll(_CollectivePlan):
     """Rows of x go to destination ranks by `send_counts` (x holds them destination-major).
 
@@ -168,21 +187,13 @@ class AllToAll(_CollectivePlan):
 
     def __call__(self, x: Any, send_counts: Sequence[int], stream: Any = None) -> tuple[Any, np.ndarray]:
         """Returns (received rows, recv_counts per source). Collective: exchanges counts over MPI."""
+        return self.launch(x, exchange_send_counts(self.world, x, send_counts, self.row_shape, self.dtype), stream)
+
+    def launch(self, x: Any, matrix: np.ndarray, stream: Any = None) -> tuple[Any, np.ndarray]:
+        """The push, given the [src, dst] count matrix every rank already holds."""
         import cupy
 
         w = self.world
-        err = None
-        try:
-            check_array(x, "x", dtypes=(self.dtype,), device=w.device_id)
-            counts = np.asarray(send_counts, np.int64)
-            if counts.shape != (w.size,) or (counts < 0).any():
-                raise ValueError(f"send_counts must be {w.size} non-negative row counts, got {send_counts}")
-            if x.shape[1:] != self.row_shape or x.shape[0] != counts.sum():
-                raise ValueError(f"x has shape {x.shape}; expected ({int(counts.sum())},) + {self.row_shape}")
-        except (TypeError, ValueError) as e:
-            err, counts = e, np.zeros(w.size, np.int64)
-        all_ok(w.comm, err)
-        matrix = allgather_counts(w.comm, counts)
         most = int(matrix.sum(axis=0).max())
         if most > self.capacity_rows:
             raise KosmosError(f"a rank would receive {most} rows; this plan's arena holds {self.capacity_rows}")
@@ -255,11 +266,11 @@ def all_to_all(world: World, x: Any, send_counts: Sequence[int]) -> tuple[Any, n
         err = e
     all_ok(world.comm, err)
     agree(world.comm, "all_to_all row shape and dtype", (tuple(x.shape[1:]), dtype_name(x.dtype)))
-    counts = np.asarray(send_counts, np.int64)
-    most = int(allgather_counts(world.comm, counts if counts.shape == (world.size,) else np.zeros(world.size, np.int64)).sum(axis=0).max())
+    matrix = exchange_send_counts(world, x, send_counts, tuple(x.shape[1:]), x.dtype)
+    most = int(matrix.sum(axis=0).max())
     capacity = 1 << max(10, (max(most, 1) - 1).bit_length())  # power-of-two buckets: few plans
     key = ("a2a", x.shape[1:], x.dtype, capacity)
     cache = _plan_cache(world)
     if key not in cache:
         cache[key] = AllToAll(world, capacity, x.shape[1:], x.dtype)
-    return cache[key](x, send_counts)
+    return cache[key].launch(x, matrix)

@@ -7,7 +7,6 @@ import ml_dtypes
 import numpy as np
 
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
-float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3fn)
 float32 = np.dtype(np.float32)
 
 # Kernels treat bf16 as raw 16-bit storage; these name the kernel variant per dtype.

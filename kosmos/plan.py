@@ -14,7 +14,7 @@ import numpy as np
 from .dtypes import check_array
 from .errors import KosmosError
 from .runtime import kernel_id
-from .symmetric import SymmetricHeap
+from .symmetric import SymmetricHeap, check_world_size
 from .world import World
 
 FLAG_WORDS = 64  # sizeof(OpFlags) / 8, see hipsrc/kosmos/flags.h
@@ -26,8 +26,7 @@ class SymmetricPlan:
 
     def __init__(self, world: World, heap_bytes: int):
         world.require_gpu()
-        if world.size > MAX_WORLD:
-            raise KosmosError(f"world size {world.size} exceeds the supported {MAX_WORLD}")
+        check_world_size(world.size, MAX_WORLD)
         self.world = world
         self.heap = SymmetricHeap(world, heap_bytes + FLAG_WORDS * 8 + 8192)
         self.flags = self.heap.alloc((FLAG_WORDS,), np.uint64)

@@ -89,16 +89,6 @@ KOSMOS_DEVICE u64 ld_acquire_dev(const u64* p) {
 #endif
 }
 
-KOSMOS_DEVICE u32 ld_relaxed_sys_u32(const u32* p) {
-#if KOSMOS_AMD
-  return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
-#else
-  u32 v;
-  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-  return v;
-#endif
-}
-
 KOSMOS_DEVICE u32 ld_relaxed_dev_u32(const u32* p) {
 #if KOSMOS_AMD
   return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_AGENT);

@@ -7,7 +7,6 @@ others wait at a barrier, so no rank ever reads a half-written cache file.
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import TYPE_CHECKING, Sequence
 
 from ..errors import KosmosCompileError
@@ -71,6 +70,3 @@ def load_module(
         _cache[key] = mod
     return mod
 
-
-def source_path(filename: str) -> Path:
-    return hipsrc_dir() / filename
