@@ -28,21 +28,13 @@ import cupy  # noqa: E402
 import ml_dtypes  # noqa: E402
 
 from kosmos import gemm  # noqa: E402
+from kosmos.dtypes import bf16_to_f32, random_bf16  # noqa: E402
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 L2_BYTES = 60 * 2**20
 FIG2 = ("70B", "MBS4"), ("405B", "MBS8")
 QUICK = {"8B-QKV-MBS1", "8B-FC1-MBS1", "70B-FC1-MBS4", "70B-QKV-MBS4", "405B-FC1-MBS8",
          "8B-Down-MBS1", "8B-OProj-MBS1", "70B-Down-MBS4", "70B-OProj-MBS4", "405B-Down-MBS8"}
-
-
-def random_bf16(shape, seed):
-    """Random normal bf16 on the device (fp32 draw, round to nearest even in the top 16 bits)."""
-    rs = cupy.random.RandomState(seed)
-    x = rs.standard_normal(shape, dtype=cupy.float32).view(cupy.uint32)
-    bits = ((x + cupy.uint32(0x7FFF) + ((x >> 16) & cupy.uint32(1))) >> 16).astype(cupy.uint16)
-    del x
-    return cupy.ndarray(shape, dtype=BF16, memptr=bits.data)
 
 
 def time_runs(fn, nsets, reps, warmup):
@@ -102,8 +94,8 @@ def bench_shape(s, caps, reps, warmup, do_caps, sms, split_k=1):
     gemm.matmul(sets[-1][0], sets[-1][1], s.layout, out=out, split_k=split_k)
     rec["split_k"] = gemm.get_plan(gemm.gemm_shape(s.layout, a_shape, b_shape), BF16, None, split_k).splits
     cublas_fn(s.layout, sets[-1][0], sets[-1][1], ref)()
-    o32 = _bf16_to_f32(out)
-    r32 = _bf16_to_f32(ref)
+    o32 = bf16_to_f32(out)
+    r32 = bf16_to_f32(ref)
     rec["rel_diff_vs_cublas"] = float(cupy.linalg.norm(o32 - r32) / cupy.linalg.norm(r32))
     full = rec["ours"][str(sms)]["tflops"]
     rec["ratio"] = full / rec["cublas"]["tflops"]
@@ -111,10 +103,6 @@ def bench_shape(s, caps, reps, warmup, do_caps, sms, split_k=1):
     del sets, out, ref, o32, r32
     cupy.get_default_memory_pool().free_all_blocks()
     return rec
-
-
-def _bf16_to_f32(x):
-    return (x.view(cupy.uint16).astype(cupy.uint32) << 16).view(cupy.float32)
 
 
 def geomean(xs):

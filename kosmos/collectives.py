@@ -67,9 +67,7 @@ class AllGather(_CollectivePlan):
         return (self.world.size * self.shard_shape[0],) + self.shard_shape[1:]
 
     def __call__(self, x: Any, out: Any = None, stream: Any = None) -> Any:
-        check_array(x, "x", dtypes=(self.dtype,), device=self.world.device_id)
-        if x.shape != self.shard_shape:
-            raise ValueError(f"x has shape {x.shape}; this plan gathers shards of shape {self.shard_shape}")
+        self._check(x, "x", self.shard_shape, self.dtype)
         out = self._output(out, self.out_shape, self.dtype)
         epoch, ctx = self._next_call()
         self._kernel("kosmos_all_gather")(
@@ -116,9 +114,7 @@ class ReduceScatter(_CollectivePlan):
         return (self.shape[0] // self.world.size,) + self.shape[1:]
 
     def __call__(self, x: Any, out: Any = None, stream: Any = None) -> Any:
-        check_array(x, "x", dtypes=(self.dtype,), device=self.world.device_id)
-        if x.shape != self.shape:
-            raise ValueError(f"x has shape {x.shape}; this plan reduces arrays of shape {self.shape}")
+        self._check(x, "x", self.shape, self.dtype)
         out = self._output(out, self.out_shape, self.dtype)
         epoch, ctx = self._next_call()
         self._kernel(f"kosmos_reduce_scatter_{REDUCE_SUFFIX[self.dtype]}")(

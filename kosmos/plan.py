@@ -46,13 +46,17 @@ class SymmetricPlan:
         self.epoch += 1
         return np.uint64(self.epoch), self.world.status.wait_ctx(kernel_id(self.kernel_enum))
 
+    def _check(self, x: Any, name: str, shape: tuple[int, ...], dtype: Any) -> None:
+        """Raise unless x is a contiguous array of `dtype` and `shape` on this rank's GPU."""
+        check_array(x, name, dtypes=(np.dtype(dtype),), device=self.world.device_id)
+        if tuple(x.shape) != tuple(shape):
+            raise ValueError(f"{name} has shape {tuple(x.shape)}; this plan expects {tuple(shape)}")
+
     def _output(self, out: Any, shape: tuple[int, ...], dtype: Any, name: str = "out") -> Any:
         """`out`, checked, or a new array of that shape and dtype."""
         import cupy
 
         if out is None:
             return cupy.empty(shape, dtype)
-        check_array(out, name, dtypes=(np.dtype(dtype),), device=self.world.device_id)
-        if tuple(out.shape) != tuple(shape):
-            raise ValueError(f"{name} has shape {tuple(out.shape)}; expected {tuple(shape)}")
+        self._check(out, name, shape, dtype)
         return out

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .. import gemm
-from ..dtypes import bfloat16, check_array, float32
+from ..dtypes import bfloat16, float32
 from ..exchange import agree
 from ..plan import SymmetricPlan
 from ..runtime import PersistentLaunch, load_module, sm_count
@@ -124,10 +124,8 @@ class _FusedOp(SymmetricPlan):
                             np.uint64(self.flags.offset), np.int32(self.crew.movers), np.int32(POLICIES[self.policy]),
                             tiles, np.int32(tiles.size), ctx)
 
-    def _check(self, x: Any, name: str, shape: tuple[int, ...]) -> None:
-        check_array(x, name, dtypes=(bfloat16,), device=self.world.device_id)
-        if tuple(x.shape) != shape:
-            raise ValueError(f"{name} has shape {tuple(x.shape)}; this plan expects {shape}")
+    def _check(self, x: Any, name: str, shape: tuple[int, ...], dtype: Any = bfloat16) -> None:
+        super()._check(x, name, shape, dtype)
 
     def describe(self) -> str:
         c = self.crew
@@ -196,13 +194,9 @@ class AllGatherMatmul(_AllGatherBase):
         return self.shape.out_shape
 
     def __call__(self, x: Any, w: Any, out: Any = None, stream: Any = None) -> Any:
-        import cupy
-
         self._check(x, "x" if self.layout == "TN" else "dy", (self.m, self.row_elems))
         self._check(w, "w", (self.n, self.k))
-        if out is None:
-            out = cupy.empty(self.out_shape, bfloat16)
-        self._check(out, "out", self.out_shape)
+        out = self._output(out, self.out_shape, bfloat16)
         epoch, ctx = self._next_call()
         # Alone, nothing is gathered: the builders read x itself (the kernel skips the staging copy).
         a = self.gathered.local if self.P > 1 else x
@@ -237,15 +231,11 @@ class BulkAllGatherMatmul(_AllGatherBase):
 
     def __call__(self, x: Any, dy: Any, w: Any, dx: Any = None, stream: Any = None) -> tuple[Any, Any]:
         """Returns (X_full, dX): X_full is a copy of the gathered input (the heap's is reused)."""
-        import cupy
-
         P, m = self.P, self.m
         self._check(x, "x", (m, self.row_elems))
         self._check(dy, "dy", (P * m, self.n))
         self._check(w, "w", (self.n, self.k))
-        if dx is None:
-            dx = cupy.empty(self.shape.out_shape, bfloat16)
-        self._check(dx, "dx", self.shape.out_shape)
+        dx = self._output(dx, self.shape.out_shape, bfloat16, "dx")
         epoch, ctx = self._next_call()
         prob = self._problem(self.shape, dy, w)
         epi = self._epi(dx.data.ptr, dx.shape[1], *self.shape.out_shape)
@@ -315,14 +305,10 @@ class MatmulReduceScatter(_ReduceScatterBase):
         self.launch = self._launch("kosmos_tp_tn_rs_" + ("bf16" if sd == bfloat16 or self.P == 1 else "f32"))
 
     def __call__(self, x: Any, w: Any, out: Any = None, stream: Any = None) -> Any:
-        import cupy
-
         P, m, n = self.P, self.m, self.n
         self._check(x, "x", (P * m, self.k))
         self._check(w, "w", (n, self.k))
-        if out is None:
-            out = cupy.empty((m, n), bfloat16)
-        self._check(out, "out", (m, n))
+        out = self._output(out, (m, n), bfloat16)
         epoch, ctx = self._next_call()
         prob = self._problem(self.shape, x, w)
         cur = self.staging_buffers[self.epoch & 1] if P > 1 else out
@@ -354,18 +340,12 @@ class BulkReduceScatterMatmul(_ReduceScatterBase):
 
     def __call__(self, dx_partial: Any, dy: Any, x_full: Any, dx: Any = None, dw: Any = None,
                  stream: Any = None) -> tuple[Any, Any]:
-        import cupy
-
         P, m, n, k = self.P, self.m, self.n, self.k
         self._check(dx_partial, "dx_partial", (P * m, k))
         self._check(dy, "dy", (P * m, n))
         self._check(x_full, "x_full", (P * m, k))
-        if dx is None:
-            dx = cupy.empty((m, k), bfloat16)
-        if dw is None:
-            dw = cupy.empty((n, k), self.dw_dtype)
-        self._check(dx, "dx", (m, k))
-        check_array(dw, "dw", dtypes=(self.dw_dtype,), device=self.world.device_id)
+        dx = self._output(dx, (m, k), bfloat16, "dx")
+        dw = self._output(dw, (n, k), self.dw_dtype, "dw")
         epoch, ctx = self._next_call()
         prob = self._problem(self.shape, dy, x_full)
         epi = self._epi(dw.data.ptr, k, n, k)
