@@ -116,3 +116,31 @@ def test_hardware_table_loads():
     hw = hardware("NVIDIA H200", sms=132)
     assert hw.sms == 132 and hw.link_GBps > 0
     assert hardware("Some Other GPU").sms > 0
+
+
+def test_tile_index_inverts_the_builders_raster():
+    """tile_index must agree with the device's tile_of (mirrored by kosmos.gemm.tile_order)."""
+    from kosmos import gemm
+    from kosmos.tp.queues import tile_index
+
+    group = gemm.device_constants()["kGroupM"]
+    for a_shape, b_shape in [((1000, 64), (1280, 64)), ((128, 64), (64, 64)), ((4096, 128), (768, 128))]:
+        shape = gemm.gemm_shape("TN", a_shape, b_shape)
+        tm, tn, _ = gemm.tile_counts(shape)
+        for i, (r, c) in enumerate(gemm.tile_order(shape)):
+            assert tile_index(tm, tn, group, r, c) == i
+
+
+def test_bench_maps_paper_shapes_onto_op_dims():
+    """bench/tp.py: the paper's (M, N, K) per kernel -> (rows per rank, n, k) of our ops."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("bench_tp", Path(__file__).parents[1] / "bench" / "tp.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    assert mod.op_dims("ag_tn", 8192, 13312, 16384, 8) == (1024, 13312, 16384)
+    assert mod.op_dims("tn_rs", 8192, 16384, 6656, 8) == (1024, 16384, 6656)
+    assert mod.op_dims("ag_nn", 8192, 6656, 16384, 8) == (1024, 16384, 6656)    # dY[m, 16384] @ W[16384, 6656]
+    assert mod.op_dims("bulk_ag_nn", 8192, 16384, 13312, 8) == (1024, 13312, 16384)
+    assert mod.op_dims("bulk_rs_nt", 13312, 16384, 8192, 8) == (1024, 13312, 16384)  # dW[13312, 16384], 8192 tokens
