@@ -1,39 +1,12 @@
 // Standalone mover collectives: all-gather (pull), reduce-scatter (one-shot pull), all-to-all
 // (push). They are the paper's unfused communication kernels and the mover half of the fused
 // ones. Persistent grid: every CTA claims work items from the op's queue until it is empty.
-#include "kosmos/flags.h"
 #include "kosmos/mover.h"
+#include "kosmos/protocol.h"
 #include "kosmos/sentinel.h"
 #include "kosmos/wait.h"
 
 using namespace kosmos;
-
-// Thread 0 waits until every peer has finished with this rank's buffers from the last call.
-KOSMOS_DEVICE bool wait_peers_done(const WaitCtx& w, const OpFlags* mine, int rank, int world, u64 epoch) {
-  __shared__ int s_ok;
-  int ok = 1;
-  if (threadIdx.x == 0)
-    for (int p = 0; p < world && ok; ++p)
-      if (p != rank) ok = wait_flag_sys(w, SITE_PEER_DONE, &mine->done[p], epoch - 1);
-  return cta_broadcast(&s_ok, ok);
-}
-
-// Called by thread 0 after __syncthreads: this CTA's writes are made visible system-wide and
-// counted; the CTA that completes the count (n per call) returns true.
-KOSMOS_DEVICE bool arrive_last(u64* counter, u64 epoch, u64 n) {
-  fence_acq_rel_sys();
-  return atomic_add_acq_rel_dev(counter, 1) + 1 == epoch * n;
-}
-
-// Thread 0 tells every peer p (or only `only` if >= 0) that `done[rank]` (or ready) reached epoch.
-KOSMOS_DEVICE void signal_peers(const u64* peer_bases, u64 flags_off, int rank, int world, u64 epoch,
-                                bool ready) {
-  for (int p = 0; p < world; ++p) {
-    if (p == rank) continue;
-    OpFlags* f = flags_of(peer_bases, p, flags_off);
-    st_release_sys(ready ? &f->ready[rank] : &f->done[rank], epoch);
-  }
-}
 
 // ---------------------------------------------------------------------------------------
 // All-gather. out[p * shard_bytes ...] = shard of rank p. Each rank stages its shard in the
@@ -69,7 +42,7 @@ extern "C" __global__ void kosmos_all_gather(const u64* __restrict__ peer_bases,
     int ok = threadIdx.x == 0 ? wait_flag_sys(wait, SITE_PEER_READY, &mine->ready[peer], epoch) : 1;
     if (!cta_broadcast(&s_ok, ok)) return;
     cta_copy(out + u64(peer) * shard_bytes + off,
-             reinterpret_cast<const u8*>(peer_bases[peer] + staging_off) + off, len);
+             reinterpret_cast<const u8*>(peer_bases[peer] + staging_off) + off, len, blockDim.x);
     __syncthreads();
     if (threadIdx.x == 0 && arrive_last(&mine->items[peer], epoch, per_peer))
       st_release_sys(&flags_of(peer_bases, peer, flags_off)->done[rank], epoch);
@@ -160,7 +133,7 @@ extern "C" __global__ void kosmos_all_to_all(const u64* __restrict__ peer_bases,
       if (!cta_broadcast(&s_ok, ok)) return;
       const u64 rows = row0 + item_rows > count ? count - row0 : item_rows;
       cta_copy(reinterpret_cast<u8*>(peer_bases[dest] + arena_off) + (u64(plan[2 * world + dest]) + row0) * row_bytes,
-               x + (u64(plan[world + dest]) + row0) * row_bytes, rows * row_bytes);
+               x + (u64(plan[world + dest]) + row0) * row_bytes, rows * row_bytes, blockDim.x);
     }
     __syncthreads();
     if (threadIdx.x == 0 && arrive_last(&mine->items[dest], epoch, chunks_per_dest))
@@ -188,7 +161,7 @@ extern "C" __global__ void kosmos_mover_copy(u64* __restrict__ head, u8* __restr
     const u64 idx = cta_broadcast(&s_item, threadIdx.x == 0 ? atomic_add_relaxed_dev(head, 1) - base : 0);
     if (idx >= n_items) break;
     const u64 off = idx * item_bytes;
-    cta_copy(dst + off, src + off, off + item_bytes > nbytes ? nbytes - off : item_bytes);
+    cta_copy(dst + off, src + off, off + item_bytes > nbytes ? nbytes - off : item_bytes, blockDim.x);
   }
 }
 

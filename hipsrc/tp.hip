@@ -78,16 +78,11 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const Pro
                            const u8* x, u64 m, u64 row_bytes, i32 items_per_chunk, i32 tiles_m_per_chunk,
                            const i32* mover_order, i32 n_mover_items, u32 mover_threads) {
   extern __shared__ __align__(1024) u8 smem[];
-  __shared__ int s_ok;
   OpFlags* mine = flags_of(peer_bases, rank, flags_off);
   u64* arrived = reinterpret_cast<u64*>(peer_bases[rank] + arrived_off);
   const Gathered g{peer_bases, gathered_off, m, row_bytes, items_per_chunk};
   // Peers must have finished pulling our chunk from the last call before we overwrite it.
-  int ok = 1;
-  if (threadIdx.x == 0)
-    for (int q = 0; q < world && ok; ++q)
-      if (q != rank) ok = wait_flag_sys(wait, SITE_PEER_DONE, &mine->done[q], epoch - 1);
-  if (!cta_broadcast(&s_ok, ok)) return;
+  if (!wait_peers_done(wait, mine, rank, world, epoch)) return;
   stage_shard(g, rank, world, epoch, mine, flags_off, arrived, x);
 
   const bool mover = i32(blockIdx.x) < movers;
@@ -141,11 +136,7 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Pro
   __shared__ i32 s_idx;
   OpFlags* mine = flags_of(peer_bases, rank, flags_off);
   const Staging st{peer_bases, staging_off, buffer_bytes, m, cols};
-  int ok = 1;
-  if (threadIdx.x == 0)
-    for (int q = 0; q < world && ok; ++q)
-      if (q != rank) ok = wait_flag_sys(wait, SITE_PEER_DONE, &mine->done[q], epoch - 1);
-  if (!cta_broadcast(&s_ok, ok)) return;
+  if (!wait_peers_done(wait, mine, rank, world, epoch)) return;
   if (world > 1) {
     poison_and_stage<T>(st, rank, epoch, kBulk ? x : nullptr);
   } else if (kBulk) {

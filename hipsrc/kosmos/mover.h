@@ -8,10 +8,12 @@ namespace kosmos {
 constexpr int kMoverUnroll = 4;
 
 // dst and src 16-byte aligned, nbytes a multiple of 16. Either side may be peer memory.
-KOSMOS_DEVICE void cta_copy(void* dst, const void* src, u64 nbytes) {
+// The first `threads` threads of the CTA copy (fewer than blockDim.x: the warps-per-mover ablation).
+KOSMOS_DEVICE void cta_copy(void* dst, const void* src, u64 nbytes, u32 threads) {
+  if (threadIdx.x >= threads) return;
   vec16* d = reinterpret_cast<vec16*>(dst);
   const vec16* s = reinterpret_cast<const vec16*>(src);
-  const u64 n = nbytes / 16, stride = blockDim.x;
+  const u64 n = nbytes / 16, stride = threads;
   u64 i = threadIdx.x;
   for (; i + (kMoverUnroll - 1) * stride < n; i += kMoverUnroll * stride) {
     vec16 v[kMoverUnroll];
@@ -29,7 +31,7 @@ KOSMOS_DEVICE void grid_copy(void* dst, const void* src, u64 nbytes) {
   const u64 begin = per_cta * blockIdx.x;
   if (begin >= nbytes) return;
   const u64 len = begin + per_cta > nbytes ? nbytes - begin : per_cta;
-  cta_copy(static_cast<u8*>(dst) + begin, static_cast<const u8*>(src) + begin, len);
+  cta_copy(static_cast<u8*>(dst) + begin, static_cast<const u8*>(src) + begin, len, blockDim.x);
 }
 
 // Broadcast a value chosen by thread 0 to the whole CTA.

@@ -3,6 +3,7 @@
 #pragma once
 #include "flags.h"
 #include "mover.h"
+#include "protocol.h"
 #include "sentinel.h"
 #include "wait.h"
 
@@ -41,13 +42,9 @@ KOSMOS_DEVICE void stage_shard(const Gathered& g, int rank, int world, u64 epoch
                                u64* arrived, const u8* x) {
   if (world > 1) grid_copy(g.rows(rank, rank, 0), x, g.m * g.row_bytes);
   __syncthreads();
-  if (threadIdx.x == 0) {
-    fence_acq_rel_sys();
-    if (atomic_add_acq_rel_dev(&mine->staged, 1) + 1 == epoch * gridDim.x) {
-      for (int i = 0; i < g.items_per_chunk; ++i) st_release_sys(&arrived[rank * g.items_per_chunk + i], epoch);
-      for (int p = 0; p < world; ++p)
-        if (p != rank) st_release_sys(&flags_of(g.peer_bases, p, flags_off)->ready[rank], epoch);
-    }
+  if (threadIdx.x == 0 && arrive_last(&mine->staged, epoch, gridDim.x)) {
+    for (int i = 0; i < g.items_per_chunk; ++i) st_release_sys(&arrived[rank * g.items_per_chunk + i], epoch);
+    signal_peers(g.peer_bases, flags_off, rank, world, epoch, /*ready=*/true);
   }
 }
 
@@ -66,19 +63,7 @@ KOSMOS_DEVICE bool gather_items(const Gathered& g, int rank, u64 epoch, OpFlags*
     if (!cta_broadcast(&s_ok, ok)) return false;
     const u64 row0 = item * kTileRow;
     const u64 rows = row0 + kTileRow > g.m ? g.m - row0 : kTileRow;
-    if (threadIdx.x < threads) {
-      // cta_copy strides by blockDim.x; emulate a smaller mover by striding over `threads`.
-      vec16* d = reinterpret_cast<vec16*>(g.rows(rank, peer, row0));
-      const vec16* s = reinterpret_cast<const vec16*>(g.rows(peer, peer, row0));
-      const u64 n = rows * g.row_bytes / 16;
-      u64 i = threadIdx.x;
-      for (; i + 3ull * threads < n; i += 4ull * threads) {
-        const vec16 a = ld16(s + i), b = ld16(s + i + threads), c = ld16(s + i + 2 * threads),
-                    e = ld16(s + i + 3 * threads);
-        st16(d + i, a); st16(d + i + threads, b); st16(d + i + 2 * threads, c); st16(d + i + 3 * threads, e);
-      }
-      for (; i < n; i += threads) st16(d + i, ld16(s + i));
-    }
+    cta_copy(g.rows(rank, peer, row0), g.rows(peer, peer, row0), rows * g.row_bytes, threads);
     __syncthreads();
     if (threadIdx.x == 0) {
       fence_acq_rel_sys();
@@ -154,15 +139,11 @@ KOSMOS_DEVICE bool reduce_item(const Staging& s, int rank, int world, u64 epoch,
 KOSMOS_DEVICE void exit_kernel(OpFlags* mine, const u64* peer_bases, u64 flags_off, int rank, int world, u64 epoch,
                                bool signal_done) {
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  fence_acq_rel_sys();
-  if (atomic_add_acq_rel_dev(&mine->exited, 1) + 1 != epoch * gridDim.x) return;
+  if (threadIdx.x != 0 || !arrive_last(&mine->exited, epoch, gridDim.x)) return;
   mine->head = 0;
   mine->tile_head = 0;
   mine->join_head = 0;
-  if (signal_done)
-    for (int p = 0; p < world; ++p)
-      if (p != rank) st_release_sys(&flags_of(peer_bases, p, flags_off)->done[rank], epoch);
+  if (signal_done) signal_peers(peer_bases, flags_off, rank, world, epoch, /*ready=*/false);
 }
 
 }  // namespace tp
