@@ -8,7 +8,8 @@ Shapes: kosmos/configs/llama3_shapes.yaml (the paper's Tables C.3-C.12, M tokens
 widths); each rank holds M / world tokens. Per shape and kernel: the fused op (one launch), the
 baseline (NCCL collective and cuBLAS through CuPy, back to back on one stream), and "unfused"
 (our collective kernel and our persistent GEMM back to back). Slowest rank's median of --iters
-timed calls after warm-up. At world size 1 nothing moves, and the comparison that matters is
+timed calls after warm-up, the contenders interleaved call by call (device time: the calls are
+queued behind a blocking kernel; the host's cost per call is reported beside it). At world size 1 nothing moves, and the comparison that matters is
 fused vs our plain GEMM (the cost of the queues and flags). Writes JSON and a PNG.
 """
 from __future__ import annotations
@@ -26,7 +27,7 @@ from kosmos import World, gemm  # noqa: E402
 from kosmos.collectives import AllGather, ReduceScatter  # noqa: E402
 from kosmos.dtypes import bfloat16, random_bf16  # noqa: E402
 from kosmos.reference import NcclBaseline  # noqa: E402
-from kosmos.timing import check_timeable, device_name, git_commit, time_call  # noqa: E402
+from kosmos.timing import check_timeable, device_name, git_commit, time_calls  # noqa: E402
 from kosmos.tp.ops import (AllGatherMatmul, BulkAllGatherMatmul, BulkReduceScatterMatmul,  # noqa: E402
                            MatmulReduceScatter)
 
@@ -91,7 +92,7 @@ class Case:
             op = BulkAllGatherMatmul(world, m, n, k, **sw)
             full, dx = cupy.empty((P * m, k), bfloat16), cupy.empty((P * m, k), bfloat16)
             ag = AllGather(world, (m, k), bfloat16)
-            self.fused = lambda i: op(x, dy, w, dx)
+            self.fused = lambda i: op(x, dy, w, dx)  # X_full: a new array (alone: x itself)
             self.unfused = lambda i: (ag(x, full), gemm.matmul(dy, w, "NN", out=dx))
             self.gemm = lambda i: gemm.matmul(dy, w, "NN", out=dx)
             if nccl:
@@ -103,7 +104,7 @@ class Case:
             op = BulkReduceScatterMatmul(world, m, n, k, **sw)
             dx, dw = cupy.empty((m, k), bfloat16), cupy.empty((n, k), bfloat16)
             rs = ReduceScatter(world, (P * m, k), bfloat16)
-            self.fused = lambda i: op(dxp, dy, xf, dx, dw)
+            self.fused = lambda i: op(dxp, dy, xf, dw=dw)  # dX: a new array (alone: dXp itself)
             self.unfused = lambda i: (rs(dxp, dx), gemm.matmul(dy, xf, "NT", out=dw))
             self.gemm = lambda i: gemm.matmul(dy, xf, "NT", out=dw)
             if nccl:
@@ -145,17 +146,16 @@ def main(argv: list[str] | None = None) -> int:
                                              for sw in ABLATIONS[s.kernel]] if args.ablate else [])
             for label, sw in variants:
                 case = Case(world, s.kernel, m, n, k, nccl, sw)
-                t = {"fused": time_call(world, case.fused, args.warmup, args.iters).median_ms}
+                contenders = {"fused": case.fused}
                 if label == "shipped":
-                    t["unfused"] = time_call(world, case.unfused, args.warmup, args.iters).median_ms
-                    t["gemm"] = time_call(world, case.gemm, args.warmup, args.iters).median_ms
-                    if nccl:
-                        t["base"] = time_call(world, case.base, args.warmup, args.iters).median_ms
+                    contenders.update(unfused=case.unfused, gemm=case.gemm, **({"base": case.base} if nccl else {}))
+                t = time_calls(world, contenders, args.warmup, args.iters)
                 row = {"kernel": s.kernel, "shape": s.name, "m": m, "n": n, "k": k, "variant": label,
-                       "crew": case.op.describe(), **{f"{a}_ms": b for a, b in t.items()}}
+                       "crew": case.op.describe(), **{f"{a}_ms": b.median_ms for a, b in t.items()},
+                       **{f"{a}_host_us": b.host_us for a, b in t.items()}}
                 rows.append(row)
-                say(f"{s.kernel:11s} {s.name:16s} {label:22s} " + "  ".join(f"{a} {b:8.3f}" for a, b in t.items()),
-                    flush=True)
+                say(f"{s.kernel:11s} {s.name:16s} {label:22s} " + "  ".join(f"{a} {b.median_ms:8.3f}" for a, b in t.items())
+                    + "  host us " + "/".join(f"{b.host_us:.0f}" for b in t.values()), flush=True)
                 del case
                 cupy.get_default_memory_pool().free_all_blocks()
         result = {"gpu": device_name(), "world_size": P, "oversubscribed": world.oversubscribed,

@@ -41,9 +41,10 @@ struct GatherReady {
   const u64* arrived;
   u64 epoch, m;
   i32 tiles_m_per_chunk, items_per_chunk;
+  bool alone;  // world 1: the builders read x itself, nothing is gathered or flagged
   WaitCtx wait;
   KOSMOS_DEVICE bool operator()(const TileCoord& t, i32 kb) const {
-    if (kb != 0) return true;
+    if (kb != 0 || alone) return true;
     const i32 chunk = t.tm / tiles_m_per_chunk, tm = t.tm % tiles_m_per_chunk;
     u64 last = u64(tm + 1) * kTileM - 1;
     if (last >= m) last = m - 1;
@@ -52,14 +53,16 @@ struct GatherReady {
 };
 
 // TN+RS: the first tile of each CTA waits until every CTA has poisoned its part of the next
-// staging buffer, so no partial lands before the poison that guards the next call.
+// staging buffer, so no partial lands before the poison that guards the next call. Alone
+// (world 1) there is no staging: the builders write the output and wait for nothing.
 struct PoisonedReady {
   static constexpr bool kTrivial = false;
   const u64* staged;
   u64 target;
+  bool alone;
   WaitCtx wait;
   KOSMOS_DEVICE bool operator()(const TileCoord&, i32 kb) const {
-    return kb != 0 || wait_flag_dev(wait, SITE_GRID, staged, target);
+    return kb != 0 || alone || wait_flag_dev(wait, SITE_GRID, staged, target);
   }
 };
 
@@ -74,14 +77,14 @@ struct PoisonedReady {
 template <int L, bool kBulk, class Epi>
 KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const Problem& p, const Epi& epi,
                            const u64* peer_bases, int rank, int world, u64 epoch, u64 flags_off, i32 movers, i32 policy,
-                           const i32* tile_order, i32 n_tiles, const WaitCtx& wait, u64 gathered_off, u64 arrived_off,
-                           const u8* x, u64 m, u64 row_bytes, i32 items_per_chunk, i32 tiles_m_per_chunk,
+                           const i32* tile_order, i32 n_tiles, const WaitCtx& wait, u64 shard_off, u8* gathered,
+                           u64 arrived_off, const u8* x, u64 m, u64 row_bytes, i32 items_per_chunk, i32 tiles_m_per_chunk,
                            const i32* mover_order, i32 n_mover_items, u32 mover_threads) {
   extern __shared__ __align__(1024) u8 smem[];
   OpFlags* mine = flags_of(peer_bases, rank, flags_off);
   u64* arrived = reinterpret_cast<u64*>(peer_bases[rank] + arrived_off);
-  const Gathered g{peer_bases, gathered_off, m, row_bytes, items_per_chunk};
-  // Peers must have finished pulling our chunk from the last call before we overwrite it.
+  const Gathered g{peer_bases, shard_off, gathered, m, row_bytes, items_per_chunk};
+  // Peers must have finished pulling our shard from the last call before we overwrite it.
   if (!wait_peers_done(wait, mine, rank, world, epoch)) return;
   stage_shard(g, rank, world, epoch, mine, flags_off, arrived, x);
 
@@ -91,7 +94,7 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const Pro
   if (!mover || policy != kFixed) {
     const bool two_way = policy == kTwoWay;
     TableClaim claim{&mine->tile_head, tile_order, n_tiles, two_way ? &mine->head : nullptr, n_mover_items};
-    const GatherReady ready{arrived, epoch, m, tiles_m_per_chunk, items_per_chunk, wait};
+    const GatherReady ready{arrived, epoch, m, tiles_m_per_chunk, items_per_chunk, world == 1, wait};
     __shared__ int s_more;
     for (;;) {
       const bool built = kBulk ? run_builder<L>(p, &tma, &tmb, smem, claim, AlwaysReady{}, epi)
@@ -109,11 +112,11 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const Pro
 
 #define TP_AG_KERNEL(NAME, LAYOUT, BULK)                                                                  \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                             \
-      NAME(TP_COMMON_PARAMS, EpiStoreBf16 epi, u64 gathered_off, u64 arrived_off, const u8* __restrict__ x, \
-           u64 m, u64 row_bytes, i32 items_per_chunk, i32 tiles_m_per_chunk, const i32* __restrict__ mover_order, \
-           i32 n_mover_items, u32 mover_threads) {                                                         \
-    ag_gemm<LAYOUT, BULK>(tma, tmb, p, EpiStoreBf16Tma(epi, &tmc), peer_bases, rank, world, epoch, flags_off, movers, policy,      \
-                          tile_order, n_tiles, wait, gathered_off, arrived_off, x, m, row_bytes,            \
+      NAME(TP_COMMON_PARAMS, EpiStoreBf16 epi, u64 shard_off, u8* __restrict__ gathered, u64 arrived_off,   \
+           const u8* __restrict__ x, u64 m, u64 row_bytes, i32 items_per_chunk, i32 tiles_m_per_chunk,       \
+           const i32* __restrict__ mover_order, i32 n_mover_items, u32 mover_threads) {                     \
+    ag_gemm<LAYOUT, BULK>(tma, tmb, p, EpiStoreBf16Tma(epi, &tmc), peer_bases, rank, world, epoch, flags_off,  \
+                          movers, policy, tile_order, n_tiles, wait, shard_off, gathered, arrived_off, x, m, row_bytes,     \
                           items_per_chunk, tiles_m_per_chunk, mover_order, n_mover_items, mover_threads);   \
   }
 TP_AG_KERNEL(kosmos_tp_ag_tn, LAYOUT_TN, false)
@@ -139,11 +142,11 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Pro
   if (!wait_peers_done(wait, mine, rank, world, epoch)) return;
   if (world > 1) {
     poison_and_stage<T>(st, rank, epoch, kBulk ? x : nullptr);
-  } else if (kBulk) {
-    grid_copy(out, x, m * cols * sizeof(u16));  // alone, the reduce-scatter is a copy
+  } else if (kBulk && static_cast<const void*>(out) != static_cast<const void*>(x)) {
+    grid_copy(out, x, m * cols * sizeof(u16));  // alone, the reduce-scatter is a copy (none in place)
   }  // alone, TN+RS builders write the output directly (the host points the epilogue at it)
   __syncthreads();
-  if (threadIdx.x == 0) atomic_add_acq_rel_dev(&mine->staged, 1);
+  if (world > 1 && threadIdx.x == 0) atomic_add_acq_rel_dev(&mine->staged, 1);
 
   auto reduce_loop = [&]() -> bool {
     const TableQueue q{&mine->head, reduce_order, n_reduce_items, 2};
@@ -157,7 +160,7 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Pro
   auto build = [&]() -> bool {
     TableClaim claim{&mine->tile_head, tile_order, n_tiles, nullptr, 0};
     if (kBulk) return run_builder<L>(p, &tma, &tmb, smem, claim, AlwaysReady{}, epi);
-    const PoisonedReady ready{&mine->staged, epoch * gridDim.x, wait};
+    const PoisonedReady ready{&mine->staged, epoch * gridDim.x, world == 1, wait};
     return run_builder<L>(p, &tma, &tmb, smem, claim, ready, epi);
   };
 

@@ -58,3 +58,15 @@ def f32_to_bf16(x: Any) -> Any:
     r = ((u + cupy.uint32(0x7FFF) + ((u >> 16) & cupy.uint32(1))) >> 16).astype(cupy.uint16)
     r = cupy.where(cupy.isnan(x), cupy.uint16(0x7FC0), r)
     return r.view(bfloat16)
+
+
+def copy_into(dst: Any, src: Any, stream: Any = None) -> Any:
+    """dst[...] = src for contiguous arrays of one size, as one device memcpy on the stream.
+
+    CuPy's own copy of ml_dtypes arrays runs an element-wise kernel at a fraction of the
+    memory bandwidth (0.64 ms for 256 MiB of bf16 on an H200); a memcpy runs at full speed.
+    """
+    if dst.nbytes != src.nbytes:
+        raise ValueError(f"copy_into: {dst.nbytes} B destination, {src.nbytes} B source")
+    dst.data.copy_from_device_async(src.data, src.nbytes, stream)
+    return dst

@@ -1,12 +1,16 @@
 """Timing protocol shared by the demo and the benchmarks (the paper's Section 4.1.3).
 
 Warm-up, then timed iterations with device events around each call, the median per rank,
-and the slowest rank's median as the result. Refuses to time an oversubscribed world unless
-told to, since ranks sharing a GPU time-slice and the numbers mean nothing.
+and the slowest rank's median as the result. The timed calls are queued behind a blocking
+kernel (hipsrc/timing.hip) that the host releases once all are issued, so the events time the
+GPU and not Python's launch overhead; that overhead is reported beside it (host_us). Refuses to
+time an oversubscribed world unless told to, since ranks sharing a GPU time-slice.
 """
 from __future__ import annotations
 
+import ctypes
 import statistics
+import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -19,6 +23,39 @@ class Timing:
     median_ms: float  # slowest rank's median
     min_ms: float     # slowest rank's fastest iteration
     iters: int
+    host_us: float = float("nan")  # slowest rank's mean host time to issue one call
+
+
+class StreamBlocker:
+    """Holds the current stream (kosmos_block_stream) until release(); gives up after budget_s."""
+
+    def __init__(self, budget_s: float = 10.0):
+        import cupy
+
+        from .runtime import load_module
+
+        rt = cupy.cuda.runtime
+        self.budget_s = budget_s
+        self._ptr = rt.hostAlloc(16, rt.hostAllocMapped | rt.hostAllocPortable)
+        self._words = (ctypes.c_uint64 * 2).from_address(self._ptr)
+        self._kernel = load_module("timing.hip").get_function("kosmos_block_stream")
+
+    def hold(self) -> None:
+        import numpy as np
+
+        self._words[0] = self._words[1] = 0
+        self._kernel((1,), (1,), (np.uint64(self._ptr), np.uint64(int(self.budget_s * 1e9))))
+
+    def release(self) -> None:
+        self._words[0] = 1
+
+    @property
+    def gave_up(self) -> bool:
+        """True if the last hold ended by its budget (read after the stream is synchronized)."""
+        return bool(self._words[1])
+
+
+_blocker: StreamBlocker | None = None
 
 
 def device_name() -> str:
@@ -39,22 +76,47 @@ def check_timeable(world: World, allow_oversubscribed: bool = False) -> None:
 
 def time_call(world: World, fn: Callable[[int], Any], warmup: int = 5, iters: int = 30) -> Timing:
     """Time fn(i) (i = iteration, for rotating inputs) on the current stream; collective."""
+    return time_calls(world, {"fn": fn}, warmup, iters)["fn"]
+
+
+def time_calls(world: World, fns: dict[str, Callable[[int], Any]], warmup: int = 5,
+               iters: int = 30) -> dict[str, Timing]:
+    """Time several contenders, interleaved call by call so that clock and thermal drift over
+    the run falls on all of them alike; collective. No fn may synchronize the stream: the timed
+    calls are queued behind the stream blocker, released once all are issued."""
     import cupy
 
+    global _blocker
     for i in range(warmup):
-        fn(i)
+        for fn in fns.values():
+            fn(i)
     world.synchronize()
+    if _blocker is None:
+        _blocker = StreamBlocker()
+    events = {name: [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(iters)] for name in fns}
+    host_s = dict.fromkeys(fns, 0.0)
     world.barrier()
-    start = [cupy.cuda.Event() for _ in range(iters)]
-    stop = [cupy.cuda.Event() for _ in range(iters)]
+    _blocker.hold()
     for i in range(iters):
-        start[i].record()
-        fn(warmup + i)
-        stop[i].record()
+        for name, fn in fns.items():
+            start, stop = events[name][i]
+            t0 = time.perf_counter()
+            start.record()
+            fn(warmup + i)
+            stop.record()
+            host_s[name] += time.perf_counter() - t0
+    _blocker.release()
     world.synchronize()
-    times = [cupy.cuda.get_elapsed_time(a, b) for a, b in zip(start, stop)]
-    med, lo = statistics.median(times), min(times)
-    return Timing(world.comm.allreduce(med, op=_max()), world.comm.allreduce(lo, op=_max()), iters)
+    if world.comm.allreduce(_blocker.gave_up, op=_max()):
+        raise KosmosError(f"queuing {iters * len(fns)} timed calls took over {_blocker.budget_s} s on some "
+                          "rank (does a timed function synchronize?): no timing taken")
+    out = {}
+    for name, evs in events.items():
+        times = [cupy.cuda.get_elapsed_time(a, b) for a, b in evs]
+        med, lo, host_us = statistics.median(times), min(times), host_s[name] / iters * 1e6
+        out[name] = Timing(*(world.comm.allreduce(v, op=_max()) for v in (med, lo)), iters,
+                           world.comm.allreduce(host_us, op=_max()))
+    return out
 
 
 def _max():

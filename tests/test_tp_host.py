@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import itertools
 
-import numpy as np
 import pytest
 
 from kosmos.tp.heuristics import KINDS, Hardware, crew_for, hardware

@@ -24,23 +24,30 @@ struct TableQueue {
   KOSMOS_DEVICE const i32* at(i32 i) const { return order + i64(i) * width; }
 };
 
-// Where a gathered operand lives: P chunks of m rows, row_bytes each, in every rank's heap.
+// Where a gathered operand lives: every rank stages its shard (m rows of row_bytes) in its heap,
+// where peers pull it from, and gathers all P shards into `out`, a plain device array of P*m
+// rows that is the GEMM's A operand and, when the caller keeps it, the gathered result.
 struct Gathered {
   const u64* peer_bases;
-  u64 off;          // offset of the gathered buffer [P*m rows] in the heap
+  u64 shard_off;  // offset of the staged shard [m rows] in every rank's heap
+  u8* out;        // this rank's gathered array [P*m rows]
   u64 m, row_bytes;
   i32 items_per_chunk;
-  KOSMOS_DEVICE u8* rows(int rank, int chunk, u64 row) const {
-    return reinterpret_cast<u8*>(peer_bases[rank] + off) + (u64(chunk) * m + row) * row_bytes;
+  KOSMOS_DEVICE const u8* shard(int peer, u64 row) const {
+    return reinterpret_cast<const u8*>(peer_bases[peer] + shard_off) + row * row_bytes;
   }
+  KOSMOS_DEVICE u8* rows(int chunk, u64 row) const { return out + (u64(chunk) * m + row) * row_bytes; }
 };
 
-// Stage this rank's shard into its own chunk of the gathered buffer (all CTAs), then the last
-// CTA marks the local chunk's items arrived and tells every peer the shard can be pulled.
-// Alone (world 1) nothing is pulled, so nothing is staged: the builders read x itself.
+// Stage this rank's shard into its heap (for peers) and its chunk of the gathered array (all
+// CTAs); the last CTA marks the local chunk's items arrived and tells every peer the shard can
+// be pulled. Alone (world 1) nothing is staged or flagged: the builders read x itself.
 KOSMOS_DEVICE void stage_shard(const Gathered& g, int rank, int world, u64 epoch, OpFlags* mine, u64 flags_off,
                                u64* arrived, const u8* x) {
-  if (world > 1) grid_copy(g.rows(rank, rank, 0), x, g.m * g.row_bytes);
+  if (world == 1) return;
+  const u64 bytes = g.m * g.row_bytes;
+  grid_copy(reinterpret_cast<u8*>(g.peer_bases[rank] + g.shard_off), x, bytes);
+  grid_copy(g.rows(rank, 0), x, bytes);
   __syncthreads();
   if (threadIdx.x == 0 && arrive_last(&mine->staged, epoch, gridDim.x)) {
     for (int i = 0; i < g.items_per_chunk; ++i) st_release_sys(&arrived[rank * g.items_per_chunk + i], epoch);
@@ -48,7 +55,7 @@ KOSMOS_DEVICE void stage_shard(const Gathered& g, int rank, int world, u64 epoch
   }
 }
 
-// The movers' loop: pull (peer, item) pairs in table order into this rank's gathered buffer and
+// The movers' loop: pull (peer, item) pairs in table order into this rank's gathered array and
 // release each item's arrival counter. `threads` of the CTA copy (the warps-per-mover ablation).
 KOSMOS_DEVICE bool gather_items(const Gathered& g, int rank, u64 epoch, OpFlags* mine, u64 flags_off, u64* arrived,
                                 const TableQueue& q, u32 threads, const WaitCtx& wait) {
@@ -63,7 +70,7 @@ KOSMOS_DEVICE bool gather_items(const Gathered& g, int rank, u64 epoch, OpFlags*
     if (!cta_broadcast(&s_ok, ok)) return false;
     const u64 row0 = item * kTileRow;
     const u64 rows = row0 + kTileRow > g.m ? g.m - row0 : kTileRow;
-    cta_copy(g.rows(rank, peer, row0), g.rows(peer, peer, row0), rows * g.row_bytes, threads);
+    cta_copy(g.rows(peer, row0), g.shard(peer, row0), rows * g.row_bytes, threads);
     __syncthreads();
     if (threadIdx.x == 0) {
       fence_acq_rel_sys();

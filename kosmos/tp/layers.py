@@ -99,9 +99,11 @@ class RowParallelLinear(_Linear):
         if x is None:
             raise RuntimeError("backward before forward")
         m = dy.shape[0]
+        import cupy
+
         op = self._plan(AllGatherMatmul, m, self.out_features, self.k_local, layout="NN")
-        dx = op(dy, self.weight)
-        dy_full = op.gathered_copy()
+        dy_full = cupy.empty(op.gathered_shape, bfloat16)
+        dx = op(dy, self.weight, gathered=dy_full)
         dw = gemm.matmul(dy_full, x, "NT")  # dW[N, K/P] = dY_full^T @ x
         self._saved = None
         return dx, dw

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from .. import gemm
-from ..dtypes import bfloat16, float32
+from ..dtypes import bfloat16, copy_into, float32
 from ..exchange import agree
 from ..plan import SymmetricPlan
 from ..runtime import PersistentLaunch, load_module, sm_count
@@ -134,9 +134,18 @@ class _FusedOp(SymmetricPlan):
 
 
 class _AllGatherBase(_FusedOp):
-    """Shared by AG+TN, AG+NN and bulk AG || NN: the gathered buffer and the movers' tables."""
+    """Shared by AG+TN, AG+NN and bulk AG || NN: the staged shard, the arrival counters, the movers' table.
+
+    Each rank stages its shard in its heap (peers pull it from there); the movers gather every
+    shard into a plain [P*m, row] array, which is the GEMM's A operand and, when the caller
+    passes one, the gathered result. Alone (P = 1) the builders read x itself.
+    """
 
     kernel_enum = "KERNEL_AG_GEMM"
+
+    @staticmethod
+    def _heap_bytes(world: World, m: int, row: int) -> int:
+        return m * row * 2 + world.size * (m // TILE_ROW + 1) * 8 + 4096
 
     def _setup_gather(self, row_elems: int, ag_order: str, mover_threads: int | None) -> None:
         import cupy
@@ -144,7 +153,7 @@ class _AllGatherBase(_FusedOp):
         P, m = self.P, self.m
         self.row_elems = row_elems
         self.grid_g = GatherGrid(P, self.world.rank, m, gemm.tile_shape()[0], 1)
-        self.gathered = self.heap.alloc((P * m, row_elems), bfloat16)
+        self.shard = self.heap.alloc((m, row_elems), bfloat16)
         self.arrived = self.heap.alloc((P * self.grid_g.items_per_chunk,), np.uint64)
         self.mover_order = cupy.asarray(ag_mover_order(self.grid_g))
         self.ag_order = ag_order
@@ -152,16 +161,33 @@ class _AllGatherBase(_FusedOp):
         self.mover_threads = threads if mover_threads is None else int(mover_threads)
         if not 32 <= self.mover_threads <= threads or self.mover_threads % 32:
             raise ValueError(f"mover_threads must be a multiple of 32 in [32, {threads}]")
+        self._scratch: Any = None  # the gathered array when the caller keeps none (made on first use)
 
-    def _gather_args(self, x: Any) -> tuple:
+    @property
+    def gathered_shape(self) -> tuple[int, int]:
+        return (self.P * self.m, self.row_elems)
+
+    def _gathered(self, x: Any, keep: Any) -> Any:
+        """The array the movers fill: the caller's `keep`, else the plan's scratch; x itself alone."""
+        import cupy
+
+        if keep is not None:
+            self._check(keep, "gathered", self.gathered_shape)
+            if self.P == 1:
+                copy_into(keep, x)
+                return x
+            return keep
+        if self.P == 1:
+            return x
+        if self._scratch is None:
+            self._scratch = cupy.empty(self.gathered_shape, bfloat16)
+        return self._scratch
+
+    def _gather_args(self, x: Any, gathered: Any) -> tuple:
         g = self.grid_g
-        return (np.uint64(self.gathered.offset), np.uint64(self.arrived.offset), x, np.uint64(self.m),
+        return (np.uint64(self.shard.offset), gathered, np.uint64(self.arrived.offset), x, np.uint64(self.m),
                 np.uint64(self.row_elems * 2), np.int32(g.items_per_chunk), np.int32(g.tiles_m_per_chunk),
                 self.mover_order, np.int32(len(self.mover_order)), np.uint32(self.mover_threads))
-
-    def gathered_copy(self) -> Any:
-        """A copy of the last call's gathered operand (the heap's is overwritten by the next call)."""
-        return self.gathered.local.copy() if self.P > 1 else self._last_x.copy()
 
 
 class AllGatherMatmul(_AllGatherBase):
@@ -178,7 +204,7 @@ class AllGatherMatmul(_AllGatherBase):
         self.layout = layout
         row = k if layout == "TN" else n  # gathered operand: X[m, k] or dY[m, n]
         super().__init__(world, m, n, k, sm_cap=sm_cap, policy=policy, movers=movers,
-                         heap_bytes=world.size * m * row * 2 + world.size * (m // TILE_ROW + 1) * 8 + 4096)
+                         heap_bytes=self._heap_bytes(world, m, row))
         self._setup_gather(row, ag_order, mover_threads)
         P = self.P
         a_shape = (P * m, row)
@@ -193,18 +219,18 @@ class AllGatherMatmul(_AllGatherBase):
     def out_shape(self) -> tuple[int, int]:
         return self.shape.out_shape
 
-    def __call__(self, x: Any, w: Any, out: Any = None, stream: Any = None) -> Any:
+    def __call__(self, x: Any, w: Any, out: Any = None, *, gathered: Any = None, stream: Any = None) -> Any:
+        """Returns out. gathered: an optional [P*m, row] array that receives (and keeps) the
+        gathered operand; without it the plan's scratch array is used and overwritten next call."""
         self._check(x, "x" if self.layout == "TN" else "dy", (self.m, self.row_elems))
         self._check(w, "w", (self.n, self.k))
         out = self._output(out, self.out_shape, bfloat16)
+        a = self._gathered(x, gathered)
         epoch, ctx = self._next_call()
-        # Alone, nothing is gathered: the builders read x itself (the kernel skips the staging copy).
-        a = self.gathered.local if self.P > 1 else x
-        self._last_x = x
         prob = self._problem(self.shape, a, w)
         epi = self._epi(out.data.ptr, out.shape[1], *self.out_shape)
         args = self._common((self._tmap(a), self._tmap(w), self._out_tmap(out), prob), epoch, self.tiles, ctx)
-        args += (epi,) + self._gather_args(x)
+        args += (epi,) + self._gather_args(x, a)
         self.launch(args, stream=stream)
         return out
 
@@ -222,28 +248,34 @@ class BulkAllGatherMatmul(_AllGatherBase):
                  policy: str = "one_way", movers: int | None = None, mover_threads: int | None = None):
         kx = k if kx is None else kx
         super().__init__(world, m, n, k, sm_cap=sm_cap, policy=policy, movers=movers,
-                         heap_bytes=world.size * m * kx * 2 + world.size * (m // TILE_ROW + 1) * 8 + 4096)
+                         heap_bytes=self._heap_bytes(world, m, kx))
         self._setup_gather(kx, "local_first", mover_threads)
         P = self.P
         self.shape = gemm.gemm_shape("NN", (P * m, n), (n, k))
         self.tiles = self._tile_table(self.shape, None)
         self.launch = self._launch("kosmos_tp_bulk_ag_nn")
 
-    def __call__(self, x: Any, dy: Any, w: Any, dx: Any = None, stream: Any = None) -> tuple[Any, Any]:
-        """Returns (X_full, dX): X_full is a copy of the gathered input (the heap's is reused)."""
+    def __call__(self, x: Any, dy: Any, w: Any, dx: Any = None, x_full: Any = None,
+                 stream: Any = None) -> tuple[Any, Any]:
+        """Returns (X_full, dX). The movers write X_full (a new array unless given); at P = 1 the
+        gather is the identity and, unless x_full is given, X_full is x itself (no copy)."""
+        import cupy
+
         P, m = self.P, self.m
         self._check(x, "x", (m, self.row_elems))
         self._check(dy, "dy", (P * m, self.n))
         self._check(w, "w", (self.n, self.k))
         dx = self._output(dx, self.shape.out_shape, bfloat16, "dx")
+        if x_full is None:
+            x_full = x if P == 1 else cupy.empty(self.gathered_shape, bfloat16)
+        gathered = x if P == 1 and x_full is x else self._gathered(x, x_full)
         epoch, ctx = self._next_call()
         prob = self._problem(self.shape, dy, w)
         epi = self._epi(dx.data.ptr, dx.shape[1], *self.shape.out_shape)
         args = self._common((self._tmap(dy), self._tmap(w), self._out_tmap(dx), prob), epoch, self.tiles, ctx)
-        args += (epi,) + self._gather_args(x)
-        self._last_x = x
+        args += (epi,) + self._gather_args(x, gathered)
         self.launch(args, stream=stream)
-        return self.gathered_copy(), dx
+        return x_full, dx
 
 
 class _ReduceScatterBase(_FusedOp):
@@ -300,7 +332,8 @@ class MatmulReduceScatter(_ReduceScatterBase):
         self.shape = gemm.gemm_shape("TN", (P * m, k), (n, k))
         tm, tn, _ = gemm.tile_counts(self.shape)
         bg = BandGrid(P, world.rank, m, gemm.tile_shape()[0], tn, band_tile_rows=TILE_ROW // gemm.tile_shape()[0])
-        self.tiles = self._tile_table(self.shape, rs_tile_order(bg, rs_order))
+        # Alone nothing is reduced, so the builders keep the plain GEMM's raster (8-row groups, not 2-row bands).
+        self.tiles = self._tile_table(self.shape, rs_tile_order(bg, rs_order) if P > 1 else None)
         # Alone, the builders write the bf16 output directly, whatever the staging type.
         self.launch = self._launch("kosmos_tp_tn_rs_" + ("bf16" if sd == bfloat16 or self.P == 1 else "f32"))
 
@@ -321,7 +354,8 @@ class MatmulReduceScatter(_ReduceScatterBase):
 class BulkReduceScatterMatmul(_ReduceScatterBase):
     """Column-parallel wgrad: dX[m, k] = reduce_scatter(dXp[P*m, k]) beside dW[n, k] = dY[P*m, n]^T @ X[P*m, k].
 
-    dW is bf16 (or float32 with dw_dtype=float32).
+    dW is bf16 (or float32 with dw_dtype=float32). At P = 1 the reduce-scatter is the identity
+    and, unless a dx array is given, the returned dX is dXp itself (no copy).
     """
 
     kind = "bulk_rs_nt"
@@ -344,7 +378,8 @@ class BulkReduceScatterMatmul(_ReduceScatterBase):
         self._check(dx_partial, "dx_partial", (P * m, k))
         self._check(dy, "dy", (P * m, n))
         self._check(x_full, "x_full", (P * m, k))
-        dx = self._output(dx, (m, k), bfloat16, "dx")
+        # Alone the reduce-scatter is the identity: without a dx to fill, dx is dx_partial itself.
+        dx = dx_partial if dx is None and P == 1 else self._output(dx, (m, k), bfloat16, "dx")
         dw = self._output(dw, (n, k), self.dw_dtype, "dw")
         epoch, ctx = self._next_call()
         prob = self._problem(self.shape, dy, x_full)

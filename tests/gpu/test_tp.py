@@ -47,10 +47,12 @@ def test_all_gather_matmul(world, m, n, k, layout):
     ref = full @ f64(w).T if layout == "TN" else full @ f64(w)
     assert rel_error(cupy.asnumpy(out), ref) < TOL
     first = bits(out)
-    op(cupy.asarray(xs[r]), cupy.asarray(w), out)
+    kept = poisoned(op.gathered_shape, bfloat16)
+    out2 = poisoned(op.out_shape, bfloat16)
+    op(cupy.asarray(xs[r]), cupy.asarray(w), out2, gathered=kept)
     world.synchronize()
-    np.testing.assert_array_equal(bits(out), first)  # bitwise-equal rerun
-    np.testing.assert_array_equal(cupy.asnumpy(op.gathered_copy()).view(np.uint16), np.concatenate(xs).view(np.uint16))
+    np.testing.assert_array_equal(bits(out2), first)  # bitwise-equal rerun, into the caller's gathered array
+    np.testing.assert_array_equal(bits(kept), np.concatenate(xs).view(np.uint16))
 
 
 @pytest.mark.parametrize("m,n,k", SHAPES)
@@ -78,10 +80,18 @@ def test_bulk_all_gather_matmul(world, m, n, k):
     dy = arr("bagdy", r, (P * m, n))
     w = arr("bagw", 0, (n, k), 0.1)
     op = BulkAllGatherMatmul(world, m, n, k)
-    x_full, dx = op(cupy.asarray(xs[r]), cupy.asarray(dy), cupy.asarray(w), dx=poisoned((P * m, k), bfloat16))
+    x = cupy.asarray(xs[r])
+    x_full, dx = op(x, cupy.asarray(dy), cupy.asarray(w), dx=poisoned((P * m, k), bfloat16))
     world.synchronize()
-    np.testing.assert_array_equal(cupy.asnumpy(x_full).view(np.uint16), np.concatenate(xs).view(np.uint16))
+    np.testing.assert_array_equal(bits(x_full), np.concatenate(xs).view(np.uint16))
     assert rel_error(cupy.asnumpy(dx), f64(dy) @ f64(w)) < TOL
+    assert (x_full is x) == (P == 1)  # alone the gather is the identity: no copy
+    kept = poisoned((P * m, k), bfloat16)
+    x_full2, dx2 = op(x, cupy.asarray(dy), cupy.asarray(w), x_full=kept)
+    world.synchronize()
+    assert x_full2 is kept
+    np.testing.assert_array_equal(bits(kept), np.concatenate(xs).view(np.uint16))
+    np.testing.assert_array_equal(bits(dx2), bits(dx))
 
 
 @pytest.mark.parametrize("m,n,k", SHAPES[:2])
@@ -100,6 +110,12 @@ def test_bulk_reduce_scatter_matmul(world, m, n, k, dw_dtype):
         exact += dxps[p][r * m:(r + 1) * m].astype(np.float32)
     np.testing.assert_array_equal(cupy.asnumpy(dx).view(np.uint16), exact.astype(bfloat16).view(np.uint16))
     assert rel_error(cupy.asnumpy(dw), f64(dy).T @ f64(x_full)) < TOL
+    dxp = cupy.asarray(dxps[r])
+    dx2, dw2 = op(dxp, cupy.asarray(dy), cupy.asarray(x_full))  # no dx given: alone, dX is dXp itself
+    world.synchronize()
+    assert (dx2 is dxp) == (P == 1)
+    np.testing.assert_array_equal(bits(dx2), bits(dx))
+    np.testing.assert_array_equal(bits(dw2), bits(dw))
 
 
 ABLATIONS = [dict(policy="fixed"), dict(policy="two_way"), dict(ag_order="chunk_major"), dict(ag_order="naive"),
