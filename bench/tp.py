@@ -111,6 +111,12 @@ class Case:
                 self.base = lambda i: (nccl.reduce_scatter(dxp, dx), cupy.matmul(dy.T, xf, out=dw))
             self.flops = 2 * P * m * n * k
         self.op = op
+        self.plans = [op, ag if kernel in ("ag_tn", "ag_nn", "bulk_ag_nn") else rs]
+
+    def close(self) -> None:
+        """Collective: free the plans' symmetric heaps now (the bench builds hundreds of plans)."""
+        for plan in self.plans:
+            plan.close()
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -156,6 +162,7 @@ def main(argv: list[str] | None = None) -> int:
                 rows.append(row)
                 say(f"{s.kernel:11s} {s.name:16s} {label:22s} " + "  ".join(f"{a} {b.median_ms:8.3f}" for a, b in t.items())
                     + "  host us " + "/".join(f"{b.host_us:.0f}" for b in t.values()), flush=True)
+                case.close()
                 del case
                 cupy.get_default_memory_pool().free_all_blocks()
         result = {"gpu": device_name(), "world_size": P, "oversubscribed": world.oversubscribed,

@@ -20,8 +20,9 @@ using namespace kosmos::tp;
 
 constexpr int kOneWay = 0, kFixed = 1, kTwoWay = 2;
 
-// Builders claim tiles from the plan's order table (entries are tile_of() queue indices).
-// Two-way: with mover_head set, a claim returns -1 (stop building) while gather items remain.
+// Builders claim tiles from the plan's order table (entries are tile_of() queue indices; no
+// table = the builder's own raster). Two-way: with mover_head set, a claim returns -1 (stop
+// building) while gather items remain.
 struct TableClaim {
   u64* head;
   const i32* order;
@@ -31,7 +32,8 @@ struct TableClaim {
   KOSMOS_DEVICE i32 operator()() const {
     if (mover_head && ld_acquire_dev(mover_head) < u64(n_mover_items)) return -1;
     const u64 v = atomic_add_relaxed_dev(head, 1ull);
-    return v < u64(n) ? order[v] : -1;
+    if (v >= u64(n)) return -1;
+    return order ? order[v] : i32(v);
   }
 };
 

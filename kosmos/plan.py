@@ -3,7 +3,8 @@
 A plan is built once per shape, collectively (like an FFT plan); each call takes the next epoch
 (the flags in hipsrc/kosmos/flags.h are compared with it, never reset) and a bounded-wait context.
 A device timeout leaves the cross-rank protocol in an unknown state, so a plan built before one
-refuses to run again.
+refuses to run again. close() (or a with-block) frees the heap collectively; otherwise the
+world frees it at finalize.
 """
 from __future__ import annotations
 
@@ -38,8 +39,22 @@ class SymmetricPlan:
         """True once a device timeout happened after this plan was built."""
         return self.world.status.failures != self._failures_at_build
 
+    def close(self) -> None:
+        """Collective: free the plan's symmetric heap (the plan cannot be called again)."""
+        if self.heap is not None:
+            self.heap.free()
+            self.heap = None
+
+    def __enter__(self) -> "SymmetricPlan":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     def _next_call(self) -> tuple[np.uint64, np.void]:
         """Epoch and wait context for the next launch."""
+        if self.heap is None:
+            raise KosmosError(f"{type(self).__name__} was closed")
         self.world.check()
         if self.stale:
             raise KosmosError(f"{type(self).__name__} was built before a device timeout; build a new plan")

@@ -141,6 +141,7 @@ class SymmetricHeap:
         self.world.comm.Barrier()  # every peer has closed its mapping of ours
         rt.free(self.base)
         self.base = 0
+        self.world.unregister_heap(self)
 
 
 def check_world_size(world_size: int, max_world: int = 16) -> None:

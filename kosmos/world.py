@@ -88,6 +88,10 @@ class World:
     def register_heap(self, heap: Any) -> None:
         self._heaps.append(heap)
 
+    def unregister_heap(self, heap: Any) -> None:
+        if heap in self._heaps:
+            self._heaps.remove(heap)
+
     def finalize(self) -> None:
         """Free every heap made from this world (collectively) and the status word."""
         if self._finalized:
@@ -96,7 +100,7 @@ class World:
             import cupy
 
             cupy.cuda.Device(self.device_id).synchronize()
-        for heap in reversed(self._heaps):
+        for heap in reversed(list(self._heaps)):
             heap.free()
         self._heaps.clear()
         if self.status is not None:

@@ -102,15 +102,16 @@ class _FusedOp(SymmetricPlan):
         epi["out"], epi["ldo"], epi["mo"], epi["no"] = out_ptr, ldo, mo, no
         return epi
 
-    def _tile_table(self, shape: gemm.GemmShape, tiles: np.ndarray | None) -> Any:
+    def _tile_table(self, shape: gemm.GemmShape, tiles: np.ndarray | None) -> tuple[Any, int]:
+        """(device order table or a null pointer, tile count). No order = the builder's own raster."""
         import cupy
 
         tm, tn, _ = gemm.tile_counts(shape)
         if tiles is None:
-            return cupy.arange(tm * tn, dtype=np.int32)
+            return np.uint64(0), tm * tn
         idx = tile_indices(tiles, self.m // gemm.tile_shape()[0], tm, tn, gemm.device_constants()["kGroupM"])
         assert sorted(idx.tolist()) == list(range(tm * tn)), "tile order is not a permutation"
-        return cupy.asarray(idx)
+        return cupy.asarray(idx), tm * tn
 
     _ZERO_TMAP = np.zeros(1, gemm.TMAP_DTYPE)[0]
 
@@ -122,7 +123,7 @@ class _FusedOp(SymmetricPlan):
         w = self.world
         return prob_args + (self.heap.peer_bases, np.int32(w.rank), np.int32(w.size), epoch,
                             np.uint64(self.flags.offset), np.int32(self.crew.movers), np.int32(POLICIES[self.policy]),
-                            tiles, np.int32(tiles.size), ctx)
+                            tiles[0], np.int32(tiles[1]), ctx)
 
     def _check(self, x: Any, name: str, shape: tuple[int, ...], dtype: Any = bfloat16) -> None:
         super()._check(x, name, shape, dtype)
@@ -212,7 +213,8 @@ class AllGatherMatmul(_AllGatherBase):
         self.shape = gemm.gemm_shape(layout, a_shape, b_shape)
         tm, tn, _ = gemm.tile_counts(self.shape)
         g = GatherGrid(P, world.rank, m, gemm.tile_shape()[0], tn)
-        self.tiles = self._tile_table(self.shape, ag_tile_order(g, ag_order))
+        # Alone every order is the builder's raster: no table (one dependent load less per claim).
+        self.tiles = self._tile_table(self.shape, ag_tile_order(g, ag_order) if P > 1 else None)
         self.launch = self._launch("kosmos_tp_ag_tn" if layout == "TN" else "kosmos_tp_ag_nn")
 
     @property

@@ -187,3 +187,17 @@ def test_bad_inputs_are_rejected(world):
     with pytest.raises(ValueError, match="shape"):
         op(cupy.zeros((64, 64), bfloat16), cupy.zeros((64, 64), bfloat16))
     world.synchronize()
+
+
+def test_closed_plan_frees_its_heap_and_refuses_calls(world):
+    from kosmos.errors import KosmosError
+
+    x = cupy.asarray(arr("clx", world.rank, (128, 64)))
+    w = cupy.asarray(arr("clw", 0, (64, 64), 0.1))
+    with AllGatherMatmul(world, 128, 64, 64) as op:
+        heap = op.heap
+        op(x, w)
+        world.synchronize()
+    assert op.heap is None and heap.base == 0 and heap not in world._heaps
+    with pytest.raises(KosmosError, match="closed"):
+        op(x, w)
