@@ -32,6 +32,7 @@ class SymmetricPlan:
         self.heap = SymmetricHeap(world, heap_bytes + FLAG_WORDS * 8 + 8192)
         self.flags = self.heap.alloc((FLAG_WORDS,), np.uint64)
         self.epoch = 0
+        self._ctx: np.void | None = None
         self._failures_at_build = world.status.failures
 
     @property
@@ -59,7 +60,13 @@ class SymmetricPlan:
         if self.stale:
             raise KosmosError(f"{type(self).__name__} was built before a device timeout; build a new plan")
         self.epoch += 1
-        return np.uint64(self.epoch), self.world.status.wait_ctx(kernel_id(self.kernel_enum))
+        return np.uint64(self.epoch), self._wait_ctx()
+
+    def _wait_ctx(self) -> np.void:
+        """The bounded-wait context of this plan's kernel (fixed for the world's lifetime)."""
+        if self._ctx is None:
+            self._ctx = self.world.status.wait_ctx(kernel_id(self.kernel_enum))
+        return self._ctx
 
     def _check(self, x: Any, name: str, shape: tuple[int, ...], dtype: Any) -> None:
         """Raise unless x is a contiguous array of `dtype` and `shape` on this rank's GPU."""

@@ -15,7 +15,7 @@ Each op is one persistent kernel launch (hipsrc/tp.hip); `policy`, `ag_order`, `
 """
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Callable
 
 import numpy as np
 
@@ -31,6 +31,11 @@ from .queues import (TILE_ROW, BandGrid, GatherGrid, ag_mover_order, ag_tile_ord
                      tile_indices)
 
 POLICIES = {"one_way": 0, "fixed": 1, "two_way": 2}  # two_way: the AG kernels only
+
+
+def _ptr(arr: Any) -> np.uint64:
+    """A device pointer kernel argument that does not keep the array alive."""
+    return np.uint64(arr.data.ptr)
 
 
 def _slice_cols(cols: int) -> int:
@@ -68,7 +73,7 @@ class _FusedOp(SymmetricPlan):
             raise ValueError("a fixed split needs at least one mover: nobody would move the data")
         self.hw = hw
         SymmetricPlan.__init__(self, world, heap_bytes)
-        self._tmaps: dict[int, np.void] = {}
+        self._args: dict[tuple[int, ...], list] = {}
 
     # ---- plumbing shared by the five ops ----
     def _launch(self, name: str) -> PersistentLaunch:
@@ -76,15 +81,26 @@ class _FusedOp(SymmetricPlan):
         return PersistentLaunch.checked(mod.get_function(name), self.crew.grid, gemm.block_threads(),
                                         gemm.shared_mem_bytes())
 
-    def _tmap(self, arr: Any) -> np.void:
-        """A TMA descriptor of a row-major bf16 operand (cached by pointer and shape)."""
-        key = (arr.data.ptr, arr.shape)
-        hit = self._tmaps.get(key)
-        if hit is None:
-            if len(self._tmaps) > 32:
-                self._tmaps.clear()
-            hit = self._tmaps[key] = gemm._encode_tmap(arr.data.ptr, arr.shape[1], arr.shape[0], arr.shape[1])
-        return hit
+    @staticmethod
+    def _tmap(arr: Any) -> np.void:
+        """A TMA descriptor of a row-major bf16 operand."""
+        return gemm._encode_tmap(arr.data.ptr, arr.shape[1], arr.shape[0], arr.shape[1])
+
+    _EPOCH_ARG = 7  # the epoch's position in TP_COMMON_PARAMS (hipsrc/tp.hip)
+
+    def _run(self, operands: tuple, build: Callable[[], tuple], stream: Any) -> None:
+        """Launch one call. Every argument but the epoch depends only on the plan and on the
+        operands' addresses, so the list is built once per address set and reused (it holds
+        pointers, not arrays: the cache keeps no operand alive)."""
+        epoch, _ = self._next_call()
+        key = tuple(a.data.ptr for a in operands)
+        args = self._args.get(key)
+        if args is None:
+            if len(self._args) >= 16:
+                self._args.clear()
+            args = self._args[key] = list(build())
+        args[self._EPOCH_ARG] = epoch
+        self.launch(args, stream=stream)
 
     @staticmethod
     def _problem(shape: gemm.GemmShape, a: Any, b: Any) -> np.void:
@@ -97,9 +113,10 @@ class _FusedOp(SymmetricPlan):
         return prob
 
     @staticmethod
-    def _epi(out_ptr: int, ldo: int, mo: int, no: int) -> np.void:
+    def _epi(out: Any, mo: int, no: int) -> np.void:
+        """The epilogue's view of a row-major output of mo x no elements."""
         epi = np.zeros(1, gemm.EPI_DTYPE)[0]
-        epi["out"], epi["ldo"], epi["mo"], epi["no"] = out_ptr, ldo, mo, no
+        epi["out"], epi["ldo"], epi["mo"], epi["no"] = out.data.ptr, out.shape[1], mo, no
         return epi
 
     def _tile_table(self, shape: gemm.GemmShape, tiles: np.ndarray | None) -> tuple[Any, int]:
@@ -119,11 +136,13 @@ class _FusedOp(SymmetricPlan):
         """TMA map of a bf16 output (the builders' store path); fp32 outputs take no map."""
         return self._tmap(out) if out.dtype == bfloat16 else self._ZERO_TMAP
 
-    def _common(self, prob_args: tuple, epoch: np.uint64, tiles: Any, ctx: np.void) -> tuple:
+    def _common(self, a: Any, b: Any, out: Any) -> tuple:
+        """TP_COMMON_PARAMS for C = op(A, B) into `out`; the epoch is filled in by _run."""
         w = self.world
-        return prob_args + (self.heap.peer_bases, np.int32(w.rank), np.int32(w.size), epoch,
-                            np.uint64(self.flags.offset), np.int32(self.crew.movers), np.int32(POLICIES[self.policy]),
-                            tiles[0], np.int32(tiles[1]), ctx)
+        return (self._tmap(a), self._tmap(b), self._out_tmap(out), self._problem(self.shape, a, b),
+                self.heap.peer_bases, np.int32(w.rank), np.int32(w.size), np.uint64(0),
+                np.uint64(self.flags.offset), np.int32(self.crew.movers), np.int32(POLICIES[self.policy]),
+                self.tiles[0], np.int32(self.tiles[1]), self._wait_ctx())
 
     def _check(self, x: Any, name: str, shape: tuple[int, ...], dtype: Any = bfloat16) -> None:
         super()._check(x, name, shape, dtype)
@@ -186,7 +205,7 @@ class _AllGatherBase(_FusedOp):
 
     def _gather_args(self, x: Any, gathered: Any) -> tuple:
         g = self.grid_g
-        return (np.uint64(self.shard.offset), gathered, np.uint64(self.arrived.offset), x, np.uint64(self.m),
+        return (np.uint64(self.shard.offset), _ptr(gathered), np.uint64(self.arrived.offset), _ptr(x), np.uint64(self.m),
                 np.uint64(self.row_elems * 2), np.int32(g.items_per_chunk), np.int32(g.tiles_m_per_chunk),
                 self.mover_order, np.int32(len(self.mover_order)), np.uint32(self.mover_threads))
 
@@ -228,12 +247,8 @@ class AllGatherMatmul(_AllGatherBase):
         self._check(w, "w", (self.n, self.k))
         out = self._output(out, self.out_shape, bfloat16)
         a = self._gathered(x, gathered)
-        epoch, ctx = self._next_call()
-        prob = self._problem(self.shape, a, w)
-        epi = self._epi(out.data.ptr, out.shape[1], *self.out_shape)
-        args = self._common((self._tmap(a), self._tmap(w), self._out_tmap(out), prob), epoch, self.tiles, ctx)
-        args += (epi,) + self._gather_args(x, a)
-        self.launch(args, stream=stream)
+        self._run((x, w, out, a), lambda: self._common(a, w, out) + (self._epi(out, *self.out_shape),)
+                  + self._gather_args(x, a), stream)
         return out
 
 
@@ -271,12 +286,8 @@ class BulkAllGatherMatmul(_AllGatherBase):
         if x_full is None:
             x_full = x if P == 1 else cupy.empty(self.gathered_shape, bfloat16)
         gathered = x if P == 1 and x_full is x else self._gathered(x, x_full)
-        epoch, ctx = self._next_call()
-        prob = self._problem(self.shape, dy, w)
-        epi = self._epi(dx.data.ptr, dx.shape[1], *self.shape.out_shape)
-        args = self._common((self._tmap(dy), self._tmap(w), self._out_tmap(dx), prob), epoch, self.tiles, ctx)
-        args += (epi,) + self._gather_args(x, gathered)
-        self.launch(args, stream=stream)
+        self._run((x, dy, w, dx, gathered), lambda: self._common(dy, w, dx) + (self._epi(dx, *self.shape.out_shape),)
+                  + self._gather_args(x, gathered), stream)
         return x_full, dx
 
 
@@ -309,7 +320,7 @@ class _ReduceScatterBase(_FusedOp):
     def _reduce_args(self, x: Any, out: Any) -> tuple:
         n_items = len(self.reduce_order) if self.P > 1 else 0  # alone there is nothing to reduce
         return (np.uint64(self.staging.offset), np.uint64(self.buffer_bytes), np.uint64(self.m), np.uint64(self.cols),
-                x, out, self.reduce_order, np.int32(n_items), np.uint64(TILE_ROW),
+                _ptr(x), _ptr(out), self.reduce_order, np.int32(n_items), np.uint64(TILE_ROW),
                 np.uint32(self.slice_cols.bit_length() - 1), np.int32(self.max_join))
 
 class MatmulReduceScatter(_ReduceScatterBase):
@@ -344,12 +355,10 @@ class MatmulReduceScatter(_ReduceScatterBase):
         self._check(x, "x", (P * m, self.k))
         self._check(w, "w", (n, self.k))
         out = self._output(out, (m, n), bfloat16)
-        epoch, ctx = self._next_call()
-        prob = self._problem(self.shape, x, w)
-        cur = self.staging_buffers[self.epoch & 1] if P > 1 else out
-        epi = self._epi(cur.data.ptr, n, P * m, n)
-        args = self._common((self._tmap(x), self._tmap(w), self._out_tmap(cur), prob), epoch, self.tiles, ctx) + (epi,)
-        self.launch(args + self._reduce_args(x, out), stream=stream)
+        # Partials go to the staging buffer of this call's epoch parity (alone: straight to out).
+        cur = self.staging_buffers[(self.epoch + 1) & 1] if P > 1 else out
+        self._run((x, w, out, cur), lambda: self._common(x, w, cur) + (self._epi(cur, P * m, n),)
+                  + self._reduce_args(x, out), stream)
         return out
 
 
@@ -383,10 +392,6 @@ class BulkReduceScatterMatmul(_ReduceScatterBase):
         # Alone the reduce-scatter is the identity: without a dx to fill, dx is dx_partial itself.
         dx = dx_partial if dx is None and P == 1 else self._output(dx, (m, k), bfloat16, "dx")
         dw = self._output(dw, (n, k), self.dw_dtype, "dw")
-        epoch, ctx = self._next_call()
-        prob = self._problem(self.shape, dy, x_full)
-        epi = self._epi(dw.data.ptr, k, n, k)
-        args = self._common((self._tmap(dy), self._tmap(x_full), self._out_tmap(dw), prob), epoch, self.tiles, ctx)
-        args += (epi,)
-        self.launch(args + self._reduce_args(dx_partial, dx), stream=stream)
+        self._run((dx_partial, dy, x_full, dx, dw), lambda: self._common(dy, x_full, dw) + (self._epi(dw, n, k),)
+                  + self._reduce_args(dx_partial, dx), stream)
         return dx, dw
