@@ -168,12 +168,13 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Pro
 
   const bool mover = i32(blockIdx.x) < movers;
   if (mover) {
-    if (!reduce_loop()) return;
+    if (n_reduce_items > 0 && !reduce_loop()) return;
     if (kBulk && policy == kOneWay && !build()) return;
   } else {
     if (!build()) return;
     // One-way: a builder that finds the GEMM queue empty joins the reducers (up to max_join).
-    if (policy == kOneWay) {
+    // Alone there is nothing to reduce: skip the two queue round trips at the end of every CTA.
+    if (policy == kOneWay && n_reduce_items > 0) {
       const i32 joined = cta_broadcast(&s_idx, threadIdx.x == 0 ? i32(atomic_add_relaxed_dev(&mine->join_head, 1)) : 0);
       if (joined < max_join && !reduce_loop()) return;
     }
