@@ -68,34 +68,36 @@ struct PoisonedReady {
   }
 };
 
+// `mine` (this rank's flags) comes from the host rather than peer_bases[rank] + flags_off: the
+// first claim of every CTA would otherwise wait for that dependent load.
 #define TP_COMMON_PARAMS                                                                                   \
   const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,                       \
       const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p,                                                 \
-      const u64 *__restrict__ peer_bases, int rank, int world, u64 epoch, u64 flags_off, i32 movers,       \
-      i32 policy, const i32 *__restrict__ tile_order, i32 n_tiles, WaitCtx wait
+      const u64 *__restrict__ peer_bases, OpFlags *mine, int rank, int world, u64 epoch, u64 flags_off,    \
+      i32 movers, i32 policy, const i32 *__restrict__ tile_order, i32 n_tiles, WaitCtx wait
 
 // ---------------------------------------------------------------------------------------
 // AG+GEMM (fused: tiles wait for their rows; bulk: the GEMM is independent of the gather).
 template <int L, bool kBulk, class Epi>
 KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const Problem& p, const Epi& epi,
-                           const u64* peer_bases, int rank, int world, u64 epoch, u64 flags_off, i32 movers, i32 policy,
+                           const u64* peer_bases, OpFlags* mine, int rank, int world, u64 epoch, u64 flags_off,
+                           i32 movers, i32 policy,
                            const i32* tile_order, i32 n_tiles, const WaitCtx& wait, u64 shard_off, u8* gathered,
-                           u64 arrived_off, const u8* x, u64 m, u64 row_bytes, i32 items_per_chunk, i32 tiles_m_per_chunk,
+                           u64* arrived, const u8* x, u64 m, u64 row_bytes, i32 items_per_chunk, i32 tiles_m_per_chunk,
                            const i32* mover_order, i32 n_mover_items, u32 mover_threads) {
   extern __shared__ __align__(1024) u8 smem[];
-  OpFlags* mine = flags_of(peer_bases, rank, flags_off);
-  u64* arrived = reinterpret_cast<u64*>(peer_bases[rank] + arrived_off);
   const Gathered g{peer_bases, shard_off, gathered, m, row_bytes, items_per_chunk};
   // Peers must have finished pulling our shard from the last call before we overwrite it.
   if (!wait_peers_done(wait, mine, rank, world, epoch)) return;
   stage_shard(g, rank, world, epoch, mine, flags_off, arrived, x);
 
+  FusedHeads* heads = fused_heads(mine, epoch);
   const bool mover = i32(blockIdx.x) < movers;
-  const TableQueue q{&mine->head, mover_order, n_mover_items, 2};
+  const TableQueue q{&heads->mover, mover_order, n_mover_items, 2};
   if (mover && !gather_items(g, rank, epoch, mine, flags_off, arrived, q, mover_threads, wait)) return;
   if (!mover || policy != kFixed) {
     const bool two_way = policy == kTwoWay;
-    TableClaim claim{&mine->tile_head, tile_order, n_tiles, two_way ? &mine->head : nullptr, n_mover_items};
+    TableClaim claim{&heads->tile, tile_order, n_tiles, two_way ? &heads->mover : nullptr, n_mover_items};
     const GatherReady ready{arrived, epoch, m, tiles_m_per_chunk, items_per_chunk, world == 1, wait};
     __shared__ int s_more;
     for (;;) {
@@ -105,21 +107,23 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const Pro
       if (!two_way) break;
       // The builder stopped because gather items were left or because the tile queue ran dry.
       if (!gather_items(g, rank, epoch, mine, flags_off, arrived, q, mover_threads, wait)) return;
-      const int more = threadIdx.x == 0 ? int(ld_acquire_dev(&mine->tile_head) < u64(n_tiles)) : 0;
+      const int more = threadIdx.x == 0 ? int(ld_acquire_dev(&heads->tile) < u64(n_tiles)) : 0;
       if (!cta_broadcast(&s_more, more)) break;
     }
   }
-  exit_kernel(mine, peer_bases, flags_off, rank, world, epoch, /*signal_done=*/false);
+  // Nothing to do on the way out: movers told each peer when its shard was pulled, and the next
+  // call's heads were zeroed at the start (fused_heads).
 }
 
 #define TP_AG_KERNEL(NAME, LAYOUT, BULK)                                                                  \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                             \
-      NAME(TP_COMMON_PARAMS, EpiStoreBf16 epi, u64 shard_off, u8* __restrict__ gathered, u64 arrived_off,   \
+      NAME(TP_COMMON_PARAMS, EpiStoreBf16 epi, u64 shard_off, u8* __restrict__ gathered, u64* arrived,      \
            const u8* __restrict__ x, u64 m, u64 row_bytes, i32 items_per_chunk, i32 tiles_m_per_chunk,       \
            const i32* __restrict__ mover_order, i32 n_mover_items, u32 mover_threads) {                     \
-    ag_gemm<LAYOUT, BULK>(tma, tmb, p, EpiStoreBf16Tma(epi, &tmc), peer_bases, rank, world, epoch, flags_off,  \
-                          movers, policy, tile_order, n_tiles, wait, shard_off, gathered, arrived_off, x, m, row_bytes,     \
-                          items_per_chunk, tiles_m_per_chunk, mover_order, n_mover_items, mover_threads);   \
+    ag_gemm<LAYOUT, BULK>(tma, tmb, p, EpiStoreBf16Tma(epi, &tmc), peer_bases, mine, rank, world, epoch,       \
+                          flags_off, movers, policy, tile_order, n_tiles, wait, shard_off, gathered, arrived, x, m, \
+                          row_bytes, items_per_chunk, tiles_m_per_chunk, mover_order, n_mover_items,        \
+                          mover_threads);                                                                   \
   }
 TP_AG_KERNEL(kosmos_tp_ag_tn, LAYOUT_TN, false)
 TP_AG_KERNEL(kosmos_tp_ag_nn, LAYOUT_NN, false)
@@ -132,15 +136,16 @@ TP_AG_KERNEL(kosmos_tp_bulk_ag_nn, LAYOUT_NN, true)
 // staged at the start, reducers become builders of the independent wgrad when they are done.
 template <int L, bool kBulk, class T, class Epi>
 KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Problem& p, const Epi& epi,
-                           const u64* peer_bases, int rank, int world, u64 epoch, u64 flags_off, i32 movers, i32 policy,
+                           const u64* peer_bases, OpFlags* mine, int rank, int world, u64 epoch, u64 flags_off,
+                           i32 movers, i32 policy,
                            const i32* tile_order, i32 n_tiles, const WaitCtx& wait, u64 staging_off, u64 buffer_bytes,
                            u64 m, u64 cols, const vec16* x, u16* out, const i32* reduce_order, i32 n_reduce_items,
                            u64 band_rows, u32 slice_log2, i32 max_join) {
   extern __shared__ __align__(1024) u8 smem[];
   __shared__ int s_ok;
   __shared__ i32 s_idx;
-  OpFlags* mine = flags_of(peer_bases, rank, flags_off);
   const Staging st{peer_bases, staging_off, buffer_bytes, m, cols};
+  FusedHeads* heads = fused_heads(mine, epoch);
   if (!wait_peers_done(wait, mine, rank, world, epoch)) return;
   if (world > 1) {
     poison_and_stage<T>(st, rank, epoch, kBulk ? x : nullptr);
@@ -151,7 +156,7 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Pro
   if (world > 1 && threadIdx.x == 0) atomic_add_acq_rel_dev(&mine->staged, 1);
 
   auto reduce_loop = [&]() -> bool {
-    const TableQueue q{&mine->head, reduce_order, n_reduce_items, 2};
+    const TableQueue q{&heads->mover, reduce_order, n_reduce_items, 2};
     for (;;) {
       const i32 idx = cta_broadcast(&s_idx, threadIdx.x == 0 ? q.claim() : 0);
       if (idx < 0) return true;
@@ -160,7 +165,7 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Pro
     }
   };
   auto build = [&]() -> bool {
-    TableClaim claim{&mine->tile_head, tile_order, n_tiles, nullptr, 0};
+    TableClaim claim{&heads->tile, tile_order, n_tiles, nullptr, 0};
     if (kBulk) return run_builder<L>(p, &tma, &tmb, smem, claim, AlwaysReady{}, epi);
     const PoisonedReady ready{&mine->staged, epoch * gridDim.x, world == 1, wait};
     return run_builder<L>(p, &tma, &tmb, smem, claim, ready, epi);
@@ -175,11 +180,11 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Pro
     // One-way: a builder that finds the GEMM queue empty joins the reducers (up to max_join).
     // Alone there is nothing to reduce: skip the two queue round trips at the end of every CTA.
     if (policy == kOneWay && n_reduce_items > 0) {
-      const i32 joined = cta_broadcast(&s_idx, threadIdx.x == 0 ? i32(atomic_add_relaxed_dev(&mine->join_head, 1)) : 0);
+      const i32 joined = cta_broadcast(&s_idx, threadIdx.x == 0 ? i32(atomic_add_relaxed_dev(&heads->join, 1)) : 0);
       if (joined < max_join && !reduce_loop()) return;
     }
   }
-  exit_kernel(mine, peer_bases, flags_off, rank, world, epoch, /*signal_done=*/true);
+  if (world > 1) signal_done_at_exit(mine, peer_bases, flags_off, rank, world, epoch);
 }
 
 #define TP_RS_KERNEL(NAME, LAYOUT, BULK, T, EPI, MAKE_EPI)                                                \
@@ -187,7 +192,7 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Pro
       NAME(TP_COMMON_PARAMS, EPI epi, u64 staging_off, u64 buffer_bytes, u64 m, u64 cols,                 \
            const vec16* __restrict__ x, u16* __restrict__ out, const i32* __restrict__ reduce_order,       \
            i32 n_reduce_items, u64 band_rows, u32 slice_log2, i32 max_join) {                              \
-    gemm_rs<LAYOUT, BULK, T>(tma, tmb, p, MAKE_EPI, peer_bases, rank, world, epoch, flags_off, movers,      \
+    gemm_rs<LAYOUT, BULK, T>(tma, tmb, p, MAKE_EPI, peer_bases, mine, rank, world, epoch, flags_off, movers, \
                              policy, tile_order, n_tiles, wait, staging_off, buffer_bytes, m, cols, x, out, \
                              reduce_order, n_reduce_items, band_rows, slice_log2, max_join);                \
   }

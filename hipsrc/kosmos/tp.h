@@ -141,20 +141,13 @@ KOSMOS_DEVICE bool reduce_item(const Staging& s, int rank, int world, u64 epoch,
   return ok;
 }
 
-// The last CTA out of the kernel resets the local queue heads for the next call (the stream
-// orders the next launch after this one) and tells every peer we are done with its buffers.
-KOSMOS_DEVICE void exit_kernel(OpFlags* mine, const u64* peer_bases, u64 flags_off, int rank, int world, u64 epoch,
-                               bool signal_done) {
+// GEMM+RS kernels: the last CTA out tells every peer that this rank has finished reading its
+// staging buffers, so the peer may poison them for its next call.
+KOSMOS_DEVICE void signal_done_at_exit(OpFlags* mine, const u64* peer_bases, u64 flags_off, int rank, int world,
+                                       u64 epoch) {
   __syncthreads();
-  if (threadIdx.x != 0) return;
-  // Alone no peer reads our writes: the device-scope count suffices (a system fence per CTA is not free).
-  const bool last = world == 1 ? atomic_add_acq_rel_dev(&mine->exited, 1) + 1 == epoch * gridDim.x
-                                : arrive_last(&mine->exited, epoch, gridDim.x);
-  if (!last) return;
-  mine->head = 0;
-  mine->tile_head = 0;
-  mine->join_head = 0;
-  if (signal_done) signal_peers(peer_bases, flags_off, rank, world, epoch, /*ready=*/false);
+  if (threadIdx.x == 0 && arrive_last(&mine->exited, epoch, gridDim.x))
+    signal_peers(peer_bases, flags_off, rank, world, epoch, /*ready=*/false);
 }
 
 }  // namespace tp

@@ -86,7 +86,7 @@ class _FusedOp(SymmetricPlan):
         """A TMA descriptor of a row-major bf16 operand."""
         return gemm._encode_tmap(arr.data.ptr, arr.shape[1], arr.shape[0], arr.shape[1])
 
-    _EPOCH_ARG = 7  # the epoch's position in TP_COMMON_PARAMS (hipsrc/tp.hip)
+    _EPOCH_ARG = 8  # the epoch's position in TP_COMMON_PARAMS (hipsrc/tp.hip)
 
     def _run(self, operands: tuple, build: Callable[[], tuple], stream: Any) -> None:
         """Launch one call. Every argument but the epoch depends only on the plan and on the
@@ -140,7 +140,7 @@ class _FusedOp(SymmetricPlan):
         """TP_COMMON_PARAMS for C = op(A, B) into `out`; the epoch is filled in by _run."""
         w = self.world
         return (self._tmap(a), self._tmap(b), self._out_tmap(out), self._problem(self.shape, a, b),
-                self.heap.peer_bases, np.int32(w.rank), np.int32(w.size), np.uint64(0),
+                self.heap.peer_bases, _ptr(self.flags.local), np.int32(w.rank), np.int32(w.size), np.uint64(0),
                 np.uint64(self.flags.offset), np.int32(self.crew.movers), np.int32(POLICIES[self.policy]),
                 self.tiles[0], np.int32(self.tiles[1]), self._wait_ctx())
 
@@ -205,7 +205,7 @@ class _AllGatherBase(_FusedOp):
 
     def _gather_args(self, x: Any, gathered: Any) -> tuple:
         g = self.grid_g
-        return (np.uint64(self.shard.offset), _ptr(gathered), np.uint64(self.arrived.offset), _ptr(x), np.uint64(self.m),
+        return (np.uint64(self.shard.offset), _ptr(gathered), _ptr(self.arrived.local), _ptr(x), np.uint64(self.m),
                 np.uint64(self.row_elems * 2), np.int32(g.items_per_chunk), np.int32(g.tiles_m_per_chunk),
                 self.mover_order, np.int32(len(self.mover_order)), np.uint32(self.mover_threads))
 
