@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--item-kib", type=int, default=256)
     ap.add_argument("--iters", type=int, default=30)
     ap.add_argument("--sizes", type=str, default="4,32,256", help="collective MiB per rank (world size > 1)")
-    ap.add_argument("--crews", type=str, default="16,32,64,132")
+    ap.add_argument("--crews", type=str, default="8,16,32,64,132", help="mover CTAs per collective (the smallest feeds kosmos.tp.refit)")
     ap.add_argument("--allow-oversubscribed", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS)
     args = ap.parse_args(argv)
