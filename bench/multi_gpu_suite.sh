@@ -1,0 +1,65 @@
+#!/usr/bin/env bash
+# The multi-GPU run in one call (one rank per GPU, never oversubscribed): topology, the GPU tests
+# at 2, 4, ... ranks, the collectives against NCCL, the fused kernels against NCCL + cuBLAS and
+# unfused, the ablations, and the crew-rule refit followed by a re-run of the fused kernels.
+#   bash bench/multi_gpu_suite.sh [tests] [bench] [ablate] [refit]   # default: all, in that order
+#   KOSMOS_GPUS=4 bash bench/multi_gpu_suite.sh tests
+# The parts fit the device tool's 10-minute calls one or two at a time. Logs and JSON/PNG under
+# $OUT (default /tmp/kosmos_out); a summary table last. refit needs bench's collectives_w<N>.json
+# in $OUT (or KOSMOS_COLLECTIVES_JSON).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
+OUT=${OUT:-/tmp/kosmos_out}; mkdir -p "$OUT"
+LOG=$OUT/multi_gpu.log
+parts=${*:-tests bench ablate refit}
+GPUS=${KOSMOS_GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
+if (( GPUS < 2 )); then
+  echo "multi_gpu_suite: $GPUS GPU(s) visible; this suite needs 2 or more (use bench/device_suite.sh)" >&2
+  exit 2
+fi
+MPIRUN="mpirun --allow-run-as-root --bind-to none"
+summary=()
+run() {  # run NAME CMD...: append output to the log, remember the exit code
+  local name=$1; shift
+  echo "===== $name: $*" >> "$LOG"
+  "$@" >> "$LOG" 2>&1
+  local rc=$?
+  summary+=("$name rc=$rc")
+  return $rc
+}
+{ nvidia-smi; nvidia-smi topo -m; } >> "$LOG" 2>&1
+run "compile sm_90a" python3 -m kosmos.runtime.check --nvidia sm_90a
+if [[ $parts == *tests* ]]; then
+  nps=(); for n in 2 4 8 16; do (( n <= GPUS )) && nps+=("$n"); done
+  (( GPUS != ${nps[-1]} )) && nps+=("$GPUS")
+  for n in "${nps[@]}"; do
+    rm -f /tmp/kosmos_gpu_tests_r*.log
+    run "gpu tests np=$n" timeout 300 $MPIRUN -np "$n" bash -c \
+      'exec python3 -m mpi4py -m pytest tests/gpu -q -p no:cacheprovider --timeout=200 -rfE --color=no > /tmp/kosmos_gpu_tests_r$OMPI_COMM_WORLD_RANK.log 2>&1'
+    for f in /tmp/kosmos_gpu_tests_r*.log; do
+      echo "----- $f (last 40 lines)" >> "$LOG"; tail -n 40 "$f" >> "$LOG"
+      summary[-1]+=" | r${f//[^0-9]/}: $(grep -E '[0-9]+ (passed|failed)' "$f" | tail -1)"
+    done
+  done
+  run "demo np=$GPUS" timeout 120 $MPIRUN -np "$GPUS" python3 -m kosmos.demo
+fi
+if [[ $parts == *bench* ]]; then
+  run "bench/collectives np=$GPUS" timeout 300 $MPIRUN -np "$GPUS" python3 bench/collectives.py --out "$OUT"
+  run "bench/tp np=$GPUS" timeout 500 $MPIRUN -np "$GPUS" python3 bench/tp.py --out "$OUT"
+fi
+if [[ $parts == *ablate* ]]; then
+  run "bench/tp --ablate --quick np=$GPUS" timeout 500 $MPIRUN -np "$GPUS" python3 bench/tp.py --ablate --quick --out "$OUT"
+fi
+if [[ $parts == *refit* ]]; then
+  coll=${KOSMOS_COLLECTIVES_JSON:-$OUT/collectives_w$GPUS.json}
+  gemm_json=$(ls bench/results/gemm_*_v3full.json | tail -1)
+  if run "refit" python3 -m kosmos.tp.refit --collectives "$coll" --gemm "$gemm_json" --write; then
+    cp kosmos/configs/hardware.yaml "$OUT/hardware_refit.yaml"
+    mkdir -p "$OUT/refit" && run "bench/tp --quick after refit" timeout 400 $MPIRUN -np "$GPUS" \
+      python3 bench/tp.py --quick --out "$OUT/refit"
+  fi
+fi
+echo; grep -B1 -A7 -E '^kernel +shapes' "$LOG" | tail -40
+echo; grep -E '^(FAILED|ERROR) ' "$LOG" | sort | uniq | head -20
+echo; printf '%s\n' "${summary[@]}"
