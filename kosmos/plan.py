@@ -52,10 +52,13 @@ class SymmetricPlan:
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
-    def _next_call(self) -> tuple[np.uint64, np.void]:
-        """Epoch and wait context for the next launch."""
+    def _check_open(self) -> None:
         if self.heap is None:
             raise KosmosError(f"{type(self).__name__} was closed")
+
+    def _next_call(self) -> tuple[np.uint64, np.void]:
+        """Epoch and wait context for the next launch."""
+        self._check_open()
         self.world.check()
         if self.stale:
             raise KosmosError(f"{type(self).__name__} was built before a device timeout; build a new plan")

@@ -91,15 +91,16 @@ class _FusedOp(SymmetricPlan):
     def _run(self, operands: tuple, build: Callable[[], tuple], stream: Any) -> None:
         """Launch one call. Every argument but the epoch depends only on the plan and on the
         operands' addresses, so the list is built once per address set and reused (it holds
-        pointers, not arrays: the cache keeps no operand alive)."""
-        epoch, _ = self._next_call()
+        pointers, not arrays: the cache keeps no operand alive). The epoch is taken last, so a
+        call that fails before its launch leaves the ranks' epochs in step."""
+        self._check_open()
         key = tuple(a.data.ptr for a in operands)
         args = self._args.get(key)
         if args is None:
             if len(self._args) >= 16:
                 self._args.clear()
             args = self._args[key] = list(build())
-        args[self._EPOCH_ARG] = epoch
+        args[self._EPOCH_ARG], _ = self._next_call()
         self.launch(args, stream=stream)
 
     @staticmethod

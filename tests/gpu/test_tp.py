@@ -201,3 +201,5 @@ def test_closed_plan_frees_its_heap_and_refuses_calls(world):
     assert op.heap is None and heap.base == 0 and heap not in world._heaps
     with pytest.raises(KosmosError, match="closed"):
         op(x, w)
+    with pytest.raises(KosmosError, match="closed"):
+        op(x, w, cupy.empty(op.out_shape, x.dtype))  # new operand addresses: no cached arguments either
