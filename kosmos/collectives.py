@@ -2,7 +2,8 @@
 
 Each op is a plan built once per shape (collectively, on every rank): it owns a symmetric heap
 with its staging buffers and control words (hipsrc/kosmos/flags.h) and a checked persistent
-launch. Calls only launch. The functional forms (`all_gather(world, x)` ...) validate their
+launch. Calls only launch (with one rank, each collective is the identity: one memcpy into
+`out`, no kernel). The functional forms (`all_gather(world, x)` ...) validate their
 arguments on every rank, then reuse a cached plan.
 """
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .dtypes import REDUCE_SUFFIX, bfloat16, check_array, dtype_name, float32
+from .dtypes import REDUCE_SUFFIX, bfloat16, check_array, copy_into, dtype_name, float32
 from .errors import KosmosError
 from .exchange import agree, all_ok, allgather_counts
 from .plan import SymmetricPlan
@@ -38,6 +39,12 @@ class _CollectivePlan(SymmetricPlan):
             mod = load_module("collectives.hip", world=self.world)
             self._launch = PersistentLaunch.checked(mod.get_function(name), self.crew, self.threads)
         return self._launch
+
+    def _alone(self, x: Any, out: Any, stream: Any) -> Any:
+        """World size 1: every collective is the identity, one memcpy into out (no kernel, no epoch)."""
+        self._check_open()
+        self.world.check()
+        return copy_into(out, x, stream)
 
     def _common_args(self) -> tuple:
         w = self.world
@@ -69,6 +76,8 @@ class AllGather(_CollectivePlan):
     def __call__(self, x: Any, out: Any = None, stream: Any = None) -> Any:
         self._check(x, "x", self.shard_shape, self.dtype)
         out = self._output(out, self.out_shape, self.dtype)
+        if self.world.size == 1:
+            return self._alone(x, out, stream)
         epoch, ctx = self._next_call()
         self._kernel("kosmos_all_gather")(
             self._common_args() + (epoch, np.uint64(self.flags.offset), np.uint64(self.staging.offset), x, out,
@@ -83,7 +92,8 @@ class ReduceScatter(_CollectivePlan):
 
     One-shot pull: each element crosses the fabric once and is rounded once, so the result is
     bitwise reproducible. Arrival is detected from the data (a signalling-NaN sentinel);
-    an input element equal to the sentinel is replaced by a quiet NaN.
+    an input element equal to the sentinel is replaced by a quiet NaN (with one rank the call
+    is a plain copy, and nothing is replaced).
     """
 
     kernel_enum = "KERNEL_REDUCE_SCATTER"
@@ -116,6 +126,8 @@ class ReduceScatter(_CollectivePlan):
     def __call__(self, x: Any, out: Any = None, stream: Any = None) -> Any:
         self._check(x, "x", self.shape, self.dtype)
         out = self._output(out, self.out_shape, self.dtype)
+        if self.world.size == 1:
+            return self._alone(x, out, stream)
         epoch, ctx = self._next_call()
         self._kernel(f"kosmos_reduce_scatter_{REDUCE_SUFFIX[self.dtype]}")(
             self._common_args() + (epoch, np.uint64(self.flags.offset), np.uint64(self.staging.offset), x, out,
@@ -195,6 +207,8 @@ class AllToAll(_CollectivePlan):
             raise KosmosError(f"a rank would receive {most} rows; this plan's arena holds {self.capacity_rows}")
         plan, recv_rows = all_to_all_layout(matrix, w.rank)
         out = cupy.empty((recv_rows,) + self.row_shape, self.dtype)
+        if w.size == 1:
+            return self._alone(x, out, stream), matrix[:, w.rank].copy()
         plan_dev = cupy.asarray(plan)
         epoch, ctx = self._next_call()
         self._kernel("kosmos_all_to_all")(

@@ -68,5 +68,6 @@ def copy_into(dst: Any, src: Any, stream: Any = None) -> Any:
     """
     if dst.nbytes != src.nbytes:
         raise ValueError(f"copy_into: {dst.nbytes} B destination, {src.nbytes} B source")
-    dst.data.copy_from_device_async(src.data, src.nbytes, stream)
+    if src.nbytes:
+        dst.data.copy_from_device_async(src.data, src.nbytes, stream)
     return dst
