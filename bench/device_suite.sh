@@ -9,27 +9,11 @@ OUT=${OUT:-/tmp/kosmos_out}; mkdir -p "$OUT"
 LOG=$OUT/suite.log
 parts=${*:-tests demo bench}
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
-summary=()
-run() {  # run NAME CMD...: append output to the log, remember the exit code
-  local name=$1; shift
-  echo "===== $name: $*" >> "$LOG"
-  "$@" >> "$LOG" 2>&1
-  local rc=$?
-  summary+=("$name rc=$rc")
-  return $rc
-}
+source bench/suite_lib.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv >> "$LOG"
 run "compile sm_90a" python3 -m kosmos.runtime.check --nvidia sm_90a
 if [[ $parts == *tests* ]]; then
-  for n in ${KOSMOS_NPS:-1 2 3 4}; do
-    rm -f /tmp/kosmos_gpu_tests_r*.log
-    run "gpu tests np=$n" timeout 420 $MPIRUN -np "$n" bash -c \
-      'exec python3 -m mpi4py -m pytest tests/gpu -q -p no:cacheprovider --timeout=180 -rfE --color=no '"${KOSMOS_PYTEST_ARGS:-}"' > /tmp/kosmos_gpu_tests_r$OMPI_COMM_WORLD_RANK.log 2>&1'
-    for f in /tmp/kosmos_gpu_tests_r*.log; do
-      echo "----- $f (last 40 lines)" >> "$LOG"; tail -n 40 "$f" >> "$LOG"
-      summary[-1]+=" | r${f//[^0-9]/}: $(grep -E '[0-9]+ (passed|failed)' "$f" | tail -1)"
-    done
-  done
+  for n in ${KOSMOS_NPS:-1 2 3 4}; do gpu_tests "$n" 420; done
 fi
 if [[ $parts == *demo* ]]; then
   run "demo np=1" timeout 200 python3 -m kosmos.demo --mib 256

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The multi-GPU run in one call (one rank per GPU, never oversubscribed): topology, the GPU tests
+# The multi-GPU run (one rank per GPU, never oversubscribed): topology, the GPU tests
 # at 2, 4, ... ranks, the collectives against NCCL, the fused kernels against NCCL + cuBLAS and
 # unfused, the ablations, and the crew-rule refit followed by a re-run of the fused kernels.
 #   bash bench/multi_gpu_suite.sh [tests] [bench] [ablate] [refit]   # default: all, in that order
@@ -19,29 +19,13 @@ if (( GPUS < 2 )); then
   exit 2
 fi
 MPIRUN="mpirun --allow-run-as-root --bind-to none"
-summary=()
-run() {  # run NAME CMD...: append output to the log, remember the exit code
-  local name=$1; shift
-  echo "===== $name: $*" >> "$LOG"
-  "$@" >> "$LOG" 2>&1
-  local rc=$?
-  summary+=("$name rc=$rc")
-  return $rc
-}
+source bench/suite_lib.sh
 { nvidia-smi; nvidia-smi topo -m; } >> "$LOG" 2>&1
 run "compile sm_90a" python3 -m kosmos.runtime.check --nvidia sm_90a
 if [[ $parts == *tests* ]]; then
   nps=(); for n in 2 4 8 16; do (( n <= GPUS )) && nps+=("$n"); done
   (( GPUS != ${nps[-1]} )) && nps+=("$GPUS")
-  for n in "${nps[@]}"; do
-    rm -f /tmp/kosmos_gpu_tests_r*.log
-    run "gpu tests np=$n" timeout 300 $MPIRUN -np "$n" bash -c \
-      'exec python3 -m mpi4py -m pytest tests/gpu -q -p no:cacheprovider --timeout=200 -rfE --color=no > /tmp/kosmos_gpu_tests_r$OMPI_COMM_WORLD_RANK.log 2>&1'
-    for f in /tmp/kosmos_gpu_tests_r*.log; do
-      echo "----- $f (last 40 lines)" >> "$LOG"; tail -n 40 "$f" >> "$LOG"
-      summary[-1]+=" | r${f//[^0-9]/}: $(grep -E '[0-9]+ (passed|failed)' "$f" | tail -1)"
-    done
-  done
+  for n in "${nps[@]}"; do gpu_tests "$n" 300; done
   run "demo np=$GPUS" timeout 120 $MPIRUN -np "$GPUS" python3 -m kosmos.demo
 fi
 if [[ $parts == *bench* ]]; then
