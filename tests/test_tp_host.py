@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import itertools
+import types
 
 import pytest
 
@@ -143,3 +144,60 @@ def test_bench_maps_paper_shapes_onto_op_dims():
     assert mod.op_dims("ag_nn", 8192, 6656, 16384, 8) == (1024, 16384, 6656)    # dY[m, 16384] @ W[16384, 6656]
     assert mod.op_dims("bulk_ag_nn", 8192, 16384, 13312, 8) == (1024, 13312, 16384)
     assert mod.op_dims("bulk_rs_nt", 13312, 16384, 8192, 8) == (1024, 13312, 16384)  # dW[13312, 16384], 8192 tokens
+
+
+# ---- the fused ops' launch-argument cache (plan objects built without a GPU) ----
+
+class _Operand:
+    """A stand-in array: _run reads only .data.ptr."""
+
+    def __init__(self, ptr: int):
+        self.data = types.SimpleNamespace(ptr=ptr)
+
+
+def _stand_in_op():
+    from kosmos.tp.ops import AllGatherMatmul
+
+    op = object.__new__(AllGatherMatmul)
+    op.heap, op._args, op.epoch, op._ctx, op._failures_at_build = object(), {}, 0, "ctx", 0
+    op.world = types.SimpleNamespace(check=lambda: None, status=types.SimpleNamespace(failures=0))
+    launched = []
+    op.launch = lambda args, stream=None: launched.append(list(args))
+    return op, launched
+
+
+def test_launch_arguments_are_built_once_per_address_set_and_only_the_epoch_changes():
+    op, launched = _stand_in_op()
+    builds = []
+
+    def build():
+        builds.append(1)
+        return tuple(range(op._EPOCH_ARG)) + (None, "rest")
+
+    a, b, c = _Operand(16), _Operand(32), _Operand(48)
+    for operands in ((a, b), (a, b), (a, c)):
+        op._run(operands, build, None)
+    assert len(builds) == 2
+    assert [int(args[op._EPOCH_ARG]) for args in launched] == [1, 2, 3]
+    assert launched[0] != launched[1] and launched[0][:op._EPOCH_ARG] == launched[1][:op._EPOCH_ARG]
+
+
+def test_a_call_that_fails_before_its_launch_does_not_take_an_epoch():
+    op, launched = _stand_in_op()
+
+    def fails():
+        raise ValueError("could not encode a TMA map")
+
+    with pytest.raises(ValueError):
+        op._run((_Operand(16),), fails, None)
+    assert op.epoch == 0 and not launched
+
+
+def test_a_closed_plan_refuses_before_building_anything():
+    from kosmos.errors import KosmosError
+
+    op, launched = _stand_in_op()
+    op.heap = None
+    with pytest.raises(KosmosError, match="closed"):
+        op._run((_Operand(16),), lambda: 1 / 0, None)
+    assert not launched
