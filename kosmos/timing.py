@@ -14,6 +14,8 @@ import time
 from dataclasses import dataclass
 from typing import Any, Callable
 
+import numpy as np
+
 from .errors import KosmosError
 from .world import World
 
@@ -29,7 +31,7 @@ class Timing:
 class StreamBlocker:
     """Holds the current stream (kosmos_block_stream) until release(); gives up after budget_s."""
 
-    def __init__(self, budget_s: float = 10.0):
+    def __init__(self, budget_s: float = 10.0, world: World | None = None):
         import cupy
 
         from .runtime import load_module
@@ -38,11 +40,10 @@ class StreamBlocker:
         self.budget_s = budget_s
         self._ptr = rt.hostAlloc(16, rt.hostAllocMapped | rt.hostAllocPortable)
         self._words = (ctypes.c_uint64 * 2).from_address(self._ptr)
-        self._kernel = load_module("timing.hip").get_function("kosmos_block_stream")
+        # With the world, node-local rank 0 compiles first and the others hit CuPy's cache.
+        self._kernel = load_module("timing.hip", world=world).get_function("kosmos_block_stream")
 
     def hold(self) -> None:
-        import numpy as np
-
         self._words[0] = self._words[1] = 0
         self._kernel((1,), (1,), (np.uint64(self._ptr), np.uint64(int(self.budget_s * 1e9))))
 
@@ -92,7 +93,7 @@ def time_calls(world: World, fns: dict[str, Callable[[int], Any]], warmup: int =
             fn(i)
     world.synchronize()
     if _blocker is None:
-        _blocker = StreamBlocker()
+        _blocker = StreamBlocker(world=world)
     events = {name: [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(iters)] for name in fns}
     host_s = dict.fromkeys(fns, 0.0)
     world.barrier()
