@@ -9,8 +9,9 @@ widths); each rank holds M / world tokens. Per shape and kernel: the fused op (o
 baseline (NCCL collective and cuBLAS through CuPy, back to back on one stream), and "unfused"
 (our collective kernel and our persistent GEMM back to back). Slowest rank's median of --iters
 timed calls after warm-up, the contenders interleaved call by call (device time: the calls are
-queued behind a blocking kernel; the host's cost per call is reported beside it). At world size 1 nothing moves, and the comparison that matters is
-fused vs our plain GEMM (the cost of the queues and flags). Writes JSON and a PNG.
+queued behind a blocking kernel; the host's cost per call is reported beside it). At world size
+1 nothing moves, and the comparison that matters is fused vs our plain GEMM (the cost of the
+queues and flags). Writes JSON and a PNG.
 """
 from __future__ import annotations
 
