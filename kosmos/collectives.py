@@ -13,7 +13,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .dtypes import REDUCE_SUFFIX, bfloat16, check_array, copy_into, dtype_name, float32
+from .arrays import check_array
+from .dtypes import REDUCE_SUFFIX, bfloat16, copy_into, dtype_name, float32
 from .errors import KosmosError
 from .exchange import agree, all_ok, allgather_counts
 from .plan import SymmetricPlan
@@ -74,8 +75,8 @@ class AllGather(_CollectivePlan):
         return (self.world.size * self.shard_shape[0],) + self.shard_shape[1:]
 
     def __call__(self, x: Any, out: Any = None, stream: Any = None) -> Any:
-        self._check(x, "x", self.shard_shape, self.dtype)
-        out = self._output(out, self.out_shape, self.dtype)
+        x = self._check(x, "x", self.shard_shape, self.dtype, stream)
+        out = self._output(out, self.out_shape, self.dtype, stream)
         if self.world.size == 1:
             return self._alone(x, out, stream)
         epoch, ctx = self._next_call()
@@ -124,8 +125,8 @@ class ReduceScatter(_CollectivePlan):
         return (self.shape[0] // self.world.size,) + self.shape[1:]
 
     def __call__(self, x: Any, out: Any = None, stream: Any = None) -> Any:
-        self._check(x, "x", self.shape, self.dtype)
-        out = self._output(out, self.out_shape, self.dtype)
+        x = self._check(x, "x", self.shape, self.dtype, stream)
+        out = self._output(out, self.out_shape, self.dtype, stream)
         if self.world.size == 1:
             return self._alone(x, out, stream)
         epoch, ctx = self._next_call()
@@ -152,12 +153,14 @@ def all_to_all_layout(counts: np.ndarray, rank: int) -> tuple[np.ndarray, int]:
 
 
 def exchange_send_counts(world: World, x: Any, send_counts: Sequence[int], row_shape: tuple[int, ...],
-                         dtype: Any) -> np.ndarray:
-    """Check x and send_counts on every rank, then all-gather the [src, dst] row-count matrix."""
+                         dtype: Any, stream: Any = None) -> tuple[Any, np.ndarray]:
+    """Check x and send_counts on every rank, then all-gather the [src, dst] row-count matrix.
+
+    Returns (x as a CuPy array, the matrix)."""
     err = None
     counts = np.zeros(world.size, np.int64)
     try:
-        check_array(x, "x", dtypes=(np.dtype(dtype),), device=world.device_id)
+        x = check_array(x, "x", dtypes=(np.dtype(dtype),), device=world.device_id, stream=stream)
         c = np.asarray(send_counts, np.int64)
         if c.shape != (world.size,) or (c < 0).any():
             raise ValueError(f"send_counts must be {world.size} non-negative row counts, got {send_counts}")
@@ -167,7 +170,7 @@ def exchange_send_counts(world: World, x: Any, send_counts: Sequence[int], row_s
     except (TypeError, ValueError) as e:
         err = e
     all_ok(world.comm, err)
-    return allgather_counts(world.comm, counts)
+    return x, allgather_counts(world.comm, counts)
 
 
 class AllToAll(_CollectivePlan):
@@ -195,7 +198,8 @@ class AllToAll(_CollectivePlan):
 
     def __call__(self, x: Any, send_counts: Sequence[int], stream: Any = None) -> tuple[Any, np.ndarray]:
         """Returns (received rows, recv_counts per source). Collective: exchanges counts over MPI."""
-        return self.launch(x, exchange_send_counts(self.world, x, send_counts, self.row_shape, self.dtype), stream)
+        x, matrix = exchange_send_counts(self.world, x, send_counts, self.row_shape, self.dtype, stream)
+        return self.launch(x, matrix, stream)
 
     def launch(self, x: Any, matrix: np.ndarray, stream: Any = None) -> tuple[Any, np.ndarray]:
         """The push, given the [src, dst] count matrix every rank already holds."""
@@ -233,19 +237,21 @@ def _plan_cache(world: World) -> dict:
     return cache
 
 
-def _validated(world: World, x: Any, what: str, dtypes: tuple[np.dtype, ...] | None = None) -> None:
+def _validated(world: World, x: Any, what: str, dtypes: tuple[np.dtype, ...] | None = None) -> Any:
+    """x as a CuPy array, checked on every rank, with the same shape and dtype everywhere."""
     err = None
     try:
-        check_array(x, "x", dtypes=dtypes, device=world.device_id)
+        x = check_array(x, "x", dtypes=dtypes, device=world.device_id)
     except (TypeError, ValueError) as e:
         err = e
     all_ok(world.comm, err)
     agree(world.comm, f"{what} input (shape, dtype)", (tuple(x.shape), dtype_name(x.dtype)))
+    return x
 
 
 def all_gather(world: World, x: Any, out: Any = None) -> Any:
     """Concatenate every rank's x along axis 0 (rank order). Collective."""
-    _validated(world, x, "all_gather")
+    x = _validated(world, x, "all_gather")
     key = ("ag", x.shape, x.dtype)
     cache = _plan_cache(world)
     if key not in cache:
@@ -255,7 +261,7 @@ def all_gather(world: World, x: Any, out: Any = None) -> Any:
 
 def reduce_scatter(world: World, x: Any, out: Any = None) -> Any:
     """Sum x over ranks and return this rank's block of rows (rows split evenly). Collective."""
-    _validated(world, x, "reduce_scatter", (bfloat16, float32))
+    x = _validated(world, x, "reduce_scatter", (bfloat16, float32))
     if x.ndim == 0 or x.shape[0] % world.size:
         raise ValueError(f"reduce_scatter splits axis 0 among {world.size} ranks; shape {x.shape} does not divide")
     key = ("rs", x.shape, x.dtype)
@@ -269,14 +275,14 @@ def all_to_all(world: World, x: Any, send_counts: Sequence[int]) -> tuple[Any, n
     """Send x[rows of dest d] to rank d for every d; returns (received rows by source, recv counts)."""
     err = None
     try:
-        check_array(x, "x", device=world.device_id)
+        x = check_array(x, "x", device=world.device_id)
         if x.ndim == 0:
             raise ValueError("x must have a row axis")
     except (TypeError, ValueError) as e:
         err = e
     all_ok(world.comm, err)
     agree(world.comm, "all_to_all row shape and dtype", (tuple(x.shape[1:]), dtype_name(x.dtype)))
-    matrix = exchange_send_counts(world, x, send_counts, tuple(x.shape[1:]), x.dtype)
+    x, matrix = exchange_send_counts(world, x, send_counts, tuple(x.shape[1:]), x.dtype)
     most = int(matrix.sum(axis=0).max())
     capacity = 1 << max(10, (max(most, 1) - 1).bit_length())  # power-of-two buckets: few plans
     key = ("a2a", x.shape[1:], x.dtype, capacity)

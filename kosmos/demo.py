@@ -30,14 +30,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--mib", type=float, default=64.0, help="bytes per rank of each collective's input, MiB")
     ap.add_argument("--iters", type=int, default=30)
     args = ap.parse_args(argv)
-    import cupy
+    from .environment import import_cupy, probe_gpus
 
-    from .world import visible_gpus
-
-    if visible_gpus() == 0:
-        print("kosmos demo: no GPU is visible to this process (CuPy finds no CUDA/ROCm device); "
-              "the demo runs kosmos's kernels and needs one.", file=sys.stderr)
+    probe = probe_gpus()
+    if probe.problem or probe.count == 0:
+        print(f"kosmos demo: {probe.problem or 'no GPU here: ' + probe.reason}. The demo runs kosmos's "
+              "kernels and needs a GPU; `python3 -m kosmos info` reports what this machine has.", file=sys.stderr)
         return 2
+    cupy = import_cupy()
     with World() as world:
         P, r = world.size, world.rank
         say = print if r == 0 else (lambda *a, **k: None)
@@ -45,7 +45,10 @@ def main(argv: list[str] | None = None) -> int:
             + (" [ranks share a GPU: correctness only]" if world.oversubscribed else ""), flush=True)
         cols = 4096  # bf16 row of 8 KiB
         rows = max(P, int(args.mib * 2**20 / (cols * 2)) // P * P)
-        nccl = NcclBaseline(world) if NcclBaseline.available(world) else None
+        no_nccl = NcclBaseline.unavailable_reason(world)
+        nccl = None if no_nccl else NcclBaseline(world)
+        if no_nccl and not world.oversubscribed:
+            say(f"NCCL rows left out: {no_nccl}", flush=True)
 
         # Checks (small shapes: every rank rebuilds every rank's input on the host).
         small = (P * 40, 264)

@@ -1,4 +1,4 @@
-"""Element types kosmos kernels accept, and argument validation shared by every op."""
+"""Element types kosmos kernels accept (NumPy dtypes from ml_dtypes), and the bf16 helpers on CuPy arrays."""
 from __future__ import annotations
 
 from typing import Any
@@ -8,6 +8,9 @@ import numpy as np
 
 bfloat16 = np.dtype(ml_dtypes.bfloat16)
 float32 = np.dtype(np.float32)
+# MXFP8 (OCP MX v1.0): E4M3 elements, one E8M0 power-of-two scale per 32 of them
+float8_e4m3 = np.dtype(ml_dtypes.float8_e4m3fn)
+float8_e8m0 = np.dtype(ml_dtypes.float8_e8m0fnu)
 
 # Kernels treat bf16 as raw 16-bit storage; these name the kernel variant per dtype.
 REDUCE_SUFFIX = {bfloat16: "bf16", float32: "f32"}
@@ -16,22 +19,6 @@ REDUCE_SUFFIX = {bfloat16: "bf16", float32: "f32"}
 def dtype_name(dt: Any) -> str:
     dt = np.dtype(dt)
     return "bfloat16" if dt == bfloat16 else dt.name
-
-
-def check_array(x: Any, name: str, *, dtypes: tuple[np.dtype, ...] | None = None, device: int | None = None) -> None:
-    """Raise a clear TypeError/ValueError unless x is a C-contiguous CuPy array of an accepted dtype on `device`."""
-    import cupy
-
-    if not isinstance(x, cupy.ndarray):
-        raise TypeError(f"{name} must be a cupy.ndarray, got {type(x).__name__}")
-    if dtypes is not None and x.dtype not in dtypes:
-        raise TypeError(f"{name} has dtype {dtype_name(x.dtype)}; expected one of {[dtype_name(d) for d in dtypes]}")
-    if not x.flags.c_contiguous:
-        raise ValueError(f"{name} must be C-contiguous (call cupy.ascontiguousarray first)")
-    if device is not None and x.device.id != device:
-        raise ValueError(f"{name} lives on GPU {x.device.id}, but this rank's GPU is {device}")
-    if x.data.ptr % 16:
-        raise ValueError(f"{name} must be 16-byte aligned")
 
 
 def random_bf16(shape: Any, seed: int, scale: float = 1.0) -> Any:

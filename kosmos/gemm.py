@@ -25,6 +25,8 @@ from typing import Any
 
 import numpy as np
 
+from .arrays import check_array
+from .dtypes import dtype_name
 from .runtime.source import hipsrc_dir
 
 LAYOUTS = ("TN", "NN", "NT")
@@ -409,21 +411,6 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     return plan
 
 
-def _check_array(name: str, x: Any, dtype: np.dtype, device_id: int) -> None:
-    import cupy
-
-    if not isinstance(x, cupy.ndarray):
-        raise TypeError(f"{name} must be a cupy.ndarray, got {type(x).__name__}")
-    if x.dtype != dtype:
-        raise TypeError(f"{name} must have dtype {dtype} (ml_dtypes.bfloat16 for inputs), got {x.dtype}")
-    if not x.flags.c_contiguous:
-        raise ValueError(f"{name} must be C-contiguous (row-major); pass cupy.ascontiguousarray({name})")
-    if x.device.id != device_id:
-        raise ValueError(f"{name} is on device {x.device.id}, but the current device is {device_id}")
-    if x.data.ptr % 16:
-        raise ValueError(f"{name} must be 16-byte aligned")
-
-
 def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | None = None, *,
            epilogue: str = "store", split_k: int | None = 1, stream=None):
     """Persistent GEMM on the builder tile; see the module docstring for layouts.
@@ -438,18 +425,21 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
 
     if isinstance(layout, str):
         layout = layout.upper()
-    shape = gemm_shape(layout, getattr(a, "shape", ()), getattr(b, "shape", ()), epilogue)
     dev = cupy.cuda.Device().id
     bf16 = _bf16()
-    _check_array("a", a, bf16, dev)
-    _check_array("b", b, bf16, dev)
-    if out is not None and out_dtype is None:
-        out_dtype = out.dtype
+    a = check_array(a, "a", dtypes=(bf16,), device=dev, stream=stream)
+    b = check_array(b, "b", dtypes=(bf16,), device=dev, stream=stream)
+    shape = gemm_shape(layout, a.shape, b.shape, epilogue)
+    if out is not None:
+        out = check_array(out, "out", device=dev, stream=stream, writable=True)
+        if out_dtype is None:
+            out_dtype = out.dtype
     dt = resolve_out_dtype(out_dtype, epilogue)
     if out is None:
         out = cupy.empty(shape.out_shape, dtype=dt)
     else:
-        _check_array("out", out, dt, dev)
+        if out.dtype != dt:
+            raise TypeError(f"out has dtype {dtype_name(out.dtype)}; this GEMM writes {dtype_name(dt)}")
         if tuple(out.shape) != shape.out_shape:
             raise ValueError(f"out has shape {tuple(out.shape)}, expected {shape.out_shape}")
     plan = get_plan(shape, dt, sm_cap, split_k)

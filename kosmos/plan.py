@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from .dtypes import check_array
+from .arrays import check_array
 from .errors import KosmosError
 from .runtime import kernel_id
 from .symmetric import SymmetricHeap, check_world_size
@@ -71,17 +71,20 @@ class SymmetricPlan:
             self._ctx = self.world.status.wait_ctx(kernel_id(self.kernel_enum))
         return self._ctx
 
-    def _check(self, x: Any, name: str, shape: tuple[int, ...], dtype: Any) -> None:
-        """Raise unless x is a contiguous array of `dtype` and `shape` on this rank's GPU."""
-        check_array(x, name, dtypes=(np.dtype(dtype),), device=self.world.device_id)
+    def _check(self, x: Any, name: str, shape: tuple[int, ...], dtype: Any, stream: Any = None, *,
+               writable: bool = False) -> Any:
+        """x as a CuPy array (any GPU array goes in), raising unless it is a contiguous array of
+        `dtype` and `shape` on this rank's GPU."""
+        x = check_array(x, name, dtypes=(np.dtype(dtype),), device=self.world.device_id, stream=stream,
+                        writable=writable)
         if tuple(x.shape) != tuple(shape):
             raise ValueError(f"{name} has shape {tuple(x.shape)}; this plan expects {tuple(shape)}")
+        return x
 
-    def _output(self, out: Any, shape: tuple[int, ...], dtype: Any, name: str = "out") -> Any:
-        """`out`, checked, or a new array of that shape and dtype."""
+    def _output(self, out: Any, shape: tuple[int, ...], dtype: Any, stream: Any = None, name: str = "out") -> Any:
+        """`out` as a checked CuPy array, or a new array of that shape and dtype."""
         import cupy
 
         if out is None:
             return cupy.empty(shape, dtype)
-        self._check(out, name, shape, dtype)
-        return out
+        return self._check(out, name, shape, dtype, stream, writable=True)

@@ -23,13 +23,22 @@ class NcclBaseline:
     """An NCCL communicator over the world's ranks, with the three collectives on CuPy arrays."""
 
     @staticmethod
-    def available(world: World) -> bool:
+    def unavailable_reason(world: World) -> str | None:
+        """None where NCCL can run this world; otherwise why not, with the fix."""
         try:
             from cupy.cuda import nccl
+        except Exception as e:  # noqa: BLE001 - reported as it is
+            return f"CuPy's NCCL module failed to import ({type(e).__name__}: {e})"
+        if not nccl.available:
+            return ("CuPy found no NCCL library: pip install 'kosmos[cuda13]' (or [cuda12]; "
+                    "they bring nvidia-nccl-cu13 / -cu12)")
+        if world.oversubscribed:
+            return "NCCL needs one rank per GPU, and ranks share a GPU here"
+        return None
 
-            return bool(nccl.available) and not world.oversubscribed
-        except Exception:
-            return False
+    @staticmethod
+    def available(world: World) -> bool:
+        return NcclBaseline.unavailable_reason(world) is None
 
     def __init__(self, world: World):
         from cupy.cuda import nccl

@@ -3,17 +3,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from .environment import import_mpi, probe_gpus, usable_gpus
 from .errors import KosmosError
 
-
-def visible_gpus() -> int:
-    """Number of GPUs this process can see (0 without CuPy or a driver)."""
-    try:
-        import cupy
-
-        return cupy.cuda.runtime.getDeviceCount()
-    except Exception:
-        return 0
+visible_gpus = usable_gpus  # GPUs CuPy can use; raises (naming the fix) where GPUs exist but CuPy cannot use them
 
 
 class World:
@@ -25,8 +18,7 @@ class World:
     """
 
     def __init__(self, comm: Any = None, *, gpu: bool | None = None, wait_budget_s: float | None = None):
-        from mpi4py import MPI
-
+        MPI = import_mpi()
         self.comm = MPI.COMM_WORLD if comm is None else comm
         self.rank: int = self.comm.Get_rank()
         self.size: int = self.comm.Get_size()
@@ -40,11 +32,11 @@ class World:
                 f"this world of {self.size} ranks spans several nodes ({self.local_size} on this one); "
                 "kosmos is intranode only (peer GPU memory through IPC handles)"
             )
-        ngpu = visible_gpus()
+        ngpu = 0 if gpu is False else visible_gpus()
         if gpu is None:
             gpu = ngpu > 0
         if gpu and ngpu == 0:
-            raise KosmosError("no GPU is visible to this process (World(gpu=True))")
+            raise KosmosError(f"no GPU is visible to this process (World(gpu=True)): {probe_gpus().reason}")
         self.num_gpus = ngpu
         self.device_id: int | None = None
         self.oversubscribed = False

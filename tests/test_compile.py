@@ -1,7 +1,7 @@
 """Device compiles without a GPU: the C structs the host mirrors, and the AMD memory model in the assembly.
 
-NVIDIA needs CuPy's NVRTC (the [cuda13] extra); AMD needs clang++ with HIP headers
-(`apt-get install hipcc clang-19`). Without them these tests skip, unless
+NVIDIA needs CuPy's NVRTC (the [cuda13] extra); AMD needs clang++ 20 or newer with HIP headers
+(`apt-get install hipcc clang-22`). Without them these tests skip, unless
 KOSMOS_REQUIRE_TOOLCHAINS=1 (set by .ci/run), where a missing toolchain fails.
 """
 from __future__ import annotations
@@ -71,21 +71,24 @@ def test_wait_ctx_layout_nvrtc(nvrtc) -> None:  # noqa: ANN001
         nvrtc.destroyProgram(prog)
 
 
-def test_every_kernel_compiles_for_sm_90a(nvrtc) -> None:  # noqa: ANN001
+@pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])  # wgmma + TMA; the portable mma.sync path
+def test_every_kernel_compiles_for_nvidia(nvrtc, arch: str) -> None:  # noqa: ANN001
     for f in check.kernel_files():
-        assert check.compile_nvidia(f, "sm_90a") > 0, f.name
+        assert check.compile_nvidia(f, arch) > 0, f.name
 
 
-def test_wait_ctx_layout_amd(clang: str, tmp_path: Path) -> None:
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_wait_ctx_layout_amd(clang: str, tmp_path: Path, arch: str) -> None:
     src = tmp_path / "layout.hip"
     src.write_text(layout_check())
-    assert check.compile_amd(src, "gfx942", clang) > 0
+    assert check.compile_amd(src, arch, clang) > 0
 
 
-def test_amd_memory_model_in_assembly(clang: str, tmp_path: Path) -> None:
-    """System-scope acquire/release on gfx942 must reach the hardware as sc0 sc1 plus L2 writeback/invalidate."""
-    check.compile_amd(hipsrc_dir() / "symmetric.hip", "gfx942", clang, keep=tmp_path)
-    asm = (tmp_path / "symmetric.gfx942.s").read_text()
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_amd_memory_model_in_assembly(clang: str, tmp_path: Path, arch: str) -> None:
+    """System-scope acquire/release on CDNA3/4 must reach the hardware as sc0 sc1 plus L2 writeback/invalidate."""
+    check.compile_amd(hipsrc_dir() / "symmetric.hip", arch, clang, keep=tmp_path)
+    asm = (tmp_path / f"symmetric.{arch}.s").read_text()
     code = "\n".join(l for l in asm.splitlines() if l.startswith("\t") and not l.lstrip().startswith((".", ";")))
     # st_release_sys: write back L2 at system scope, then a system-scope store
     assert re.search(r"buffer_wbl2 sc0 sc1\s*\n(\s*s_waitcnt.*\n)*\s*(flat|global)_store_dwordx2 .* sc0 sc1", code), code
@@ -113,7 +116,7 @@ extern "C" __global__ void p_fence_dev() { fence_acq_rel_dev(); }
 extern "C" __global__ void p_ld16v(const void* p, vec16* o) { *o = ld16_volatile(p); }
 """
 
-# gfx942 (LLVM AMDGPU memory model for GFX940-942): sc0 sc1 = system scope on loads/stores and
+# gfx942/gfx950 (LLVM AMDGPU memory model for GFX942 and GFX950): sc0 sc1 = system scope on loads/stores and
 # cache maintenance, sc1 = agent scope there; on RMW atomics sc1 = system scope (sc0 = returns).
 EXPECTED_GFX942 = {
     "p_ld_sys": [r"global_load_dwordx2 .* sc0 sc1", r"buffer_inv sc0 sc1"],
@@ -127,14 +130,15 @@ EXPECTED_GFX942 = {
 }
 
 
-def test_amd_platform_primitives(clang: str, tmp_path: Path) -> None:
-    """Every scoped primitive of platform.h, in order, as the gfx942 instructions it must become."""
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])  # MI300; MI350X/MI355X (same memory model in LLVM)
+def test_amd_platform_primitives(clang: str, tmp_path: Path, arch: str) -> None:
+    """Every scoped primitive of platform.h, in order, as the instructions it must become."""
     src = tmp_path / "primitives.hip"
     src.write_text(PRIMITIVES_PROBE)
-    check.compile_amd(src, "gfx942", clang, keep=tmp_path)
+    check.compile_amd(src, arch, clang, keep=tmp_path)
     bodies: dict[str, list[str]] = {}
     current = None
-    for line in (tmp_path / "primitives.gfx942.s").read_text().splitlines():
+    for line in (tmp_path / f"primitives.{arch}.s").read_text().splitlines():
         m = re.match(r"^(p_\w+):", line)
         if m:
             current = bodies.setdefault(m.group(1), [])

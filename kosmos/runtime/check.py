@@ -1,6 +1,6 @@
 """Compile every kernel in hipsrc/ without a GPU: NVIDIA through NVRTC, AMD through clang.
 
-    python -m kosmos.runtime.check --nvidia sm_90a --amd gfx942
+    python -m kosmos.runtime.check --nvidia sm_90a --nvidia sm_80 --amd gfx942 --amd gfx950
 
 Used by CI so that a kernel that does not compile fails the build on a CPU-only machine.
 Kernels are extern "C" entry points, so compiling a .hip file compiles all of its kernels.
@@ -18,10 +18,21 @@ from pathlib import Path
 from .source import compile_options, hipsrc_dir, kernel_files
 
 
-def compile_nvidia(path: Path, arch: str) -> int:
-    """NVRTC-compile one file to a cubin for `arch`; returns the cubin size."""
-    from cupy_backends.cuda.libs import nvrtc
+NVRTC_FIX = "pip install 'kosmos[cuda13]' (or 'kosmos[cuda12]'): CuPy with NVRTC and the CUDA headers"
 
+
+def compile_nvidia(path: Path, arch: str) -> int:
+    """NVRTC-compile one file to a cubin for `arch`; returns the cubin size.
+
+    Every failure (a compile error, or NVRTC missing) is a RuntimeError naming the file and target."""
+    try:
+        import cupy  # noqa: F401 - loads the CUDA libraries CuPy finds in the pip wheels
+        from cupy_backends.cuda.libs import nvrtc
+
+        nvrtc.getVersion()
+    except Exception as e:  # noqa: BLE001 - no CuPy, or no libnvrtc
+        raise RuntimeError(f"{path.name} ({arch}): NVRTC is not usable ({type(e).__name__}: {e}); "
+                           f"{NVRTC_FIX}") from None
     opts = compile_options("cuda", arch)
     prog = nvrtc.createProgram(path.read_text(), path.name, [], [])
     try:
@@ -35,8 +46,12 @@ def compile_nvidia(path: Path, arch: str) -> int:
         nvrtc.destroyProgram(prog)
 
 
+# gfx950 (MI350X/MI355X) needs LLVM 20 or newer; Debian bookworm's security archive has clang-22.
+CLANGS = ("clang++-22", "clang++-21", "clang++-20", "clang++-19", "clang++")
+
+
 def find_clang() -> str | None:
-    for name in (os.environ.get("KOSMOS_HIP_CLANG", ""), "clang++-19", "clang++-18", "clang++-17", "clang++"):
+    for name in (os.environ.get("KOSMOS_HIP_CLANG", ""), *CLANGS):
         if name and shutil.which(name):
             return name
     return None
@@ -50,8 +65,9 @@ def compile_amd(path: Path, arch: str, clang: str, keep: Path | None = None) -> 
     opts = [o for o in compile_options("hip") if o != "-std=c++17"]
     with tempfile.TemporaryDirectory() as tmp:
         out = (Path(keep) if keep is not None else Path(tmp)) / f"{path.stem}.{arch}.s"
+        # CDNA runs 64-wide waves; clang 22 no longer predefines the macro the ROCm 5.2 headers read.
         cmd = [clang, "-x", "hip", "-std=c++17", f"--offload-arch={arch}", "-nogpulib", "--hip-path=/usr",
-               "--cuda-device-only", "-O3", "-S", *opts, str(path), "-o", str(out)]
+               "--cuda-device-only", "-O3", "-S", "-D__AMDGCN_WAVEFRONT_SIZE=64", *opts, str(path), "-o", str(out)]
         r = subprocess.run(cmd, capture_output=True, text=True)
         if r.returncode != 0:
             raise RuntimeError(f"{path.name} ({arch}): {' '.join(cmd)}\n{r.stderr}")
@@ -71,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     clang = find_clang() if args.amd else None
     if args.amd and clang is None:
-        print("no clang++ found for the AMD compile check (apt-get install clang-19 hipcc)", file=sys.stderr)
+        print("no clang++ found for the AMD compile check: apt-get install clang-22 hipcc "
+              "(clang 20 or newer for gfx950)", file=sys.stderr)
         return 1
     failures = 0
     for f in files:

@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from .. import gemm
+from ..arrays import as_cupy
 from ..dtypes import bfloat16, random_bf16
 from ..world import World
 from .ops import AllGatherMatmul, BulkAllGatherMatmul, BulkReduceScatterMatmul, MatmulReduceScatter
@@ -29,6 +30,8 @@ def _shard(total: int, world: World, what: str) -> int:
 
 
 class _Linear:
+    """Inputs, gradients and weights may be any GPU array (CuPy, CAI or DLPack); results are CuPy arrays."""
+
     def __init__(self, world: World, weight: Any, **op_options: Any):
         self.world = world
         self.weight = weight
@@ -51,6 +54,7 @@ class ColumnParallelLinear(_Linear):
         n_local = _shard(out_features, world, "out_features")
         if weight is None:
             weight = random_bf16((n_local, in_features), seed * 1000 + world.rank, in_features ** -0.5)
+        weight = as_cupy(weight, "weight")
         if tuple(weight.shape) != (n_local, in_features):
             raise ValueError(f"weight shard must be ({n_local}, {in_features}), got {tuple(weight.shape)}")
         super().__init__(world, weight, **op_options)
@@ -58,6 +62,7 @@ class ColumnParallelLinear(_Linear):
 
     def forward(self, x: Any) -> Any:
         """x: this rank's tokens [m, K] -> y: every token's local output columns [P*m, N/P]."""
+        x = as_cupy(x, "x")
         m = x.shape[0]
         self._saved = x
         return self._plan(AllGatherMatmul, m, self.n_local, self.in_features, layout="TN")(x, self.weight)
@@ -67,6 +72,7 @@ class ColumnParallelLinear(_Linear):
         x = self._saved
         if x is None:
             raise RuntimeError("backward before forward")
+        dy = as_cupy(dy, "dy")
         m, k, n = x.shape[0], self.in_features, self.n_local
         x_full, dx_partial = self._plan(BulkAllGatherMatmul, m, n, k)(x, dy, self.weight)
         dx, dw = self._plan(BulkReduceScatterMatmul, m, n, k)(dx_partial, dy, x_full)
@@ -82,6 +88,7 @@ class RowParallelLinear(_Linear):
         k_local = _shard(in_features, world, "in_features")
         if weight is None:
             weight = random_bf16((out_features, k_local), seed * 1000 + world.rank, in_features ** -0.5)
+        weight = as_cupy(weight, "weight")
         if tuple(weight.shape) != (out_features, k_local):
             raise ValueError(f"weight shard must be ({out_features}, {k_local}), got {tuple(weight.shape)}")
         super().__init__(world, weight, **op_options)
@@ -89,6 +96,7 @@ class RowParallelLinear(_Linear):
 
     def forward(self, x: Any) -> Any:
         """x: every token's local input columns [P*m, K/P] -> y: this rank's tokens [m, N]."""
+        x = as_cupy(x, "x")
         m = _shard(x.shape[0], self.world, "tokens")
         self._saved = x
         return self._plan(MatmulReduceScatter, m, self.out_features, self.k_local)(x, self.weight)
@@ -98,6 +106,7 @@ class RowParallelLinear(_Linear):
         x = self._saved
         if x is None:
             raise RuntimeError("backward before forward")
+        dy = as_cupy(dy, "dy")
         m = dy.shape[0]
         import cupy
 

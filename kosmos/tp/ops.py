@@ -145,8 +145,9 @@ class _FusedOp(SymmetricPlan):
                 np.uint64(self.flags.offset), np.int32(self.crew.movers), np.int32(POLICIES[self.policy]),
                 self.tiles[0], np.int32(self.tiles[1]), self._wait_ctx())
 
-    def _check(self, x: Any, name: str, shape: tuple[int, ...], dtype: Any = bfloat16) -> None:
-        super()._check(x, name, shape, dtype)
+    def _check(self, x: Any, name: str, shape: tuple[int, ...], dtype: Any = bfloat16, stream: Any = None, *,
+               writable: bool = False) -> Any:
+        return super()._check(x, name, shape, dtype, stream, writable=writable)
 
     def describe(self) -> str:
         c = self.crew
@@ -188,21 +189,22 @@ class _AllGatherBase(_FusedOp):
     def gathered_shape(self) -> tuple[int, int]:
         return (self.P * self.m, self.row_elems)
 
-    def _gathered(self, x: Any, keep: Any) -> Any:
-        """The array the movers fill: the caller's `keep`, else the plan's scratch; x itself alone."""
+    def _gathered(self, x: Any, keep: Any, stream: Any, name: str = "gathered") -> tuple[Any, Any]:
+        """(the array the movers fill, the caller's `keep` as a CuPy array): `keep`, else the plan's
+        scratch; x itself alone (where `keep` gets a copy)."""
         import cupy
 
         if keep is not None:
-            self._check(keep, "gathered", self.gathered_shape)
+            keep = self._check(keep, name, self.gathered_shape, stream=stream, writable=True)
             if self.P == 1:
-                copy_into(keep, x)
-                return x
-            return keep
+                copy_into(keep, x, stream)
+                return x, keep
+            return keep, keep
         if self.P == 1:
-            return x
+            return x, None
         if self._scratch is None:
             self._scratch = cupy.empty(self.gathered_shape, bfloat16)
-        return self._scratch
+        return self._scratch, None
 
     def _gather_args(self, x: Any, gathered: Any) -> tuple:
         g = self.grid_g
@@ -244,10 +246,10 @@ class AllGatherMatmul(_AllGatherBase):
     def __call__(self, x: Any, w: Any, out: Any = None, *, gathered: Any = None, stream: Any = None) -> Any:
         """Returns out. gathered: an optional [P*m, row] array that receives (and keeps) the
         gathered operand; without it the plan's scratch array is used and overwritten next call."""
-        self._check(x, "x" if self.layout == "TN" else "dy", (self.m, self.row_elems))
-        self._check(w, "w", (self.n, self.k))
-        out = self._output(out, self.out_shape, bfloat16)
-        a = self._gathered(x, gathered)
+        x = self._check(x, "x" if self.layout == "TN" else "dy", (self.m, self.row_elems), stream=stream)
+        w = self._check(w, "w", (self.n, self.k), stream=stream)
+        out = self._output(out, self.out_shape, bfloat16, stream)
+        a, _ = self._gathered(x, gathered, stream)
         self._run((x, w, out, a), lambda: self._common(a, w, out) + (self._epi(out, *self.out_shape),)
                   + self._gather_args(x, a), stream)
         return out
@@ -280,13 +282,16 @@ class BulkAllGatherMatmul(_AllGatherBase):
         import cupy
 
         P, m = self.P, self.m
-        self._check(x, "x", (m, self.row_elems))
-        self._check(dy, "dy", (P * m, self.n))
-        self._check(w, "w", (self.n, self.k))
-        dx = self._output(dx, self.shape.out_shape, bfloat16, "dx")
+        x = self._check(x, "x", (m, self.row_elems), stream=stream)
+        dy = self._check(dy, "dy", (P * m, self.n), stream=stream)
+        w = self._check(w, "w", (self.n, self.k), stream=stream)
+        dx = self._output(dx, self.shape.out_shape, bfloat16, stream, name="dx")
         if x_full is None:
             x_full = x if P == 1 else cupy.empty(self.gathered_shape, bfloat16)
-        gathered = x if P == 1 and x_full is x else self._gathered(x, x_full)
+        if P == 1 and x_full is x:
+            gathered = x
+        else:
+            gathered, x_full = self._gathered(x, x_full, stream, "x_full")
         self._run((x, dy, w, dx, gathered), lambda: self._common(dy, w, dx) + (self._epi(dx, *self.shape.out_shape),)
                   + self._gather_args(x, gathered), stream)
         return x_full, dx
@@ -353,9 +358,9 @@ class MatmulReduceScatter(_ReduceScatterBase):
 
     def __call__(self, x: Any, w: Any, out: Any = None, stream: Any = None) -> Any:
         P, m, n = self.P, self.m, self.n
-        self._check(x, "x", (P * m, self.k))
-        self._check(w, "w", (n, self.k))
-        out = self._output(out, (m, n), bfloat16)
+        x = self._check(x, "x", (P * m, self.k), stream=stream)
+        w = self._check(w, "w", (n, self.k), stream=stream)
+        out = self._output(out, (m, n), bfloat16, stream)
         # Partials go to the staging buffer of this call's epoch parity (alone: straight to out).
         cur = self.staging_buffers[(self.epoch + 1) & 1] if P > 1 else out
         self._run((x, w, out, cur), lambda: self._common(x, w, cur) + (self._epi(cur, P * m, n),)
@@ -387,12 +392,12 @@ class BulkReduceScatterMatmul(_ReduceScatterBase):
     def __call__(self, dx_partial: Any, dy: Any, x_full: Any, dx: Any = None, dw: Any = None,
                  stream: Any = None) -> tuple[Any, Any]:
         P, m, n, k = self.P, self.m, self.n, self.k
-        self._check(dx_partial, "dx_partial", (P * m, k))
-        self._check(dy, "dy", (P * m, n))
-        self._check(x_full, "x_full", (P * m, k))
+        dx_partial = self._check(dx_partial, "dx_partial", (P * m, k), stream=stream)
+        dy = self._check(dy, "dy", (P * m, n), stream=stream)
+        x_full = self._check(x_full, "x_full", (P * m, k), stream=stream)
         # Alone the reduce-scatter is the identity: without a dx to fill, dx is dx_partial itself.
-        dx = dx_partial if dx is None and P == 1 else self._output(dx, (m, k), bfloat16, "dx")
-        dw = self._output(dw, (n, k), self.dw_dtype, "dw")
+        dx = dx_partial if dx is None and P == 1 else self._output(dx, (m, k), bfloat16, stream, name="dx")
+        dw = self._output(dw, (n, k), self.dw_dtype, stream, name="dw")
         self._run((dx_partial, dy, x_full, dx, dw), lambda: self._common(dy, x_full, dw) + (self._epi(dw, n, k),)
                   + self._reduce_args(dx_partial, dx), stream)
         return dx, dw

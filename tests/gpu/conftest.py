@@ -9,19 +9,21 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-cupy = pytest.importorskip("cupy")
-try:
-    _ngpu = cupy.cuda.runtime.getDeviceCount()
-except Exception:  # no driver
-    _ngpu = 0
+from kosmos.environment import probe_gpus
+
+_probe = probe_gpus()
+if _probe.problem:  # a GPU CuPy cannot use: fail the run with the fix, never skip
+    pytest.exit(f"the GPU tests cannot run: {_probe.problem}", returncode=1)
+
+cupy = pytest.importorskip("cupy")  # only reached without CuPy where there is no GPU either
 
 import kosmos  # noqa: E402
 
 
 def pytest_collection_modifyitems(config, items):
-    if _ngpu == 0:
+    if _probe.count == 0:
         for item in items:
-            item.add_marker(pytest.mark.skip(reason="no GPU visible"))
+            item.add_marker(pytest.mark.skip(reason=f"no GPU: {_probe.reason}"))
 
 
 @pytest.fixture(scope="session")

@@ -1,0 +1,225 @@
+"""The GPU-array adapter's logic on the CPU: CAI and DLPack producers read into CuPy views, no GPU touched.
+
+Pointers here are never dereferenced (a CuPy array over them is made, not read); the two functions
+that ask the driver (which GPU a pointer is on, the current stream) are replaced by fakes. The GPU
+side (real producers, stream waits, every op family) is tests/gpu/test_interop.py.
+"""
+from __future__ import annotations
+
+import ctypes
+import gc
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+
+from kosmos import arrays  # noqa: E402
+from kosmos.dtypes import bfloat16, float8_e4m3  # noqa: E402
+
+PTR = 0x7F00_0000_0000  # 16-byte aligned, never read
+
+
+class FakeStream:
+    def __init__(self, ptr: int):
+        self.ptr = ptr
+
+
+@pytest.fixture
+def no_driver(monkeypatch: pytest.MonkeyPatch) -> dict:
+    """Replace the driver queries; record the stream waits the adapter asks for."""
+    seen: dict = {"waits": []}
+    monkeypatch.setattr(arrays, "_pointer_device", lambda ptr, name: 0)
+    monkeypatch.setattr(arrays, "_consumer_stream", lambda stream: stream or FakeStream(0))
+    monkeypatch.setattr(arrays, "_wait_for_producer", lambda producer, consumer: seen["waits"].append((producer, consumer.ptr)))
+    return seen
+
+
+class CAI:
+    def __init__(self, **fields):
+        self.__cuda_array_interface__ = {"version": 3, "data": (PTR, False), "stream": None, **fields}
+
+
+def test_cai_bf16_is_a_zero_copy_view(no_driver: dict) -> None:
+    x = arrays.check_array(CAI(shape=(4, 8), typestr="<V2", strides=None), "x", dtypes=(bfloat16,), device=0)
+    assert isinstance(x, cupy.ndarray)
+    assert (x.shape, x.dtype, x.data.ptr, x.flags.c_contiguous) == ((4, 8), bfloat16, PTR, True)
+    assert no_driver["waits"] == [(None, 0)]  # stream None: nothing to wait for
+
+
+@pytest.mark.parametrize("typestr,dtype", [("<f4", np.float32), ("<u2", np.uint16), ("|u1", np.uint8),
+                                           ("<i8", np.int64), ("|V2", bfloat16)])
+def test_cai_typestrs(no_driver: dict, typestr: str, dtype) -> None:  # noqa: ANN001
+    x = arrays.as_cupy(CAI(shape=(16,), typestr=typestr))
+    assert x.dtype == np.dtype(dtype)
+
+
+def test_cai_descr_naming_another_two_byte_type_is_refused() -> None:
+    with pytest.raises(TypeError, match="not bfloat16"):
+        arrays.dtype_from_typestr("<V2", [("my_half", "<V2")])
+    assert arrays.dtype_from_typestr("<V2", [("bfloat16", "<V2")]) == bfloat16
+    with pytest.raises(TypeError, match="big-endian"):
+        arrays.dtype_from_typestr(">f4")
+
+
+def test_cai_stream_is_waited_on(no_driver: dict) -> None:
+    arrays.as_cupy(CAI(shape=(8,), typestr="<f4", stream=0x1234), stream=FakeStream(0x99))
+    assert no_driver["waits"] == [(0x1234, 0x99)]
+
+
+def test_cai_strides_and_checks(no_driver: dict) -> None:
+    # a transposed [8, 4] float32 view: strides in bytes, not C-contiguous
+    x = arrays.as_cupy(CAI(shape=(8, 4), typestr="<f4", strides=(4, 32)))
+    assert x.strides == (4, 32) and not x.flags.c_contiguous
+    with pytest.raises(ValueError, match="C-contiguous"):
+        arrays.check_array(CAI(shape=(8, 4), typestr="<f4", strides=(4, 32)), "w")
+    with pytest.raises(TypeError, match="w has dtype float32; expected one of \\['bfloat16'\\]"):
+        arrays.check_array(CAI(shape=(8,), typestr="<f4"), "w", dtypes=(bfloat16,))
+    with pytest.raises(ValueError, match="lives on GPU 0, but this rank's GPU is 1"):
+        arrays.check_array(CAI(shape=(8,), typestr="<f4"), "x", device=1)
+    with pytest.raises(ValueError, match="16-byte aligned"):
+        arrays.check_array(CAI(shape=(8,), typestr="<f4", data=(PTR + 4, False)), "x")
+
+
+def test_cai_refusals(no_driver: dict) -> None:
+    with pytest.raises(ValueError, match="out is read-only"):
+        arrays.as_cupy(CAI(shape=(8,), typestr="<f4", data=(PTR, True)), "out", writable=True)
+    assert arrays.as_cupy(CAI(shape=(8,), typestr="<f4", data=(PTR, True))).data.ptr == PTR  # reading is fine
+    with pytest.raises(TypeError, match="masked"):
+        arrays.as_cupy(CAI(shape=(8,), typestr="<f4", mask=object()))
+    with pytest.raises(TypeError, match="stream 0 is disallowed"):
+        arrays.as_cupy(CAI(shape=(8,), typestr="<f4", stream=0))
+    with pytest.raises(TypeError, match="version 1 is too old"):
+        arrays.as_cupy(CAI(shape=(8,), typestr="<f4", version=1))
+    with pytest.raises(ValueError, match="null data pointer"):
+        arrays.as_cupy(CAI(shape=(8,), typestr="<f4", data=(0, False)))
+
+
+def test_cai_v2_has_no_stream(no_driver: dict) -> None:
+    arrays.as_cupy(CAI(shape=(8,), typestr="<f4", version=2, stream=0x55))
+    assert no_driver["waits"] == [(None, 0)]
+
+
+def test_empty_and_0d(no_driver: dict, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(cupy, "empty", lambda shape, dtype: np.empty(shape, dtype))  # no GPU to allocate on
+    assert arrays.as_cupy(CAI(shape=(0, 4), typestr="<f4", data=(0, False))).shape == (0, 4)
+    x = arrays.as_cupy(CAI(shape=(), typestr="<f4"))
+    assert x.shape == () and x.data.ptr == PTR
+
+
+def test_host_arrays_and_strangers_are_refused() -> None:
+    with pytest.raises(TypeError, match=r"x is a host array \(numpy.ndarray\).*cupy.asarray"):
+        arrays.as_cupy(np.zeros(4, np.float32), "x")
+    with pytest.raises(TypeError, match=r"w must be a GPU array .* got builtins.list"):
+        arrays.as_cupy([1, 2], "w")
+
+
+class BrokenCAI:
+    """PyTorch's bf16 tensors raise from __cuda_array_interface__ (and offer DLPack instead)."""
+
+    @property
+    def __cuda_array_interface__(self) -> dict:
+        raise TypeError("dtype bfloat16 not supported")
+
+
+def test_a_cai_that_raises_is_reported() -> None:
+    with pytest.raises(TypeError, match="its CUDA Array Interface: dtype bfloat16 not supported"):
+        arrays.as_cupy(BrokenCAI())
+
+
+# ---- DLPack: capsules built here with ctypes, as a producer's C code would ----
+_api = ctypes.pythonapi
+_api.PyCapsule_New.restype = ctypes.py_object
+_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+_api.PyCapsule_GetName.restype = ctypes.c_char_p
+_api.PyCapsule_GetName.argtypes = [ctypes.py_object]
+
+
+class DLPackProducer:
+    """An array that exports itself only through DLPack: records the stream it was given and its deleter calls."""
+
+    def __init__(self, shape, code: int, bits: int, strides=None, versioned: bool = False, flags: int = 0,
+                 major: int = 1, device=(arrays.DL_CUDA, 0), old: bool = False):
+        self.shape_c = (ctypes.c_int64 * len(shape))(*shape)
+        self.strides_c = None if strides is None else (ctypes.c_int64 * len(strides))(*strides)
+        self.deleted = 0
+        self.streams: list = []
+        self.device, self.old = device, old
+
+        def deleter(ptr: int) -> None:
+            self.deleted += 1
+
+        self.deleter = arrays._DELETER(deleter)
+        t = arrays._DLTensor(PTR, arrays._DLDevice(*device), len(shape), arrays._DLDataType(code, bits, 1),
+                             self.shape_c, self.strides_c, 64)
+        if versioned:
+            self.managed = arrays._DLManagedTensorVersioned(arrays._DLPackVersion(major, 0), None, self.deleter,
+                                                            flags, t)
+            self.name = b"dltensor_versioned"
+        else:
+            self.managed = arrays._DLManagedTensor(t, None, self.deleter)
+            self.name = b"dltensor"
+
+    def __dlpack_device__(self) -> tuple:
+        return self.device
+
+    def __dlpack__(self, stream=None, max_version=None):  # noqa: ANN001, ANN201
+        if self.old and max_version is not None:
+            raise TypeError("__dlpack__() got an unexpected keyword argument 'max_version'")
+        self.streams.append(stream)
+        self.capsule = _api.PyCapsule_New(ctypes.addressof(self.managed), self.name, None)
+        return self.capsule
+
+
+@pytest.mark.parametrize("versioned", [False, True])
+def test_dlpack_bf16_view_and_deleter(no_driver: dict, versioned: bool) -> None:
+    p = DLPackProducer((3, 32), arrays.DL_BFLOAT, 16, versioned=versioned)
+    x = arrays.check_array(p, "x", dtypes=(bfloat16,), device=0)
+    assert (x.shape, x.dtype, x.data.ptr) == ((3, 32), bfloat16, PTR + 64)  # byte_offset applied
+    assert p.streams == [1]  # CUDA's legacy default stream is passed as 1
+    assert _api.PyCapsule_GetName(p.capsule).startswith(b"used_")
+    assert p.deleted == 0
+    del x
+    gc.collect()
+    assert p.deleted == 1
+
+
+def test_dlpack_strides_are_elements(no_driver: dict) -> None:
+    p = DLPackProducer((4, 8), arrays.DL_FLOAT, 32, strides=(1, 4))
+    x = arrays.as_cupy(p, stream=FakeStream(0xABC))
+    assert x.strides == (4, 16) and p.streams == [0xABC]
+
+
+def test_dlpack_old_producer_and_fp8(no_driver: dict) -> None:
+    p = DLPackProducer((64,), arrays.DL_F8_E4M3FN, 8, old=True)
+    assert arrays.as_cupy(p).dtype == float8_e4m3
+
+
+def test_dlpack_refusals_still_release_the_tensor(no_driver: dict) -> None:
+    p = DLPackProducer((8,), arrays.DL_FLOAT, 32, versioned=True, flags=arrays.DLPACK_FLAG_READ_ONLY)
+    with pytest.raises(ValueError, match="dw is read-only"):
+        arrays.as_cupy(p, "dw", writable=True)
+    gc.collect()
+    assert p.deleted == 1
+    p = DLPackProducer((8,), 5, 64)  # complex64: not a kosmos element type
+    with pytest.raises(TypeError, match="code 5, 64 bits"):
+        arrays.as_cupy(p)
+    assert p.deleted == 1
+    p = DLPackProducer((8,), arrays.DL_FLOAT, 32, versioned=True, major=2)
+    with pytest.raises(TypeError, match="DLPack 2.0 tensors are not readable"):
+        arrays.as_cupy(p)
+    assert p.deleted == 1
+
+
+def test_dlpack_host_memory_is_refused(no_driver: dict) -> None:
+    with pytest.raises(TypeError, match="host array"):
+        arrays.as_cupy(DLPackProducer((8,), arrays.DL_FLOAT, 32, device=(1, 0)))
+    with pytest.raises(TypeError, match="DLPack device type 14"):
+        arrays.as_cupy(DLPackProducer((8,), arrays.DL_FLOAT, 32, device=(14, 0)))
+
+
+def test_stream_numbers() -> None:
+    assert arrays.dlpack_stream_arg(0, is_hip=False) == 1
+    assert arrays.dlpack_stream_arg(0, is_hip=True) == 0
+    assert arrays.dlpack_stream_arg(0x77, is_hip=False) == 0x77
+    assert arrays.cai_stream_ptr(1) == 0 and arrays.cai_stream_ptr(2) == 2 and arrays.cai_stream_ptr(0x77) == 0x77
