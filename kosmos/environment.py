@@ -321,7 +321,27 @@ def _library_items(cupy: Any, fix: str) -> list[Item]:
         return f"{v // 10000}.{v % 10000 // 100}.{v % 100}"
 
     names = (("hipRTC", "hipBLAS", "hipRAND", "RCCL") if hip else ("NVRTC", "cuBLAS", "cuRAND", "NCCL"))
-    return [Item(name, *_try(fn, fix)) for name, fn in zip(names, (nvrtc, blas, rand, nccl))]
+    files = (("libhiprtc.so", "libhipblas.so", "libhiprand.so", "librccl.so") if hip else
+             ("libnvrtc.so", "libcublas.so", "libcurand.so", "libnccl.so"))
+    items = []
+    for name, fn, file in zip(names, (nvrtc, blas, rand, nccl), files):
+        value, broken = _try(fn, fix)
+        where = None if broken else loaded_from(file)
+        items.append(Item(name, f"{value} ({where})" if where else value, broken))
+    return items
+
+
+def loaded_from(soname: str) -> str | None:
+    """The file a shared library was loaded from in this process (Linux: /proc/self/maps)."""
+    try:
+        maps = open("/proc/self/maps").read().splitlines()
+    except OSError:
+        return None
+    for line in maps:
+        path = line.split(None, 5)[-1] if len(line.split(None, 5)) == 6 else ""
+        if os.path.basename(path).startswith(soname):
+            return path
+    return None
 
 
 def format_report(items: list[Item]) -> str:

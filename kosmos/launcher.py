@@ -120,14 +120,26 @@ def job_from_dict(data: Mapping[str, Any], where: str = "job") -> Job:
 
 
 def load_job(path: str | os.PathLike[str]) -> Job:
-    """Read a YAML job file; a relative `cwd:` is taken relative to the file's directory."""
+    """Read a YAML job file; a relative `cwd:` is taken relative to the file's directory.
+
+    Job files are source-tree only (launch/jobs/ in a checkout); an installed kosmos runs commands."""
     import yaml
 
     p = Path(path)
+    hint = f"to run a script, give it after '--': kosmosrun -np N -- python3 {p}"
+    if p.suffix in (".py", ".sh"):
+        raise LaunchError(f"{p} is a script, not a YAML job file; {hint}")
     try:
-        data = yaml.safe_load(p.read_text())
+        text = p.read_text()
     except OSError as e:
-        raise LaunchError(f"cannot read job file {p}: {e}") from None
+        raise LaunchError(f"cannot read job file {p}: {e} (the job files are in a checkout's launch/jobs/)") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        first = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise LaunchError(f"{p} is not a YAML job file ({first}); {hint}") from None
+    if not isinstance(data, Mapping):
+        raise LaunchError(f"{p}: a job file is a YAML mapping, got {type(data).__name__}; {hint}")
     job = job_from_dict(data, str(p))
     if job.cwd is not None and not os.path.isabs(job.cwd):
         job.cwd = str((p.parent / job.cwd).resolve())
@@ -165,10 +177,11 @@ def mpi_flavor(mpiexec: str) -> str:
 
 
 def count_gpus() -> int:
-    """GPUs visible here (0 without CuPy or a driver)."""
-    from .world import visible_gpus
+    """GPUs on this node, as CuPy sees them, else as the driver does (the ranks report an unusable GPU)."""
+    from .environment import probe_gpus
 
-    return visible_gpus()
+    p = probe_gpus()
+    return p.count or p.driver.gpus
 
 
 def is_root() -> bool:

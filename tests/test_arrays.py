@@ -6,13 +6,14 @@ side (real producers, stream waits, every op family) is tests/gpu/test_interop.p
 """
 from __future__ import annotations
 
-import ctypes
 import gc
 
 import numpy as np
 import pytest
 
 cupy = pytest.importorskip("cupy")
+
+from producers import CAIProducer, DLPackProducer, capsule_name  # noqa: E402
 
 from kosmos import arrays  # noqa: E402
 from kosmos.dtypes import bfloat16, float8_e4m3  # noqa: E402
@@ -35,9 +36,8 @@ def no_driver(monkeypatch: pytest.MonkeyPatch) -> dict:
     return seen
 
 
-class CAI:
-    def __init__(self, **fields):
-        self.__cuda_array_interface__ = {"version": 3, "data": (PTR, False), "stream": None, **fields}
+def CAI(shape, typestr, *, data=(PTR, False), **fields) -> CAIProducer:  # noqa: N802 - reads like a class
+    return CAIProducer(data[0], shape, typestr, readonly=data[1], **fields)
 
 
 def test_cai_bf16_is_a_zero_copy_view(no_driver: dict) -> None:
@@ -127,57 +127,14 @@ def test_a_cai_that_raises_is_reported() -> None:
         arrays.as_cupy(BrokenCAI())
 
 
-# ---- DLPack: capsules built here with ctypes, as a producer's C code would ----
-_api = ctypes.pythonapi
-_api.PyCapsule_New.restype = ctypes.py_object
-_api.PyCapsule_New.argtypes = [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
-_api.PyCapsule_GetName.restype = ctypes.c_char_p
-_api.PyCapsule_GetName.argtypes = [ctypes.py_object]
-
-
-class DLPackProducer:
-    """An array that exports itself only through DLPack: records the stream it was given and its deleter calls."""
-
-    def __init__(self, shape, code: int, bits: int, strides=None, versioned: bool = False, flags: int = 0,
-                 major: int = 1, device=(arrays.DL_CUDA, 0), old: bool = False):
-        self.shape_c = (ctypes.c_int64 * len(shape))(*shape)
-        self.strides_c = None if strides is None else (ctypes.c_int64 * len(strides))(*strides)
-        self.deleted = 0
-        self.streams: list = []
-        self.device, self.old = device, old
-
-        def deleter(ptr: int) -> None:
-            self.deleted += 1
-
-        self.deleter = arrays._DELETER(deleter)
-        t = arrays._DLTensor(PTR, arrays._DLDevice(*device), len(shape), arrays._DLDataType(code, bits, 1),
-                             self.shape_c, self.strides_c, 64)
-        if versioned:
-            self.managed = arrays._DLManagedTensorVersioned(arrays._DLPackVersion(major, 0), None, self.deleter,
-                                                            flags, t)
-            self.name = b"dltensor_versioned"
-        else:
-            self.managed = arrays._DLManagedTensor(t, None, self.deleter)
-            self.name = b"dltensor"
-
-    def __dlpack_device__(self) -> tuple:
-        return self.device
-
-    def __dlpack__(self, stream=None, max_version=None):  # noqa: ANN001, ANN201
-        if self.old and max_version is not None:
-            raise TypeError("__dlpack__() got an unexpected keyword argument 'max_version'")
-        self.streams.append(stream)
-        self.capsule = _api.PyCapsule_New(ctypes.addressof(self.managed), self.name, None)
-        return self.capsule
-
-
+# ---- DLPack: capsules built with ctypes, as a producer's C code would (tests/producers.py) ----
 @pytest.mark.parametrize("versioned", [False, True])
 def test_dlpack_bf16_view_and_deleter(no_driver: dict, versioned: bool) -> None:
-    p = DLPackProducer((3, 32), arrays.DL_BFLOAT, 16, versioned=versioned)
+    p = DLPackProducer(PTR, (3, 32), "bfloat16", versioned=versioned, byte_offset=64)
     x = arrays.check_array(p, "x", dtypes=(bfloat16,), device=0)
     assert (x.shape, x.dtype, x.data.ptr) == ((3, 32), bfloat16, PTR + 64)  # byte_offset applied
     assert p.streams == [1]  # CUDA's legacy default stream is passed as 1
-    assert _api.PyCapsule_GetName(p.capsule).startswith(b"used_")
+    assert capsule_name(p.capsule).startswith(b"used_")
     assert p.deleted == 0
     del x
     gc.collect()
@@ -185,27 +142,27 @@ def test_dlpack_bf16_view_and_deleter(no_driver: dict, versioned: bool) -> None:
 
 
 def test_dlpack_strides_are_elements(no_driver: dict) -> None:
-    p = DLPackProducer((4, 8), arrays.DL_FLOAT, 32, strides=(1, 4))
+    p = DLPackProducer(PTR, (4, 8), "float32", strides=(1, 4))
     x = arrays.as_cupy(p, stream=FakeStream(0xABC))
     assert x.strides == (4, 16) and p.streams == [0xABC]
 
 
 def test_dlpack_old_producer_and_fp8(no_driver: dict) -> None:
-    p = DLPackProducer((64,), arrays.DL_F8_E4M3FN, 8, old=True)
+    p = DLPackProducer(PTR, (64,), "float8_e4m3fn", old=True, versioned=False)
     assert arrays.as_cupy(p).dtype == float8_e4m3
 
 
 def test_dlpack_refusals_still_release_the_tensor(no_driver: dict) -> None:
-    p = DLPackProducer((8,), arrays.DL_FLOAT, 32, versioned=True, flags=arrays.DLPACK_FLAG_READ_ONLY)
+    p = DLPackProducer(PTR, (8,), "float32", flags=arrays.DLPACK_FLAG_READ_ONLY)
     with pytest.raises(ValueError, match="dw is read-only"):
         arrays.as_cupy(p, "dw", writable=True)
     gc.collect()
     assert p.deleted == 1
-    p = DLPackProducer((8,), 5, 64)  # complex64: not a kosmos element type
+    p = DLPackProducer(PTR, (8,), "complex64")  # complex64: not a kosmos element type
     with pytest.raises(TypeError, match="code 5, 64 bits"):
         arrays.as_cupy(p)
     assert p.deleted == 1
-    p = DLPackProducer((8,), arrays.DL_FLOAT, 32, versioned=True, major=2)
+    p = DLPackProducer(PTR, (8,), "float32", major=2)
     with pytest.raises(TypeError, match="DLPack 2.0 tensors are not readable"):
         arrays.as_cupy(p)
     assert p.deleted == 1
@@ -213,9 +170,9 @@ def test_dlpack_refusals_still_release_the_tensor(no_driver: dict) -> None:
 
 def test_dlpack_host_memory_is_refused(no_driver: dict) -> None:
     with pytest.raises(TypeError, match="host array"):
-        arrays.as_cupy(DLPackProducer((8,), arrays.DL_FLOAT, 32, device=(1, 0)))
+        arrays.as_cupy(DLPackProducer(PTR, (8,), "float32", device=(1, 0)))
     with pytest.raises(TypeError, match="DLPack device type 14"):
-        arrays.as_cupy(DLPackProducer((8,), arrays.DL_FLOAT, 32, device=(14, 0)))
+        arrays.as_cupy(DLPackProducer(PTR, (8,), "float32", device=(14, 0)))
 
 
 def test_stream_numbers() -> None:

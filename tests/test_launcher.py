@@ -145,6 +145,22 @@ def test_load_job_relative_cwd(tmp_path: Path) -> None:
         load_job(tmp_path / "missing.yaml")
 
 
+def test_a_script_or_non_yaml_where_a_job_file_goes(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str], tmp_path: Path) -> None:
+    script = tmp_path / "my_script.py"
+    script.write_text("import kosmos\nwith kosmos.World() as w:\n    print(w)\n")
+    rc, out, calls = run_main(["-np", "2", str(script)], monkeypatch, capsys)
+    assert rc == 2 and calls == []
+    assert f"{script} is a script, not a YAML job file" in out.err and f"-- python3 {script}" in out.err
+    bad = tmp_path / "job.txt"
+    bad.write_text("np: [2\ncommand: x\n")
+    with pytest.raises(LaunchError, match=r"job.txt is not a YAML job file \(.*\); to run a script"):
+        load_job(bad)
+    bad.write_text("just some words\n")
+    with pytest.raises(LaunchError, match="a job file is a YAML mapping, got str; to run a script"):
+        load_job(bad)
+
+
 def test_shipped_jobs() -> None:
     demo = load_job(REPO / "launch" / "jobs" / "demo.yaml")
     assert demo.command == ["python3", "-m", "kosmos.demo"] and demo.np >= 1
