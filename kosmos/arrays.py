@@ -1,42 +1,30 @@
 """Any GPU array in: CuPy arrays as they are, and zero-copy CuPy views of anything that exposes the
-CUDA Array Interface (v2, v3) or DLPack (0.x or 1.x capsules), without importing the framework
-that made it (JAX, Numba, PyTorch, ...). Results are CuPy arrays, themselves CAI and DLPack producers.
+CUDA Array Interface (v2, v3) or DLPack, without importing the framework that made it (JAX, Numba,
+PyTorch, ...). Results are CuPy arrays, themselves DLPack producers (bf16 included), so JAX and PyTorch
+take them back zero-copy (`jax.dlpack.from_dlpack(y)`, `torch.from_dlpack(y)`).
 
-Why not CuPy's importers: `cupy.from_dlpack` refuses bfloat16 ("CuPy does not support bfloat16 yet"),
-and the CAI's bf16 typestr `<V2` names no CuPy dtype; bf16 is the dtype kosmos is for. cuda-core's
-StridedMemoryView reads both, but only on CUDA (the user's GPUs are AMD). So both protocols are read
-here, and the producer's memory is wrapped in a CuPy array whose owner keeps it alive.
-
-Streams: a CAI v3 `stream` is ordered before the consuming stream by an event (device side, no host
-wait); a DLPack producer is handed the consuming stream (`__dlpack__(stream=...)`) and orders its own
-work before it, as the protocol says. The consuming stream is the op's `stream=` or the current one.
+DLPack is read by CuPy (`cupy.from_dlpack`, which reads bf16 and fp8 as the ml_dtypes types from
+CuPy 14), with the op's stream current, so the producer orders its work before that stream, as the
+protocol says. The CUDA Array Interface is read here: CuPy's reader has no dtype for bf16's `<V2` and
+waits for a producer's `stream` on the host; here that wait is an event on the consuming stream (the
+op's `stream=` or the current one), so nothing stalls the host and graph capture is not broken.
 """
 from __future__ import annotations
 
-import ctypes
 from typing import Any
 
 import numpy as np
 
-from .dtypes import bfloat16, dtype_name, float8_e4m3, float8_e8m0
+from .dtypes import bfloat16, dtype_name
 
 # ---- dtypes ----
 # CAI typestrs that are bf16: numpy has no bf16, so producers describe it as 2 opaque bytes. kosmos has
 # no other 2-byte opaque element, so `<V2` is read as bf16 (a `descr` naming another type is refused).
 _BF16_TYPESTRS = ("<V2", "|V2")
 
-# DLPack's DLDataTypeCode (dlpack.h v1.1) -> kosmos dtypes, for the codes kosmos reads.
-DL_INT, DL_UINT, DL_FLOAT, DL_BFLOAT, DL_BOOL, DL_F8_E4M3FN, DL_F8_E8M0FNU = 0, 1, 2, 4, 6, 10, 14
-_DLPACK_DTYPES = {
-    (DL_INT, 8): np.dtype(np.int8), (DL_INT, 16): np.dtype(np.int16), (DL_INT, 32): np.dtype(np.int32),
-    (DL_INT, 64): np.dtype(np.int64), (DL_UINT, 8): np.dtype(np.uint8), (DL_UINT, 16): np.dtype(np.uint16),
-    (DL_UINT, 32): np.dtype(np.uint32), (DL_UINT, 64): np.dtype(np.uint64), (DL_FLOAT, 16): np.dtype(np.float16),
-    (DL_FLOAT, 32): np.dtype(np.float32), (DL_FLOAT, 64): np.dtype(np.float64), (DL_BFLOAT, 16): bfloat16,
-    (DL_BOOL, 8): np.dtype(np.bool_), (DL_F8_E4M3FN, 8): float8_e4m3, (DL_F8_E8M0FNU, 8): float8_e8m0,
-}
-
-# DLPack device types that are GPU memory this process can address.
-DL_CUDA, DL_CUDA_HOST, DL_ROCM, DL_CUDA_MANAGED = 2, 3, 10, 13
+# DLPack device types (dlpack.h): the GPU memory CuPy can address, and host memory (refused with a hint).
+DL_CUDA, DL_ROCM, DL_CUDA_MANAGED = 2, 10, 13
+DL_HOST = (1, 3, 11)  # kDLCPU, kDLCUDAHost, kDLROCMHost
 
 
 def dtype_from_typestr(typestr: str, descr: Any = None) -> np.dtype:
@@ -55,107 +43,14 @@ def dtype_from_typestr(typestr: str, descr: Any = None) -> np.dtype:
     return dt
 
 
-def dtype_from_dlpack(code: int, bits: int, lanes: int) -> np.dtype:
-    if lanes != 1:
-        raise TypeError(f"DLPack vector elements ({lanes} lanes) are not supported")
-    dt = _DLPACK_DTYPES.get((code, bits))
-    if dt is None:
-        raise TypeError(f"DLPack element type (code {code}, {bits} bits) is not one kosmos reads")
-    return dt
-
-
-# ---- DLPack structs (dlpack.h) ----
-class _DLDevice(ctypes.Structure):
-    _fields_ = [("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32)]
-
-
-class _DLDataType(ctypes.Structure):
-    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
-
-
-class _DLTensor(ctypes.Structure):
-    _fields_ = [("data", ctypes.c_void_p), ("device", _DLDevice), ("ndim", ctypes.c_int32),
-                ("dtype", _DLDataType), ("shape", ctypes.POINTER(ctypes.c_int64)),
-                ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
-
-
-# The deleter is called with the GIL held (PYFUNCTYPE), as CuPy and NumPy call it: a producer's
-# deleter may release Python objects.
-_DELETER = ctypes.PYFUNCTYPE(None, ctypes.c_void_p)
-
-
-class _DLManagedTensor(ctypes.Structure):
-    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER)]
-
-
-class _DLPackVersion(ctypes.Structure):
-    _fields_ = [("major", ctypes.c_uint32), ("minor", ctypes.c_uint32)]
-
-
-class _DLManagedTensorVersioned(ctypes.Structure):
-    _fields_ = [("version", _DLPackVersion), ("manager_ctx", ctypes.c_void_p), ("deleter", _DELETER),
-                ("flags", ctypes.c_uint64), ("dl_tensor", _DLTensor)]
-
-
-DLPACK_FLAG_READ_ONLY = 1
-_CAPSULES = {b"dltensor": (_DLManagedTensor, b"used_dltensor"),
-             b"dltensor_versioned": (_DLManagedTensorVersioned, b"used_dltensor_versioned")}
-
-_api = ctypes.pythonapi
-_api.PyCapsule_IsValid.restype = ctypes.c_int
-_api.PyCapsule_IsValid.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_api.PyCapsule_GetPointer.restype = ctypes.c_void_p
-_api.PyCapsule_GetPointer.argtypes = [ctypes.py_object, ctypes.c_char_p]
-_api.PyCapsule_SetName.restype = ctypes.c_int
-_api.PyCapsule_SetName.argtypes = [ctypes.py_object, ctypes.c_char_p]
-
-
-class _DLPackOwner:
-    """Owns a consumed DLPack tensor: calls the producer's deleter once the last view is gone."""
-
-    def __init__(self, managed: int, deleter: Any, producer: Any):
-        self.managed, self.deleter, self.producer = managed, deleter, producer
-
-    def __del__(self) -> None:
-        if self.deleter:
-            self.deleter(self.managed)
-
-
 class _Described:
-    """What either protocol says about an array: where it is, its layout, who keeps it alive."""
+    """What a CUDA Array Interface says about an array: where it is, its layout, who keeps it alive."""
 
     def __init__(self, ptr: int, shape: tuple[int, ...], dtype: np.dtype, strides: tuple[int, ...] | None,
-                 readonly: bool, owner: Any, device: int | None):
-        self.ptr, self.shape, self.dtype, self.readonly, self.owner, self.device = ptr, shape, dtype, readonly, owner, device
+                 readonly: bool, owner: Any):
+        self.ptr, self.shape, self.dtype, self.readonly, self.owner = ptr, shape, dtype, readonly, owner
         self.strides = strides  # bytes; None = C-contiguous
-
-
-def read_dlpack_capsule(capsule: Any, producer: Any) -> _Described:
-    """Consume a DLPack capsule (renaming it `used_...`, so its own destructor leaves the tensor to us)."""
-    for name, (struct, used) in _CAPSULES.items():
-        if _api.PyCapsule_IsValid(capsule, name):
-            break
-    else:
-        raise TypeError("__dlpack__ returned no unused 'dltensor' or 'dltensor_versioned' capsule")
-    addr = _api.PyCapsule_GetPointer(capsule, name)
-    managed = struct.from_address(addr)
-    t = managed.dl_tensor
-    readonly = bool(getattr(managed, "flags", 0) & DLPACK_FLAG_READ_ONLY)
-    try:
-        if hasattr(managed, "version") and managed.version.major != 1:
-            raise TypeError(f"DLPack {managed.version.major}.{managed.version.minor} tensors are not readable "
-                            "here (kosmos reads DLPack 1.x and unversioned capsules)")
-        dtype = dtype_from_dlpack(t.dtype.code, t.dtype.bits, t.dtype.lanes)
-        shape = tuple(int(t.shape[i]) for i in range(t.ndim))
-        strides = None if not t.strides else tuple(int(t.strides[i]) * dtype.itemsize for i in range(t.ndim))
-    except TypeError:
-        _api.PyCapsule_SetName(capsule, used)
-        if managed.deleter:
-            managed.deleter(addr)
-        raise
-    _api.PyCapsule_SetName(capsule, used)
-    owner = _DLPackOwner(addr, managed.deleter, producer)
-    return _Described((t.data or 0) + t.byte_offset, shape, dtype, strides, readonly, owner, int(t.device.device_id))
+        self.device: int | None = None
 
 
 def read_cai(obj: Any) -> tuple[_Described, int | None]:
@@ -173,7 +68,7 @@ def read_cai(obj: Any) -> tuple[_Described, int | None]:
     if stream == 0:
         raise ValueError("CUDA Array Interface stream 0 is disallowed by the protocol (ambiguous)")
     desc = _Described(int(ptr or 0), tuple(int(s) for s in cai["shape"]), dtype,
-                      None if strides is None else tuple(int(s) for s in strides), bool(readonly), obj, None)
+                      None if strides is None else tuple(int(s) for s in strides), bool(readonly), obj)
     return desc, stream
 
 
@@ -182,13 +77,6 @@ def _consumer_stream(stream: Any) -> Any:
     import cupy
 
     return cupy.cuda.get_current_stream() if stream is None else stream
-
-
-def dlpack_stream_arg(consumer_ptr: int, is_hip: bool) -> int:
-    """The `stream` a DLPack consumer passes for its stream: CUDA's legacy default is 1, ROCm's default 0."""
-    if consumer_ptr == 0:
-        return 0 if is_hip else 1
-    return consumer_ptr
 
 
 def cai_stream_ptr(stream: int) -> int:
@@ -241,6 +129,23 @@ def _wrap(desc: _Described) -> Any:
     return cupy.ndarray(desc.shape, desc.dtype, cupy.cuda.MemoryPointer(mem, -lo), strides=strides)
 
 
+def _from_dlpack(x: Any, name: str, stream: Any) -> Any:
+    import contextlib
+
+    import cupy
+
+    dev_type = x.__dlpack_device__()[0] if hasattr(x, "__dlpack_device__") else None
+    if dev_type in DL_HOST:
+        raise _host_array_error(x, name)
+    if dev_type not in (DL_ROCM if cupy.cuda.runtime.is_hip else DL_CUDA, DL_CUDA_MANAGED):
+        raise TypeError(f"{name} lives on DLPack device type {dev_type}, not a GPU this CuPy drives")
+    with contextlib.nullcontext() if stream is None else stream:  # the producer orders its work before it
+        try:
+            return cupy.from_dlpack(x)
+        except (TypeError, BufferError, NotImplementedError) as e:
+            raise TypeError(f"{name}: CuPy cannot read this DLPack array ({type(e).__name__}: {e})") from None
+
+
 def _host_array_error(x: Any, name: str) -> TypeError:
     return TypeError(f"{name} is a host array ({type(x).__module__}.{type(x).__name__}); kosmos ops take GPU "
                      "arrays: copy it to the GPU first (cupy.asarray)")
@@ -266,20 +171,7 @@ def as_cupy(x: Any, name: str = "x", *, stream: Any = None, writable: bool = Fal
         _wait_for_producer(producer_stream, _consumer_stream(stream))
         desc.device = _pointer_device(desc.ptr, name) if desc.ptr else None  # empty: no memory
     if desc is None and hasattr(x, "__dlpack__"):
-        dev_type, dev_id = x.__dlpack_device__() if hasattr(x, "__dlpack_device__") else (None, None)
-        want = DL_ROCM if cupy.cuda.runtime.is_hip else DL_CUDA
-        if dev_type not in (want, DL_CUDA_MANAGED):
-            if dev_type in (1, DL_CUDA_HOST, 11):  # kDLCPU, pinned host memory
-                raise _host_array_error(x, name)
-            raise TypeError(f"{name} lives on DLPack device type {dev_type}, not a GPU this CuPy drives")
-        consumer = _consumer_stream(stream)
-        arg = dlpack_stream_arg(consumer.ptr, cupy.cuda.runtime.is_hip)
-        try:
-            capsule = x.__dlpack__(stream=arg, max_version=(1, 0))
-        except TypeError:  # a producer older than DLPack 1.0 takes no max_version
-            capsule = x.__dlpack__(stream=arg)
-        desc = read_dlpack_capsule(capsule, x)
-        desc.device = int(dev_id)
+        return _from_dlpack(x, name, stream)
     if desc is None:
         why = f" (its CUDA Array Interface: {cai_error})" if cai_error else ""
         raise TypeError(f"{name} must be a GPU array (cupy.ndarray, or an object with __cuda_array_interface__ "

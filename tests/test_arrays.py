@@ -1,22 +1,20 @@
 """The GPU-array adapter's logic on the CPU: CAI and DLPack producers read into CuPy views, no GPU touched.
 
-Pointers here are never dereferenced (a CuPy array over them is made, not read); the two functions
-that ask the driver (which GPU a pointer is on, the current stream) are replaced by fakes. The GPU
+Pointers here are never dereferenced (a CuPy array over them is made, not read); the functions that
+ask the driver (which GPU a pointer is on, the current stream, the stream wait) are replaced by fakes. The GPU
 side (real producers, stream waits, every op family) is tests/gpu/test_interop.py.
 """
 from __future__ import annotations
-
-import gc
 
 import numpy as np
 import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from producers import CAIProducer, DLPackProducer, capsule_name  # noqa: E402
+from producers import CAIProducer, DLPackProducer  # noqa: E402
 
 from kosmos import arrays  # noqa: E402
-from kosmos.dtypes import bfloat16, float8_e4m3  # noqa: E402
+from kosmos.dtypes import bfloat16  # noqa: E402
 
 PTR = 0x7F00_0000_0000  # 16-byte aligned, never read
 
@@ -127,56 +125,14 @@ def test_a_cai_that_raises_is_reported() -> None:
         arrays.as_cupy(BrokenCAI())
 
 
-# ---- DLPack: capsules built with ctypes, as a producer's C code would (tests/producers.py) ----
-@pytest.mark.parametrize("versioned", [False, True])
-def test_dlpack_bf16_view_and_deleter(no_driver: dict, versioned: bool) -> None:
-    p = DLPackProducer(PTR, (3, 32), "bfloat16", versioned=versioned, byte_offset=64)
-    x = arrays.check_array(p, "x", dtypes=(bfloat16,), device=0)
-    assert (x.shape, x.dtype, x.data.ptr) == ((3, 32), bfloat16, PTR + 64)  # byte_offset applied
-    assert p.streams == [1]  # CUDA's legacy default stream is passed as 1
-    assert capsule_name(p.capsule).startswith(b"used_")
-    assert p.deleted == 0
-    del x
-    gc.collect()
-    assert p.deleted == 1
-
-
-def test_dlpack_strides_are_elements(no_driver: dict) -> None:
-    p = DLPackProducer(PTR, (4, 8), "float32", strides=(1, 4))
-    x = arrays.as_cupy(p, stream=FakeStream(0xABC))
-    assert x.strides == (4, 16) and p.streams == [0xABC]
-
-
-def test_dlpack_old_producer_and_fp8(no_driver: dict) -> None:
-    p = DLPackProducer(PTR, (64,), "float8_e4m3fn", old=True, versioned=False)
-    assert arrays.as_cupy(p).dtype == float8_e4m3
-
-
-def test_dlpack_refusals_still_release_the_tensor(no_driver: dict) -> None:
-    p = DLPackProducer(PTR, (8,), "float32", flags=arrays.DLPACK_FLAG_READ_ONLY)
-    with pytest.raises(ValueError, match="dw is read-only"):
-        arrays.as_cupy(p, "dw", writable=True)
-    gc.collect()
-    assert p.deleted == 1
-    p = DLPackProducer(PTR, (8,), "complex64")  # complex64: not a kosmos element type
-    with pytest.raises(TypeError, match="code 5, 64 bits"):
-        arrays.as_cupy(p)
-    assert p.deleted == 1
-    p = DLPackProducer(PTR, (8,), "float32", major=2)
-    with pytest.raises(TypeError, match="DLPack 2.0 tensors are not readable"):
-        arrays.as_cupy(p)
-    assert p.deleted == 1
-
-
-def test_dlpack_host_memory_is_refused(no_driver: dict) -> None:
-    with pytest.raises(TypeError, match="host array"):
-        arrays.as_cupy(DLPackProducer(PTR, (8,), "float32", device=(1, 0)))
+# ---- DLPack: CuPy reads the capsule (tests/gpu/test_interop.py); what is refused before that ----
+def test_dlpack_host_memory_and_other_devices_are_refused() -> None:
+    for host in (1, 3, 11):  # kDLCPU, kDLCUDAHost, kDLROCMHost
+        with pytest.raises(TypeError, match="x is a host array"):
+            arrays.as_cupy(DLPackProducer(device=(host, 0)))
     with pytest.raises(TypeError, match="DLPack device type 14"):
-        arrays.as_cupy(DLPackProducer(PTR, (8,), "float32", device=(14, 0)))
+        arrays.as_cupy(DLPackProducer(device=(14, 0)))
 
 
 def test_stream_numbers() -> None:
-    assert arrays.dlpack_stream_arg(0, is_hip=False) == 1
-    assert arrays.dlpack_stream_arg(0, is_hip=True) == 0
-    assert arrays.dlpack_stream_arg(0x77, is_hip=False) == 0x77
     assert arrays.cai_stream_ptr(1) == 0 and arrays.cai_stream_ptr(2) == 2 and arrays.cai_stream_ptr(0x77) == 0x77

@@ -173,8 +173,10 @@ def test_bad_inputs_rejected():
     b = cupy.asarray(rand_bf16(rng, (128, 128)))
     with pytest.raises(TypeError, match="dtype"):
         gemm.matmul(cupy.asarray(rng.standard_normal((128, 128)).astype(np.float32)), b)
-    with pytest.raises(TypeError, match="cupy.ndarray"):
+    with pytest.raises(TypeError, match=r"a is a host array \(numpy.ndarray\)"):
         gemm.matmul(a.get(), b)
+    with pytest.raises(TypeError, match="b must be a GPU array"):
+        gemm.matmul(a, [[1.0]])
     with pytest.raises(ValueError, match="C-contiguous"):
         gemm.matmul(cupy.asarray(rand_bf16(rng, (128, 256)))[:, :128], b)
     with pytest.raises(ValueError, match="multiple of 64"):
