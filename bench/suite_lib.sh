@@ -18,6 +18,6 @@ gpu_tests() {  # gpu_tests NP TIMEOUT_S: tests/gpu under mpirun, one log per ran
   local f
   for f in /tmp/kosmos_gpu_tests_r*.log; do
     echo "----- $f (last 40 lines)" >> "$LOG"; tail -n 40 "$f" >> "$LOG"
-    summary[-1]+=" | r${f//[^0-9]/}: $(grep -E '[0-9]+ (passed|failed|skipped|errors?) ' "$f" | tail -1)"
+    summary[-1]+=" | r${f//[^0-9]/}: $(grep -E '[0-9]+ (passed|failed|skipped|errors?)\b' "$f" | tail -1)"
   done
 }

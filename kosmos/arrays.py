@@ -93,7 +93,7 @@ def _wait_for_producer(producer: int | None, consumer: Any) -> None:
     if ptr == consumer.ptr:
         return
     event = cupy.cuda.Event(block=False, disable_timing=True, interprocess=False)
-    event.record(cupy.cuda.ExternalStream(ptr) if ptr else cupy.cuda.Stream.null)
+    cupy.cuda.runtime.eventRecord(event.ptr, ptr)  # on the producer's raw stream handle
     consumer.wait_event(event)
 
 

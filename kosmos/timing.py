@@ -131,10 +131,16 @@ def git_commit() -> str:
     import subprocess
     from pathlib import Path
 
-    if os.environ.get("KOSMOS_COMMIT"):  # trees copied without .git (e.g. to a GPU machine)
+    if os.environ.get("KOSMOS_COMMIT"):  # trees copied without (or with a stale) .git, e.g. to a GPU machine
         return os.environ["KOSMOS_COMMIT"]
+    here = Path(__file__).resolve().parent
     try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
-                              cwd=Path(__file__).resolve().parent, timeout=5).stdout.strip() or "unknown"
+        sha = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                             cwd=here, timeout=5).stdout.strip()
+        if not sha:
+            return "unknown"
+        # A tree that differs from HEAD did not run HEAD (a copy with a stale .git reads as an old commit).
+        dirty = subprocess.run(["git", "diff", "--quiet", "HEAD"], cwd=here, timeout=30).returncode != 0
+        return sha + ("-dirty" if dirty else "")
     except Exception:
         return "unknown"
