@@ -181,6 +181,16 @@ def as_cupy(x: Any, name: str = "x", *, stream: Any = None, writable: bool = Fal
     return _wrap(desc)
 
 
+def refuse_overlap(name: str, out: Any, **inputs: Any) -> None:
+    """Raise unless the (contiguous) output's memory is disjoint from each input's: the kernels read
+    their inputs while they write their output, so an alias gives a wrong result, not an error."""
+    lo, hi = out.data.ptr, out.data.ptr + out.nbytes
+    for what, a in inputs.items():
+        if a is not None and a.nbytes and out.nbytes and lo < a.data.ptr + a.nbytes and a.data.ptr < hi:
+            raise ValueError(f"{name} overlaps {what} in memory; kosmos ops write their output while they "
+                             "still read their inputs: pass a separate output array")
+
+
 def check_array(x: Any, name: str, *, dtypes: tuple[np.dtype, ...] | None = None, device: int | None = None,
                 stream: Any = None, writable: bool = False) -> Any:
     """x as a CuPy array (see as_cupy), checked: C-contiguous, 16-byte aligned, an accepted dtype, on `device`.

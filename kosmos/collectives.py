@@ -13,12 +13,13 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from .arrays import check_array
+from .arrays import check_array, refuse_overlap
 from .dtypes import REDUCE_SUFFIX, bfloat16, copy_into, dtype_name, float32
 from .errors import KosmosError
 from .exchange import agree, all_ok, allgather_counts
 from .plan import SymmetricPlan
 from .runtime import PersistentLaunch, load_module, sm_count
+from .runtime.streams import uses_stream
 from .world import World
 
 MOVER_THREADS = 384  # the block size the fused kernels share between builders and movers
@@ -74,12 +75,14 @@ class AllGather(_CollectivePlan):
     def out_shape(self) -> tuple[int, ...]:
         return (self.world.size * self.shard_shape[0],) + self.shard_shape[1:]
 
+    @uses_stream
     def __call__(self, x: Any, out: Any = None, stream: Any = None) -> Any:
         x = self._check(x, "x", self.shard_shape, self.dtype, stream)
         out = self._output(out, self.out_shape, self.dtype, stream)
+        refuse_overlap("out", out, x=x)
         if self.world.size == 1:
             return self._alone(x, out, stream)
-        epoch, ctx = self._next_call()
+        epoch, ctx = self._next_call(stream)
         self._kernel("kosmos_all_gather")(
             self._common_args() + (epoch, np.uint64(self.flags.offset), np.uint64(self.staging.offset), x, out,
                                    np.uint64(self.shard_bytes), np.uint64(self.item_bytes), ctx),
@@ -124,12 +127,14 @@ class ReduceScatter(_CollectivePlan):
     def out_shape(self) -> tuple[int, ...]:
         return (self.shape[0] // self.world.size,) + self.shape[1:]
 
+    @uses_stream
     def __call__(self, x: Any, out: Any = None, stream: Any = None) -> Any:
         x = self._check(x, "x", self.shape, self.dtype, stream)
         out = self._output(out, self.out_shape, self.dtype, stream)
+        refuse_overlap("out", out, x=x)
         if self.world.size == 1:
             return self._alone(x, out, stream)
-        epoch, ctx = self._next_call()
+        epoch, ctx = self._next_call(stream)
         self._kernel(f"kosmos_reduce_scatter_{REDUCE_SUFFIX[self.dtype]}")(
             self._common_args() + (epoch, np.uint64(self.flags.offset), np.uint64(self.staging.offset), x, out,
                                    np.uint64(self.chunk_bytes), np.uint64(self.item_bytes), ctx),
@@ -196,16 +201,21 @@ class AllToAll(_CollectivePlan):
         self.chunks_per_dest = max(1, -(-self.capacity_rows // self.item_rows))
         self.arena = self.heap.alloc((max(self.capacity_rows * self.row_bytes, 16),), np.uint8)
 
+    @uses_stream
     def __call__(self, x: Any, send_counts: Sequence[int], stream: Any = None) -> tuple[Any, np.ndarray]:
         """Returns (received rows, recv_counts per source). Collective: exchanges counts over MPI."""
         x, matrix = exchange_send_counts(self.world, x, send_counts, self.row_shape, self.dtype, stream)
-        return self.launch(x, matrix, stream)
+        return self._push(x, matrix, stream)
 
-    def launch(self, x: Any, matrix: np.ndarray, stream: Any = None) -> tuple[Any, np.ndarray]:
-        """The push, given the [src, dst] count matrix every rank already holds."""
+    def _push(self, x: Any, matrix: np.ndarray, stream: Any = None) -> tuple[Any, np.ndarray]:
+        """The push, given x (checked) and the [src, dst] count matrix every rank holds (all-gathered)."""
         import cupy
 
         w = self.world
+        if matrix.shape != (w.size, w.size) or (matrix < 0).any() or int(matrix[w.rank].sum()) != x.shape[0]:
+            # Counts become offsets into peers' memory: never launch on a matrix that is not the exchanged one.
+            raise KosmosError(f"all_to_all count matrix {matrix.tolist()} does not fit this world of {w.size} "
+                              f"ranks and rank {w.rank}'s {x.shape[0]} rows")
         most = int(matrix.sum(axis=0).max())
         if most > self.capacity_rows:
             raise KosmosError(f"a rank would receive {most} rows; this plan's arena holds {self.capacity_rows}")
@@ -214,7 +224,7 @@ class AllToAll(_CollectivePlan):
         if w.size == 1:
             return self._alone(x, out, stream), matrix[:, w.rank].copy()
         plan_dev = cupy.asarray(plan)
-        epoch, ctx = self._next_call()
+        epoch, ctx = self._next_call(stream)
         self._kernel("kosmos_all_to_all")(
             self._common_args() + (epoch, np.uint64(self.flags.offset), np.uint64(self.arena.offset), x, out,
                                    plan_dev, np.uint64(self.row_bytes), np.uint64(recv_rows),
@@ -242,6 +252,8 @@ def _validated(world: World, x: Any, what: str, dtypes: tuple[np.dtype, ...] | N
     err = None
     try:
         x = check_array(x, "x", dtypes=dtypes, device=world.device_id)
+        if x.ndim == 0:
+            raise ValueError(f"{what} needs an array with a row axis, got a 0-d array")
     except (TypeError, ValueError) as e:
         err = e
     all_ok(world.comm, err)
@@ -289,4 +301,4 @@ def all_to_all(world: World, x: Any, send_counts: Sequence[int]) -> tuple[Any, n
     cache = _plan_cache(world)
     if key not in cache:
         cache[key] = AllToAll(world, capacity, x.shape[1:], x.dtype)
-    return cache[key].launch(x, matrix)
+    return cache[key]._push(x, matrix)

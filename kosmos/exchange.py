@@ -6,7 +6,7 @@ GPU-aware, so everything crosses as bytes or NumPy arrays in host memory.
 """
 from __future__ import annotations
 
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence, TypeVar
 
 import numpy as np
 
@@ -45,11 +45,38 @@ def agree(comm: Any, what: str, value: Any) -> None:
         raise KosmosError(f"ranks disagree on {what}: {detail}")
 
 
-def all_ok(comm: Any, error: BaseException | None) -> None:
-    """Collective validation: if any rank failed a check, every rank raises (nobody launches alone)."""
+def all_ok(comm: Any, error: BaseException | None, what: str = "rejected its input") -> None:
+    """Collective validation: if any rank failed a check, every rank raises (nobody launches alone).
+
+    The failing rank raises its own error; the others a KosmosError naming each failing rank and why."""
     msgs = comm.allgather(None if error is None else f"{type(error).__name__}: {error}")
     if error is not None:
         raise error
     bad = [(r, m) for r, m in enumerate(msgs) if m is not None]
     if bad:
-        raise KosmosError("another rank rejected its input: " + "; ".join(f"rank {r}: {m}" for r, m in bad))
+        raise KosmosError(f"another rank {what}: " + "; ".join(f"rank {r}: {m}" for r, m in bad))
+
+
+T = TypeVar("T")
+
+
+def collectively(comm: Any, what: str, step: Callable[[], T], undo: Callable[[T], None] | None = None) -> T:
+    """Run `step` on every rank of `comm`; if it raised on any rank, every rank raises.
+
+    The one pattern for host steps that can fail on one rank alone (a compile, an allocation, an IPC
+    open): without it the others would wait forever in the next collective. Where `step` succeeded
+    on this rank but failed on another, `undo(result)` releases what it made before raising.
+    """
+    result: Any = None
+    error: BaseException | None = None
+    try:
+        result = step()
+    except Exception as e:  # noqa: BLE001 - carried to every rank, then re-raised here
+        error = e
+    try:
+        all_ok(comm, error, f"failed {what}")
+    except KosmosError:
+        if error is None and undo is not None:
+            undo(result)
+        raise
+    return result

@@ -25,9 +25,10 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import check_array
+from .arrays import check_array, refuse_overlap
 from .dtypes import dtype_name
 from .runtime.source import hipsrc_dir
+from .runtime.streams import DeviceOrder, uses_stream
 
 LAYOUTS = ("TN", "NN", "NT")
 EPILOGUES = ("store", "swiglu")
@@ -310,6 +311,9 @@ class GemmPlan:
     splits: int = 1  # split-K: the kernel writes fp32 partials, reduce_kernel sums them in order
     reduce_kernel: Any = None
     _tmaps: dict = field(default_factory=dict)
+    # The queue head is shared by every call (each call claims from its own base), so calls must run
+    # one after another on the device and take their bases in that order, from any thread or stream.
+    _order: DeviceOrder = field(default_factory=DeviceOrder)
 
     @property
     def tma_store(self) -> bool:
@@ -351,19 +355,21 @@ class GemmPlan:
                 np.uint64(self.base if base is None else base))
 
     def __call__(self, a, b, out, stream=None) -> None:
-        if self.splits == 1:
-            self.launch(self.args(a, b, out), stream=stream)
-        else:
-            import cupy
+        with self._order.lock:
+            self._order.join(stream)
+            if self.splits == 1:
+                self.launch(self.args(a, b, out), stream=stream)
+            else:
+                import cupy
 
-            s = self.shape
-            ws = cupy.empty((self.splits * s.mo, s.no), dtype=cupy.float32)
-            self.launch(self.args(a, b, ws), stream=stream)
-            n = s.mo * s.no
-            blocks = max(1, min(-(-n // (4 * 256)), 8 * self.grid))
-            self.reduce_kernel((blocks,), (256,), (ws, out, np.int64(n), np.int32(self.splits)), stream=stream)
-        # Every CTA claims until it sees an index past the end: the head moves by ntiles + grid.
-        self.base += self.ntiles + self.grid
+                s = self.shape
+                ws = cupy.empty((self.splits * s.mo, s.no), dtype=cupy.float32)
+                self.launch(self.args(a, b, ws), stream=stream)
+                n = s.mo * s.no
+                blocks = max(1, min(-(-n // (4 * 256)), 8 * self.grid))
+                self.reduce_kernel((blocks,), (256,), (ws, out, np.int64(n), np.int32(self.splits)), stream=stream)
+            # Every CTA claims until it sees an index past the end: the head moves by ntiles + grid.
+            self.base += self.ntiles + self.grid
 
 
 _plans: dict[tuple, GemmPlan] = {}
@@ -411,6 +417,7 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     return plan
 
 
+@uses_stream
 def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | None = None, *,
            epilogue: str = "store", split_k: int | None = 1, stream=None):
     """Persistent GEMM on the builder tile; see the module docstring for layouts.
@@ -442,6 +449,7 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
             raise TypeError(f"out has dtype {dtype_name(out.dtype)}; this GEMM writes {dtype_name(dt)}")
         if tuple(out.shape) != shape.out_shape:
             raise ValueError(f"out has shape {tuple(out.shape)}, expected {shape.out_shape}")
+        refuse_overlap("out", out, a=a, b=b)
     plan = get_plan(shape, dt, sm_cap, split_k)
     plan(a, b, out, stream=stream)
     return out

@@ -56,12 +56,15 @@ class SymmetricPlan:
         if self.heap is None:
             raise KosmosError(f"{type(self).__name__} was closed")
 
-    def _next_call(self) -> tuple[np.uint64, np.void]:
-        """Epoch and wait context for the next launch."""
+    def _next_call(self, stream: Any) -> tuple[np.uint64, np.void]:
+        """Epoch and wait context for the next launch, which goes on `stream` after every earlier
+        launch of the World's ops (DeviceOrder): a plan's epochs and queue heads assume its calls
+        never overlap, and two persistent grids beside each other can deadlock across ranks."""
         self._check_open()
         self.world.check()
         if self.stale:
             raise KosmosError(f"{type(self).__name__} was built before a device timeout; build a new plan")
+        self.world.order.join(stream)
         self.epoch += 1
         return np.uint64(self.epoch), self._wait_ctx()
 

@@ -1,8 +1,8 @@
 """SymmetricHeap: one raw device allocation per rank, mapped into every peer through IPC.
 
-Every rank allocates the same number of bytes with the runtime's plain malloc (an IPC handle
-names a whole allocation, so pool sub-allocations will not do), all-gathers the handles over
-MPI and opens its peers'. Allocations from the heap are collective and bump-allocated at the
+Every rank allocates the same number of bytes with a raw device allocation (an IPC handle names a
+whole allocation, so pool sub-allocations will not do; on ROCm it is uncached fine-grained memory,
+see device_malloc), all-gathers the handles over MPI and opens its peers'. Allocations from the heap are collective and bump-allocated at the
 same offset on every rank, so the address of an allocation on peer ``r`` is
 ``peer_bases[r] + offset``; kernels get ``peer_bases`` as a device table.
 """
@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 
 from .errors import KosmosError, KosmosResourceError
-from .exchange import agree, allgather_handles
+from .exchange import agree, allgather_handles, collectively
 
 if TYPE_CHECKING:
     import cupy
@@ -74,21 +74,50 @@ class SymmetricHeap:
         self.world = world
         self.nbytes = align_up(int(nbytes))
         self._alloc = BumpAllocator(self.nbytes)
-        self.base: int = rt.malloc(self.nbytes)
-        rt.memset(self.base, 0, self.nbytes)  # flags start at zero
-        rt.deviceSynchronize()
         self._opened: list[int] = []
+        comm = world.comm
+
+        # Each step can fail on one rank alone (out of memory is per process): every rank then
+        # raises, and each releases what it holds.
+        def allocate() -> tuple[int, bytes | None]:
+            base = device_malloc(self.nbytes)
+            try:
+                rt.memset(base, 0, self.nbytes)  # flags start at zero
+                rt.deviceSynchronize()
+                return base, (bytes(rt.ipcGetMemHandle(base)) if world.size > 1 else None)
+            except Exception:
+                rt.free(base)
+                raise
+
+        self.base, handle = collectively(comm, "to allocate its symmetric heap", allocate,
+                                         lambda made: rt.free(made[0]))
         bases = [0] * world.size
         bases[world.rank] = self.base
         if world.size > 1:
-            handles = allgather_handles(world.comm, rt.ipcGetMemHandle(self.base))
-            for r, h in enumerate(handles):
-                if r != world.rank:
-                    bases[r] = rt.ipcOpenMemHandle(h, rt.cudaIpcMemLazyEnablePeerAccess)
-                    self._opened.append(bases[r])
+            handles = allgather_handles(comm, handle)
+
+            def open_peers() -> list[int]:
+                opened: list[int] = []
+                try:
+                    for r, h in enumerate(handles):
+                        if r != world.rank:
+                            bases[r] = rt.ipcOpenMemHandle(h, rt.cudaIpcMemLazyEnablePeerAccess)
+                            opened.append(bases[r])
+                except Exception:
+                    self._close(opened)
+                    raise
+                return opened
+
+            try:
+                self._opened = collectively(comm, "to open its peers' heaps", open_peers, self._close)
+            except Exception:
+                comm.Barrier()  # every rank has closed what it opened of ours
+                rt.free(self.base)
+                self.base = 0
+                raise
         self.bases: list[int] = bases
         self.peer_bases = cupy.asarray(np.array(bases, dtype=np.uint64))
-        world.comm.Barrier()  # nobody writes into a peer before that peer has zeroed its heap
+        comm.Barrier()  # nobody writes into a peer before that peer has zeroed its heap
         world.register_heap(self)
         self._barrier_flags = self.alloc((world.size,), np.uint64)
         self._barrier_epoch = 0
@@ -118,6 +147,7 @@ class SymmetricHeap:
         if self._barrier_kernel is None:
             mod = load_module("symmetric.hip", world=self.world)
             self._barrier_kernel = PersistentLaunch.checked(mod.get_function("kosmos_heap_barrier"), 1, 64)
+        self.world.order.join(stream)
         self._barrier_epoch += 1
         ctx = self.world.status.wait_ctx(kernel_id("KERNEL_BARRIER"))
         self._barrier_kernel(
@@ -125,6 +155,13 @@ class SymmetricHeap:
              np.int32(self.world.size), np.uint64(self._barrier_epoch), ctx),
             stream=stream,
         )
+
+    @staticmethod
+    def _close(opened: list[int]) -> None:
+        import cupy
+
+        for p in opened:
+            cupy.cuda.runtime.ipcCloseMemHandle(p)
 
     def free(self) -> None:
         """Collective: close peers' mappings and free this rank's allocation."""
@@ -135,13 +172,43 @@ class SymmetricHeap:
         rt = cupy.cuda.runtime
         rt.deviceSynchronize()
         self.world.comm.Barrier()  # no peer still reads or writes our memory
-        for p in self._opened:
-            rt.ipcCloseMemHandle(p)
-        self._opened.clear()
+        self._close(self._opened)
+        self._opened = []
         self.world.comm.Barrier()  # every peer has closed its mapping of ours
         rt.free(self.base)
         self.base = 0
         self.world.unregister_heap(self)
+
+
+def device_malloc(nbytes: int, *, is_hip: bool | None = None) -> int:
+    """Device memory that peers may poll while a kernel runs, mappable through IPC.
+
+    CUDA: plain cudaMalloc (coherent across peers at system scope). ROCm: plain hipMalloc memory is
+    coarse-grained, and flags, counters and sentinels a peer polls inside a running kernel are not
+    guaranteed visible there; uncached fine-grained memory is (RCCL allocates its flags so).
+    """
+    import cupy
+
+    if not (cupy.cuda.runtime.is_hip if is_hip is None else is_hip):
+        return int(cupy.cuda.runtime.malloc(nbytes))
+    return hip_ext_malloc(nbytes, HIP_DEVICE_MALLOC_UNCACHED)
+
+
+# hipExtMallocWithFlags flags (hip_runtime_api.h)
+HIP_DEVICE_MALLOC_FINEGRAINED, HIP_DEVICE_MALLOC_UNCACHED = 0x1, 0x3
+
+
+def hip_ext_malloc(nbytes: int, flags: int, lib: Any = None) -> int:
+    """hipExtMallocWithFlags through ctypes (CuPy does not bind it); free it with hipFree."""
+    import ctypes
+
+    if lib is None:
+        lib = ctypes.CDLL("libamdhip64.so", mode=ctypes.RTLD_GLOBAL)
+    ptr = ctypes.c_void_p()
+    err = lib.hipExtMallocWithFlags(ctypes.byref(ptr), ctypes.c_size_t(nbytes), ctypes.c_uint(flags))
+    if err != 0 or not ptr.value:
+        raise KosmosResourceError(f"hipExtMallocWithFlags({nbytes} B, flags {flags:#x}) failed with hipError {err}")
+    return int(ptr.value)
 
 
 def check_world_size(world_size: int, max_world: int = 16) -> None:

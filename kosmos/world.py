@@ -4,7 +4,9 @@ from __future__ import annotations
 from typing import Any
 
 from .environment import import_mpi, probe_gpus, usable_gpus
+from .exchange import agree
 from .errors import KosmosError
+from .runtime.streams import DeviceOrder
 
 visible_gpus = usable_gpus  # GPUs CuPy can use; raises (naming the fix) where GPUs exist but CuPy cannot use them
 
@@ -38,6 +40,7 @@ class World:
         if gpu and ngpu == 0:
             raise KosmosError(f"no GPU is visible to this process (World(gpu=True)): {probe_gpus().reason}")
         self.num_gpus = ngpu
+        self.order = DeviceOrder()  # the World's ops run one after another on the device, whatever their stream
         self.device_id: int | None = None
         self.oversubscribed = False
         self.status = None
@@ -92,6 +95,9 @@ class World:
             import cupy
 
             cupy.cuda.Device(self.device_id).synchronize()
+        # Freeing is collective per heap: ranks holding different heaps would pair the wrong ones and hang.
+        agree(self.comm, "the symmetric heaps to free at finalize (bytes each, in order)",
+              [h.nbytes for h in self._heaps])
         for heap in reversed(list(self._heaps)):
             heap.free()
         self._heaps.clear()

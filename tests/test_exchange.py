@@ -6,7 +6,7 @@ import pytest
 from fakes import FakeComm
 
 from kosmos.errors import KosmosError
-from kosmos.exchange import agree, all_ok, allgather_counts, allgather_handles
+from kosmos.exchange import agree, all_ok, allgather_counts, allgather_handles, collectively
 
 
 def test_handles_single_rank() -> None:
@@ -81,3 +81,28 @@ def test_all_ok_names_the_rank_that_failed() -> None:
     comm = FakeComm(0, 3, peers=lambda v: [v, "ValueError: x is not contiguous", None])
     with pytest.raises(KosmosError, match=r"another rank rejected its input: rank 1: ValueError: x is not contiguous"):
         all_ok(comm, None)
+
+
+# ---- collectively: a host step that can fail on one rank alone ----
+def test_collectively_returns_the_result_when_every_rank_succeeds() -> None:
+    assert collectively(FakeComm(0, 3), "to compile x", lambda: 42) == 42
+
+
+def test_collectively_reraises_this_ranks_error_without_undo() -> None:
+    undone: list = []
+    comm = FakeComm(1, 2, peers=lambda v: [None, v])
+
+    def fail() -> int:
+        raise MemoryError("out of memory allocating 4 GiB")
+
+    with pytest.raises(MemoryError, match="out of memory"):
+        collectively(comm, "to allocate", fail, undone.append)
+    assert undone == []  # nothing was made here
+
+
+def test_collectively_raises_and_undoes_where_a_peer_failed() -> None:
+    undone: list = []
+    comm = FakeComm(0, 3, peers=lambda v: [v, "KosmosCompileError: tp.hip: error", None])
+    with pytest.raises(KosmosError, match=r"another rank failed to compile tp.hip: rank 1: KosmosCompileError"):
+        collectively(comm, "to compile tp.hip", lambda: "module", undone.append)
+    assert undone == ["module"]  # what this rank made is released before it raises

@@ -160,7 +160,9 @@ def _stand_in_op():
 
     op = object.__new__(AllGatherMatmul)
     op.heap, op._args, op.epoch, op._ctx, op._failures_at_build = object(), {}, 0, "ctx", 0
-    op.world = types.SimpleNamespace(check=lambda: None, status=types.SimpleNamespace(failures=0))
+    joined: list = []  # the streams each launch was ordered on (World.order)
+    op.world = types.SimpleNamespace(check=lambda: None, status=types.SimpleNamespace(failures=0),
+                                     order=types.SimpleNamespace(join=joined.append, joined=joined))
     launched = []
     op.launch = lambda args, stream=None: launched.append(list(args))
     return op, launched

@@ -2,7 +2,8 @@
 
 Modules are cached per process (by file, options and name expressions) on top of CuPy's
 on-disk cache. When several ranks share a node, node-local rank 0 compiles first and the
-others wait at a barrier, so no rank ever reads a half-written cache file.
+others wait for it, so no rank ever reads a half-written cache file; a compile that fails on
+any rank raises on every rank.
 """
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ import threading
 from typing import TYPE_CHECKING, Sequence
 
 from ..errors import KosmosCompileError
+from ..exchange import collectively
 from .source import compile_options, hipsrc_dir, nvidia_arch
 
 if TYPE_CHECKING:
@@ -58,12 +60,12 @@ def load_module(
             raise KosmosCompileError(f"compiling hipsrc/{filename} with {options} failed:\n{e}") from e
         return m
 
-    if world is not None and world.local_size > 1:
-        # Node-local rank 0 fills CuPy's disk cache; the others then hit it.
-        mod = build() if world.local_rank == 0 else None
-        world.local_comm.Barrier()
-        if mod is None:
-            mod = build()
+    if world is not None and world.size > 1:
+        # Node-local rank 0 fills CuPy's disk cache; the others then hit it. A failure on any rank
+        # raises on every rank (a rank left waiting in a barrier would hang).
+        first = world.local_rank == 0
+        mod = collectively(world.local_comm, f"to compile hipsrc/{filename}", build if first else lambda: None)
+        mod = collectively(world.comm, f"to load hipsrc/{filename}", (lambda: mod) if first else build)
     else:
         mod = build()
     with _lock:

@@ -20,15 +20,18 @@ from typing import Any, Callable
 import numpy as np
 
 from .. import gemm
+from ..arrays import refuse_overlap
 from ..dtypes import bfloat16, copy_into, float32
+from ..errors import KosmosError
 from ..exchange import agree
 from ..plan import SymmetricPlan
 from ..runtime import PersistentLaunch, load_module, sm_count
+from ..runtime.streams import uses_stream
 from ..timing import device_name
 from ..world import World
 from .heuristics import Crew, crew_for, hardware
-from .queues import (TILE_ROW, BandGrid, GatherGrid, ag_mover_order, ag_tile_order, rs_reducer_order, rs_tile_order,
-                     tile_indices)
+from .queues import (AG_ORDERS, RS_ORDERS, TILE_ROW, BandGrid, GatherGrid, ag_mover_order, ag_tile_order,
+                     rs_reducer_order, rs_tile_order, tile_indices)
 
 POLICIES = {"one_way": 0, "fixed": 1, "two_way": 2}  # two_way: the AG kernels only
 
@@ -46,9 +49,14 @@ class _FusedOp(SymmetricPlan):
     kind = ""
 
     def __init__(self, world: World, m: int, n: int, k: int, *, sm_cap: int | None, policy: str,
-                 movers: int | None, heap_bytes: int):
+                 movers: int | None, heap_bytes: Callable[[], int], switches: dict[str, Any]):
+        """`switches`: every other argument of the op's constructor. All of them are agreed across ranks
+        and validated (on every rank alike) before anything is allocated; `heap_bytes` is computed
+        only then (from validated arguments)."""
         world.require_gpu()
-        agree(world.comm, f"{type(self).__name__} shape and switches", (m, n, k, sm_cap, policy, movers))
+        agree(world.comm, f"{type(self).__name__} shape and switches",
+              (m, n, k, sm_cap, policy, movers, sorted((name, repr(v)) for name, v in switches.items())))
+        self._validate(switches)
         if m < 128 or m % 128:
             raise ValueError(f"rows per rank m = {m} must be a positive multiple of 128 (the GEMM tile)")
         for name, v in (("n", n), ("k", k)):
@@ -71,9 +79,15 @@ class _FusedOp(SymmetricPlan):
             self.crew = Crew(0, 0, self.crew.grid, self.crew.grid)
         elif self.crew.movers == 0 and policy == "fixed":
             raise ValueError("a fixed split needs at least one mover: nobody would move the data")
+        elif self.crew.movers == 0 and policy == "one_way" and self.kind in ("ag_tn", "ag_nn", "bulk_ag_nn"):
+            raise ValueError("movers = 0 with policy 'one_way': in the all-gather kernels only movers gather, so "
+                             "peers' rows would never arrive; pass movers >= 1, or policy 'two_way' (builders gather)")
         self.hw = hw
-        SymmetricPlan.__init__(self, world, heap_bytes)
+        SymmetricPlan.__init__(self, world, heap_bytes())
         self._args: dict[tuple[int, ...], list] = {}
+
+    def _validate(self, switches: dict[str, Any]) -> None:
+        """Check the op's own switches (before the heap exists); every rank raises alike."""
 
     # ---- plumbing shared by the five ops ----
     def _launch(self, name: str) -> PersistentLaunch:
@@ -100,7 +114,7 @@ class _FusedOp(SymmetricPlan):
             if len(self._args) >= 16:
                 self._args.clear()
             args = self._args[key] = list(build())
-        args[self._EPOCH_ARG], _ = self._next_call()
+        args[self._EPOCH_ARG], _ = self._next_call(stream)
         self.launch(args, stream=stream)
 
     @staticmethod
@@ -128,7 +142,8 @@ class _FusedOp(SymmetricPlan):
         if tiles is None:
             return np.uint64(0), tm * tn
         idx = tile_indices(tiles, self.m // gemm.tile_shape()[0], tm, tn, gemm.device_constants()["kGroupM"])
-        assert sorted(idx.tolist()) == list(range(tm * tn)), "tile order is not a permutation"
+        if sorted(idx.tolist()) != list(range(tm * tn)):  # a queue order that skips or repeats a tile
+            raise KosmosError(f"{type(self).__name__}: the tile order is not a permutation of the {tm * tn} tiles")
         return cupy.asarray(idx), tm * tn
 
     _ZERO_TMAP = np.zeros(1, gemm.TMAP_DTYPE)[0]
@@ -169,6 +184,19 @@ class _AllGatherBase(_FusedOp):
     def _heap_bytes(world: World, m: int, row: int) -> int:
         return m * row * 2 + world.size * (m // TILE_ROW + 1) * 8 + 4096
 
+    def _validate(self, switches: dict[str, Any]) -> None:
+        if switches.get("layout", "TN") not in ("TN", "NN"):
+            raise ValueError(f"AllGatherMatmul layout is 'TN' (fprop) or 'NN' (dgrad), got {switches['layout']!r}")
+        threads = gemm.block_threads()
+        mt = switches.get("mover_threads")
+        if mt is not None and (not isinstance(mt, (int, np.integer)) or not 32 <= mt <= threads or mt % 32):
+            raise ValueError(f"mover_threads must be a multiple of 32 in [32, {threads}], got {mt!r}")
+        if switches.get("ag_order", "local_first") not in AG_ORDERS:
+            raise ValueError(f"ag_order must be one of {AG_ORDERS}, got {switches['ag_order']!r}")
+        kx = switches.get("kx")
+        if kx is not None and (not isinstance(kx, (int, np.integer)) or kx < 64 or kx % 64):
+            raise ValueError(f"kx = {kx!r} must be a positive multiple of 64")
+
     def _setup_gather(self, row_elems: int, ag_order: str, mover_threads: int | None) -> None:
         import cupy
 
@@ -179,10 +207,7 @@ class _AllGatherBase(_FusedOp):
         self.arrived = self.heap.alloc((P * self.grid_g.items_per_chunk,), np.uint64)
         self.mover_order = cupy.asarray(ag_mover_order(self.grid_g))
         self.ag_order = ag_order
-        threads = gemm.block_threads()
-        self.mover_threads = threads if mover_threads is None else int(mover_threads)
-        if not 32 <= self.mover_threads <= threads or self.mover_threads % 32:
-            raise ValueError(f"mover_threads must be a multiple of 32 in [32, {threads}]")
+        self.mover_threads = gemm.block_threads() if mover_threads is None else int(mover_threads)
         self._scratch: Any = None  # the gathered array when the caller keeps none (made on first use)
 
     @property
@@ -221,13 +246,12 @@ class AllGatherMatmul(_AllGatherBase):
     def __init__(self, world: World, m: int, n: int, k: int, *, layout: str = "TN", sm_cap: int | None = None,
                  policy: str = "one_way", movers: int | None = None, ag_order: str = "local_first",
                  mover_threads: int | None = None):
-        if layout not in ("TN", "NN"):
-            raise ValueError(f"AllGatherMatmul layout is 'TN' (fprop) or 'NN' (dgrad), got {layout!r}")
         self.kind = "ag_tn" if layout == "TN" else "ag_nn"
         self.layout = layout
         row = k if layout == "TN" else n  # gathered operand: X[m, k] or dY[m, n]
         super().__init__(world, m, n, k, sm_cap=sm_cap, policy=policy, movers=movers,
-                         heap_bytes=self._heap_bytes(world, m, row))
+                         heap_bytes=lambda: self._heap_bytes(world, m, row),
+                         switches=dict(layout=layout, ag_order=ag_order, mover_threads=mover_threads))
         self._setup_gather(row, ag_order, mover_threads)
         P = self.P
         a_shape = (P * m, row)
@@ -243,13 +267,17 @@ class AllGatherMatmul(_AllGatherBase):
     def out_shape(self) -> tuple[int, int]:
         return self.shape.out_shape
 
+    @uses_stream
     def __call__(self, x: Any, w: Any, out: Any = None, *, gathered: Any = None, stream: Any = None) -> Any:
         """Returns out. gathered: an optional [P*m, row] array that receives (and keeps) the
         gathered operand; without it the plan's scratch array is used and overwritten next call."""
         x = self._check(x, "x" if self.layout == "TN" else "dy", (self.m, self.row_elems), stream=stream)
         w = self._check(w, "w", (self.n, self.k), stream=stream)
         out = self._output(out, self.out_shape, bfloat16, stream)
-        a, _ = self._gathered(x, gathered, stream)
+        a, kept = self._gathered(x, gathered, stream)
+        refuse_overlap("out", out, x=x, w=w, gathered=kept)
+        if kept is not None:
+            refuse_overlap("gathered", kept, x=x, w=w)
         self._run((x, w, out, a), lambda: self._common(a, w, out) + (self._epi(out, *self.out_shape),)
                   + self._gather_args(x, a), stream)
         return out
@@ -266,15 +294,17 @@ class BulkAllGatherMatmul(_AllGatherBase):
 
     def __init__(self, world: World, m: int, n: int, k: int, *, kx: int | None = None, sm_cap: int | None = None,
                  policy: str = "one_way", movers: int | None = None, mover_threads: int | None = None):
+        switches = dict(kx=kx, mover_threads=mover_threads)
         kx = k if kx is None else kx
         super().__init__(world, m, n, k, sm_cap=sm_cap, policy=policy, movers=movers,
-                         heap_bytes=self._heap_bytes(world, m, kx))
+                         heap_bytes=lambda: self._heap_bytes(world, m, kx), switches=switches)
         self._setup_gather(kx, "local_first", mover_threads)
         P = self.P
         self.shape = gemm.gemm_shape("NN", (P * m, n), (n, k))
         self.tiles = self._tile_table(self.shape, None)
         self.launch = self._launch("kosmos_tp_bulk_ag_nn")
 
+    @uses_stream
     def __call__(self, x: Any, dy: Any, w: Any, dx: Any = None, x_full: Any = None,
                  stream: Any = None) -> tuple[Any, Any]:
         """Returns (X_full, dX). The movers write X_full (a new array unless given); at P = 1 the
@@ -292,13 +322,41 @@ class BulkAllGatherMatmul(_AllGatherBase):
             gathered = x
         else:
             gathered, x_full = self._gathered(x, x_full, stream, "x_full")
+            refuse_overlap("x_full", x_full, x=x, dy=dy, w=w)
+        refuse_overlap("dx", dx, x=x, dy=dy, w=w, x_full=None if x_full is x else x_full)
         self._run((x, dy, w, dx, gathered), lambda: self._common(dy, w, dx) + (self._epi(dx, *self.shape.out_shape),)
                   + self._gather_args(x, gathered), stream)
         return x_full, dx
 
 
+def _dtype_of(dt: Any, what: str) -> np.dtype:
+    """bf16 or fp32 (the staging and wgrad types), else a TypeError naming `what`."""
+    try:
+        d = np.dtype(dt)
+    except TypeError:
+        d = None
+    if d not in (bfloat16, float32):
+        raise TypeError(f"{what} must be bfloat16 or float32, got {dt!r}")
+    return d
+
+
+def _dtype_name(dt: Any) -> str:
+    """A dtype's name for agreement across ranks (validated later, on every rank alike)."""
+    try:
+        return np.dtype(dt).name
+    except TypeError:
+        return repr(dt)
+
+
 class _ReduceScatterBase(_FusedOp):
     kernel_enum = "KERNEL_GEMM_RS"
+
+    def _validate(self, switches: dict[str, Any]) -> None:
+        for what in ("staging_dtype", "dw_dtype"):
+            if what in switches:
+                _dtype_of(switches[what], what)
+        if switches.get("rs_order", "band_major") not in RS_ORDERS:
+            raise ValueError(f"rs_order must be one of {RS_ORDERS}, got {switches['rs_order']!r}")
 
     def _setup_reduce(self, cols: int, staging_dtype: np.dtype) -> None:
         import cupy
@@ -341,11 +399,10 @@ class MatmulReduceScatter(_ReduceScatterBase):
     def __init__(self, world: World, m: int, n: int, k: int, *, staging_dtype: Any = bfloat16,
                  sm_cap: int | None = None, policy: str = "one_way", movers: int | None = None,
                  rs_order: str = "band_major"):
-        sd = np.dtype(staging_dtype)
-        if sd not in (bfloat16, float32):
-            raise TypeError("staging_dtype must be bfloat16 or float32")
         super().__init__(world, m, n, k, sm_cap=sm_cap, policy=policy, movers=movers,
-                         heap_bytes=2 * world.size * m * n * sd.itemsize)
+                         heap_bytes=lambda: 2 * world.size * m * n * np.dtype(staging_dtype).itemsize,
+                         switches=dict(staging_dtype=_dtype_name(staging_dtype), rs_order=rs_order))
+        sd = np.dtype(staging_dtype)
         self._setup_reduce(n, sd)
         P = self.P
         self.shape = gemm.gemm_shape("TN", (P * m, k), (n, k))
@@ -356,11 +413,13 @@ class MatmulReduceScatter(_ReduceScatterBase):
         # Alone, the builders write the bf16 output directly, whatever the staging type.
         self.launch = self._launch("kosmos_tp_tn_rs_" + ("bf16" if sd == bfloat16 or self.P == 1 else "f32"))
 
+    @uses_stream
     def __call__(self, x: Any, w: Any, out: Any = None, stream: Any = None) -> Any:
         P, m, n = self.P, self.m, self.n
         x = self._check(x, "x", (P * m, self.k), stream=stream)
         w = self._check(w, "w", (n, self.k), stream=stream)
         out = self._output(out, (m, n), bfloat16, stream)
+        refuse_overlap("out", out, x=x, w=w)
         # Partials go to the staging buffer of this call's epoch parity (alone: straight to out).
         cur = self.staging_buffers[(self.epoch + 1) & 1] if P > 1 else out
         self._run((x, w, out, cur), lambda: self._common(x, w, cur) + (self._epi(cur, P * m, n),)
@@ -380,15 +439,14 @@ class BulkReduceScatterMatmul(_ReduceScatterBase):
     def __init__(self, world: World, m: int, n: int, k: int, *, dw_dtype: Any = bfloat16, sm_cap: int | None = None,
                  policy: str = "one_way", movers: int | None = None):
         super().__init__(world, m, n, k, sm_cap=sm_cap, policy=policy, movers=movers,
-                         heap_bytes=2 * world.size * m * k * 2)
+                         heap_bytes=lambda: 2 * world.size * m * k * 2, switches=dict(dw_dtype=_dtype_name(dw_dtype)))
         self._setup_reduce(k, bfloat16)
         self.dw_dtype = np.dtype(dw_dtype)
-        if self.dw_dtype not in (bfloat16, float32):
-            raise TypeError("dw_dtype must be bfloat16 or float32")
         self.shape = gemm.gemm_shape("NT", (self.P * m, n), (self.P * m, k))
         self.tiles = self._tile_table(self.shape, None)
         self.launch = self._launch("kosmos_tp_bulk_rs_nt_" + ("bf16" if self.dw_dtype == bfloat16 else "f32"))
 
+    @uses_stream
     def __call__(self, dx_partial: Any, dy: Any, x_full: Any, dx: Any = None, dw: Any = None,
                  stream: Any = None) -> tuple[Any, Any]:
         P, m, n, k = self.P, self.m, self.n, self.k
@@ -398,6 +456,9 @@ class BulkReduceScatterMatmul(_ReduceScatterBase):
         # Alone the reduce-scatter is the identity: without a dx to fill, dx is dx_partial itself.
         dx = dx_partial if dx is None and P == 1 else self._output(dx, (m, k), bfloat16, stream, name="dx")
         dw = self._output(dw, (n, k), self.dw_dtype, stream, name="dw")
+        if dx is not dx_partial:
+            refuse_overlap("dx", dx, dx_partial=dx_partial, dy=dy, x_full=x_full, dw=dw)
+        refuse_overlap("dw", dw, dx_partial=dx_partial, dy=dy, x_full=x_full)
         self._run((dx_partial, dy, x_full, dx, dw), lambda: self._common(dy, x_full, dw) + (self._epi(dw, n, k),)
                   + self._reduce_args(dx_partial, dx), stream)
         return dx, dw

@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from kosmos.errors import KosmosError
-from kosmos.exchange import agree, all_ok, allgather_counts, allgather_handles
+from kosmos.exchange import agree, all_ok, allgather_counts, allgather_handles, collectively
 
 
 def fake_handle(rank: int) -> bytes:
@@ -85,3 +85,23 @@ def test_all_ok_names_every_failing_rank(comm) -> None:  # noqa: ANN001
         assert "rank 1: TypeError: bad dtype on 1" in str(e.value) and "rank 3: TypeError: bad dtype on 3" in str(e.value)
     # and everybody is still in step afterwards
     assert comm.allreduce(1) == comm.size
+
+
+def test_collectively_fails_on_every_rank_and_undoes(comm) -> None:  # noqa: ANN001
+    """A step that fails on rank 2 alone (an out-of-memory, a compile) raises on every rank; nobody hangs."""
+    made: list = []
+
+    def step() -> str:
+        if comm.rank == 2:
+            raise MemoryError("out of memory on rank 2")
+        made.append("heap")
+        return "heap"
+
+    with pytest.raises((KosmosError, MemoryError)) as e:
+        collectively(comm, "to allocate its symmetric heap", step, lambda r: made.remove(r))
+    if comm.rank == 2:
+        assert isinstance(e.value, MemoryError)
+    else:
+        assert "another rank failed to allocate its symmetric heap: rank 2: MemoryError" in str(e.value)
+    assert made == []  # released everywhere
+    assert comm.allreduce(1) == comm.size  # and everybody is still in step

@@ -1,0 +1,54 @@
+"""Streams: a call's `stream=` made current for everything the call does, and device order for
+launches that share device state.
+
+kosmos plans keep state on the device between calls (epoch-compared flags, queue heads, a GEMM's
+monotonic queue base), so two of their launches must never overlap: a persistent grid waiting on a
+peer beside another one can deadlock across ranks when ranks start them in different orders.
+`DeviceOrder` keeps such launches in issue order on the device whatever stream each is issued on:
+when the stream changes, the new stream first waits for an event recorded on the previous one.
+"""
+from __future__ import annotations
+
+import functools
+import inspect
+import threading
+from typing import Any, Callable, TypeVar
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class DeviceOrder:
+    """One order on the device for a set of launches (all ops of a World; one GEMM plan's calls)."""
+
+    def __init__(self) -> None:
+        self._last: Any = None
+        self.lock = threading.Lock()  # held by callers around "join, then launch"
+
+    def join(self, stream: Any) -> None:
+        """Order the next launch, on `stream` (None: the current stream), after every earlier one."""
+        import cupy
+
+        s = cupy.cuda.get_current_stream() if stream is None else stream
+        last = self._last
+        if last is not None and last.ptr != s.ptr:
+            event = cupy.cuda.Event(block=False, disable_timing=True, interprocess=False)
+            event.record(last)  # after all that was issued on the previous stream, that launch included
+            s.wait_event(event)
+        self._last = s
+
+
+def uses_stream(fn: F) -> F:
+    """Run a call with its `stream` argument current, so its allocations, host-to-device copies and
+    memcpys are ordered on that stream as its launches are (CuPy's pool binds memory to a stream)."""
+    params = list(inspect.signature(fn).parameters)
+    at = params.index("stream")
+
+    @functools.wraps(fn)
+    def call(*args: Any, **kwargs: Any) -> Any:
+        stream = kwargs.get("stream", args[at] if len(args) > at else None)
+        if stream is None:
+            return fn(*args, **kwargs)
+        with stream:
+            return fn(*args, **kwargs)
+
+    return call  # type: ignore[return-value]
