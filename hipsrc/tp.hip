@@ -39,6 +39,8 @@ struct TableClaim {
 
 // An AG+GEMM tile waits for the gather item that holds its last row.
 struct GatherReady {
+  // One wait per tile is enough only while every tile lies inside one gather item.
+  static_assert(kTileRow % kTileM == 0, "a GEMM tile must not span two gather items (GatherReady waits on one)");
   static constexpr bool kTrivial = false;
   const u64* arrived;
   u64 epoch, m;

@@ -214,22 +214,29 @@ class _AllGatherBase(_FusedOp):
     def gathered_shape(self) -> tuple[int, int]:
         return (self.P * self.m, self.row_elems)
 
-    def _gathered(self, x: Any, keep: Any, stream: Any, name: str = "gathered") -> tuple[Any, Any]:
-        """(the array the movers fill, the caller's `keep` as a CuPy array): `keep`, else the plan's
-        scratch; x itself alone (where `keep` gets a copy)."""
+    def _keep(self, keep: Any, name: str, stream: Any, **inputs: Any) -> Any:
+        """The caller's array for the gathered operand, checked (and disjoint from the inputs), or None."""
+        if keep is None:
+            return None
+        keep = self._check(keep, name, self.gathered_shape, stream=stream, writable=True)
+        refuse_overlap(name, keep, **inputs)
+        return keep
+
+    def _gathered(self, x: Any, keep: Any, stream: Any) -> Any:
+        """The array the movers fill: the caller's (checked) `keep`, else the plan's scratch; x itself
+        alone (where `keep` gets a copy)."""
         import cupy
 
         if keep is not None:
-            keep = self._check(keep, name, self.gathered_shape, stream=stream, writable=True)
             if self.P == 1:
                 copy_into(keep, x, stream)
-                return x, keep
-            return keep, keep
+                return x
+            return keep
         if self.P == 1:
-            return x, None
+            return x
         if self._scratch is None:
             self._scratch = cupy.empty(self.gathered_shape, bfloat16)
-        return self._scratch, None
+        return self._scratch
 
     def _gather_args(self, x: Any, gathered: Any) -> tuple:
         g = self.grid_g
@@ -274,10 +281,9 @@ class AllGatherMatmul(_AllGatherBase):
         x = self._check(x, "x" if self.layout == "TN" else "dy", (self.m, self.row_elems), stream=stream)
         w = self._check(w, "w", (self.n, self.k), stream=stream)
         out = self._output(out, self.out_shape, bfloat16, stream)
-        a, kept = self._gathered(x, gathered, stream)
-        refuse_overlap("out", out, x=x, w=w, gathered=kept)
-        if kept is not None:
-            refuse_overlap("gathered", kept, x=x, w=w)
+        gathered = self._keep(gathered, "gathered", stream, x=x, w=w)
+        refuse_overlap("out", out, x=x, w=w, gathered=gathered)
+        a = self._gathered(x, gathered, stream)
         self._run((x, w, out, a), lambda: self._common(a, w, out) + (self._epi(out, *self.out_shape),)
                   + self._gather_args(x, a), stream)
         return out
@@ -318,12 +324,10 @@ class BulkAllGatherMatmul(_AllGatherBase):
         dx = self._output(dx, self.shape.out_shape, bfloat16, stream, name="dx")
         if x_full is None:
             x_full = x if P == 1 else cupy.empty(self.gathered_shape, bfloat16)
-        if P == 1 and x_full is x:
-            gathered = x
         else:
-            gathered, x_full = self._gathered(x, x_full, stream, "x_full")
-            refuse_overlap("x_full", x_full, x=x, dy=dy, w=w)
+            x_full = self._keep(x_full, "x_full", stream, x=x, dy=dy, w=w)
         refuse_overlap("dx", dx, x=x, dy=dy, w=w, x_full=None if x_full is x else x_full)
+        gathered = x if x_full is x else self._gathered(x, x_full, stream)
         self._run((x, dy, w, dx, gathered), lambda: self._common(dy, w, dx) + (self._epi(dx, *self.shape.out_shape),)
                   + self._gather_args(x, gathered), stream)
         return x_full, dx
