@@ -33,6 +33,7 @@ class SymmetricPlan:
         self.flags = self.heap.alloc((FLAG_WORDS,), np.uint64)
         self.epoch = 0
         self._ctx: np.void | None = None
+        self._budget_s: float | None = None
         self._failures_at_build = world.status.failures
 
     @property
@@ -68,10 +69,23 @@ class SymmetricPlan:
         self.epoch += 1
         return np.uint64(self.epoch), self._wait_ctx()
 
+    @property
+    def wait_budget_s(self) -> float:
+        """How long this op's device waits wait for a peer before giving up (default: the World's)."""
+        return self.world.status.budget_s if self._budget_s is None else self._budget_s
+
+    @wait_budget_s.setter
+    def wait_budget_s(self, seconds: float) -> None:
+        if not seconds > 0:
+            raise ValueError(f"wait_budget_s must be positive, got {seconds!r}")
+        self._budget_s = float(seconds)
+        self._ctx = None
+        self._args = {}  # cached launch arguments hold the old context
+
     def _wait_ctx(self) -> np.void:
-        """The bounded-wait context of this plan's kernel (fixed for the world's lifetime)."""
+        """The bounded-wait context of this plan's kernel."""
         if self._ctx is None:
-            self._ctx = self.world.status.wait_ctx(kernel_id(self.kernel_enum))
+            self._ctx = self.world.status.wait_ctx(kernel_id(self.kernel_enum), budget_s=self._budget_s)
         return self._ctx
 
     def _check(self, x: Any, name: str, shape: tuple[int, ...], dtype: Any, stream: Any = None, *,

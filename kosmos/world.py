@@ -3,9 +3,11 @@ from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
+
 from .environment import import_mpi, probe_gpus, usable_gpus
 from .exchange import agree
-from .errors import KosmosError
+from .errors import KosmosError, KosmosTimeoutError
 from .runtime.streams import DeviceOrder
 
 visible_gpus = usable_gpus  # GPUs CuPy can use; raises (naming the fix) where GPUs exist but CuPy cannot use them
@@ -44,6 +46,8 @@ class World:
         self.device_id: int | None = None
         self.oversubscribed = False
         self.status = None
+        self._told: Any = None  # this rank's word of the failure heap (1 + p once rank p failed)
+        self._told_seen = False
         self._heaps: list[Any] = []
         self._finalized = False
         if gpu:
@@ -55,6 +59,13 @@ class World:
             cupy.cuda.Device(self.device_id).use()
             self.oversubscribed = self.local_size > ngpu
             self.status = DeviceStatus(self.rank, DEFAULT_BUDGET_S if wait_budget_s is None else wait_budget_s)
+            if self.size > 1:  # a timeout anywhere is told to every rank through this heap (wait.h)
+                from .symmetric import SymmetricHeap
+
+                heap = SymmetricHeap(self, 4096)
+                self._told = heap.alloc((1,), np.uint32)
+                self.status.attach_world(self._told.local.data.ptr, heap.peer_bases.data.ptr, self._told.offset,
+                                         self.size)
 
     # ---- GPU helpers ----
     def require_gpu(self) -> None:
@@ -64,12 +75,38 @@ class World:
             raise KosmosError("this World was finalized")
 
     def synchronize(self) -> None:
-        """Wait for this rank's GPU work, then raise KosmosTimeoutError if a device wait gave up."""
+        """Wait for this rank's GPU work, then raise KosmosTimeoutError if a device wait gave up here,
+        or if a peer failed (told through the failure heap), even when no kernel of ours was waiting."""
         import cupy
 
         self.require_gpu()
         cupy.cuda.Device(self.device_id).synchronize()
         self.status.raise_if_failed()
+        if self._told is not None:
+            by = int(self._told.local.get()[0])  # after the sync: a 4-byte read
+            if by and not self._told_seen:
+                self._told_seen = True
+                self.status.failures += 1  # plans built before it refuse to run
+                raise KosmosTimeoutError("KERNEL_NONE", self.rank, "SITE_NONE", self.status.budget_s,
+                                         failed_peer=by - 1)
+
+    def clear_failure(self) -> None:
+        """Collective: after a KosmosTimeoutError on any rank, make the World usable for new plans.
+
+        Every rank waits for its GPU, then the failure words are cleared everywhere; plans built
+        before stay refused on every rank (their device state is out of step)."""
+        import cupy
+
+        self.require_gpu()
+        cupy.cuda.Device(self.device_id).synchronize()
+        self.comm.Barrier()  # every rank's kernels have stopped: nobody tells anyone anymore
+        if self._told is not None:
+            self._told.local.fill(0)
+        self.status.clear()
+        self.status.failures += 1
+        self._told_seen = False
+        cupy.cuda.Device(self.device_id).synchronize()
+        self.comm.Barrier()
 
     def check(self) -> None:
         """Raise if an earlier kernel of this rank recorded a timeout (no synchronization)."""

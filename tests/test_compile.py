@@ -114,6 +114,7 @@ extern "C" __global__ void p_add_dev(u64* p, u64 v, u64* o) { *o = atomic_add_ac
 extern "C" __global__ void p_fence_sys() { fence_acq_rel_sys(); }
 extern "C" __global__ void p_fence_dev() { fence_acq_rel_dev(); }
 extern "C" __global__ void p_ld16v(const void* p, vec16* o) { *o = ld16_volatile(p); }
+extern "C" __global__ void p_ld_sys_u32(const u32* p, u32* o) { *o = ld_relaxed_sys_u32(p); }
 """
 
 # gfx942/gfx950 (LLVM AMDGPU memory model for GFX942 and GFX950): sc0 sc1 = system scope on loads/stores and
@@ -127,6 +128,7 @@ EXPECTED_GFX942 = {
     "p_fence_sys": [r"buffer_wbl2 sc0 sc1", r"buffer_inv sc0 sc1"],
     "p_fence_dev": [r"buffer_wbl2 sc1", r"buffer_inv sc1"],
     "p_ld16v": [r"global_load_dwordx2 .* sc0 sc1", r"global_load_dwordx2 .* offset:8 sc0 sc1"],
+    "p_ld_sys_u32": [r"global_load_dword .* sc0 sc1"],  # the failure word peers write (wait.h)
 }
 
 

@@ -21,7 +21,7 @@ def c_struct_layout(text: str, name: str) -> list[tuple[str, int, int]]:
     """(member, offset, size) of a C struct of pointers and fixed-width integers, natural alignment."""
     body = re.search(r"struct\s+" + name + r"\s*\{(.*?)\};", text, re.S).group(1)
     out, off = [], 0
-    for ctype, star, member in re.findall(r"^\s*(\w+)\s*(\*?)\s*(\w+)\s*;", body, re.M):
+    for ctype, star, member in re.findall(r"^\s*(?:const\s+)?(\w+)\s*(\*?)\s*(\w+)\s*;", body, re.M):
         size = 8 if star else C_SIZES[ctype]
         off = (off + size - 1) // size * size
         out.append((member, off, size))
@@ -85,6 +85,7 @@ def _host_only_status(rank: int = 2, budget_s: float = 1.5) -> DeviceStatus:
     st._ptr = ctypes.addressof(st._buf)
     st._words = st._buf
     st.rank, st.budget_s, st.failures = rank, budget_s, 0
+    st._world = (0, 0, 0, 1)
     return st
 
 
@@ -97,7 +98,11 @@ def test_wait_ctx_record() -> None:
     assert int(ctx["kernel"]) == kernel_id("KERNEL_REDUCE_SCATTER")
     assert int(ctx["rank"]) == 3
     assert int(st.wait_ctx(1, budget_s=0.001)["budget_ns"]) == 1_000_000
-    assert len(ctx.tobytes()) == 32
+    assert len(ctx.tobytes()) == WAIT_CTX_DTYPE.itemsize == 64
+    assert (int(ctx["told"]), int(ctx["peers"]), int(ctx["world"])) == (0, 0, 1)  # alone: nobody to tell
+    st.attach_world(0x1000, 0x2000, 256, 4)
+    ctx = st.wait_ctx(1)
+    assert (int(ctx["told"]), int(ctx["peers"]), int(ctx["told_off"]), int(ctx["world"])) == (0x1000, 0x2000, 256, 4)
 
 
 def test_status_word_ok_then_timeout() -> None:
@@ -115,6 +120,15 @@ def test_status_word_ok_then_timeout() -> None:
     st.raise_if_failed()
 
 
+def test_status_word_names_the_peer_that_failed_first() -> None:
+    st = _host_only_status(rank=1)
+    kernels, sites = kernel_and_site_names()
+    st._words[:] = [2 + 3, kernel_id("KERNEL_GEMM_RS"), 1, [v for v, k in sites.items() if k == "SITE_SENTINEL"][0]]
+    with pytest.raises(KosmosTimeoutError, match="on rank 1 stopped waiting at SITE_SENTINEL because rank 3 failed first") as e:
+        st.raise_if_failed()
+    assert e.value.failed_peer == 3 and st.failures == 1
+
+
 def test_status_word_unknown_ids_still_named() -> None:
     st = _host_only_status()
     st._words[:] = [1, 999, 0, 998]
@@ -128,4 +142,5 @@ def test_wait_ctx_dtype_packs_into_kernel_arguments() -> None:
     ctx["status"], ctx["abort"], ctx["budget_ns"], ctx["kernel"], ctx["rank"] = 0x1122334455667788, 9, 5, 6, 7
     raw = ctx.tobytes()
     assert raw[:8] == (0x1122334455667788).to_bytes(8, "little") and raw[8:16] == (9).to_bytes(8, "little")
-    assert raw[24:28] == (6).to_bytes(4, "little") and raw[28:32] == (7).to_bytes(4, "little")
+    k, rk = WAIT_CTX_DTYPE.fields["kernel"][1], WAIT_CTX_DTYPE.fields["rank"][1]
+    assert raw[k:k + 4] == (6).to_bytes(4, "little") and raw[rk:rk + 4] == (7).to_bytes(4, "little")

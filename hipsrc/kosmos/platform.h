@@ -99,6 +99,17 @@ KOSMOS_DEVICE u32 ld_relaxed_dev_u32(const u32* p) {
 #endif
 }
 
+// A word peers write at system scope (a failure broadcast), polled without ordering anything else.
+KOSMOS_DEVICE u32 ld_relaxed_sys_u32(const u32* p) {
+#if KOSMOS_AMD
+  return __hip_atomic_load(p, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);
+#else
+  u32 v;
+  asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+  return v;
+#endif
+}
+
 KOSMOS_DEVICE void st_release_sys(u64* p, u64 v) {
 #if KOSMOS_AMD
   __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_SYSTEM);

@@ -1,7 +1,10 @@
 // Bounded device waits. A wait that outlives its budget records (kernel, rank, site) in the
 // status word (host-mapped, so the host can read it without a sync) and returns false; the
 // caller then leaves the kernel. Every wait also gives up early once any CTA of this rank has
-// failed, so one failure drains the whole grid instead of leaving it spinning.
+// failed, so one failure drains the whole grid instead of leaving it spinning, and once any
+// peer rank has failed: the first failure on a rank is told to every peer (a word in each peer's
+// part of the World's failure heap), whose waits then stop and record "rank r failed first".
+// A failure therefore reaches every rank within one polling interval, not one budget per rank.
 //
 // The enums below are parsed by kosmos/runtime/status.py to name kernels and sites in
 // KosmosTimeoutError: keep one `NAME = number,` per line.
@@ -39,7 +42,7 @@ enum WaitSite : u32 {
 };
 
 struct Status {
-  u32 code;    // 0 = ok, 1 = timeout
+  u32 code;    // 0 = ok, 1 = this rank's wait timed out, 2 + p = it stopped because rank p failed first
   u32 kernel;  // KernelId
   u32 rank;
   u32 site;    // WaitSite
@@ -47,26 +50,46 @@ struct Status {
 
 // What every bounded wait needs to know; passed by value into the kernel.
 struct WaitCtx {
-  Status* status;  // host-mapped: the host reads it without synchronizing
-  u32* abort;      // device memory: polled by waiting threads (cheap, unlike a read over PCIe)
+  Status* status;      // host-mapped: the host reads it without synchronizing
+  u32* abort;          // device memory: polled by waiting threads (cheap, unlike a read over PCIe)
+  u32* told;           // this rank's word of the World's failure heap: 1 + p once rank p failed (or null)
+  const u64* peers;    // the failure heap's base on every rank (device table), or null alone
+  u64 told_off;        // the word's offset in every rank's failure heap
   u64 budget_ns;
   u32 kernel;
   u32 rank;
+  u32 world;
+  u32 pad_;
 };
 
-KOSMOS_DEVICE bool failed(const WaitCtx& w) { return ld_relaxed_dev_u32(w.abort) != 0; }
+KOSMOS_DEVICE u32 told_by(const WaitCtx& w) { return w.told ? ld_relaxed_sys_u32(w.told) : 0u; }
+
+KOSMOS_DEVICE bool failed(const WaitCtx& w) { return ld_relaxed_dev_u32(w.abort) != 0 || told_by(w) != 0; }
+
+// This rank's first failure (device CAS on device memory) reports to the host, writing `code`
+// last so the host never sees a half-written record. Returns whether this call was the first.
+KOSMOS_DEVICE bool record_status(const WaitCtx& w, u32 code, u32 site) {
+  if (atomicCAS(w.abort, 0u, 1u) != 0u) return false;
+  w.status->kernel = w.kernel;
+  w.status->rank = w.rank;
+  w.status->site = site;
+  fence_acq_rel_sys();
+  st_relaxed_sys_u32(&w.status->code, code);
+  fence_acq_rel_sys();
+  return true;
+}
 
 KOSMOS_DEVICE void record_timeout(const WaitCtx& w, u32 site) {
-  // First failure wins (a device atomic on device memory); it then reports to the host,
-  // writing `code` last so the host never sees a half-written record.
-  if (atomicCAS(w.abort, 0u, 1u) == 0u) {
-    w.status->kernel = w.kernel;
-    w.status->rank = w.rank;
-    w.status->site = site;
-    fence_acq_rel_sys();
-    st_relaxed_sys_u32(&w.status->code, 1u);
-    fence_acq_rel_sys();
-  }
+  if (!record_status(w, 1u, site) || !w.peers) return;
+  for (u32 p = 0; p < w.world; ++p)  // tell every peer, so that nobody waits out a whole budget for us
+    if (p != w.rank) st_relaxed_sys_u32(reinterpret_cast<u32*>(w.peers[p] + w.told_off), w.rank + 1u);
+  fence_acq_rel_sys();
+}
+
+// A wait that stopped because the grid or a peer failed: a peer's failure is recorded here once.
+KOSMOS_DEVICE void record_stop(const WaitCtx& w, u32 site) {
+  const u32 by = told_by(w);
+  if (by != 0u) record_status(w, 1u + by, site);  // code 2 + p for rank p
 }
 
 // Spin until ready() is true, the budget is spent, or the grid has failed.
@@ -77,7 +100,10 @@ KOSMOS_DEVICE bool bounded_wait(const WaitCtx& w, u32 site, Ready ready) {
   for (u32 spin = 1;; ++spin) {
     if (ready()) return true;
     if ((spin & 63u) == 0u) {
-      if (failed(w)) return false;
+      if (failed(w)) {
+        record_stop(w, site);
+        return false;
+      }
       if (now_ns() - start > w.budget_ns) {
         record_timeout(w, site);
         return false;

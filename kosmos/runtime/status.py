@@ -16,10 +16,11 @@ import numpy as np
 from ..errors import KosmosTimeoutError
 from .source import hipsrc_dir
 
-# WaitCtx in wait.h: {Status* status; u32* abort; u64 budget_ns; u32 kernel; u32 rank;}
+# WaitCtx in wait.h (checked against the C struct by tests/test_compile.py)
 WAIT_CTX_DTYPE = np.dtype(
-    [("status", np.uint64), ("abort", np.uint64), ("budget_ns", np.uint64), ("kernel", np.uint32),
-     ("rank", np.uint32)],
+    [("status", np.uint64), ("abort", np.uint64), ("told", np.uint64), ("peers", np.uint64), ("told_off", np.uint64),
+     ("budget_ns", np.uint64), ("kernel", np.uint32), ("rank", np.uint32), ("world", np.uint32),
+     ("pad_", np.uint32)],
     align=True,
 )
 
@@ -53,7 +54,8 @@ class DeviceStatus:
     """One rank's status word (4 x u32 in mapped pinned memory) and its device-side abort flag.
 
     Waiting threads poll the abort flag in device memory; only the first wait that gives up
-    writes the host-visible record.
+    writes the host-visible record. With a World's failure heap attached (`attach_world`), a
+    timeout is also told to every peer, and a peer's failure stops this rank's waits.
     """
 
     def __init__(self, rank: int, budget_s: float = DEFAULT_BUDGET_S):
@@ -66,7 +68,12 @@ class DeviceStatus:
         self._words = (ctypes.c_uint32 * 4).from_address(self._ptr)
         self.failures = 0  # timeouts seen so far; ops built before a failure refuse to run
         self._abort = cupy.zeros(1, np.uint32)
+        self._world = (0, 0, 0, 1)  # (told word, peer table, its offset, world size): none alone
         self.clear()
+
+    def attach_world(self, told_ptr: int, peers_ptr: int, told_off: int, world: int) -> None:
+        """Share failures with the World's peers through its failure heap (see wait.h)."""
+        self._world = (told_ptr, peers_ptr, told_off, world)
 
     @property
     def device_ptr(self) -> int:
@@ -79,6 +86,7 @@ class DeviceStatus:
         ctx["budget_ns"] = int((self.budget_s if budget_s is None else budget_s) * 1e9)
         ctx["kernel"] = kernel
         ctx["rank"] = self.rank
+        ctx["told"], ctx["peers"], ctx["told_off"], ctx["world"] = self._world
         return ctx[()]
 
     def clear(self) -> None:
@@ -94,9 +102,8 @@ class DeviceStatus:
         kernels, sites = kernel_and_site_names()
         self.failures += 1
         self.clear()
-        raise KosmosTimeoutError(
-            kernels.get(kernel, f"kernel#{kernel}"), rank, sites.get(site, f"site#{site}"), self.budget_s
-        )
+        raise KosmosTimeoutError(kernels.get(kernel, f"kernel#{kernel}"), rank, sites.get(site, f"site#{site}"),
+                                 self.budget_s, failed_peer=None if code == 1 else code - 2)
 
     def free(self) -> None:
         if self._ptr:

@@ -192,3 +192,86 @@ def test_bf16_helpers_keep_specials():
     v = cupy.asarray(np.array([np.nan, np.inf, -np.inf, 1.5], np.float32))
     back = cupy.asnumpy(bf16_to_f32(f32_to_bf16(v)))
     assert np.isnan(back[0]) and back[1] == np.inf and back[2] == -np.inf and back[3] == 1.5
+
+
+# ---- failures are collective: one rank's timeout reaches every rank within a polling interval ----
+def probe(world, budget_s):
+    """A one-CTA kernel whose wait nobody ever satisfies, with its own budget."""
+    from kosmos.runtime import PersistentLaunch, kernel_id
+
+    mod = load_module("collectives.hip", world=world)
+    launch = PersistentLaunch.checked(mod.get_function("kosmos_wait_probe"), 1, 32)
+    flag = cupy.zeros(1, np.uint64)
+    launch((flag, np.uint64(1), world.status.wait_ctx(kernel_id("KERNEL_WAIT_PROBE"), budget_s=budget_s)))
+    return flag
+
+
+def test_one_ranks_timeout_stops_every_rank(world):
+    """Rank 0 gives up after 0.3 s; the others, with a 60 s budget, stop as soon as they are told."""
+    P, r = world.size, world.rank
+    if P == 1:
+        pytest.skip("needs peers")
+    before = AllGatherMatmul(world, 128, 128, 128)
+    world.barrier()
+    start = time.monotonic()
+    keep = probe(world, 0.3 if r == 0 else 60.0)
+    with pytest.raises(kosmos.KosmosTimeoutError) as e:
+        world.synchronize()
+    took = time.monotonic() - start
+    del keep
+    assert took < 20, f"rank {r} learned of the failure after {took:.1f} s"
+    if r == 0:
+        assert e.value.failed_peer is None and e.value.site == "SITE_PROBE"
+    else:
+        assert e.value.failed_peer == 0 and "because rank 0 failed first" in str(e.value)
+    world.clear_failure()
+    x, w = dev("fx", r, (128, 128)), dev("fw", 0, (128, 128))
+    with pytest.raises(KosmosError, match="built before a device timeout"):
+        before(x, w)  # refused on every rank, not only where the timeout happened
+    after = AllGatherMatmul(world, 128, 128, 128)
+    np.testing.assert_array_equal(bits(after(x, w)), ag_oracle(world, x, w))  # new plans run
+    world.synchronize()
+
+
+OPS = {
+    "all_gather": lambda world: (kosmos.collectives.AllGather(world, (128, 64), bfloat16),
+                                 lambda op, r: op(dev("to", r, (128, 64)))),
+    "reduce_scatter": lambda world: (kosmos.collectives.ReduceScatter(world, (world.size * 64, 64), bfloat16),
+                                     lambda op, r: op(dev("to", r, (world.size * 64, 64)))),
+    "ag_tn": lambda world: (AllGatherMatmul(world, 128, 128, 128),
+                            lambda op, r: op(dev("to", r, (128, 128)), dev("tw", 0, (128, 128)))),
+    "tn_rs": lambda world: (MatmulReduceScatter(world, 128, 128, 128),
+                            lambda op, r: op(dev("to", r, (world.size * 128, 128)), dev("tw", r, (128, 128)))),
+    "bulk_ag_nn": lambda world: (kosmos.tp.ops.BulkAllGatherMatmul(world, 128, 128, 128),
+                                 lambda op, r: op(dev("to", r, (128, 128)), dev("ty", r, (world.size * 128, 128)),
+                                                  dev("tw", 0, (128, 128)))),
+    "bulk_rs_nt": lambda world: (BulkReduceScatterMatmul(world, 128, 128, 128),
+                                 lambda op, r: op(dev("to", r, (world.size * 128, 128)),
+                                                  dev("ty", r, (world.size * 128, 128)),
+                                                  dev("tx", r, (world.size * 128, 128)))),
+}
+
+
+@pytest.mark.parametrize("kind", OPS)
+def test_a_rank_that_never_calls(world, kind):
+    """The last rank skips the call: the others give up after the op's budget, and every rank,
+    the absent one included, learns of it at its next synchronize."""
+    P, r = world.size, world.rank
+    if P == 1:
+        pytest.skip("needs peers")
+    op, call = OPS[kind](world)
+    op.wait_budget_s = 1.0
+    world.synchronize()
+    world.barrier()
+    start = time.monotonic()
+    if r != P - 1:
+        call(op, r)
+    else:
+        time.sleep(1.5)
+    with pytest.raises(kosmos.KosmosTimeoutError) as e:
+        world.synchronize()
+    assert time.monotonic() - start < 20
+    if r == P - 1:
+        assert e.value.failed_peer is not None and e.value.failed_peer != r
+    world.clear_failure()
+    world.synchronize()
