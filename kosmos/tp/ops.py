@@ -10,6 +10,12 @@
 
 m is the rows (tokens) per rank and must be a multiple of 128 (the GEMM tile); n and k are
 multiples of 64. Every call is collective: all ranks call the same op in the same order.
+
+Streams and SMs: every op of a World runs after the World's previous op on the device, whatever
+stream each is issued on (kosmos.runtime.streams.DeviceOrder), so two kosmos grids never overlap.
+`sm_cap` limits an op's grid to that many SMs; work of other libraries that waits across ranks
+(NCCL) issued beside a kosmos op on another stream needs SMs of its own: keep `sm_cap` plus what
+the other work occupies at or below the SM count, or issue it on the same stream.
 Each op is one persistent kernel launch (hipsrc/tp.hip); `policy`, `ag_order`, `rs_order` and
 `mover_threads` are the ablation switches of the paper's Tables 1, 2, A.2-A.4.
 """
