@@ -16,7 +16,7 @@ import numpy as np
 from .arrays import check_array, refuse_overlap
 from .dtypes import REDUCE_SUFFIX, bfloat16, copy_into, dtype_name, float32
 from .errors import KosmosError
-from .exchange import agree, all_ok, allgather_counts
+from .exchange import agree, agree_args, all_ok, allgather_counts
 from .plan import SymmetricPlan
 from .runtime import PersistentLaunch, load_module, sm_count
 from .runtime.streams import uses_stream
@@ -60,6 +60,8 @@ class AllGather(_CollectivePlan):
 
     def __init__(self, world: World, shard_shape: Sequence[int], dtype: Any, *, crew: int | None = None,
                  threads: int = MOVER_THREADS, item_bytes: int = DEFAULT_ITEM_BYTES):
+        agree_args(world.comm, "AllGather", shard_shape=shard_shape, dtype=dtype, crew=crew, threads=threads,
+                   item_bytes=item_bytes)
         self.shard_shape = tuple(int(s) for s in shard_shape)
         self.dtype = np.dtype(dtype)
         self.shard_bytes = math.prod(self.shard_shape) * self.dtype.itemsize
@@ -106,6 +108,8 @@ class ReduceScatter(_CollectivePlan):
                  threads: int = MOVER_THREADS, item_bytes: int = 64 * 1024):
         import cupy
 
+        agree_args(world.comm, "ReduceScatter", shape=shape, dtype=dtype, crew=crew, threads=threads,
+                   item_bytes=item_bytes)
         self.shape = tuple(int(s) for s in shape)
         self.dtype = np.dtype(dtype)
         if self.dtype not in REDUCE_SUFFIX:
@@ -190,6 +194,8 @@ class AllToAll(_CollectivePlan):
 
     def __init__(self, world: World, capacity_rows: int, row_shape: Sequence[int], dtype: Any, *,
                  crew: int | None = None, threads: int = MOVER_THREADS, item_rows: int | None = None):
+        agree_args(world.comm, "AllToAll", capacity_rows=capacity_rows, row_shape=row_shape, dtype=dtype, crew=crew,
+                   threads=threads, item_rows=item_rows)
         self.row_shape = tuple(int(s) for s in row_shape)
         self.dtype = np.dtype(dtype)
         self.row_bytes = math.prod(self.row_shape) * self.dtype.itemsize

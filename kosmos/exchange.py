@@ -45,6 +45,27 @@ def agree(comm: Any, what: str, value: Any) -> None:
         raise KosmosError(f"ranks disagree on {what}: {detail}")
 
 
+def comparable(value: Any) -> Any:
+    """A value as every rank can compare it: ints as int, dtypes by name, sequences as tuples, else repr."""
+    if isinstance(value, (bool, str, type(None))):
+        return value
+    if isinstance(value, (int, np.integer)):
+        return int(value)
+    if isinstance(value, (float, np.floating)):
+        return float(value)
+    if isinstance(value, (list, tuple)):
+        return tuple(comparable(v) for v in value)
+    try:
+        return np.dtype(value).name if isinstance(value, (np.dtype, type)) else repr(value)
+    except TypeError:
+        return repr(value)
+
+
+def agree_args(comm: Any, what: str, **args: Any) -> None:
+    """Every rank passed the same arguments to a collective constructor (checked before anything else)."""
+    agree(comm, f"{what} arguments", sorted((k, comparable(v)) for k, v in args.items()))
+
+
 def all_ok(comm: Any, error: BaseException | None, what: str = "rejected its input") -> None:
     """Collective validation: if any rank failed a check, every rank raises (nobody launches alone).
 

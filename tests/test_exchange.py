@@ -6,7 +6,7 @@ import pytest
 from fakes import FakeComm
 
 from kosmos.errors import KosmosError
-from kosmos.exchange import agree, all_ok, allgather_counts, allgather_handles, collectively
+from kosmos.exchange import agree, agree_args, all_ok, allgather_counts, allgather_handles, collectively, comparable
 
 
 def test_handles_single_rank() -> None:
@@ -106,3 +106,17 @@ def test_collectively_raises_and_undoes_where_a_peer_failed() -> None:
     with pytest.raises(KosmosError, match=r"another rank failed to compile tp.hip: rank 1: KosmosCompileError"):
         collectively(comm, "to compile tp.hip", lambda: "module", undone.append)
     assert undone == ["module"]  # what this rank made is released before it raises
+
+
+def test_comparable_values() -> None:
+    import ml_dtypes
+
+    assert comparable((np.int64(128), 64)) == (128, 64)  # numpy ints compare as ints
+    assert comparable(np.dtype(ml_dtypes.bfloat16)) == "bfloat16" and comparable(np.float32) == "float32"
+    assert comparable([1.5, None, "naive"]) == (1.5, None, "naive")
+
+
+def test_collective_constructors_agree_on_every_argument() -> None:
+    comm = FakeComm(0, 2, peers=lambda v: [v, [(k, 131072 if k == "item_bytes" else x) for k, x in v]])
+    with pytest.raises(KosmosError, match=r"ranks disagree on AllGather arguments.*item_bytes', 262144.*item_bytes', 131072"):
+        agree_args(comm, "AllGather", shard_shape=(128, 64), dtype=np.float32, item_bytes=262144)

@@ -29,7 +29,7 @@ from .. import gemm
 from ..arrays import refuse_overlap
 from ..dtypes import bfloat16, copy_into, float32
 from ..errors import KosmosError
-from ..exchange import agree
+from ..exchange import agree, comparable
 from ..plan import SymmetricPlan
 from ..runtime import PersistentLaunch, load_module, sm_count
 from ..runtime.streams import uses_stream
@@ -61,7 +61,7 @@ class _FusedOp(SymmetricPlan):
         only then (from validated arguments)."""
         world.require_gpu()
         agree(world.comm, f"{type(self).__name__} shape and switches",
-              (m, n, k, sm_cap, policy, movers, sorted((name, repr(v)) for name, v in switches.items())))
+              comparable((m, n, k, sm_cap, policy, movers, sorted(switches.items()))))
         self._validate(switches)
         if m < 128 or m % 128:
             raise ValueError(f"rows per rank m = {m} must be a positive multiple of 128 (the GEMM tile)")

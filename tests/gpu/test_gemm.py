@@ -5,6 +5,8 @@ bf16 output 1e-2 (one bf16 rounding of each output is ~2e-3), fp32 output 1e-4 (
 """
 from __future__ import annotations
 
+import zlib
+
 import numpy as np
 import pytest
 
@@ -77,7 +79,7 @@ CASES = [
 @pytest.mark.parametrize("out_kind", ["bf16", "f32"])
 @pytest.mark.parametrize("layout,m,n,k,cap", CASES)
 def test_matmul_matches_reference(layout, m, n, k, cap, out_kind):
-    rng = np.random.default_rng(hash((layout, m, n, k)) % 2**32)
+    rng = np.random.default_rng([zlib.crc32(layout.encode()), m, n, k])  # not hash(): it varies by process
     sa, sb = operands(layout, m, n, k)
     a_h, b_h = rand_bf16(rng, sa), rand_bf16(rng, sb)
     a, b = cupy.asarray(a_h), cupy.asarray(b_h)
