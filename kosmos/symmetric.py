@@ -2,9 +2,10 @@
 
 Every rank allocates the same number of bytes with a raw device allocation (an IPC handle names a
 whole allocation, so pool sub-allocations will not do; on ROCm it is uncached fine-grained memory,
-see device_malloc), all-gathers the handles over MPI and opens its peers'. Allocations from the heap are collective and bump-allocated at the
-same offset on every rank, so the address of an allocation on peer ``r`` is
-``peer_bases[r] + offset``; kernels get ``peer_bases`` as a device table.
+see device_malloc), all-gathers the handles over MPI and opens its peers'. Allocations from the
+heap are collective and bump-allocated at the same offset on every rank, so the address of an
+allocation on peer ``r`` is ``peer_bases[r] + offset``; kernels get ``peer_bases`` as a device table.
+A step that fails on one rank (allocation, IPC open) raises on every rank, each releasing what it holds.
 """
 from __future__ import annotations
 
