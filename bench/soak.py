@@ -11,8 +11,10 @@ ops against our collectives and our GEMM on the same operands (themselves checke
   absent   one rank never calls (the others' waits give up after the op's budget);
   bad_arg  one rank passes a wrongly shaped input to a plan (it raises; the others give up).
 After absent and bad_arg every rank must raise within the budget plus a margin; then every rank calls
-World.clear_failure() and builds new plans. A hang is a call that outlives --hang-s (the process
-prints where it was and exits nonzero). Writes bench/results/soak_w{P}.json (commit, GPU, world size).
+World.clear_failure() and builds new plans. A hang is a step that outlives --hang-s: faulthandler
+prints every thread's stack and the process exits nonzero before any result file is written, so a
+results file exists only for a run without a hang (its "hangs" is then 0 by construction).
+Writes bench/results/soak_w{P}.json (commit, GPU, world size).
 """
 from __future__ import annotations
 

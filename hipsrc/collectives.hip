@@ -90,7 +90,7 @@ KOSMOS_DEVICE void reduce_scatter(const u64* __restrict__ peer_bases, int rank, 
       }
       if (ok) st16(reinterpret_cast<vec16*>(reinterpret_cast<u8*>(out) + off) + v, S::pack(acc));
     }
-    if (!cta_broadcast(&s_ok, threadIdx.x == 0 ? int(!failed(wait)) : 0)) return;
+    if (!cta_broadcast(&s_ok, threadIdx.x == 0 ? int(still_ok(wait, SITE_SENTINEL)) : 0)) return;
   }
   __syncthreads();
   if (threadIdx.x == 0 && arrive_last(&mine->exited, epoch, gridDim.x))

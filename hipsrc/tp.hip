@@ -163,7 +163,7 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Pro
       const i32 idx = cta_broadcast(&s_idx, threadIdx.x == 0 ? q.claim() : 0);
       if (idx < 0) return true;
       reduce_item<T>(st, rank, world, epoch, band_rows, slice_log2, q.at(idx)[0], q.at(idx)[1], out, wait);
-      if (!cta_broadcast(&s_ok, threadIdx.x == 0 ? int(!failed(wait)) : 0)) return false;
+      if (!cta_broadcast(&s_ok, threadIdx.x == 0 ? int(still_ok(wait, SITE_SENTINEL)) : 0)) return false;
     }
   };
   auto build = [&]() -> bool {

@@ -8,6 +8,9 @@ CuPy 14), with the op's stream current, so the producer orders its work before t
 protocol says. The CUDA Array Interface is read here: CuPy's reader has no dtype for bf16's `<V2` and
 waits for a producer's `stream` on the host; here that wait is an event on the consuming stream (the
 op's `stream=` or the current one), so nothing stalls the host and graph capture is not broken.
+
+A read-only CAI output is refused; through DLPack CuPy shows no read-only flag, so an output given as
+an immutable DLPack array (a JAX array) is written anyway: pass outputs as CuPy or mutable arrays.
 """
 from __future__ import annotations
 
@@ -142,7 +145,7 @@ def _from_dlpack(x: Any, name: str, stream: Any) -> Any:
     with contextlib.nullcontext() if stream is None else stream:  # the producer orders its work before it
         try:
             return cupy.from_dlpack(x)
-        except (TypeError, BufferError, NotImplementedError) as e:
+        except Exception as e:  # noqa: BLE001 - the producer's or CuPy's refusal, whatever its type
             raise TypeError(f"{name}: CuPy cannot read this DLPack array ({type(e).__name__}: {e})") from None
 
 
@@ -160,22 +163,30 @@ def as_cupy(x: Any, name: str = "x", *, stream: Any = None, writable: bool = Fal
     if isinstance(x, np.ndarray):
         raise _host_array_error(x, name)
     desc = None
-    cai_error: Exception | None = None
+    refused: Exception | None = None  # a CAI that kosmos refuses (stream 0, a mask, ...)
+    producer_error = ""  # the producer's own refusal to give a CAI (PyTorch: requires_grad, old versions: bf16)
     try:
         desc, producer_stream = read_cai(x)
     except AttributeError:  # no CUDA Array Interface
         pass
-    except (TypeError, ValueError, KeyError) as e:  # e.g. PyTorch refuses its CAI for bf16: try DLPack
-        cai_error = e
+    except (TypeError, ValueError) as e:
+        refused = e
+    except Exception as e:  # noqa: BLE001 - whatever the producer raises
+        producer_error = f" (its __cuda_array_interface__ raised {type(e).__name__}: {e})"
     else:
-        _wait_for_producer(producer_stream, _consumer_stream(stream))
+        try:
+            _wait_for_producer(producer_stream, _consumer_stream(stream))
+        except Exception as e:  # noqa: BLE001 - e.g. a destroyed or foreign stream
+            raise ValueError(f"{name}: cannot wait for its CUDA Array Interface stream "
+                             f"{producer_stream!r} ({type(e).__name__}: {e})") from None
         desc.device = _pointer_device(desc.ptr, name) if desc.ptr else None  # empty: no memory
     if desc is None and hasattr(x, "__dlpack__"):
         return _from_dlpack(x, name, stream)
+    if refused is not None:
+        raise type(refused)(f"{name}: {refused}") from None
     if desc is None:
-        why = f" (its CUDA Array Interface: {cai_error})" if cai_error else ""
         raise TypeError(f"{name} must be a GPU array (cupy.ndarray, or an object with __cuda_array_interface__ "
-                        f"or __dlpack__), got {type(x).__module__}.{type(x).__name__}{why}")
+                        f"or __dlpack__), got {type(x).__module__}.{type(x).__name__}{producer_error}")
     if writable and desc.readonly:
         raise ValueError(f"{name} is read-only; kosmos writes its result there")
     return _wrap(desc)

@@ -30,17 +30,16 @@ RS_SENTINEL = {bfloat16: np.uint16(0x7FA5), float32: np.uint32(0x7FA5A5A5)}
 class _CollectivePlan(SymmetricPlan):
     """A collective's plan: the heap, control words and epochs, and its persistent launch."""
 
-    def __init__(self, world: World, heap_bytes: int, crew: int | None, threads: int):
+    def __init__(self, world: World, heap_bytes: int, crew: int | None, threads: int, kernel: str):
         super().__init__(world, heap_bytes)
         self.threads = threads
         self.crew = crew or sm_count()
+        # Loaded here, collectively (the compile is shared across ranks): never on a call, where a rank
+        # that refused its arguments would leave the others waiting in the compile's agreement.
         self._launch: PersistentLaunch | None = None
-
-    def _kernel(self, name: str) -> PersistentLaunch:
-        if self._launch is None:
-            mod = load_module("collectives.hip", world=self.world)
-            self._launch = PersistentLaunch.checked(mod.get_function(name), self.crew, self.threads)
-        return self._launch
+        if world.size > 1:
+            mod = load_module("collectives.hip", world=world)
+            self._launch = PersistentLaunch.checked(mod.get_function(kernel), self.crew, self.threads)
 
     def _alone(self, x: Any, out: Any, stream: Any) -> Any:
         """World size 1: every collective is the identity, one memcpy into out (no kernel, no epoch)."""
@@ -69,7 +68,7 @@ class AllGather(_CollectivePlan):
             raise ValueError(f"all_gather moves 16-byte vectors: a shard of {self.shard_bytes} B is not a multiple of 16")
         if item_bytes % 16 or item_bytes <= 0:
             raise ValueError(f"item_bytes must be a positive multiple of 16, got {item_bytes}")
-        super().__init__(world, self.shard_bytes, crew, threads)
+        super().__init__(world, self.shard_bytes, crew, threads, "kosmos_all_gather")
         self.item_bytes = item_bytes
         self.staging = self.heap.alloc((max(self.shard_bytes, 16),), np.uint8)
 
@@ -85,7 +84,7 @@ class AllGather(_CollectivePlan):
         if self.world.size == 1:
             return self._alone(x, out, stream)
         epoch, ctx = self._next_call(stream)
-        self._kernel("kosmos_all_gather")(
+        self._launch(
             self._common_args() + (epoch, np.uint64(self.flags.offset), np.uint64(self.staging.offset), x, out,
                                    np.uint64(self.shard_bytes), np.uint64(self.item_bytes), ctx),
             stream=stream,
@@ -120,7 +119,7 @@ class ReduceScatter(_CollectivePlan):
         self.chunk_bytes = total // world.size
         if self.chunk_bytes % 16:
             raise ValueError(f"each rank's chunk ({self.chunk_bytes} B) must be a multiple of 16 bytes")
-        super().__init__(world, 2 * total, crew, threads)
+        super().__init__(world, 2 * total, crew, threads, f"kosmos_reduce_scatter_{REDUCE_SUFFIX[self.dtype]}")
         self.item_bytes = item_bytes
         self.staging = self.heap.alloc((2 * total // self.dtype.itemsize,), RS_SENTINEL[self.dtype].dtype)
         self.staging.local.fill(RS_SENTINEL[self.dtype])
@@ -139,7 +138,7 @@ class ReduceScatter(_CollectivePlan):
         if self.world.size == 1:
             return self._alone(x, out, stream)
         epoch, ctx = self._next_call(stream)
-        self._kernel(f"kosmos_reduce_scatter_{REDUCE_SUFFIX[self.dtype]}")(
+        self._launch(
             self._common_args() + (epoch, np.uint64(self.flags.offset), np.uint64(self.staging.offset), x, out,
                                    np.uint64(self.chunk_bytes), np.uint64(self.item_bytes), ctx),
             stream=stream,
@@ -176,7 +175,7 @@ def exchange_send_counts(world: World, x: Any, send_counts: Sequence[int], row_s
         if tuple(x.shape[1:]) != tuple(row_shape) or x.shape[0] != c.sum():
             raise ValueError(f"x has shape {x.shape}; expected ({int(c.sum())},) + {tuple(row_shape)}")
         counts = c
-    except (TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - any refusal on one rank reaches every rank
         err = e
     all_ok(world.comm, err)
     return x, allgather_counts(world.comm, counts)
@@ -202,7 +201,7 @@ class AllToAll(_CollectivePlan):
         if self.row_bytes % 16 or self.row_bytes == 0:
             raise ValueError(f"all_to_all moves 16-byte vectors: a row of {self.row_bytes} B is not a multiple of 16")
         self.capacity_rows = int(capacity_rows)
-        super().__init__(world, self.capacity_rows * self.row_bytes, crew, threads)
+        super().__init__(world, self.capacity_rows * self.row_bytes, crew, threads, "kosmos_all_to_all")
         self.item_rows = item_rows or max(1, DEFAULT_ITEM_BYTES // self.row_bytes)
         self.chunks_per_dest = max(1, -(-self.capacity_rows // self.item_rows))
         self.arena = self.heap.alloc((max(self.capacity_rows * self.row_bytes, 16),), np.uint8)
@@ -231,7 +230,7 @@ class AllToAll(_CollectivePlan):
             return self._alone(x, out, stream), matrix[:, w.rank].copy()
         plan_dev = cupy.asarray(plan)
         epoch, ctx = self._next_call(stream)
-        self._kernel("kosmos_all_to_all")(
+        self._launch(
             self._common_args() + (epoch, np.uint64(self.flags.offset), np.uint64(self.arena.offset), x, out,
                                    plan_dev, np.uint64(self.row_bytes), np.uint64(recv_rows),
                                    np.uint64(self.chunks_per_dest), np.uint64(self.item_rows), ctx),
@@ -244,12 +243,13 @@ class AllToAll(_CollectivePlan):
 # ---- functional forms: collective validation, then a cached plan ----
 
 def _plan_cache(world: World) -> dict:
+    world.check()  # after a failure, stale plans are the same on every rank only once clear_failure ran
     cache = getattr(world, "_collective_plans", None)
     if cache is None:
         cache = world._collective_plans = {}
-    # A device timeout invalidates every plan built before it; drop those.
+    # A device timeout invalidates every plan built before it: free those (collectively, same order everywhere).
     for key in [k for k, plan in cache.items() if plan.stale]:
-        del cache[key]
+        cache.pop(key).close()
     return cache
 
 
@@ -260,7 +260,7 @@ def _validated(world: World, x: Any, what: str, dtypes: tuple[np.dtype, ...] | N
         x = check_array(x, "x", dtypes=dtypes, device=world.device_id)
         if x.ndim == 0:
             raise ValueError(f"{what} needs an array with a row axis, got a 0-d array")
-    except (TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - any refusal on one rank reaches every rank
         err = e
     all_ok(world.comm, err)
     agree(world.comm, f"{what} input (shape, dtype)", (tuple(x.shape), dtype_name(x.dtype)))
@@ -296,7 +296,7 @@ def all_to_all(world: World, x: Any, send_counts: Sequence[int]) -> tuple[Any, n
         x = check_array(x, "x", device=world.device_id)
         if x.ndim == 0:
             raise ValueError("x must have a row axis")
-    except (TypeError, ValueError) as e:
+    except Exception as e:  # noqa: BLE001 - any refusal on one rank reaches every rank
         err = e
     all_ok(world.comm, err)
     agree(world.comm, "all_to_all row shape and dtype", (tuple(x.shape[1:]), dtype_name(x.dtype)))

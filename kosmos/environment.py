@@ -276,13 +276,17 @@ def report() -> list[Item]:
     return items
 
 
-def import_mpi_uninitialized() -> Any:
-    """MPI without MPI_Init (the report only reads versions)."""
+def _load_mpi_uninitialized() -> Any:
     import mpi4py
 
     mpi4py.rc.initialize = False
     mpi4py.rc.finalize = False
-    return import_mpi()
+    return _load_mpi()
+
+
+def import_mpi_uninitialized() -> Any:
+    """MPI without MPI_Init (the report only reads versions); KosmosError naming the fix otherwise."""
+    return import_mpi(_load_mpi_uninitialized)
 
 
 def _mpi4py_version() -> str:

@@ -94,35 +94,41 @@ class SymmetricHeap:
                                          lambda made: rt.free(made[0]))
         bases = [0] * world.size
         bases[world.rank] = self.base
-        if world.size > 1:
-            handles = allgather_handles(comm, handle)
 
-            def open_peers() -> list[int]:
-                opened: list[int] = []
-                try:
-                    for r, h in enumerate(handles):
-                        if r != world.rank:
-                            bases[r] = rt.ipcOpenMemHandle(h, rt.cudaIpcMemLazyEnablePeerAccess)
-                            opened.append(bases[r])
-                except Exception:
-                    self._close(opened)
-                    raise
-                return opened
-
+        def open_peers() -> tuple[list[int], Any]:
+            """Map every peer's heap and upload the table of bases (an allocation: it can fail too)."""
+            opened: list[int] = []
             try:
-                self._opened = collectively(comm, "to open its peers' heaps", open_peers, self._close)
+                for r, h in enumerate(handles):
+                    if r != world.rank:
+                        bases[r] = rt.ipcOpenMemHandle(h, rt.cudaIpcMemLazyEnablePeerAccess)
+                        opened.append(bases[r])
+                return opened, cupy.asarray(np.array(bases, dtype=np.uint64))
             except Exception:
-                comm.Barrier()  # every rank has closed what it opened of ours
-                rt.free(self.base)
-                self.base = 0
+                self._close(opened)
                 raise
+
+        try:
+            handles = allgather_handles(comm, handle) if world.size > 1 else []
+            self._opened, self.peer_bases = collectively(comm, "to open its peers' heaps", open_peers,
+                                                         lambda made: self._close(made[0]))
+        except Exception:
+            comm.Barrier()  # every rank has closed what it opened of ours
+            rt.free(self.base)
+            self.base = 0
+            raise
         self.bases: list[int] = bases
-        self.peer_bases = cupy.asarray(np.array(bases, dtype=np.uint64))
         comm.Barrier()  # nobody writes into a peer before that peer has zeroed its heap
         world.register_heap(self)
         self._barrier_flags = self.alloc((world.size,), np.uint64)
         self._barrier_epoch = 0
-        self._barrier_kernel = None
+        self._barrier_kernel = self._load_barrier() if world.size > 1 else None  # collective: here, not on a call
+
+    def _load_barrier(self) -> Any:
+        from .runtime import PersistentLaunch, load_module
+
+        mod = load_module("symmetric.hip", world=self.world)
+        return PersistentLaunch.checked(mod.get_function("kosmos_heap_barrier"), 1, 64)
 
     def alloc(self, shape: Any, dtype: Any) -> SymmetricArray:
         """Collective: every rank must call alloc with the same shape and dtype, in the same order."""
@@ -143,11 +149,10 @@ class SymmetricHeap:
 
     def barrier(self, stream: Any = None) -> None:
         """A device-side barrier across ranks, ordered on `stream` (no host synchronization)."""
-        from .runtime import PersistentLaunch, kernel_id, load_module
+        from .runtime import kernel_id
 
-        if self._barrier_kernel is None:
-            mod = load_module("symmetric.hip", world=self.world)
-            self._barrier_kernel = PersistentLaunch.checked(mod.get_function("kosmos_heap_barrier"), 1, 64)
+        if self._barrier_kernel is None:  # alone: nothing collective about loading it
+            self._barrier_kernel = self._load_barrier()
         self.world.order.join(stream)
         self._barrier_epoch += 1
         ctx = self.world.status.wait_ctx(kernel_id("KERNEL_BARRIER"))

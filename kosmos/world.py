@@ -47,7 +47,7 @@ class World:
         self.oversubscribed = False
         self.status = None
         self._told: Any = None  # this rank's word of the failure heap (1 + p once rank p failed)
-        self._told_seen = False
+        self._failure: KosmosTimeoutError | None = None  # raised here and not cleared yet (clear_failure)
         self._heaps: list[Any] = []
         self._finalized = False
         if gpu:
@@ -81,14 +81,14 @@ class World:
 
         self.require_gpu()
         cupy.cuda.Device(self.device_id).synchronize()
-        self.status.raise_if_failed()
+        self.check()
         if self._told is not None:
             by = int(self._told.local.get()[0])  # after the sync: a 4-byte read
-            if by and not self._told_seen:
-                self._told_seen = True
+            if by:
                 self.status.failures += 1  # plans built before it refuse to run
-                raise KosmosTimeoutError("KERNEL_NONE", self.rank, "SITE_NONE", self.status.budget_s,
-                                         failed_peer=by - 1)
+                self._failure = KosmosTimeoutError("KERNEL_NONE", self.rank, "SITE_NONE", self.status.budget_s,
+                                                   failed_peer=by - 1)
+                raise self._failure
 
     def clear_failure(self) -> None:
         """Collective: after a KosmosTimeoutError on any rank, make the World usable for new plans.
@@ -104,14 +104,22 @@ class World:
             self._told.local.fill(0)
         self.status.clear()
         self.status.failures += 1
-        self._told_seen = False
+        self._failure = None
         cupy.cuda.Device(self.device_id).synchronize()
         self.comm.Barrier()
 
     def check(self) -> None:
-        """Raise if an earlier kernel of this rank recorded a timeout (no synchronization)."""
+        """Raise if an earlier kernel of this rank recorded a timeout (no synchronization), and on
+        every call after one until clear_failure(): nothing may launch into an inconsistent protocol."""
+        if self._failure is not None:
+            raise KosmosError(f"this World failed earlier ({self._failure.args[0].split('. ')[0]}); "
+                              "call World.clear_failure() on every rank, then build new plans")
         if self.status is not None:
-            self.status.raise_if_failed()
+            try:
+                self.status.raise_if_failed()
+            except KosmosTimeoutError as e:
+                self._failure = e
+                raise
 
     def barrier(self) -> None:
         self.comm.Barrier()

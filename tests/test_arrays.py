@@ -83,12 +83,12 @@ def test_cai_refusals(no_driver: dict) -> None:
     with pytest.raises(ValueError, match="out is read-only"):
         arrays.as_cupy(CAI(shape=(8,), typestr="<f4", data=(PTR, True)), "out", writable=True)
     assert arrays.as_cupy(CAI(shape=(8,), typestr="<f4", data=(PTR, True))).data.ptr == PTR  # reading is fine
-    with pytest.raises(TypeError, match="masked"):
+    with pytest.raises(TypeError, match="x: masked"):
         arrays.as_cupy(CAI(shape=(8,), typestr="<f4", mask=object()))
-    with pytest.raises(TypeError, match="stream 0 is disallowed"):
+    with pytest.raises(ValueError, match="x: CUDA Array Interface stream 0 is disallowed"):
         arrays.as_cupy(CAI(shape=(8,), typestr="<f4", stream=0))
-    with pytest.raises(TypeError, match="version 1 is too old"):
-        arrays.as_cupy(CAI(shape=(8,), typestr="<f4", version=1))
+    with pytest.raises(TypeError, match="w: CUDA Array Interface version 1 is too old"):
+        arrays.as_cupy(CAI(shape=(8,), typestr="<f4", version=1), "w")
     with pytest.raises(ValueError, match="null data pointer"):
         arrays.as_cupy(CAI(shape=(8,), typestr="<f4", data=(0, False)))
 
@@ -113,16 +113,23 @@ def test_host_arrays_and_strangers_are_refused() -> None:
 
 
 class BrokenCAI:
-    """PyTorch's bf16 tensors raise from __cuda_array_interface__ (and offer DLPack instead)."""
+    """A producer whose __cuda_array_interface__ raises (older PyTorch for bf16: TypeError; a tensor that
+    requires grad: RuntimeError), and that may offer DLPack instead."""
+
+    def __init__(self, error: Exception):
+        self.error = error
 
     @property
     def __cuda_array_interface__(self) -> dict:
-        raise TypeError("dtype bfloat16 not supported")
+        raise self.error
 
 
 def test_a_cai_that_raises_is_reported() -> None:
-    with pytest.raises(TypeError, match="its CUDA Array Interface: dtype bfloat16 not supported"):
-        arrays.as_cupy(BrokenCAI())
+    with pytest.raises(TypeError, match="x: dtype bfloat16 not supported"):
+        arrays.as_cupy(BrokenCAI(TypeError("dtype bfloat16 not supported")))
+    with pytest.raises(TypeError, match=r"x must be a GPU array .*its __cuda_array_interface__ raised RuntimeError: "
+                                        "Can't get __cuda_array_interface__ on Variable that requires grad"):
+        arrays.as_cupy(BrokenCAI(RuntimeError("Can't get __cuda_array_interface__ on Variable that requires grad")))
 
 
 # ---- DLPack: CuPy reads the capsule (tests/gpu/test_interop.py); what is refused before that ----

@@ -92,6 +92,14 @@ KOSMOS_DEVICE void record_stop(const WaitCtx& w, u32 site) {
   if (by != 0u) record_status(w, 1u + by, site);  // code 2 + p for rank p
 }
 
+// Between work items: false (after recording a peer's failure, if that is the reason) once the
+// grid or a peer has failed, so a CTA that leaves without waiting still tells the host why.
+KOSMOS_DEVICE bool still_ok(const WaitCtx& w, u32 site) {
+  if (!failed(w)) return true;
+  record_stop(w, site);
+  return false;
+}
+
 // Spin until ready() is true, the budget is spent, or the grid has failed.
 template <class Ready>
 KOSMOS_DEVICE bool bounded_wait(const WaitCtx& w, u32 site, Ready ready) {

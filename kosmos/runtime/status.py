@@ -93,7 +93,12 @@ class DeviceStatus:
         for i in range(4):
             self._words[i] = 0
         if getattr(self, "_abort", None) is not None:
-            self._abort.fill(0)  # stream-ordered: later kernels start un-aborted
+            import cupy
+
+            # After every kernel of this rank, on whatever stream it ran (only after a failure or at start).
+            cupy.cuda.runtime.deviceSynchronize()
+            self._abort.fill(0)
+            cupy.cuda.runtime.deviceSynchronize()
 
     def raise_if_failed(self) -> None:
         code, kernel, rank, site = (int(w) for w in self._words)

@@ -22,7 +22,9 @@ class DeviceOrder:
 
     def __init__(self) -> None:
         self._last: Any = None
-        self.lock = threading.Lock()  # held by callers around "join, then launch"
+        # Held around "join, then launch" by callers whose calls may come from several threads (a GEMM
+        # plan); a World's ops are issued from one thread, in the same order on every rank.
+        self.lock = threading.Lock()
 
     def join(self, stream: Any) -> None:
         """Order the next launch, on `stream` (None: the current stream), after every earlier one."""
