@@ -350,14 +350,6 @@ def _dtype_of(dt: Any, what: str) -> np.dtype:
     return d
 
 
-def _dtype_name(dt: Any) -> str:
-    """A dtype's name for agreement across ranks (validated later, on every rank alike)."""
-    try:
-        return np.dtype(dt).name
-    except TypeError:
-        return repr(dt)
-
-
 class _ReduceScatterBase(_FusedOp):
     kernel_enum = "KERNEL_GEMM_RS"
 
@@ -411,7 +403,7 @@ class MatmulReduceScatter(_ReduceScatterBase):
                  rs_order: str = "band_major"):
         super().__init__(world, m, n, k, sm_cap=sm_cap, policy=policy, movers=movers,
                          heap_bytes=lambda: 2 * world.size * m * n * np.dtype(staging_dtype).itemsize,
-                         switches=dict(staging_dtype=_dtype_name(staging_dtype), rs_order=rs_order))
+                         switches=dict(staging_dtype=staging_dtype, rs_order=rs_order))
         sd = np.dtype(staging_dtype)
         self._setup_reduce(n, sd)
         P = self.P
@@ -449,7 +441,7 @@ class BulkReduceScatterMatmul(_ReduceScatterBase):
     def __init__(self, world: World, m: int, n: int, k: int, *, dw_dtype: Any = bfloat16, sm_cap: int | None = None,
                  policy: str = "one_way", movers: int | None = None):
         super().__init__(world, m, n, k, sm_cap=sm_cap, policy=policy, movers=movers,
-                         heap_bytes=lambda: 2 * world.size * m * k * 2, switches=dict(dw_dtype=_dtype_name(dw_dtype)))
+                         heap_bytes=lambda: 2 * world.size * m * k * 2, switches=dict(dw_dtype=dw_dtype))
         self._setup_reduce(k, bfloat16)
         self.dw_dtype = np.dtype(dw_dtype)
         self.shape = gemm.gemm_shape("NT", (self.P * m, n), (self.P * m, k))
