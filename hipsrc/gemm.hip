@@ -14,8 +14,9 @@ using namespace kosmos::gemm;
       NAME(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,             \
            const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EPI epi, u64* head, u64 base) {            \
     extern __shared__ __align__(16) u8 kosmos_gemm_smem[];                                                 \
-    QueueClaim claim{head, base, work_units(p)};                                                   \
-    run_builder<LAYOUT>(p, &tma, &tmb, kosmos_gemm_smem, claim, AlwaysReady{}, MAKE_EPI);                  \
+    builder_init(kosmos_gemm_smem);                                                                        \
+    QueueClaim claim{head, base, work_units(p)};                                                           \
+    run_builder<LAYOUT>(DenseSchedule{p}, &tma, &tmb, kosmos_gemm_smem, claim, AlwaysReady{}, MAKE_EPI);   \
   }
 
 #define KOSMOS_EPI_AS_IS epi
@@ -48,8 +49,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                               const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiStoreBf16 epi, u64* head,
                               u64 base, const u64* row_flags, u64 target, WaitCtx w, u64* tiles_done) {
   extern __shared__ __align__(16) u8 kosmos_gemm_smem[];
+  builder_init(kosmos_gemm_smem);
   QueueClaim claim{head, base, work_units(p)};
-  run_builder<LAYOUT_TN>(p, &tma, &tmb, kosmos_gemm_smem, claim, RowFlagsReady{row_flags, target, w},
+  run_builder<LAYOUT_TN>(DenseSchedule{p}, &tma, &tmb, kosmos_gemm_smem, claim, RowFlagsReady{row_flags, target, w},
                          EpiCountDone<EpiStoreBf16Tma>(EpiStoreBf16Tma(epi, &tmc), tiles_done));
 }
 

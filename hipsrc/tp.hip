@@ -89,11 +89,13 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const Pro
                            const i32* mover_order, i32 n_mover_items, u32 mover_threads) {
   extern __shared__ __align__(1024) u8 smem[];
   const Gathered g{peer_bases, shard_off, gathered, m, row_bytes, items_per_chunk};
+  // Before any early exit: CTA 0 zeroes the next call's heads here.
+  FusedHeads* heads = fused_heads(mine, epoch);
+  builder_init(smem);
   // Peers must have finished pulling our shard from the last call before we overwrite it.
   if (!wait_peers_done(wait, mine, rank, world, epoch)) return;
   stage_shard(g, rank, world, epoch, mine, flags_off, arrived, x);
 
-  FusedHeads* heads = fused_heads(mine, epoch);
   const bool mover = i32(blockIdx.x) < movers;
   const TableQueue q{&heads->mover, mover_order, n_mover_items, 2};
   if (mover && !gather_items(g, rank, epoch, mine, flags_off, arrived, q, mover_threads, wait)) return;
@@ -103,8 +105,9 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const Pro
     const GatherReady ready{arrived, epoch, m, tiles_m_per_chunk, items_per_chunk, world == 1, wait};
     __shared__ int s_more;
     for (;;) {
-      const bool built = kBulk ? run_builder<L>(p, &tma, &tmb, smem, claim, AlwaysReady{}, epi)
-                               : run_builder<L>(p, &tma, &tmb, smem, claim, ready, epi);
+      // Two-way: the builder's pipeline stays initialised while the CTA gathers between calls.
+      const bool built = kBulk ? run_builder<L>(DenseSchedule{p}, &tma, &tmb, smem, claim, AlwaysReady{}, epi)
+                               : run_builder<L>(DenseSchedule{p}, &tma, &tmb, smem, claim, ready, epi);
       if (!built) return;
       if (!two_way) break;
       // The builder stopped because gather items were left or because the tile queue ran dry.
@@ -148,6 +151,7 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Pro
   __shared__ i32 s_idx;
   const Staging st{peer_bases, staging_off, buffer_bytes, m, cols};
   FusedHeads* heads = fused_heads(mine, epoch);
+  builder_init(smem);
   if (!wait_peers_done(wait, mine, rank, world, epoch)) return;
   if (world > 1) {
     poison_and_stage<T>(st, rank, epoch, kBulk ? x : nullptr);
@@ -168,9 +172,9 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Pro
   };
   auto build = [&]() -> bool {
     TableClaim claim{&heads->tile, tile_order, n_tiles, nullptr, 0};
-    if (kBulk) return run_builder<L>(p, &tma, &tmb, smem, claim, AlwaysReady{}, epi);
+    if (kBulk) return run_builder<L>(DenseSchedule{p}, &tma, &tmb, smem, claim, AlwaysReady{}, epi);
     const PoisonedReady ready{&mine->staged, epoch * gridDim.x, world == 1, wait};
-    return run_builder<L>(p, &tma, &tmb, smem, claim, ready, epi);
+    return run_builder<L>(DenseSchedule{p}, &tma, &tmb, smem, claim, ready, epi);
   };
 
   const bool mover = i32(blockIdx.x) < movers;

@@ -197,7 +197,7 @@ def tile_order(shape: GemmShape) -> list[tuple[int, int]]:
 PROBLEM_DTYPE = np.dtype(
     [("a", np.uint64), ("b", np.uint64), ("mo", np.int32), ("no", np.int32), ("kr", np.int32), ("lda", np.int32),
      ("ldb", np.int32), ("tiles_m", np.int32), ("tiles_n", np.int32), ("k_slabs", np.int32), ("swiglu_f", np.int32),
-     ("k_splits", np.int32)],
+     ("k_splits", np.int32), ("b_group_stride", np.int64)],
     align=True,
 )
 EPI_DTYPE = np.dtype([("out", np.uint64), ("ldo", np.int32), ("mo", np.int32), ("no", np.int32)], align=True)

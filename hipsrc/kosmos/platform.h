@@ -49,6 +49,26 @@ KOSMOS_DEVICE u16 f32_to_bf16(float f) {
   return u16(u >> 16);
 }
 
+// Two floats to a bf16 pair (a in the low half), rounded to nearest even: one instruction on
+// NVIDIA sm_80+ (NaNs come out as the canonical quiet NaN there, payload-quieted here).
+KOSMOS_DEVICE u32 pack_bf16x2(float a, float b) {
+#if KOSMOS_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+  u32 r;
+  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(b), "f"(a));
+  return r;
+#else
+  return u32(f32_to_bf16(a)) | (u32(f32_to_bf16(b)) << 16);
+#endif
+}
+
+// Order this thread's earlier generic-proxy global writes before its later async-proxy (TMA)
+// accesses of the same memory. Only Hopper and later have a separate async proxy.
+KOSMOS_DEVICE void fence_proxy_async_generic_to_tma() {
+#if KOSMOS_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.global;" ::: "memory");
+#endif
+}
+
 // ---- nanosecond clock for bounded waits ----
 KOSMOS_DEVICE u64 now_ns() {
 #if KOSMOS_AMD

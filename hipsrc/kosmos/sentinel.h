@@ -34,7 +34,7 @@ template <> struct Sentinel<u16> {  // bf16: 8 lanes per 16-byte vector
   KOSMOS_DEVICE static vec16 pack(const float* a) {
     vec16 v;
 #pragma unroll
-    for (int i = 0; i < 4; ++i) (&v.x)[i] = u32(f32_to_bf16(a[2 * i])) | (u32(f32_to_bf16(a[2 * i + 1])) << 16);
+    for (int i = 0; i < 4; ++i) (&v.x)[i] = pack_bf16x2(a[2 * i], a[2 * i + 1]);
     return v;
   }
   KOSMOS_DEVICE static vec16 poison() {
@@ -82,6 +82,9 @@ KOSMOS_DEVICE void poison_and_stage(const Staging& s, int rank, u64 epoch, const
   const u64 n = s.buffer_bytes / 16, stride = u64(gridDim.x) * blockDim.x;
   const u64 first = u64(blockIdx.x) * blockDim.x + threadIdx.x;
   for (u64 i = first; i < n; i += stride) st16(next + i, Sentinel<T>::poison());
+  // The next call's partials land in `next` through TMA stores (another proxy): order the poison
+  // before them, and (system scope) before anything a peer may read after this call.
+  fence_proxy_async_generic_to_tma();
   fence_acq_rel_sys();
   if (x)
     for (u64 i = first; i < n; i += stride) st16(cur + i, Sentinel<T>::canonical(ld16(x + i)));

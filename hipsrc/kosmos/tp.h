@@ -135,7 +135,7 @@ KOSMOS_DEVICE bool reduce_item(const Staging& s, int rank, int world, u64 epoch,
       const u64 local = elem[u] - u64(rank) * s.m * s.cols;  // the same element in this rank's output
 #pragma unroll
       for (int l = 0; l < S::kLanes; l += 2)
-        *reinterpret_cast<u32*>(out + local + l) = u32(f32_to_bf16(acc[u][l])) | (u32(f32_to_bf16(acc[u][l + 1])) << 16);
+        *reinterpret_cast<u32*>(out + local + l) = pack_bf16x2(acc[u][l], acc[u][l + 1]);
     }
   }
   return ok;

@@ -5,6 +5,7 @@
 #pragma once
 #include "config.h"
 #include "epilogue.h"
+#include "schedule.h"
 #if KOSMOS_GEMM_MFMA
 #include "mfma.h"
 #else
@@ -39,9 +40,13 @@ KOSMOS_DEVICE void stage_operand(u16* s, const u16* g, i32 ld, i32 k0, i32 rlim,
   }
 }
 
-template <int L, class Claim, class Ready, class Epi>
-KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap*, const TensorMap*, u8* smem_raw, Claim& claim,
-                                    const Ready& ready, const Epi& epi) {
+// Nothing lives across calls here: each call stages its own slabs synchronously.
+KOSMOS_DEVICE void builder_init_arch(u8*) { __syncthreads(); }
+
+template <int L, class Sched, class Claim, class Ready, class Epi>
+KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap*, const TensorMap*, u8* smem_raw,
+                                    Claim& claim, const Ready& ready, const Epi& epi) {
+  const Problem& p = sched.p;
   constexpr int LdS = ArchMma::kLdS;
   u16* sA = reinterpret_cast<u16*>((reinterpret_cast<u64>(smem_raw) + 127) & ~u64(127));
   u16* sB = sA + kTileM * LdS;
@@ -56,7 +61,9 @@ KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap*, const Te
     const i32 t = s_tile;
     __syncthreads();
     if (t < 0) return true;
-    const TileCoord tc = tile_of(p, t);
+    const TileCoord tc = sched.tile(t);
+    // Grouped B: this tile's group's matrix (kGroupedB schedules; group is 0 otherwise).
+    const u16* b = p.b + (Sched::kGroupedB ? i64(tc.group) * p.b_group_stride : 0);
     mma.zero();
     for (i32 kb = tc.kb0; kb < tc.kb1; ++kb) {
       if (!Ready::kTrivial) {
@@ -64,15 +71,14 @@ KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap*, const Te
         __syncthreads();
         if (!s_ready) return false;
       }
-      const i32 k0 = kb * kTileK;
-      const i32 m0 = tc.tm * kTileM;
-      // A: rows are output rows (mo of them); its reduction index runs to kr.
-      stage_operand<LayoutTraits<L>::kAKMajor, kTileM, LdS>(sA, p.a, p.lda, k0, p.mo, p.kr,
-                                                            [&](int r) { return m0 + r; });
+      const i32 k0 = tc.k_off + kb * kTileK;
+      // A: rows are the tile's M indices (zero at or past a_mlim); its reduction index runs to k_end.
+      stage_operand<LayoutTraits<L>::kAKMajor, kTileM, LdS>(sA, p.a, p.lda, k0, tc.a_mlim, tc.k_end,
+                                                            [&](int r) { return tc.a_m0 + r; });
       // B: rows are output columns mapped through b_chunk_col (SwiGLU gate/up halves).
       const i32 nlim = p.swiglu_f ? 2 * p.swiglu_f : p.no;
       stage_operand<LayoutTraits<L>::kBKMajor, kTileN, LdS>(
-          sB, p.b, p.ldb, k0, nlim, p.kr, [&](int r) { return b_chunk_col(p, tc.tn, r / 64) + r % 64; });
+          sB, b, p.ldb, k0, nlim, tc.k_end, [&](int r) { return b_chunk_col(p, tc.tn, r / 64) + r % 64; });
       __syncthreads();
       if (computes) mma.slab(sA, sB, warp, lane);
       __syncthreads();

@@ -4,12 +4,19 @@
 // hook and issues TMA loads into a kStages-deep ring of shared-memory stages. Warpgroups 1 and 2
 // are consumers: each computes a 64x256 half of the 128x256 output tile with wgmma m64n256k16
 // (128 fp32 accumulators per thread) and runs the epilogue straight from registers.
-// The producer writes the claimed tile (or -1 = no more work, -2 = aborted) into a per-stage slot
-// before the stage's full barrier completes, so consumers learn the tile from the data stream and
+// The producer writes the claimed unit (or -1 = no more work, -2 = aborted) into a per-stage slot
+// before the stage's full barrier completes, so consumers learn the unit from the data stream and
 // the producer can run ahead into the next tile while consumers finish the epilogue.
+//
+// The pipeline lives for the whole kernel: builder_init() initialises its mbarriers once, and each
+// side's (stage, phase) is kept in shared memory between calls, so a CTA can leave the builder
+// (to move data) and come back without draining or re-initialising anything. Every stage the
+// producer fills is released by the consumers, the stop stage included, so both sides leave a
+// call at the same point of the ring.
 #pragma once
 #include "config.h"
 #include "epilogue.h"
+#include "schedule.h"
 #include "sm90_wgmma.h"
 
 namespace kosmos {
@@ -19,28 +26,58 @@ constexpr int kProducerRegs = 40;
 constexpr int kConsumerRegs = 232;
 constexpr int kEntryRegs = 168;  // 65536 / 384 rounded down to a multiple of 8
 
-template <int L, class Claim, class Ready, class Epi>
-KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap* tma, const TensorMap* tmb, u8* smem_raw,
+// The ring's bookkeeping, in the kSmemBytes plan after the stages and the epilogue staging.
+struct PipelineState {
+  u64 full[kStages];   // TMA bytes of the stage landed (count 1 + tx)
+  u64 empty[kStages];  // the consumers' 8 warps are done reading it
+  i32 slot[kStages];   // the unit the stage belongs to, or -1 / -2
+  u32 prod_stage, prod_phase, cons_stage, cons_phase;
+  i32 aborted;         // a readiness hook failed: the kernel is on its way out
+};
+static_assert(sizeof(PipelineState) <= 256, "the pipeline state must fit the 256 bytes kSmemBytes keeps for it");
+
+KOSMOS_DEVICE u8* stage_base(u8* smem_raw) {
+  return reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
+}
+KOSMOS_DEVICE PipelineState* pipeline_of(u8* smem_raw) {
+  return reinterpret_cast<PipelineState*>(stage_base(smem_raw) + kStages * kStageBytes + kEpiBytes);
+}
+
+// All threads, once per kernel, before the first run_builder_arch.
+KOSMOS_DEVICE void builder_init_arch(u8* smem_raw) {
+  PipelineState* ps = pipeline_of(smem_raw);
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      sm90::mbar_init(&ps->full[i], 1);
+      sm90::mbar_init(&ps->empty[i], 8);  // one arrival per consumer warp
+    }
+    ps->prod_stage = ps->prod_phase = ps->cons_stage = ps->cons_phase = 0;
+    ps->aborted = 0;
+    sm90::mbar_fence_init();
+  }
+  __syncthreads();
+}
+
+KOSMOS_DEVICE void ring_advance(u32& s, u32& ph) {
+  if (++s == kStages) {
+    s = 0;
+    ph ^= 1;
+  }
+}
+
+template <int L, class Sched, class Claim, class Ready, class Epi>
+KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, const TensorMap* tmb, u8* smem_raw,
                                     Claim& claim, const Ready& ready, const Epi& epi) {
   using namespace sm90;
   constexpr bool AK = LayoutTraits<L>::kAKMajor;
   constexpr bool BK = LayoutTraits<L>::kBKMajor;
-  u8* base = reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
+  const Problem& p = sched.p;
+  u8* base = stage_base(smem_raw);
   u8* epi_smem = base + kStages * kStageBytes;  // kEpiBytes: 16 KB per consumer warpgroup
-  u64* full = reinterpret_cast<u64*>(epi_smem + kEpiBytes);
-  u64* empty = full + kStages;
-  i32* slot = reinterpret_cast<i32*>(empty + kStages);
-  __shared__ i32 aborted;
-
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < kStages; ++i) {
-      mbar_init(&full[i], 1);
-      mbar_init(&empty[i], 8);  // one arrival per consumer warp
-    }
-    aborted = 0;
-    mbar_fence_init();
-  }
-  __syncthreads();
+  PipelineState* ps = pipeline_of(smem_raw);
+  u64* full = ps->full;
+  u64* empty = ps->empty;
+  i32* slot = ps->slot;
 
   const int wg = threadIdx.x / 128;
   if (wg == 0) {
@@ -48,12 +85,23 @@ KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap* tma, cons
     if (threadIdx.x == 0) {
       tma_prefetch_desc(tma);
       tma_prefetch_desc(tmb);
-      int s = 0;
-      u32 ph = 0;
+      u32 s = ps->prod_stage, ph = ps->prod_phase;
       for (;;) {
         const i32 t = claim();
         i32 stop = t < 0 ? -1 : 0;
-        TileCoord tc = tile_of(p, t < 0 ? 0 : t);
+        const TileCoord tc = sched.tile(t < 0 ? 0 : t);
+        if (stop == 0 && tc.kb1 == tc.kb0) {
+          // Nothing to reduce (a group with no rows): one stage without loads names the tile.
+          if (!ready(tc, tc.kb0)) {
+            stop = -2;
+          } else {
+            mbar_wait(&empty[s], ph ^ 1);
+            slot[s] = t;
+            mbar_arrive(&full[s]);
+            ring_advance(s, ph);
+            continue;
+          }
+        }
         for (i32 kb = tc.kb0; stop == 0 && kb < tc.kb1; ++kb) {
           if (!ready(tc, kb)) {
             stop = -2;
@@ -65,32 +113,38 @@ KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap* tma, cons
           mbar_arrive_expect_tx(&full[s], kStageBytes);
           u8* sa = base + s * kStageBytes;
           u8* sb = sa + kStageBytesA;
+          const i32 k = tc.k_off + kb * kTileK;
 #pragma unroll
           for (int h = 0; h < 2; ++h) {
-            const i32 mn = tc.tm * kTileM + 64 * h;
-            if (AK) tma_load_2d(sa + h * kBoxBytes, tma, kb * kTileK, mn, &full[s]);
-            else tma_load_2d(sa + h * kBoxBytes, tma, mn, kb * kTileK, &full[s]);
+            const i32 mn = tc.a_m0 + 64 * h;
+            if (AK) tma_load_2d(sa + h * kBoxBytes, tma, k, mn, &full[s]);
+            else tma_load_2d(sa + h * kBoxBytes, tma, mn, k, &full[s]);
           }
 #pragma unroll
           for (int c = 0; c < 4; ++c) {
             const i32 col = b_chunk_col(p, tc.tn, c);
-            if (BK) tma_load_2d(sb + c * kBoxBytes, tmb, kb * kTileK, col, &full[s]);
-            else tma_load_2d(sb + c * kBoxBytes, tmb, col, kb * kTileK, &full[s]);
+            if constexpr (Sched::kGroupedB) {
+              if (BK) tma_load_3d(sb + c * kBoxBytes, tmb, k, col, tc.group, &full[s]);
+              else tma_load_3d(sb + c * kBoxBytes, tmb, col, k, tc.group, &full[s]);
+            } else {
+              if (BK) tma_load_2d(sb + c * kBoxBytes, tmb, k, col, &full[s]);
+              else tma_load_2d(sb + c * kBoxBytes, tmb, col, k, &full[s]);
+            }
           }
-          if (++s == kStages) {
-            s = 0;
-            ph ^= 1;
-          }
+          ring_advance(s, ph);
         }
         if (stop != 0) {
-          // Tell the consumers: no more tiles (-1) or abort (-2).
+          // Tell the consumers: no more tiles (-1) or abort (-2). They release this stage too.
           mbar_wait(&empty[s], ph ^ 1);
           slot[s] = stop;
           mbar_arrive(&full[s]);
-          if (stop == -2) aborted = 1;
+          ring_advance(s, ph);
+          if (stop == -2) ps->aborted = 1;
           break;
         }
       }
+      ps->prod_stage = s;
+      ps->prod_phase = ph;
     }
     __syncwarp();
   } else {
@@ -99,28 +153,44 @@ KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap* tma, cons
     const int tid = threadIdx.x - 128 * wg;
     const int warp = tid / 32, lane = tid % 32;
     float acc[128];
+    u32 s = ps->cons_stage, ph = ps->cons_phase;
+    for (;;) {
+      mbar_wait(&full[s], ph);
+      const i32 t = slot[s];
+      if (t < 0) {
+        if (lane == 0) mbar_arrive(&empty[s]);
+        ring_advance(s, ph);
+        break;
+      }
+      const TileCoord tc = sched.tile(t);
+      const i32 nslabs = tc.kb1 - tc.kb0;
+      if (nslabs == 0) {
 #pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0.f;
-    int s = 0;
-    u32 ph = 0;
-    bool more = true;
-    while (more) {
-      TileCoord tc;
+        for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+        if (lane == 0) mbar_arrive(&empty[s]);
+        ring_advance(s, ph);
+      }
       int prev = -1;
-      i32 nslabs = 1;  // known once the first stage of the unit names it
       for (i32 i = 0; i < nslabs; ++i) {
-        mbar_wait(&full[s], ph);
-        const i32 t = slot[s];
-        if (t < 0) {
-          more = false;
-          break;
+        if (i > 0) mbar_wait(&full[s], ph);
+        u8* stage = base + s * kStageBytes;
+        if constexpr (Sched::kRaggedK) {
+          // The group's last slab: TMA loaded 64 rows, the rows past the group's end belong to the
+          // next group. Zero them in both operands (0 x Inf would be NaN) before any wgmma reads.
+          const i32 valid = tc.k_end - (tc.k_off + (tc.kb0 + i) * kTileK);
+          if (valid < kTileK) {
+            const i32 chunks = (kTileK - valid) * 8;  // 16-byte chunks per 64x64 box
+            const int ctid = tid + 128 * cw;
+            for (i32 c = ctid; c < 6 * chunks; c += 256) {
+              const i32 box = c / chunks, r = valid + (c % chunks) / 8;
+              st16(stage + box * kBoxBytes + r * 128 + (c % 8) * 16, vec16{0u, 0u, 0u, 0u});
+            }
+            fence_proxy_async_shared();
+            named_barrier(1, 256);
+          }
         }
-        if (i == 0) {
-          tc = tile_of(p, t);
-          nslabs = tc.kb1 - tc.kb0;
-        }
-        const u32 a0 = smem_addr(base + s * kStageBytes + cw * kBoxBytes);
-        const u32 b0 = smem_addr(base + s * kStageBytes + kStageBytesA);
+        const u32 a0 = smem_addr(stage + cw * kBoxBytes);
+        const u32 b0 = smem_addr(stage + kStageBytesA);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kTileK / 16; ++kk) {
@@ -132,17 +202,18 @@ KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap* tma, cons
         wgmma_wait<1>();
         fence_regs(acc);
         if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
-        prev = s;
-        if (++s == kStages) {
-          s = 0;
-          ph ^= 1;
-        }
+        prev = int(s);
+        ring_advance(s, ph);
       }
-      wgmma_wait<0>();
-      fence_regs(acc);
-      if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
-      if (!more) break;
+      if (nslabs > 0) {
+        wgmma_wait<0>();
+        fence_regs(acc);
+        if (lane == 0) mbar_arrive(&empty[prev]);
+      }
+      bool stored = false;
       if constexpr (Epi::kTmaStore) {
+        if (!tc.masked) {
+          stored = true;
         // Through shared memory, in four 64x64 subtiles per warpgroup (its 64 rows x 256 columns)
         // and two 8 KB slots: subtile q is written into slot q%2 while the TMA store of subtile q-1
         // still reads the other slot. The slots hold the TMA's 128-byte swizzle (16-byte chunk ^=
@@ -167,15 +238,18 @@ KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap* tma, cons
           fence_proxy_async_shared();
           (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
           if (tid == 0) {
-            tma_store_2d(epi.map, slot_q, tc.tn * kTileN + 64 * q, tc.tm * kTileM + cw * 64);
+            tma_store_2d(epi.map, slot_q, tc.tn * kTileN + 64 * q, tc.row0 + cw * 64);
             bulk_commit();
           }
         }
         if (Epi::kHasDone && tid == 0) bulk_wait_all();
-      } else {
-        // Epilogue from registers. Fragment of m64nNk16: thread (warp, lane) holds, for each n8
-        // block j, rows warp*16 + lane/4 (+8) and columns 8j + 2*(lane%4) (+1).
-        const i32 row0 = tc.tm * kTileM + cw * 64 + warp * 16 + lane / 4;
+        }
+      }
+      if (!stored) {
+        // Epilogue from registers (also every tile whose rows end inside the output). Fragment
+        // of m64nNk16: thread (warp, lane) holds, for each n8 block j, rows warp*16 + lane/4
+        // (+8) and columns 8j + 2*(lane%4) (+1).
+        const i32 row0 = tc.row0 + cw * 64 + warp * 16 + lane / 4;
         const i32 lc0 = 2 * (lane % 4);
 #pragma unroll
         for (int j = 0; j < 16; ++j) {
@@ -192,11 +266,15 @@ KOSMOS_DEVICE bool run_builder_arch(const Problem& p, const TensorMap* tma, cons
       }
     }
     if (Epi::kTmaStore && tid == 0) bulk_wait_all();  // shared memory stays ours until the stores are done
+    if (tid == 0 && cw == 0) {
+      ps->cons_stage = s;
+      ps->cons_phase = ph;
+    }
     setmaxnreg_dec<kEntryRegs>();
   }
   __syncthreads();
   if (wg == 0) setmaxnreg_inc<kEntryRegs>();
-  return aborted == 0;
+  return ps->aborted == 0;
 }
 
 }  // namespace gemm

@@ -48,7 +48,8 @@ struct alignas(64) TensorMap {
   u64 words[16];
 };
 
-// One GEMM problem as the builder sees it.
+// One GEMM problem as the builder sees it (for grouped GEMMs: the dimensions of one group; mo is
+// then the rows of the packed operand for TN/NN, or one group's output rows for NT).
 struct Problem {
   const u16* a;      // bf16, row-major, see Layout
   const u16* b;
@@ -58,43 +59,17 @@ struct Problem {
   i32 swiglu_f;      // SwiGLU: columns of the gate half (b rows [0,F) gate, [F,2F) up); 0 = off
   i32 k_splits;      // split-K: work units per output tile (0 or 1 = none); unit s of a tile covers one
                      // K-range and writes its own fp32 partial (EpiStoreF32 at out + s * mo * ldo)
+  i64 b_group_stride;  // grouped TN/NN: elements from one group's b to the next (portable layers)
 };
+
+// kosmos/gemm.py mirrors Problem as PROBLEM_DTYPE; these pin the layout both sides assume.
+static_assert(sizeof(Problem) == 64, "Problem layout: see PROBLEM_DTYPE in kosmos/gemm.py");
+static_assert(__builtin_offsetof(Problem, b_group_stride) == 56, "Problem layout: see PROBLEM_DTYPE");
 
 KOSMOS_DEVICE i32 k_splits_of(const Problem& p) { return p.k_splits > 1 ? p.k_splits : 1; }
 
 // Work units in the queue: every output tile, k_splits times.
 KOSMOS_DEVICE i32 work_units(const Problem& p) { return p.tiles_m * p.tiles_n * k_splits_of(p); }
-
-// A claimed work unit: an output tile, or one K-range of it under split-K.
-struct TileCoord {
-  i32 index;     // position in the queue order
-  i32 tm, tn;    // tile row and column
-  i32 split;     // which K-range (0 without split-K)
-  i32 kb0, kb1;  // its reduction slabs [kb0, kb1) (0 and k_slabs without split-K)
-};
-
-// Queue position -> work unit. Consecutive positions are the K-splits of one tile; tiles follow a
-// grouped raster: kRasterGroupM tile-rows share each B column block (without split-K the queue
-// position is the tile index).
-KOSMOS_DEVICE TileCoord tile_of(const Problem& p, i32 u) {
-  const i32 splits = k_splits_of(p);
-  const i32 t = u / splits;
-  const i32 split = u - t * splits;
-  const i32 per_group = kRasterGroupM * p.tiles_n;
-  const i32 g = t / per_group;
-  const i32 first_m = g * kRasterGroupM;
-  const i32 rows = (p.tiles_m - first_m) < kRasterGroupM ? (p.tiles_m - first_m) : kRasterGroupM;
-  const i32 r = t - g * per_group;
-  TileCoord c;
-  c.index = u;
-  c.tm = first_m + r % rows;
-  c.tn = r / rows;
-  c.split = split;
-  const i32 per = (p.k_slabs + splits - 1) / splits;  // the host keeps every range non-empty
-  c.kb0 = split * per;
-  c.kb1 = (c.kb0 + per) < p.k_slabs ? (c.kb0 + per) : p.k_slabs;
-  return c;
-}
 
 // The output column (No index) where 64-column chunk c (0..3) of tile column tn starts.
 // Without SwiGLU the chunks are contiguous. With SwiGLU, chunks 0,1 are gate columns and
@@ -104,12 +79,6 @@ KOSMOS_DEVICE i32 b_chunk_col(const Problem& p, i32 tn, i32 c) {
   const i32 base = tn * (kTileN / 2) + 64 * (c & 1);
   return c < 2 ? base : p.swiglu_f + base;
 }
-
-// The readiness hook that never waits (the standalone GEMM).
-struct AlwaysReady {
-  static constexpr bool kTrivial = true;
-  KOSMOS_DEVICE bool operator()(const TileCoord&, i32 /*k_slab*/) const { return true; }
-};
 
 }  // namespace gemm
 }  // namespace kosmos

@@ -4,20 +4,16 @@
 // for an output row, a pair of adjacent columns (lc, lc+1) in the tile's lower half together
 // with the same pair 128 columns further (the upper half). The layer calls
 //   epi.pair(tile, row, lc, lo0, lo1, hi0, hi1)
-// for each such pair (row: global output row, may be >= mo in a row tail; lc: even, 0..126),
+// for each such pair (row: global output row, may be >= tile.row_end in a row tail (not stored); lc: even, 0..126),
 // then, once every thread of the tile has stored, one thread calls epi.done(tile) when
 // Epi::kHasDone is true: the tile's single completion point (fused kernels release a flag there).
 // Adding an epilogue (e.g. MXFP8 quantization) = adding a struct with this interface.
 #pragma once
 #include "../platform.h"
-#include "config.h"
+#include "schedule.h"
 
 namespace kosmos {
 namespace gemm {
-
-KOSMOS_DEVICE u32 pack_bf16x2(float a, float b) {
-  return u32(f32_to_bf16(a)) | (u32(f32_to_bf16(b)) << 16);
-}
 
 // out[mo, no] bf16, row stride ldo elements.
 struct EpiStoreBf16 {
@@ -27,7 +23,7 @@ struct EpiStoreBf16 {
   static constexpr bool kTmaStore = false;
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
                           float hi1) const {
-    if (row >= mo) return;
+    if (row >= t.row_end) return;
     const i32 col = t.tn * kTileN + lc;
     u16* p = out + i64(row) * ldo + col;
     if (col < no) *reinterpret_cast<u32*>(p) = pack_bf16x2(lo0, lo1);
@@ -54,7 +50,7 @@ struct EpiStoreF32 {
   static constexpr bool kTmaStore = false;
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
                           float hi1) const {
-    if (row >= mo) return;
+    if (row >= t.row_end) return;
     const i32 col = t.tn * kTileN + lc;
     float* p = out + (i64(t.split) * mo + row) * ldo + col;
     if (col < no) { p[0] = lo0; p[1] = lo1; }
@@ -73,7 +69,7 @@ struct EpiSwiGLU {
   KOSMOS_DEVICE static float silu(float g) { return g / (1.0f + __expf(-g)); }
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float g0, float g1, float u0,
                           float u1) const {
-    if (row >= mo) return;
+    if (row >= t.row_end) return;
     const i32 col = t.tn * (kTileN / 2) + lc;
     if (col >= f) return;
     *reinterpret_cast<u32*>(out + i64(row) * ldo + col) = pack_bf16x2(silu(g0) * u0, silu(g1) * u1);

@@ -6,7 +6,7 @@
 // Shared tiles are K-contiguous: sA[128][kLdS], sB[256][kLdS] (bf16).
 #pragma once
 #include "../platform.h"
-#include "config.h"
+#include "schedule.h"
 
 namespace kosmos {
 namespace gemm {
@@ -63,7 +63,7 @@ struct Mfma {
     const int wm = wave / 2, wn = wave % 2;
 #pragma unroll
     for (int mi = 0; mi < 2; ++mi) {
-      const i32 row = tc.tm * kTileM + wm * 64 + mi * 32 + lane % 32;
+      const i32 row = tc.row0 + wm * 64 + mi * 32 + lane % 32;
 #pragma unroll
       for (int nj = 0; nj < 2; ++nj)
 #pragma unroll

@@ -5,7 +5,7 @@
 // Shared tiles are K-contiguous: sA[128][kLdS], sB[256][kLdS] (bf16), padded against bank conflicts.
 #pragma once
 #include "../platform.h"
-#include "config.h"
+#include "schedule.h"
 
 namespace kosmos {
 namespace gemm {
@@ -67,7 +67,7 @@ struct MmaSync {
       for (int nj = 0; nj < 4; ++nj)
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
-          const i32 row = tc.tm * kTileM + wm * 64 + mi * 16 + g + 8 * i;
+          const i32 row = tc.row0 + wm * 64 + mi * 16 + g + 8 * i;
           const i32 lc = wn * 32 + nj * 8 + 2 * t;
           epi.pair(tc, row, lc, acc[mi][nj][2 * i], acc[mi][nj][2 * i + 1], acc[mi][nj + 4][2 * i],
                    acc[mi][nj + 4][2 * i + 1]);

@@ -53,6 +53,14 @@ KOSMOS_DEVICE void tma_load_2d(void* dst, const TensorMap* tm, i32 c0, i32 c1, u
       : "memory");
 }
 
+// The same for one box of a 3-D map (c2: the group, for B operands stored [groups][rows][cols]).
+KOSMOS_DEVICE void tma_load_3d(void* dst, const TensorMap* tm, i32 c0, i32 c1, i32 c2, u64* bar) {
+  asm volatile(
+      "cp.async.bulk.tensor.3d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3, %4}], [%5];"
+      ::"r"(smem_addr(dst)), "l"(reinterpret_cast<u64>(tm)), "r"(c0), "r"(c1), "r"(c2), "r"(smem_addr(bar))
+      : "memory");
+}
+
 // Store one 2-D box from shared memory (async proxy; commit with bulk_commit). Out-of-bounds
 // elements of the box are not written (row and column tails).
 KOSMOS_DEVICE void tma_store_2d(const TensorMap* tm, const void* src, i32 c0, i32 c1) {

@@ -1,13 +1,16 @@
 // The GEMM builder component: what a persistent CTA calls to compute output tiles.
 //
-//   template <int L, class Claim, class Ready, class Epi>
-//   bool kosmos::gemm::run_builder(const Problem& p, const TensorMap* tma, const TensorMap* tmb,
+//   kosmos::gemm::builder_init(smem);      all threads, once per kernel, before the first call
+//   template <int L, class Sched, class Claim, class Ready, class Epi>
+//   bool kosmos::gemm::run_builder(const Sched& sched, const TensorMap* tma, const TensorMap* tmb,
 //                                  u8* smem, Claim& claim, const Ready& ready, const Epi& epi);
 //
 // Called by all kThreads threads of the CTA with kSmemBytes of dynamic shared memory at `smem`.
-//   claim()          i32: the next work unit's queue index (tile_of maps it to (tm, tn, K-range)), or < 0 when
-//                    this CTA should stop building (the queue is empty, or it should go back to
-//                    moving data). Called by one thread; one claim per tile.
+//   sched            where each unit lies (schedule.h): DenseSchedule{problem} for one GEMM,
+//                    GroupedSchedule<L>{problem, table} for ragged groups.
+//   claim()          i32: the next work unit's queue index (sched.tile maps it to a TileCoord), or < 0
+//                    when this CTA should stop building (the queue is empty, or it should go back
+//                    to moving data). Called by one thread; one claim per tile.
 //   ready(tile, kb)  bool: the readiness hook, called by one thread before the loads of each
 //                    kTileK-deep reduction slab kb of the unit, kb in [tile.kb0, tile.kb1)
 //                    (kb == tile.kb0: before the unit starts; kb0 == 0 without split-K).
@@ -15,12 +18,14 @@
 //                    = true skips it and the proxy fence that follows a non-trivial hook.
 //   epi              a compile-time epilogue (epilogue.h): EpiStoreBf16, EpiStoreF32, EpiSwiGLU.
 //                    Epi::done(tile) runs once per tile after all of its stores (completion point).
-// Returns true when claim() ran dry, false when a readiness hook aborted.
-// The CTA may use its shared memory and registers for something else after the call returns.
+// Returns true when claim() ran dry, false when a readiness hook aborted (then the CTA must not
+// call it again). Between calls the CTA may use its registers and the static shared memory for
+// something else; the dynamic shared memory holds the pipeline, which lives for the whole kernel.
 #pragma once
 #include "arch.h"
 #include "config.h"
 #include "epilogue.h"
+#include "schedule.h"
 #if KOSMOS_GEMM_WGMMA
 #include "builder_wgmma.h"
 #else
@@ -30,10 +35,12 @@
 namespace kosmos {
 namespace gemm {
 
-template <int L, class Claim, class Ready, class Epi>
-KOSMOS_DEVICE bool run_builder(const Problem& p, const TensorMap* tma, const TensorMap* tmb, u8* smem, Claim& claim,
-                               const Ready& ready, const Epi& epi) {
-  return run_builder_arch<L>(p, tma, tmb, smem, claim, ready, epi);
+KOSMOS_DEVICE void builder_init(u8* smem) { builder_init_arch(smem); }
+
+template <int L, class Sched, class Claim, class Ready, class Epi>
+KOSMOS_DEVICE bool run_builder(const Sched& sched, const TensorMap* tma, const TensorMap* tmb, u8* smem,
+                               Claim& claim, const Ready& ready, const Epi& epi) {
+  return run_builder_arch<L>(sched, tma, tmb, smem, claim, ready, epi);
 }
 
 // The standalone queue: a u64 head counter in device memory. The host passes `base`, the head's

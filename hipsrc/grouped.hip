@@ -1,0 +1,62 @@
+// Grouped GEMMs over ragged groups (the MoE expert GEMMs): one persistent launch over every
+// group, with the group row counts read from device memory (no host round trip).
+//
+//   TN   Y[r]  = X[r] W[e]^T  for the rows r of group e   (forward; SwiGLU epilogue optional)
+//   NN   dX[r] = dY[r] W[e]                                (dgrad)
+//   NT   dW[e] = dY_e^T X_e   over the rows of group e     (wgrad: the ragged dimension is the reduction)
+//
+// Rows of all groups are packed expert-major; group e owns rows [start_e, start_e + count_e).
+// Grid = SMs (or a cap), kThreads threads, kSmemBytes of dynamic shared memory, like gemm.hip.
+// words[0] is the queue head, words[1] counts CTAs out (the last one resets both for the next
+// launch, since only the device knows how many tiles there were), words[2] the launch's status:
+// 0, 1 + the first group found with a negative count, or -1 when the counts sum past rows_cap.
+#include "kosmos/gemm/tile.h"
+
+using namespace kosmos;
+using namespace kosmos::gemm;
+
+struct GroupedClaim {
+  u64* head;
+  i32 units;
+  KOSMOS_DEVICE i32 operator()() const {
+    const u64 v = atomic_add_relaxed_dev(head, 1ull);
+    return v < u64(units) ? i32(v) : -1;
+  }
+};
+
+template <int L, class Epi>
+KOSMOS_DEVICE void grouped_gemm(const TensorMap& tma, const TensorMap& tmb, const Problem& p, const Epi& epi,
+                                const i32* group_rows, i32 groups, i32 rows_cap, u64* words) {
+  extern __shared__ __align__(16) u8 smem[];
+  __shared__ GroupTable table;
+  builder_init(smem);
+  const bool ok = build_group_table(&table, group_rows, groups, rows_cap);
+  if (blockIdx.x == 0 && threadIdx.x == 0) words[2] = u64(i64(table.bad));
+  if (ok) {
+    const GroupedSchedule<L> sched{p, &table};
+    GroupedClaim claim{words, sched.units()};
+    run_builder<L>(sched, &tma, &tmb, smem, claim, AlwaysReady{}, epi);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0 && atomic_add_acq_rel_dev(&words[1], 1ull) == u64(gridDim.x) - 1) {
+    words[0] = 0;  // every CTA has made its last claim: the next launch starts from zero
+    words[1] = 0;
+  }
+}
+
+#define KOSMOS_GROUPED_KERNEL(NAME, LAYOUT, EPI, MAKE_EPI)                                                 \
+  extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
+      NAME(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,             \
+           const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EPI epi, const i32* __restrict__ group_rows, \
+           i32 groups, i32 rows_cap, u64* words) {                                                         \
+    grouped_gemm<LAYOUT>(tma, tmb, p, MAKE_EPI, group_rows, groups, rows_cap, words);                      \
+  }
+
+#define KOSMOS_EPI_AS_IS epi
+#define KOSMOS_EPI_TMA EpiStoreBf16Tma(epi, &tmc)
+
+KOSMOS_GROUPED_KERNEL(kosmos_grouped_tn_bf16, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA)
+KOSMOS_GROUPED_KERNEL(kosmos_grouped_tn_swiglu, LAYOUT_TN, EpiSwiGLU, KOSMOS_EPI_AS_IS)
+KOSMOS_GROUPED_KERNEL(kosmos_grouped_nn_bf16, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA)
+KOSMOS_GROUPED_KERNEL(kosmos_grouped_nt_bf16, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA)
+KOSMOS_GROUPED_KERNEL(kosmos_grouped_nt_f32, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_AS_IS)

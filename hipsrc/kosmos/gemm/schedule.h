@@ -1,0 +1,189 @@
+// Where each work unit of a builder queue lies: the schedules (dense raster, ragged groups) and
+// the TileCoord they produce, which is all a matrix-instruction layer needs to place a tile.
+//
+// A schedule is a small struct with
+//   static constexpr bool kGroupedB   B is one matrix per group (a 3-D TMA map [groups, rows, cols])
+//   static constexpr bool kRaggedK    the reduction of a unit may end inside a 64-deep slab
+//   Problem p                          the dimensions (of one group, for grouped schedules)
+//   TileCoord tile(i32 u) const        queue position -> tile
+#pragma once
+#include "config.h"
+
+namespace kosmos {
+namespace gemm {
+
+// A claimed work unit: an output tile, or one K-range of it under split-K.
+struct TileCoord {
+  i32 index;      // position in the queue order
+  i32 tm, tn;     // tile row (within its group) and tile column
+  i32 split;      // which K-range (0 without split-K)
+  i32 kb0, kb1;   // its reduction slabs [kb0, kb1); kb1 == kb0: nothing to reduce (the tile is zero)
+  i32 group;      // B's group (its third TMA coordinate); 0 without groups
+  i32 a_m0;       // A's M index of the tile's first row (output row for TN/NN, column of a for NT)
+  i32 a_mlim;     // A's M indices at or past this read as zero (portable layers)
+  i32 k_off;      // reduction index of slab 0 (rows of the packed operands for a grouped NT), else 0
+  i32 k_end;      // reduction indices at or past this contribute nothing
+  i32 row0;       // output row of the tile's first row
+  i32 row_end;    // output rows at or past this are not the tile's (not stored)
+  i32 masked;     // 1: row_end lies inside the output tensor, so rows are stored one by one (no TMA box)
+};
+
+// Tile t of a tiles_m x tiles_n grid in grouped raster: kRasterGroupM tile-rows share each
+// B column block (L2 reuse), column by column within a group of rows.
+KOSMOS_DEVICE void raster(i32 t, i32 tiles_m, i32 tiles_n, i32& tm, i32& tn) {
+  const i32 per_group = kRasterGroupM * tiles_n;
+  const i32 g = t / per_group;
+  const i32 first_m = g * kRasterGroupM;
+  const i32 rows = (tiles_m - first_m) < kRasterGroupM ? (tiles_m - first_m) : kRasterGroupM;
+  const i32 r = t - g * per_group;
+  tm = first_m + r % rows;
+  tn = r / rows;
+}
+
+// One GEMM. Consecutive queue positions are the K-splits of one tile (without split-K the
+// position is the tile index of the raster).
+struct DenseSchedule {
+  static constexpr bool kGroupedB = false;
+  static constexpr bool kRaggedK = false;
+  Problem p;
+  KOSMOS_DEVICE TileCoord tile(i32 u) const {
+    const i32 splits = k_splits_of(p);
+    const i32 t = u / splits;
+    TileCoord c;
+    c.index = u;
+    raster(t, p.tiles_m, p.tiles_n, c.tm, c.tn);
+    c.split = u - t * splits;
+    const i32 per = (p.k_slabs + splits - 1) / splits;  // the host keeps every range non-empty
+    c.kb0 = c.split * per;
+    c.kb1 = (c.kb0 + per) < p.k_slabs ? (c.kb0 + per) : p.k_slabs;
+    c.group = 0;
+    c.a_m0 = c.row0 = c.tm * kTileM;
+    c.a_mlim = c.row_end = p.mo;
+    c.k_off = 0;
+    c.k_end = p.kr;
+    c.masked = 0;
+    return c;
+  }
+};
+
+// ---- ragged groups (the MoE expert GEMMs) ----
+// Group e owns rows [row_start[e], row_start[e+1]) of the packed operand(s); the counts come
+// from device memory, so the table is built on the device by every CTA at kernel start.
+constexpr int kMaxGroups = 256;
+
+struct GroupTable {
+  i32 row_start[kMaxGroups + 1];   // prefix of the group row counts
+  u16 tile_start[kMaxGroups + 1];  // prefix of the groups' tile rows (TN/NN; ceil(rows / kTileM) each)
+  i32 groups;
+  i32 bad;                         // 0, or 1 + the first group whose count is negative, or -1: rows overflow
+};
+
+// All threads of the CTA: fill `g` from counts[0, groups) (Hillis-Steele scan, blockDim >= groups).
+// rows_cap: rows of the packed operands. Returns false (g->bad set) on a negative count or a sum
+// past rows_cap; the host checks that rows_cap / kTileM + groups fits tile_start's u16.
+KOSMOS_DEVICE bool build_group_table(GroupTable* g, const i32* counts, i32 groups, i32 rows_cap) {
+  const i32 e = i32(threadIdx.x);
+  i32 n = 0;
+  if (e == 0) {
+    g->groups = groups;
+    g->bad = 0;
+    g->row_start[0] = 0;
+    g->tile_start[0] = 0;
+  }
+  __syncthreads();
+  if (e < groups) {
+    n = counts[e];
+    if (n < 0) {
+      g->bad = 1 + e;  // racing offenders: one of them wins, the host names it
+      n = 0;
+    }
+    g->row_start[e + 1] = n;
+    g->tile_start[e + 1] = u16((n + kTileM - 1) / kTileM);
+  }
+  for (i32 off = 1; off < groups; off <<= 1) {
+    __syncthreads();
+    i32 r = 0, t = 0;
+    if (e < groups && e >= off) {
+      r = g->row_start[e + 1 - off];
+      t = g->tile_start[e + 1 - off];
+    }
+    __syncthreads();
+    if (e < groups && e >= off) {
+      g->row_start[e + 1] += r;
+      g->tile_start[e + 1] = u16(g->tile_start[e + 1] + t);
+    }
+  }
+  __syncthreads();
+  if (e == 0 && g->bad == 0 && g->row_start[groups] > rows_cap) g->bad = -1;
+  __syncthreads();
+  return g->bad == 0;
+}
+
+// The group that queue position q (in units of `per_row` tiles per tile row) falls in: the last
+// e with tile_start[e] * per_row <= q (empty groups have no tile rows and are skipped).
+KOSMOS_DEVICE i32 group_of(const GroupTable& g, i32 q, i32 per_row) {
+  i32 lo = 0, hi = g.groups - 1;
+  while (lo < hi) {
+    const i32 mid = (lo + hi + 1) / 2;
+    if (i32(g.tile_start[mid]) * per_row <= q) lo = mid;
+    else hi = mid - 1;
+  }
+  return lo;
+}
+
+// Grouped forward (TN) and dgrad (NN): rows of every group packed in a [rows_cap, kr] (and the
+// output [rows_cap, no]); B is [groups][...] (3-D map). A tile never spans two groups: its rows
+// past the group's end are computed from the next group's rows and not stored.
+// Grouped wgrad (NT): dW[e] = dY_e^T X_e, out [groups * mo, no]; the reduction runs over the
+// group's rows, so its last slab is ragged (kRaggedK: the layer zeroes the rows past k_end).
+template <int L>
+struct GroupedSchedule {
+  static constexpr bool kGroupedB = (L != LAYOUT_NT);
+  static constexpr bool kRaggedK = (L == LAYOUT_NT);
+  Problem p;
+  const GroupTable* g;
+  KOSMOS_DEVICE i32 units() const {
+    if (L == LAYOUT_NT) return g->groups * p.tiles_m * p.tiles_n;
+    return i32(g->tile_start[g->groups]) * p.tiles_n;
+  }
+  KOSMOS_DEVICE TileCoord tile(i32 u) const {
+    TileCoord c;
+    c.index = u;
+    c.split = 0;
+    c.kb0 = 0;
+    if (L == LAYOUT_NT) {
+      const i32 per = p.tiles_m * p.tiles_n;
+      const i32 e = u / per;
+      raster(u - e * per, p.tiles_m, p.tiles_n, c.tm, c.tn);
+      c.group = e;
+      c.k_off = g->row_start[e];
+      c.k_end = g->row_start[e + 1];
+      c.kb1 = (c.k_end - c.k_off + kTileK - 1) / kTileK;
+      c.a_m0 = c.tm * kTileM;
+      c.a_mlim = p.mo;
+      c.row0 = e * p.mo + c.a_m0;
+      c.row_end = (e + 1) * p.mo;
+    } else {
+      const i32 e = group_of(*g, u, p.tiles_n);
+      const i32 first = i32(g->tile_start[e]);
+      raster(u - first * p.tiles_n, i32(g->tile_start[e + 1]) - first, p.tiles_n, c.tm, c.tn);
+      c.group = e;
+      c.kb1 = p.k_slabs;
+      c.k_off = 0;
+      c.k_end = p.kr;
+      c.a_m0 = c.row0 = g->row_start[e] + c.tm * kTileM;
+      c.a_mlim = c.row_end = g->row_start[e + 1];
+    }
+    c.masked = c.row0 + kTileM > c.row_end ? 1 : 0;
+    return c;
+  }
+};
+
+// The readiness hook that never waits (the standalone GEMM).
+struct AlwaysReady {
+  static constexpr bool kTrivial = true;
+  KOSMOS_DEVICE bool operator()(const TileCoord&, i32 /*k_slab*/) const { return true; }
+};
+
+}  // namespace gemm
+}  // namespace kosmos
