@@ -16,7 +16,11 @@ def __getattr__(name: str):
         from .gemm import matmul
 
         return matmul
-    if name in ("gemm", "tp", "collectives"):
+    if name == "grouped_matmul":
+        from .grouped import grouped_matmul
+
+        return grouped_matmul
+    if name in ("gemm", "grouped", "tp", "collectives"):
         import importlib
 
         return importlib.import_module(f".{name}", __name__)
@@ -28,7 +32,7 @@ def __getattr__(name: str):
 
 
 __all__ = [
-    "World", "SymmetricHeap", "matmul", "all_gather", "reduce_scatter", "all_to_all", "AllGather", "ReduceScatter",
+    "World", "SymmetricHeap", "matmul", "grouped_matmul", "all_gather", "reduce_scatter", "all_to_all", "AllGather", "ReduceScatter",
     "AllToAll", "KosmosError", "KosmosTimeoutError", "KosmosCompileError", "KosmosResourceError",
 ]
 __version__ = "0.1.0"

@@ -267,31 +267,40 @@ def _module():
     return load_module("gemm.hip", extra_options=_extra_options)
 
 
-def _encode_tmap(ptr: int, inner: int, outer: int, ld_elems: int) -> np.void:
-    """A 2-D bf16 TMA descriptor with 64x64 boxes and 128-byte swizzle (zero fill out of bounds)."""
+def encode_tmap(ptr: int, dims: tuple[int, ...], strides_elems: tuple[int, ...]) -> np.void:
+    """A bf16 TMA descriptor of 64x64(x1...) boxes with 128-byte swizzle (zero fill out of bounds).
+
+    dims: innermost first (columns, rows[, groups]); strides_elems: of every dim but the first."""
     from cuda.bindings import driver as cu
 
     res, tm = cu.cuTensorMapEncodeTiled(
         cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
-        2,
+        len(dims),
         ptr,
-        [cu.cuuint64_t(inner), cu.cuuint64_t(outer)],
-        [cu.cuuint64_t(ld_elems * 2)],
-        [cu.cuuint32_t(64), cu.cuuint32_t(64)],
-        [cu.cuuint32_t(1), cu.cuuint32_t(1)],
+        [cu.cuuint64_t(d) for d in dims],
+        [cu.cuuint64_t(st * 2) for st in strides_elems],
+        [cu.cuuint32_t(64), cu.cuuint32_t(64)] + [cu.cuuint32_t(1)] * (len(dims) - 2),
+        [cu.cuuint32_t(1)] * len(dims),
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
     )
     if res != cu.CUresult.CUDA_SUCCESS:
-        raise RuntimeError(f"cuTensorMapEncodeTiled failed: {res} (ptr={ptr:#x}, dims=({inner},{outer}), ld={ld_elems})")
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed: {res} (ptr={ptr:#x}, dims={dims}, strides={strides_elems})")
     rec = np.zeros(1, TMAP_DTYPE)
     rec["words"][0] = np.array([int(w) for w in tm.opaque], dtype=np.uint64)
     return rec[0]
 
 
-_ZERO_TMAP = np.zeros(1, TMAP_DTYPE)[0]
+def tmap_of(arr) -> np.void:
+    """The TMA map of a C-contiguous 2-D or 3-D bf16 CuPy array (its dims innermost first)."""
+    dims = tuple(int(d) for d in arr.shape[::-1])
+    strides = tuple(int(st) // 2 for st in arr.strides[::-1][1:])
+    return encode_tmap(arr.data.ptr, dims, strides)
+
+
+ZERO_TMAP = np.zeros(1, TMAP_DTYPE)[0]
 
 
 @dataclass
@@ -322,14 +331,13 @@ class GemmPlan:
 
     def _tmaps_for(self, a, b, out) -> tuple[np.void, np.void, np.void]:
         if not self.uses_tma:
-            return _ZERO_TMAP, _ZERO_TMAP, _ZERO_TMAP
+            return ZERO_TMAP, ZERO_TMAP, ZERO_TMAP
         key = (a.data.ptr, b.data.ptr, out.data.ptr)
         hit = self._tmaps.get(key)
         if hit is None:
             # Every array is row-major; its TMA dims are (columns, rows).
-            ta = _encode_tmap(a.data.ptr, a.shape[1], a.shape[0], a.shape[1])
-            tb = _encode_tmap(b.data.ptr, b.shape[1], b.shape[0], b.shape[1])
-            tc = _encode_tmap(out.data.ptr, out.shape[1], out.shape[0], out.shape[1]) if self.tma_store else _ZERO_TMAP
+            ta, tb = tmap_of(a), tmap_of(b)
+            tc = tmap_of(out) if self.tma_store else ZERO_TMAP
             if len(self._tmaps) > 32:
                 self._tmaps.clear()
             hit = self._tmaps[key] = (ta, tb, tc)

@@ -101,10 +101,7 @@ class _FusedOp(SymmetricPlan):
         return PersistentLaunch.checked(mod.get_function(name), self.crew.grid, gemm.block_threads(),
                                         gemm.shared_mem_bytes())
 
-    @staticmethod
-    def _tmap(arr: Any) -> np.void:
-        """A TMA descriptor of a row-major bf16 operand."""
-        return gemm._encode_tmap(arr.data.ptr, arr.shape[1], arr.shape[0], arr.shape[1])
+    _tmap = staticmethod(gemm.tmap_of)
 
     _EPOCH_ARG = 8  # the epoch's position in TP_COMMON_PARAMS (hipsrc/tp.hip)
 
@@ -152,11 +149,9 @@ class _FusedOp(SymmetricPlan):
             raise KosmosError(f"{type(self).__name__}: the tile order is not a permutation of the {tm * tn} tiles")
         return cupy.asarray(idx), tm * tn
 
-    _ZERO_TMAP = np.zeros(1, gemm.TMAP_DTYPE)[0]
-
     def _out_tmap(self, out: Any) -> np.void:
         """TMA map of a bf16 output (the builders' store path); fp32 outputs take no map."""
-        return self._tmap(out) if out.dtype == bfloat16 else self._ZERO_TMAP
+        return self._tmap(out) if out.dtype == bfloat16 else gemm.ZERO_TMAP
 
     def _common(self, a: Any, b: Any, out: Any) -> tuple:
         """TP_COMMON_PARAMS for C = op(A, B) into `out`; the epoch is filled in by _run."""

@@ -1,0 +1,165 @@
+"""Grouped GEMM (kosmos.grouped_matmul) vs a per-expert cupy.matmul loop vs one dense cuBLAS GEMM.
+
+    python3 bench/grouped_gemm.py [--quick] [--iters 20] [--rows 256,512,2048,4096]
+
+One EP-8 rank's share of each model's experts (local experts E, hidden H, expert width I):
+GEMM1 Y[R, 2I] = X[R, H] W1[e]^T (gate and up, stored) and GEMM2 Y[R, H] = A[R, I] W2[e]^T, at
+rows per expert `--rows`, balanced (every expert the same rows) and skewed (the same total rows,
+expert loads from a geometric ramp whose largest is about 4x its smallest). Contenders, timed
+interleaved call by call through kosmos.timing (device events behind the stream blocker, median
+of --iters after warm-up): ours (one launch, counts read on the device); the loop (one
+cupy.matmul per expert, counts known to the host for free); dense (one cuBLAS GEMM of the same
+total rows and the same FLOPs: the upper bound a grouped GEMM aims at). Writes JSON and a PNG.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kosmos import World  # noqa: E402
+from kosmos.dtypes import bf16_to_f32, random_bf16  # noqa: E402
+from kosmos.grouped import grouped_matmul, grouped_shape  # noqa: E402
+from kosmos.timing import check_timeable, device_name, git_commit, time_calls  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+# name: (local experts at EP 8, hidden, expert intermediate width)
+MODELS = {"DeepSeek-V3": (32, 7168, 2048), "Qwen3-235B": (16, 4096, 1536), "Qwen3-30B": (16, 2048, 768)}
+
+
+def routing_counts(experts: int, per_expert: int, kind: str) -> np.ndarray:
+    """Rows per expert summing to experts * per_expert: balanced, or a ~4x geometric ramp."""
+    total = experts * per_expert
+    if kind == "balanced":
+        return np.full(experts, per_expert, np.int32)
+    w = 4.0 ** (np.arange(experts) / max(1, experts - 1))
+    c = np.floor(w / w.sum() * total).astype(np.int64)
+    c[-1] += total - c.sum()
+    return c.astype(np.int32)
+
+
+def bench_case(world, experts, rows_per, n, k, kind, iters, warmup, seed):
+    import cupy
+
+    counts = routing_counts(experts, rows_per, kind)
+    total = int(counts.sum())
+    x = random_bf16((total, k), seed)
+    w = random_bf16((experts, n, k), seed + 1)
+    out = cupy.empty((total, n), x.dtype)
+    c_dev = cupy.asarray(counts)
+    starts = np.concatenate([[0], np.cumsum(counts)])
+    wd = random_bf16((n, k), seed + 2)
+    out_d = cupy.empty((total, n), x.dtype)
+
+    def ours(i):
+        grouped_matmul(x, w, c_dev, "TN", out=out)
+
+    def loop(i):
+        for e in range(experts):
+            lo, hi = int(starts[e]), int(starts[e + 1])
+            if hi > lo:
+                cupy.matmul(x[lo:hi], w[e].T, out=out[lo:hi])
+
+    def dense(i):
+        cupy.matmul(x, wd.T, out=out_d)
+
+    t = time_calls(world, {"ours": ours, "loop": loop, "dense": dense}, warmup, iters)
+    # Sanity (not a test): ours against the loop on the same operands.
+    ref = out.copy()
+    loop(0)
+    o32, r32 = bf16_to_f32(out), bf16_to_f32(ref)
+    diff = float(cupy.linalg.norm(o32 - r32) / cupy.linalg.norm(r32))
+    flops = grouped_shape("TN", x.shape, w.shape, experts).flops(total)
+    rec = {"E": experts, "rows_per_expert": rows_per, "routing": kind, "N": n, "K": k, "total_rows": total,
+           "max_rows": int(counts.max()), "rel_diff_vs_loop": diff}
+    for name, tm in t.items():
+        rec[name] = {"ms": tm.median_ms, "min_ms": tm.min_ms, "host_us": tm.host_us,
+                     "tflops": flops / tm.median_ms / 1e9}
+    rec["vs_dense"] = rec["ours"]["tflops"] / rec["dense"]["tflops"]
+    rec["vs_loop"] = rec["ours"]["tflops"] / rec["loop"]["tflops"]
+    del x, w, out, wd, out_d, ref, o32, r32
+    cupy.get_default_memory_pool().free_all_blocks()
+    return rec
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(14, 4.5))
+    labels = [f"{r['model']} {r['gemm']} {r['rows_per_expert']} {r['routing'][:4]}" for r in rows]
+    for ax, key, title in ((axes[0], "vs_dense", "ours / dense cuBLAS (same FLOPs)"),
+                           (axes[1], "vs_loop", "ours / per-expert cupy.matmul loop")):
+        ax.bar(range(len(rows)), [r[key] for r in rows],
+               color=["C0" if r["routing"] == "balanced" else "C1" for r in rows])
+        ax.axhline(1.0, color="k", lw=0.5)
+        ax.set_title(title)
+        ax.set_xticks(range(len(rows)))
+        ax.set_xticklabels(labels, rotation=90, fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="rows per expert 256 and 2048 only")
+    ap.add_argument("--rows", default="256,512,2048,4096")
+    ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--tag", default="")
+    args = ap.parse_args(argv)
+    rows_list = [256, 2048] if args.quick else [int(r) for r in args.rows.split(",")]
+    with World() as world:
+        check_timeable(world)
+        if world.size != 1:
+            raise SystemExit("bench/grouped_gemm.py times one GPU: run it without mpirun (world size 1)")
+        commit = git_commit()
+        print(f"bench/grouped_gemm: {device_name()}, commit {commit}", flush=True)
+        results = []
+        for model in args.models.split(","):
+            experts, hidden, inter = MODELS[model]
+            for gemm_name, n, k in (("GEMM1", 2 * inter, hidden), ("GEMM2", hidden, inter)):
+                for rows_per in rows_list:
+                    for kind in ("balanced", "skewed"):
+                        rec = bench_case(world, experts, rows_per, n, k, kind, args.iters, args.warmup,
+                                         seed=len(results) * 3 + 1)
+                        rec.update(model=model, gemm=gemm_name)
+                        results.append(rec)
+                        print(f"{model:12s} {gemm_name} E{experts:3d} rows/exp {rows_per:5d} {kind:8s} "
+                              f"ours {rec['ours']['tflops']:6.1f}  loop {rec['loop']['tflops']:6.1f}  "
+                              f"dense {rec['dense']['tflops']:6.1f} TF/s  vs dense {rec['vs_dense']:.3f}  "
+                              f"vs loop {rec['vs_loop']:.2f}  diff {rec['rel_diff_vs_loop']:.1e}", flush=True)
+        args.out.mkdir(parents=True, exist_ok=True)
+        date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        stem = f"grouped_gemm_{device_name().replace(' ', '_')}_{date}{('_' + args.tag) if args.tag else ''}"
+        doc = {"gpu": device_name(), "world": 1, "commit": commit, "date": date, "iters": args.iters,
+               "warmup": args.warmup, "timing": "kosmos.timing.time_calls (events behind the stream blocker, "
+               "contenders interleaved, median)", "results": results}
+        (args.out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+        try:
+            plot(results, args.out / f"{stem}.png")
+        except Exception as e:  # a plot failure must not lose the numbers
+            print(f"plot failed: {e}")
+        print(f"\n# summary ({device_name()}, commit {commit}) -> {args.out / stem}.json")
+        print(f"{'rows/expert':>11s} {'routing':>8s} {'n':>3s} {'vs dense (geo)':>14s} {'min':>6s} {'vs loop (geo)':>13s}")
+        for rows_per in rows_list:
+            for kind in ("balanced", "skewed"):
+                rs = [r for r in results if r["rows_per_expert"] == rows_per and r["routing"] == kind]
+                geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))  # noqa: E731
+                print(f"{rows_per:11d} {kind:>8s} {len(rs):3d} {geo([r['vs_dense'] for r in rs]):14.3f} "
+                      f"{min(r['vs_dense'] for r in rs):6.3f} {geo([r['vs_loop'] for r in rs]):13.2f}")
+
+
+if __name__ == "__main__":
+    main()

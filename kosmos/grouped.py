@@ -1,0 +1,285 @@
+"""Grouped GEMMs over ragged groups (the MoE expert GEMMs): ``grouped_matmul(a, b, group_rows, layout)``.
+
+Rows of every group are packed one group after another (expert-major); group e owns the rows
+[start_e, start_e + group_rows[e]) with start_e = group_rows[0] + ... + group_rows[e-1]. The counts
+are an int32 device array read by the kernel itself (no host round trip: a MoE layer can feed it
+from its own routing), any count zero included, summing to at most the packed rows R.
+
+    TN  Y[r]  = X[r] @ W[e]^T  (r in group e)  grouped_matmul(X[R,K], W[E,N,K], rows, "TN") -> [R,N]
+    NN  dX[r] = dY[r] @ W[e]                    grouped_matmul(dY[R,N], W[E,N,K], rows, "NN") -> [R,K]
+    NT  dW[e] = dY_e^T @ X_e                    grouped_matmul(dY[R,N], X[R,K], rows, "NT") -> [E,N,K]
+
+``epilogue="swiglu"`` (TN): W[e] holds [gate; up] rows (2F) and the output is silu(gate) * up, [R, F].
+Rows of Y / dX past the counts' sum are not written. In NT the reduction runs over each group's rows
+only (a group with no rows gives dW[e] = 0), whatever the packed arrays hold past a group's end.
+
+One persistent launch over every group's tiles (128x256 builder tiles, one CTA per SM or sm_cap);
+bitwise reproducible for a given shape and counts. Bad counts (negative, or summing past R) make the
+kernel compute nothing and leave the output as it was; with ``check=True`` the call waits for the
+kernel and raises ValueError naming the count. Without it nothing is reported (no host round trip;
+a MoE layer validates its routing on the device).
+"""
+from __future__ import annotations
+
+import functools
+import threading
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from . import gemm
+from .runtime.source import hipsrc_dir
+from .arrays import check_array, refuse_overlap
+from .dtypes import dtype_name
+from .runtime.streams import DeviceOrder, uses_stream
+
+LAYOUTS = ("TN", "NN", "NT")
+
+
+@functools.lru_cache(maxsize=None)
+def max_groups() -> int:
+    """Groups one launch takes (kMaxGroups in hipsrc/kosmos/gemm/schedule.h)."""
+    import re
+
+    text = (hipsrc_dir() / "kosmos" / "gemm" / "schedule.h").read_text()
+    return int(re.search(r"constexpr\s+int\s+kMaxGroups\s*=\s*(\d+)\s*;", text).group(1))
+
+
+# ---------------------------------------------------------------- host logic (no GPU needed)
+@dataclass(frozen=True)
+class GroupedShape:
+    layout: str
+    groups: int
+    rows: int        # packed rows R of the operands
+    mo: int          # Problem dims: TN/NN output rows (R); NT one group's output rows (N)
+    no: int          # output columns (2F under SwiGLU)
+    kr: int          # reduction depth (TN/NN); NT: the group's rows, from the counts
+    out_shape: tuple[int, ...]
+    swiglu_f: int = 0
+
+    @property
+    def tiles(self) -> tuple[int, int, int]:
+        """(tiles_m, tiles_n, k_slabs) of one group: tiles_m only for NT (TN/NN: from the counts),
+        k_slabs only for TN/NN (NT: from the counts)."""
+        tm, tn, tk = gemm.tile_shape()
+        cols, per_tile = (self.swiglu_f, tn // 2) if self.swiglu_f else (self.no, tn)
+        tiles_n = -(-cols // per_tile)
+        if self.layout == "NT":
+            return -(-self.mo // tm), tiles_n, 0
+        return 0, tiles_n, -(-self.kr // tk)
+
+    def flops(self, total_rows: int) -> int:
+        """Multiply-add FLOPs for `total_rows` rows over all groups."""
+        if self.layout == "NT":
+            return 2 * total_rows * self.mo * self.no
+        return 2 * total_rows * self.no * self.kr
+
+
+def _dims_error(what: str, value: int) -> ValueError:
+    return ValueError(f"{what} = {value} must be a positive multiple of 64")
+
+
+def grouped_shape(layout: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...], groups: int,
+                  epilogue: str = "store") -> GroupedShape:
+    """Check a layout's operand shapes against `groups` groups; see the module docstring."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    if epilogue not in gemm.EPILOGUES:
+        raise ValueError(f"epilogue must be one of {gemm.EPILOGUES}, got {epilogue!r}")
+    if not 1 <= groups <= max_groups():
+        raise ValueError(f"group_rows must have 1 to {max_groups()} groups, got {groups}")
+    if len(a_shape) != 2:
+        raise ValueError(f"a must be 2-D (packed rows), got shape {tuple(a_shape)}")
+    rows = a_shape[0]
+    if rows < 1:
+        raise ValueError(f"a has {rows} rows; it needs at least one (the counts may still be zero)")
+    tm = gemm.tile_shape()[0]
+    if rows // tm + groups >= 2**16:  # the device's u16 tile-row prefix
+        raise ValueError(f"a has {rows} rows: one launch takes fewer than {(2**16 - groups) * tm}")
+    if layout == "NT":
+        if len(b_shape) != 2 or b_shape[0] != rows:
+            raise ValueError(f"NT needs a[R,N] and b[R,K] with the same R; got {tuple(a_shape)} and {tuple(b_shape)}")
+        n, k = a_shape[1], b_shape[1]
+        mo, no, kr, out = n, k, 0, (groups, n, k)
+    else:
+        if len(b_shape) != 3 or b_shape[0] != groups:
+            raise ValueError(f"{layout} needs b[E,...] with E = {groups} groups (len(group_rows)); got {tuple(b_shape)}")
+        if layout == "TN":  # Y[r] = X[r] W[e]^T: a[R,K], b[E,N,K]
+            n, k = b_shape[1], a_shape[1]
+            if b_shape[2] != k:
+                raise ValueError(f"TN needs a[R,K] and b[E,N,K] with the same K; got {tuple(a_shape)} and {tuple(b_shape)}")
+            mo, no, kr, out = rows, n, k, (rows, n)
+        else:  # NN: dX[r] = dY[r] W[e]: a[R,N], b[E,N,K]
+            n, k = a_shape[1], b_shape[2]
+            if b_shape[1] != n:
+                raise ValueError(f"NN needs a[R,N] and b[E,N,K] with the same N; got {tuple(a_shape)} and {tuple(b_shape)}")
+            mo, no, kr, out = rows, k, n, (rows, k)
+    for what, v in (("N", n), ("K", k)):
+        if v < 64 or v % 64:
+            raise _dims_error(what, v)
+    if epilogue == "swiglu":
+        if layout != "TN":
+            raise ValueError("epilogue='swiglu' is a forward (TN) epilogue")
+        if no % 128:
+            raise ValueError(f"swiglu needs b with 2F rows per group, F a multiple of 64; got {no} rows")
+        return GroupedShape(layout, groups, rows, mo, no, kr, (rows, no // 2), swiglu_f=no // 2)
+    return GroupedShape(layout, groups, rows, mo, no, kr, out)
+
+
+def kernel_name(layout: str, epilogue: str, out_dtype: Any) -> str:
+    if epilogue == "swiglu":
+        return "kosmos_grouped_tn_swiglu"
+    suffix = "f32" if out_dtype is not None and np.dtype(out_dtype) == np.float32 else "bf16"
+    return f"kosmos_grouped_{layout.lower()}_{suffix}"
+
+
+def resolve_out_dtype(layout: str, out_dtype: Any, epilogue: str) -> np.dtype:
+    dt = gemm.resolve_out_dtype(out_dtype, epilogue)
+    if layout != "NT" and dt == np.float32:
+        raise TypeError("grouped TN and NN write bf16; float32 outputs are for the wgrad (NT)")
+    return dt
+
+
+def status_message(status: int, counts: Any = None) -> str | None:
+    """The kernel's status word as an error message (None when the counts were good)."""
+    if status == 0:
+        return None
+    if status == 2**64 - 1:
+        total = f" ({int(np.asarray(counts, dtype=np.int64).sum())})" if counts is not None else ""
+        return f"group_rows sum{total} past the rows of the packed operands"
+    e = status - 1
+    got = f" ({int(counts[e])})" if counts is not None else ""
+    return f"group_rows[{e}]{got} is negative"
+
+
+# ---------------------------------------------------------------- device side
+def _module():
+    from .runtime.module import load_module
+
+    return load_module("grouped.hip", extra_options=gemm._extra_options)
+
+
+@dataclass
+class GroupedPlan:
+    """One compiled, launch-checked grouped GEMM for a (layout, epilogue, out dtype, shape, grid)."""
+
+    shape: GroupedShape
+    out_dtype: np.dtype
+    kernel_name: str
+    grid: int
+    launch: Any
+    words: Any  # cupy uint64[3]: queue head, CTAs out, status of the last launch
+    uses_tma: bool = True
+    _tmaps: dict = field(default_factory=dict)
+    # The queue words are shared by every call, so calls run one after another on the device.
+    _order: DeviceOrder = field(default_factory=DeviceOrder)
+
+    def _tmaps_for(self, a, b, out) -> tuple[np.void, np.void, np.void]:
+        if not self.uses_tma:
+            return gemm.ZERO_TMAP, gemm.ZERO_TMAP, gemm.ZERO_TMAP
+        key = (a.data.ptr, b.data.ptr, out.data.ptr)
+        hit = self._tmaps.get(key)
+        if hit is None:
+            store = self.kernel_name.endswith("_bf16")
+            tc = gemm.tmap_of(out.reshape(-1, out.shape[-1])) if store else gemm.ZERO_TMAP
+            if len(self._tmaps) > 32:
+                self._tmaps.clear()
+            hit = self._tmaps[key] = (gemm.tmap_of(a), gemm.tmap_of(b), tc)
+        return hit
+
+    def args(self, a, b, group_rows, out) -> tuple:
+        s = self.shape
+        tiles_m, tiles_n, k_slabs = s.tiles
+        prob = np.zeros(1, gemm.PROBLEM_DTYPE)[0]
+        prob["a"], prob["b"] = a.data.ptr, b.data.ptr
+        prob["mo"], prob["no"], prob["kr"] = s.mo, s.no, s.kr
+        prob["lda"], prob["ldb"] = a.shape[1], b.shape[-1]
+        prob["tiles_m"], prob["tiles_n"], prob["k_slabs"] = tiles_m, tiles_n, k_slabs
+        prob["swiglu_f"] = s.swiglu_f
+        prob["k_splits"] = 1
+        prob["b_group_stride"] = b.shape[1] * b.shape[2] if b.ndim == 3 else 0
+        epi = np.zeros(1, gemm.EPI_DTYPE)[0]
+        epi["out"] = out.data.ptr
+        epi["ldo"] = out.shape[-1]
+        epi["mo"] = out.size // out.shape[-1]
+        epi["no"] = out.shape[-1]
+        ta, tb, tc = self._tmaps_for(a, b, out)
+        return (ta, tb, tc, prob, epi, group_rows, np.int32(s.groups), np.int32(s.rows), self.words)
+
+    def __call__(self, a, b, group_rows, out, stream=None) -> None:
+        with self._order.lock:
+            self._order.join(stream)
+            self.launch(self.args(a, b, group_rows, out), stream=stream)
+
+    def status(self, stream=None) -> int:
+        """The last launch's status word (waits for it)."""
+        import cupy
+
+        (stream or cupy.cuda.get_current_stream()).synchronize()
+        return int(self.words[2].get())
+
+
+_plans: dict[tuple, GroupedPlan] = {}
+_plans_lock = threading.Lock()
+
+
+def get_plan(shape: GroupedShape, out_dtype: np.dtype, sm_cap: int | None = None) -> GroupedPlan:
+    import cupy
+
+    from .runtime.launch import PersistentLaunch, sm_count
+
+    dev = cupy.cuda.Device().id
+    key = (shape, np.dtype(out_dtype).str, sm_cap, dev, gemm._extra_options)
+    with _plans_lock:
+        plan = _plans.get(key)
+    if plan is not None:
+        return plan
+    name = kernel_name(shape.layout, "swiglu" if shape.swiglu_f else "store", out_dtype)
+    kern = _module().get_function(name)
+    # The tile count is the device's to know: one CTA per SM (or the cap).
+    grid = gemm.grid_size(sm_count(), sm_count(), sm_cap)
+    launch = PersistentLaunch.checked(kern, grid, gemm.block_threads(), gemm.shared_mem_bytes())
+    plan = GroupedPlan(shape, np.dtype(out_dtype), name, grid, launch, words=cupy.zeros(3, dtype=cupy.uint64),
+                       uses_tma=gemm.arch_path() == "wgmma")
+    with _plans_lock:
+        _plans[key] = plan
+    return plan
+
+
+@uses_stream
+def grouped_matmul(a, b, group_rows, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | None = None, *,
+                   epilogue: str = "store", check: bool = False, stream=None):
+    """Grouped GEMM over ragged groups in one launch; see the module docstring. Returns ``out``."""
+    import cupy
+
+    if isinstance(layout, str):
+        layout = layout.upper()
+    dev = cupy.cuda.Device().id
+    bf16 = gemm._bf16()
+    a = check_array(a, "a", dtypes=(bf16,), device=dev, stream=stream)
+    b = check_array(b, "b", dtypes=(bf16,), device=dev, stream=stream)
+    group_rows = check_array(group_rows, "group_rows", dtypes=(np.dtype(np.int32),), device=dev, stream=stream)
+    if group_rows.ndim != 1:
+        raise ValueError(f"group_rows must be 1-D (one count per group), got shape {tuple(group_rows.shape)}")
+    shape = grouped_shape(layout, a.shape, b.shape, int(group_rows.shape[0]), epilogue)
+    if out is not None:
+        out = check_array(out, "out", device=dev, stream=stream, writable=True)
+        if out_dtype is None:
+            out_dtype = out.dtype
+    dt = resolve_out_dtype(layout, out_dtype, epilogue)
+    if out is None:
+        out = cupy.empty(shape.out_shape, dtype=dt)
+    else:
+        if out.dtype != dt:
+            raise TypeError(f"out has dtype {dtype_name(out.dtype)}; this GEMM writes {dtype_name(dt)}")
+        if tuple(out.shape) != shape.out_shape:
+            raise ValueError(f"out has shape {tuple(out.shape)}, expected {shape.out_shape}")
+        refuse_overlap("out", out, a=a, b=b, group_rows=group_rows)
+    plan = get_plan(shape, dt, sm_cap)
+    plan(a, b, group_rows, out, stream=stream)
+    if check:
+        msg = status_message(plan.status(stream), group_rows.get())
+        if msg:
+            raise ValueError(f"grouped_matmul: {msg}; nothing was computed")
+    return out

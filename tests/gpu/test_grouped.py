@@ -1,0 +1,166 @@
+"""GPU tests of kosmos.grouped_matmul (ragged groups, counts in device memory).
+
+Every case checks, per group, against a float64 NumPy product of the same bf16 inputs (relative
+Frobenius error, bf16 output 1e-2, fp32 output 1e-4) and bitwise against kosmos.matmul on that
+group's rows alone (the same builder and reduction order, so the same bits); outputs start
+NaN-poisoned, rows past the counts' sum must stay poisoned, reruns must be bitwise equal.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+ml_dtypes = pytest.importorskip("ml_dtypes")
+
+from kosmos import gemm, grouped  # noqa: E402
+
+from .test_gemm import BF16, rand_bf16  # noqa: E402
+
+TOL = {"bf16": 1e-2, "f32": 1e-4}
+
+
+def starts(counts):
+    return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
+
+
+def poisoned(shape, dtype):
+    out = cupy.empty(shape, dtype)
+    out.view(np.uint8).fill(0xFF)  # NaN in bf16 and fp32
+    return out
+
+
+def bits(x):
+    x = cupy.asnumpy(x)
+    return x.view(np.uint16 if x.dtype == BF16 else np.uint32)
+
+
+def ref_group(layout, a, b, lo, hi, e, epilogue="store"):
+    a64 = a[lo:hi].astype(np.float64)
+    if layout == "TN":
+        y = a64 @ b[e].astype(np.float64).T
+        if epilogue == "swiglu":
+            f = y.shape[1] // 2
+            y = y[:, :f] / (1.0 + np.exp(-y[:, :f])) * y[:, f:]
+        return y
+    if layout == "NN":
+        return a64 @ b[e].astype(np.float64)
+    return a64.T @ b[lo:hi].astype(np.float64)
+
+
+def dense_group(layout, a_d, b_d, lo, hi, e, out_dtype, epilogue="store"):
+    """The exact oracle: kosmos.matmul on group e's rows alone."""
+    if layout == "NT":
+        return gemm.matmul(a_d[lo:hi], b_d[lo:hi], "NT", out_dtype=out_dtype)
+    return gemm.matmul(a_d[lo:hi], b_d[e], layout, out_dtype=out_dtype, epilogue=epilogue)
+
+
+def run_case(layout, counts, n, k, rows_extra=37, out_kind="bf16", cap=None, epilogue="store", seed=0):
+    rng = np.random.default_rng([seed, len(counts), n, k])
+    counts = np.asarray(counts, dtype=np.int32)
+    e_count, total = len(counts), int(counts.sum())
+    rows = max(1, total + rows_extra)
+    if layout == "TN":
+        a, b = rand_bf16(rng, (rows, k)), rand_bf16(rng, (e_count, n, k))
+    elif layout == "NN":
+        a, b = rand_bf16(rng, (rows, n)), rand_bf16(rng, (e_count, n, k))
+    else:
+        a, b = rand_bf16(rng, (rows, n)), rand_bf16(rng, (rows, k))
+    if layout == "NT" and rows > total:
+        # Rows past the counts' sum are nobody's: non-finite there must not reach any dW.
+        a[total:] = np.inf
+        b[total:] = np.nan
+    a_d, b_d, c_d = cupy.asarray(a), cupy.asarray(b), cupy.asarray(counts)
+    dt = np.dtype(np.float32) if out_kind == "f32" else BF16
+    shape = grouped.grouped_shape(layout, a.shape, b.shape, e_count, epilogue)
+    outs = []
+    for _ in range(2):
+        out = poisoned(shape.out_shape, dt)
+        grouped.grouped_matmul(a_d, b_d, c_d, layout, out=out, sm_cap=cap, epilogue=epilogue, check=True)
+        outs.append(out)
+    assert (bits(outs[0]) == bits(outs[1])).all(), "two runs differ"
+    got = cupy.asnumpy(outs[0])
+    st = starts(counts)
+    for e in range(e_count):
+        lo, hi = int(st[e]), int(st[e + 1])
+        part = got[e] if layout == "NT" else got[lo:hi]
+        if hi == lo:
+            if layout == "NT":
+                assert (part.astype(np.float32) == 0).all(), f"group {e} has no rows: dW must be zero"
+            continue
+        ref = ref_group(layout, a, b, lo, hi, e, epilogue)
+        p64 = part.astype(np.float64)
+        assert np.isfinite(p64).all(), f"group {e}: NaN/Inf (unwritten, or leaked from another group)"
+        err = np.linalg.norm(p64 - ref) / np.linalg.norm(ref)
+        assert err < TOL[out_kind], f"group {e} ({hi - lo} rows): rel err {err:.2e}"
+        oracle = dense_group(layout, a_d, b_d, lo, hi, e, dt, epilogue)
+        mine = outs[0][e] if layout == "NT" else outs[0][lo:hi]
+        assert (bits(oracle) == bits(mine)).all(), f"group {e}: not bitwise equal to kosmos.matmul on its rows"
+    if layout != "NT":
+        assert np.isnan(got[total:].astype(np.float32)).all(), "rows past the counts' sum were written"
+
+
+# Counts with 0, 1, 127, 128, 129 and a big group; odd N/K multiples of 64.
+EDGE = [0, 1, 127, 128, 129, 0, 700, 3]
+
+
+@pytest.mark.parametrize("layout", ["TN", "NN", "NT"])
+def test_edge_counts(layout):
+    run_case(layout, EDGE, 320, 192)
+
+
+@pytest.mark.parametrize("layout", ["TN", "NN", "NT"])
+def test_one_group_takes_everything_with_several_tiles_per_cta(layout):
+    run_case(layout, [0, 0, 2051, 0], 576, 448, cap=5)
+
+
+def test_wgrad_fp32_and_ragged_reduction_with_inf_past_the_rows():
+    run_case("NT", [65, 0, 300, 1, 63], 384, 256, out_kind="f32", rows_extra=90)
+
+
+def test_swiglu_forward():
+    run_case("TN", [5, 260, 0, 129], 2 * 192, 256, epilogue="swiglu")
+
+
+def test_many_groups_skewed():
+    rng = np.random.default_rng(7)
+    counts = rng.integers(0, 40, grouped.max_groups())
+    counts[rng.integers(0, len(counts), 200)] = 0  # mostly empty, a few hot
+    counts[3] = 1500
+    for layout in ("TN", "NT"):
+        run_case(layout, counts, 128, 256, cap=11)
+
+
+def test_bad_counts_are_reported_and_the_plan_recovers():
+    rng = np.random.default_rng(3)
+    a = cupy.asarray(rand_bf16(rng, (300, 128)))
+    w = cupy.asarray(rand_bf16(rng, (3, 256, 128)))
+    out = poisoned((300, 256), BF16)
+    with pytest.raises(ValueError, match=r"group_rows\[1\] \(-4\) is negative"):
+        grouped.grouped_matmul(a, w, cupy.asarray(np.array([10, -4, 5], np.int32)), "TN", out=out, check=True)
+    with pytest.raises(ValueError, match="sum \\(301\\) past the rows"):
+        grouped.grouped_matmul(a, w, cupy.asarray(np.array([100, 100, 101], np.int32)), "TN", out=out, check=True)
+    assert np.isnan(cupy.asnumpy(out).astype(np.float32)).all(), "bad counts must compute nothing"
+    # The queue words were reset by the failed launches: the next good call is complete.
+    run_case("TN", [100, 0, 150], 256, 128)
+
+
+def test_portable_mma_sync_path(monkeypatch):
+    monkeypatch.setattr(gemm, "_extra_options", ("-DKOSMOS_GEMM_FORCE_PORTABLE",))
+    for layout in ("TN", "NN", "NT"):
+        run_case(layout, [3, 0, 130, 64], 192, 128)
+
+
+def test_bad_inputs_rejected():
+    rng = np.random.default_rng(1)
+    a = cupy.asarray(rand_bf16(rng, (100, 128)))
+    w = cupy.asarray(rand_bf16(rng, (2, 256, 128)))
+    c = cupy.asarray(np.array([50, 50], np.int32))
+    with pytest.raises(ValueError, match="E = 3"):
+        grouped.grouped_matmul(a, w, cupy.asarray(np.array([1, 2, 3], np.int32)), "TN")
+    with pytest.raises(TypeError, match="int32"):
+        grouped.grouped_matmul(a, w, c.astype(cupy.int64), "TN")
+    with pytest.raises(TypeError, match="float32 outputs are for the wgrad"):
+        grouped.grouped_matmul(a, w, c, "TN", out_dtype=np.float32)
+    with pytest.raises(ValueError, match="overlaps"):
+        grouped.grouped_matmul(a, w, c, "TN", out=cupy.ndarray((100, 256), BF16, memptr=w.data))
