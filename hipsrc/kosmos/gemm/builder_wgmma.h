@@ -164,11 +164,16 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
       }
       const TileCoord tc = sched.tile(t);
       const i32 nslabs = tc.kb1 - tc.kb0;
-      if (nslabs == 0) {
+      if constexpr (Sched::kRaggedK) {
+        // Only ragged schedules have units with nothing to reduce (a group without rows). The
+        // accumulators are zeroed on every unit, not on that path alone: wgmma registers written in
+        // a divergent path make ptxas serialize every wgmma of the kernel.
 #pragma unroll
         for (int i = 0; i < 128; ++i) acc[i] = 0.f;
-        if (lane == 0) mbar_arrive(&empty[s]);
-        ring_advance(s, ph);
+        if (nslabs == 0) {
+          if (lane == 0) mbar_arrive(&empty[s]);
+          ring_advance(s, ph);
+        }
       }
       int prev = -1;
       for (i32 i = 0; i < nslabs; ++i) {
@@ -205,11 +210,9 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
         prev = int(s);
         ring_advance(s, ph);
       }
-      if (nslabs > 0) {
-        wgmma_wait<0>();
-        fence_regs(acc);
-        if (lane == 0) mbar_arrive(&empty[prev]);
-      }
+      wgmma_wait<0>();
+      fence_regs(acc);
+      if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
       bool stored = false;
       if constexpr (Epi::kTmaStore) {
         if (!tc.masked) {
