@@ -91,7 +91,6 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const Pro
   const Gathered g{peer_bases, shard_off, gathered, m, row_bytes, items_per_chunk};
   // Before any early exit: CTA 0 zeroes the next call's heads here.
   FusedHeads* heads = fused_heads(mine, epoch);
-  builder_init(smem);
   // Peers must have finished pulling our shard from the last call before we overwrite it.
   if (!wait_peers_done(wait, mine, rank, world, epoch)) return;
   stage_shard(g, rank, world, epoch, mine, flags_off, arrived, x);
@@ -100,6 +99,7 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const Pro
   const TableQueue q{&heads->mover, mover_order, n_mover_items, 2};
   if (mover && !gather_items(g, rank, epoch, mine, flags_off, arrived, q, mover_threads, wait)) return;
   if (!mover || policy != kFixed) {
+    builder_init(smem);
     const bool two_way = policy == kTwoWay;
     TableClaim claim{&heads->tile, tile_order, n_tiles, two_way ? &heads->mover : nullptr, n_mover_items};
     const GatherReady ready{arrived, epoch, m, tiles_m_per_chunk, items_per_chunk, world == 1, wait};

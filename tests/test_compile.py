@@ -152,3 +152,12 @@ def test_amd_platform_primitives(clang: str, tmp_path: Path, arch: str) -> None:
             hit = next((i for i in range(pos, len(body)) if re.fullmatch(pat, body[i])), None)
             assert hit is not None, f"{fn}: no `{pat}` after instruction {pos}:\n" + "\n".join(body)
             pos = hit + 1
+
+
+def test_serialized_wgmma_warnings_are_found() -> None:
+    log = ("ptxas info    : (C7518) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+           "program dependence on compiler-inserted WG.DP in divergent path in the function 'kosmos_gemm_tn_bf16' in "
+           "line 1071\nptxas info    : Used 168 registers, used 4 barriers\n")
+    assert check.serialized_wgmma(log) == [
+        "kosmos_gemm_tn_bf16 (due to program dependence on compiler-inserted WG.DP in divergent path)"]
+    assert check.serialized_wgmma(b"ptxas info    : Used 8 registers\n") == []

@@ -90,16 +90,18 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
         const i32 t = claim();
         i32 stop = t < 0 ? -1 : 0;
         const TileCoord tc = sched.tile(t < 0 ? 0 : t);
-        if (stop == 0 && tc.kb1 == tc.kb0) {
-          // Nothing to reduce (a group with no rows): one stage without loads names the tile.
-          if (!ready(tc, tc.kb0)) {
-            stop = -2;
-          } else {
-            mbar_wait(&empty[s], ph ^ 1);
-            slot[s] = t;
-            mbar_arrive(&full[s]);
-            ring_advance(s, ph);
-            continue;
+        if constexpr (Sched::kRaggedK) {
+          if (stop == 0 && tc.kb1 == tc.kb0) {
+            // Nothing to reduce (a group with no rows): one stage without loads names the tile.
+            if (!ready(tc, tc.kb0)) {
+              stop = -2;
+            } else {
+              mbar_wait(&empty[s], ph ^ 1);
+              slot[s] = t;
+              mbar_arrive(&full[s]);
+              ring_advance(s, ph);
+              continue;
+            }
           }
         }
         for (i32 kb = tc.kb0; stop == 0 && kb < tc.kb1; ++kb) {
@@ -162,8 +164,14 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
         ring_advance(s, ph);
         break;
       }
-      const TileCoord tc = sched.tile(t);
-      const i32 nslabs = tc.kb1 - tc.kb0;
+      // Only the slab count (and, ragged, the reduction rows left) stay live across the mainloop;
+      // the tile is placed again for the epilogue: registers the wgmma pipeline needs otherwise.
+      i32 nslabs, k_left;
+      {
+        const TileCoord t0 = sched.tile(t);
+        nslabs = t0.kb1 - t0.kb0;
+        k_left = t0.k_end - (t0.k_off + t0.kb0 * kTileK);
+      }
       if constexpr (Sched::kRaggedK) {
         // Only ragged schedules have units with nothing to reduce (a group without rows). The
         // accumulators are zeroed on every unit, not on that path alone: wgmma registers written in
@@ -182,7 +190,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
         if constexpr (Sched::kRaggedK) {
           // The group's last slab: TMA loaded 64 rows, the rows past the group's end belong to the
           // next group. Zero them in both operands (0 x Inf would be NaN) before any wgmma reads.
-          const i32 valid = tc.k_end - (tc.k_off + (tc.kb0 + i) * kTileK);
+          const i32 valid = k_left - i * kTileK;
           if (valid < kTileK) {
             const i32 chunks = (kTileK - valid) * 8;  // 16-byte chunks per 64x64 box
             const int ctid = tid + 128 * cw;
@@ -213,9 +221,10 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
       wgmma_wait<0>();
       fence_regs(acc);
       if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+      const TileCoord tc = sched.tile(t);
       bool stored = false;
       if constexpr (Epi::kTmaStore) {
-        if (!tc.masked) {
+        if (!Sched::kMaskedRows || !tc.masked) {
           stored = true;
         // Through shared memory, in four 64x64 subtiles per warpgroup (its 64 rows x 256 columns)
         // and two 8 KB slots: subtile q is written into slot q%2 while the TMA store of subtile q-1

@@ -4,7 +4,8 @@
 // A schedule is a small struct with
 //   static constexpr bool kGroupedB   B is one matrix per group (a 3-D TMA map [groups, rows, cols])
 //   static constexpr bool kRaggedK    the reduction of a unit may end inside a 64-deep slab
-//   Problem p                          the dimensions (of one group, for grouped schedules)
+//   static constexpr bool kMaskedRows a tile's rows may end inside the output (TileCoord::masked)
+//   const Problem& p                   the dimensions (of one group, for grouped schedules)
 //   TileCoord tile(i32 u) const        queue position -> tile
 #pragma once
 #include "config.h"
@@ -45,7 +46,8 @@ KOSMOS_DEVICE void raster(i32 t, i32 tiles_m, i32 tiles_n, i32& tm, i32& tn) {
 struct DenseSchedule {
   static constexpr bool kGroupedB = false;
   static constexpr bool kRaggedK = false;
-  Problem p;
+  static constexpr bool kMaskedRows = false;
+  const Problem& p;  // a reference: kernel parameters stay in the constant bank, not in registers
   KOSMOS_DEVICE TileCoord tile(i32 u) const {
     const i32 splits = k_splits_of(p);
     const i32 t = u / splits;
@@ -140,7 +142,8 @@ template <int L>
 struct GroupedSchedule {
   static constexpr bool kGroupedB = (L != LAYOUT_NT);
   static constexpr bool kRaggedK = (L == LAYOUT_NT);
-  Problem p;
+  static constexpr bool kMaskedRows = true;
+  const Problem& p;  // a reference: kernel parameters stay in the constant bank, not in registers
   const GroupTable* g;
   KOSMOS_DEVICE i32 units() const {
     if (L == LAYOUT_NT) return g->groups * p.tiles_m * p.tiles_n;
