@@ -43,18 +43,12 @@ def compile_nvidia(path: Path, arch: str) -> int:
         except nvrtc.NVRTCError as e:
             log = nvrtc.getProgramLog(prog)
             raise RuntimeError(f"{path.name} ({arch}): {e}\n{log}") from None
-        lost = [f for f in serialized_wgmma(nvrtc.getProgramLog(prog)) if f.split(" ")[0] not in KNOWN_SERIALIZED]
+        lost = serialized_wgmma(nvrtc.getProgramLog(prog))
         if lost:
             raise RuntimeError(f"{path.name} ({arch}): ptxas serializes the wgmma of " + "; ".join(lost))
         return len(nvrtc.getCUBIN(prog))
     finally:
         nvrtc.destroyProgram(prog)
-
-
-# Kernels whose wgmma ptxas serializes today, each a known defect with its issue; any other
-# function that starts to serialize fails the check. (Issue 11: the AG fused kernels since the
-# persistent pipeline, C7512 "insufficient register resources"; the dense builder is clean.)
-KNOWN_SERIALIZED = frozenset({"kosmos_tp_ag_tn", "kosmos_tp_ag_nn", "kosmos_tp_bulk_ag_nn"})
 
 
 def serialized_wgmma(log: str | bytes) -> list[str]:

@@ -154,7 +154,12 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
     const int cw = wg - 1;
     const int tid = threadIdx.x - 128 * wg;
     const int warp = tid / 32, lane = tid % 32;
+    // Defined here (the first wgmma of a unit overwrites them anyway): left undefined, their value
+    // would flow around a caller's loop (two-way AG) and the compiler keeps all 128 live, spilled,
+    // through the mover code between calls (measured: the AG kernels 7x slower).
     float acc[128];
+#pragma unroll
+    for (int i = 0; i < 128; ++i) acc[i] = 0.f;
     u32 s = ps->cons_stage, ph = ps->cons_phase;
     for (;;) {
       mbar_wait(&full[s], ph);
