@@ -425,6 +425,20 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     return plan
 
 
+def output_array(out, shape: tuple[int, ...], dt: np.dtype, **inputs):
+    """The GEMM's output: allocated when None, else checked (dtype, shape, no overlap with an input)."""
+    import cupy
+
+    if out is None:
+        return cupy.empty(shape, dtype=dt)
+    if out.dtype != dt:
+        raise TypeError(f"out has dtype {dtype_name(out.dtype)}; this GEMM writes {dtype_name(dt)}")
+    if tuple(out.shape) != shape:
+        raise ValueError(f"out has shape {tuple(out.shape)}, expected {shape}")
+    refuse_overlap("out", out, **inputs)
+    return out
+
+
 @uses_stream
 def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | None = None, *,
            epilogue: str = "store", split_k: int | None = 1, stream=None):
@@ -450,14 +464,7 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
         if out_dtype is None:
             out_dtype = out.dtype
     dt = resolve_out_dtype(out_dtype, epilogue)
-    if out is None:
-        out = cupy.empty(shape.out_shape, dtype=dt)
-    else:
-        if out.dtype != dt:
-            raise TypeError(f"out has dtype {dtype_name(out.dtype)}; this GEMM writes {dtype_name(dt)}")
-        if tuple(out.shape) != shape.out_shape:
-            raise ValueError(f"out has shape {tuple(out.shape)}, expected {shape.out_shape}")
-        refuse_overlap("out", out, a=a, b=b)
+    out = output_array(out, shape.out_shape, dt, a=a, b=b)
     plan = get_plan(shape, dt, sm_cap, split_k)
     plan(a, b, out, stream=stream)
     return out

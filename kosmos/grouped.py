@@ -30,8 +30,7 @@ import numpy as np
 
 from . import gemm
 from .runtime.source import hipsrc_dir
-from .arrays import check_array, refuse_overlap
-from .dtypes import dtype_name
+from .arrays import check_array
 from .runtime.streams import DeviceOrder, uses_stream
 
 LAYOUTS = ("TN", "NN", "NT")
@@ -268,14 +267,7 @@ def grouped_matmul(a, b, group_rows, layout: str = "TN", out=None, out_dtype=Non
         if out_dtype is None:
             out_dtype = out.dtype
     dt = resolve_out_dtype(layout, out_dtype, epilogue)
-    if out is None:
-        out = cupy.empty(shape.out_shape, dtype=dt)
-    else:
-        if out.dtype != dt:
-            raise TypeError(f"out has dtype {dtype_name(out.dtype)}; this GEMM writes {dtype_name(dt)}")
-        if tuple(out.shape) != shape.out_shape:
-            raise ValueError(f"out has shape {tuple(out.shape)}, expected {shape.out_shape}")
-        refuse_overlap("out", out, a=a, b=b, group_rows=group_rows)
+    out = gemm.output_array(out, shape.out_shape, dt, a=a, b=b, group_rows=group_rows)
     plan = get_plan(shape, dt, sm_cap)
     plan(a, b, group_rows, out, stream=stream)
     if check:
