@@ -1,13 +1,16 @@
-"""Benchmark kosmos.matmul against cuBLAS (cupy.matmul) on the paper's Llama 3 shapes.
+"""Benchmark kosmos.matmul against cuBLAS (cupy.matmul): the paper's Llama 3 shapes and a second set.
 
-    python3 bench/gemm.py [--quick] [--caps 132,116,99,66,33] [--caps-all] [--reps 20]
+    python3 bench/gemm.py [--quick] [--set paper|other|both] [--caps 132,116,99,66,33] [--caps-all] [--reps 20]
 
-For each shape of kosmos/configs/llama3_shapes.yaml (5 fused kernels x 24 shapes): cuBLAS and ours
-on the full GPU; ours also under SM caps (the paper's Figure 2 shapes, 70B MBS4 and 405B MBS8, or
-every shape with --caps-all; CuPy cannot cap cuBLAS). Each number is the median of --reps timed
-runs (cupy.cuda.Event around each run) after warm-up, inputs rotated over enough sets that the
-60 MiB L2 cannot serve them. Writes bench/results/gemm_<gpu>_<date>.json and .png; prints a
-short table last.
+Shape sets: "paper" = kosmos/configs/llama3_shapes.yaml (5 fused kernels x 24 shapes); "other" =
+OTHER_SHAPES below (small M, square, odd M, MoE expert shapes of DeepSeek-V3, Qwen3, Mixtral and
+GPT-OSS), none of them in the paper. For each shape cuBLAS and ours on the full GPU, and ours under
+SM caps (the paper's Figure 2 shapes, 70B MBS4 and 405B MBS8, or every shape with --caps-all; CuPy
+cannot cap cuBLAS), timed through kosmos.timing: the contenders interleaved call by call, queued
+behind the stream blocker, device events around each call, median of --reps after warm-up; inputs
+rotated over enough sets that the 60 MiB L2 cannot serve them. Writes
+bench/results/gemm_<gpu>_<date>.json and .png (GPU, commit, timing method recorded); prints a short
+table last.
 """
 from __future__ import annotations
 
@@ -15,7 +18,6 @@ import argparse
 import datetime as _dt
 import json
 import math
-import subprocess
 import sys
 from pathlib import Path
 
@@ -25,30 +27,40 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 import cupy  # noqa: E402
-import ml_dtypes  # noqa: E402
 
-from kosmos import gemm  # noqa: E402
-from kosmos.dtypes import bf16_to_f32, random_bf16  # noqa: E402
+from kosmos import World, gemm  # noqa: E402
+from kosmos.dtypes import bf16_to_f32, bfloat16, random_bf16  # noqa: E402
+from kosmos.timing import check_timeable, device_name, git_commit, time_calls  # noqa: E402
 
-BF16 = np.dtype(ml_dtypes.bfloat16)
 L2_BYTES = 60 * 2**20
 FIG2 = ("70B", "MBS4"), ("405B", "MBS8")
 QUICK = {"8B-QKV-MBS1", "8B-FC1-MBS1", "70B-FC1-MBS4", "70B-QKV-MBS4", "405B-FC1-MBS8",
-         "8B-Down-MBS1", "8B-OProj-MBS1", "70B-Down-MBS4", "70B-OProj-MBS4", "405B-Down-MBS8"}
+         "8B-Down-MBS1", "8B-OProj-MBS1", "70B-Down-MBS4", "70B-OProj-MBS4", "405B-Down-MBS8",
+         "smallM-256", "smallM-1000", "square-4096", "oddM-3001", "dsv3-gemm1-2048", "qwen3-gemm2-2048"}
+# name: (class, layout, M, N, K) in the paper's BLAS convention (output M x N, reduction K).
+OTHER_SHAPES = {
+    "smallM-256": ("small M", "TN", 256, 8192, 8192),
+    "smallM-512": ("small M", "TN", 512, 8192, 8192),
+    "smallM-1000": ("small M", "TN", 1000, 5120, 5120),
+    "smallM-256-NN": ("small M", "NN", 256, 8192, 8192),
+    "square-4096": ("square", "TN", 4096, 4096, 4096),
+    "square-8192": ("square", "TN", 8192, 8192, 8192),
+    "square-8192-NT": ("square", "NT", 8192, 8192, 8192),
+    "oddM-3001": ("odd M", "TN", 3001, 4096, 4096),
+    "oddM-12345": ("odd M", "NN", 12345, 5120, 2048),
+    "dsv3-gemm1-2048": ("experts", "TN", 2048, 4096, 7168),
+    "dsv3-gemm2-2048": ("experts", "TN", 2048, 7168, 2048),
+    "qwen3-gemm1-2048": ("experts", "TN", 2048, 3072, 4096),
+    "qwen3-gemm2-2048": ("experts", "TN", 2048, 4096, 1536),
+    "qwen3-30b-gemm2-2048": ("experts", "TN", 2048, 2048, 768),
+    "mixtral-gemm1-2048": ("experts", "TN", 2048, 28672, 4096),
+    "gptoss-gemm1-2048": ("experts", "TN", 2048, 5760, 2880),
+    "dsv3-wgrad-2048": ("experts", "NT", 4096, 7168, 2048),
+}
 
 
-def time_runs(fn, nsets, reps, warmup):
-    for i in range(warmup):
-        fn(i % nsets)
-    starts = [cupy.cuda.Event() for _ in range(reps)]
-    ends = [cupy.cuda.Event() for _ in range(reps)]
-    for i in range(reps):
-        starts[i].record()
-        fn(i % nsets)
-        ends[i].record()
-    ends[-1].synchronize()
-    ms = [cupy.cuda.get_elapsed_time(s, e) for s, e in zip(starts, ends)]
-    return float(np.median(ms)), float(np.min(ms)), float(np.max(ms))
+def other_shapes() -> list[gemm.PaperShape]:
+    return [gemm.PaperShape(cls, name, m, n, k, layout) for name, (cls, layout, m, n, k) in OTHER_SHAPES.items()]
 
 
 def cublas_fn(layout, a, b, out):
@@ -59,43 +71,33 @@ def cublas_fn(layout, a, b, out):
     return lambda: cupy.matmul(a.T, b, out=out)
 
 
-def git_commit():
-    try:
-        return subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True,
-                              text=True).stdout.strip() or "unknown"
-    except OSError:
-        return "unknown"
-
-
-def bench_shape(s, caps, reps, warmup, do_caps, sms, split_k=1):
+def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1):
     a_shape, b_shape, out_shape = s.operand_shapes()
     set_bytes = 2 * (math.prod(a_shape) + math.prod(b_shape))
     nsets = max(2, min(8, math.ceil(3 * L2_BYTES / set_bytes)))
     sets = [(random_bf16(a_shape, 2 * i + 1), random_bf16(b_shape, 2 * i + 2)) for i in range(nsets)]
-    out = cupy.empty(out_shape, dtype=BF16)
+    out = cupy.empty(out_shape, dtype=bfloat16)
+    ref = cupy.empty(out_shape, dtype=bfloat16)
     flop = s.flops
     rec = {"kernel": s.kernel, "name": s.name, "layout": s.layout, "M": s.m, "N": s.n, "K": s.k, "sets": nsets}
-
-    fns = [cublas_fn(s.layout, a, b, out) for a, b in sets]
-    ms, lo, hi = time_runs(lambda i: fns[i](), nsets, reps, warmup)
-    rec["cublas"] = {"ms": ms, "min_ms": lo, "max_ms": hi, "tflops": flop / ms / 1e9}
-    ref = out.copy()
-
-    rec["ours"] = {}
+    cublas = [cublas_fn(s.layout, a, b, ref) for a, b in sets]
+    fns = {"cublas": lambda i: cublas[i % nsets]()}
     cap_list = [None] + ([c for c in caps if c < sms] if do_caps else [])
     for cap in cap_list:
         def run(i, cap=cap):
-            a, b = sets[i]
+            a, b = sets[i % nsets]
             gemm.matmul(a, b, s.layout, out=out, sm_cap=cap, split_k=split_k)
-        ms, lo, hi = time_runs(run, nsets, reps, warmup)
-        key = str(sms if cap is None else cap)
-        rec["ours"][key] = {"ms": ms, "min_ms": lo, "max_ms": hi, "tflops": flop / ms / 1e9}
+        fns[str(sms if cap is None else cap)] = run
+    t = time_calls(world, fns, warmup, reps)
+    rec["cublas"] = {"ms": t["cublas"].median_ms, "min_ms": t["cublas"].min_ms,
+                     "tflops": flop / t["cublas"].median_ms / 1e9}
+    rec["ours"] = {k: {"ms": v.median_ms, "min_ms": v.min_ms, "host_us": v.host_us, "tflops": flop / v.median_ms / 1e9}
+                   for k, v in t.items() if k != "cublas"}
     # Same inputs (the last set) through both: a sanity check of the timed kernel, not a test.
     gemm.matmul(sets[-1][0], sets[-1][1], s.layout, out=out, split_k=split_k)
-    rec["split_k"] = gemm.get_plan(gemm.gemm_shape(s.layout, a_shape, b_shape), BF16, None, split_k).splits
-    cublas_fn(s.layout, sets[-1][0], sets[-1][1], ref)()
-    o32 = bf16_to_f32(out)
-    r32 = bf16_to_f32(ref)
+    rec["split_k"] = gemm.get_plan(gemm.gemm_shape(s.layout, a_shape, b_shape), bfloat16, None, split_k).splits
+    cublas[-1]()
+    o32, r32 = bf16_to_f32(out), bf16_to_f32(ref)
     rec["rel_diff_vs_cublas"] = float(cupy.linalg.norm(o32 - r32) / cupy.linalg.norm(r32))
     full = rec["ours"][str(sms)]["tflops"]
     rec["ratio"] = full / rec["cublas"]["tflops"]
@@ -143,7 +145,8 @@ def plot(results, path, sms):
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help="a subset: 10 shapes per kernel type")
+    ap.add_argument("--quick", action="store_true", help="a subset: 10 paper shapes, 6 others")
+    ap.add_argument("--set", default="paper", choices=("paper", "other", "both"))
     ap.add_argument("--caps", default="132,116,99,66,33")
     ap.add_argument("--caps-all", action="store_true", help="SM caps on every shape, not only Figure 2's")
     ap.add_argument("--kernels", default="", help="comma list of kernels (ag_tn,tn_rs,ag_nn,bulk_ag_nn,bulk_rs_nt)")
@@ -154,44 +157,46 @@ def main(argv=None):
     ap.add_argument("--tag", default="")
     ap.add_argument("--define", action="append", default=[], help="compile define for the gemm module, NAME=VALUE")
     ap.add_argument("--split-k", default="1", help="1 (default), auto, or a factor")
-    ap.add_argument("--commit", default="", help="record this commit (when the tree has no .git)")
     args = ap.parse_args(argv)
 
     caps = [int(c) for c in args.caps.split(",") if c]
     if args.define:
         gemm._extra_options = tuple(f"-D{d}" for d in args.define)
-    commit = args.commit or git_commit()
-    shapes = gemm.load_llama3_shapes()
+    shapes = (gemm.load_llama3_shapes() if args.set != "other" else []) + (other_shapes() if args.set != "paper" else [])
     if args.kernels:
         shapes = [s for s in shapes if s.kernel in args.kernels.split(",")]
     if args.shapes:
         shapes = [s for s in shapes if s.name in args.shapes.split(",")]
     if args.quick:
         shapes = [s for s in shapes if s.name in QUICK]
-    dev = cupy.cuda.Device()
-    props = cupy.cuda.runtime.getDeviceProperties(dev.id)
-    gpu = props["name"].decode() if isinstance(props["name"], bytes) else str(props["name"])
-    sms = dev.attributes["MultiProcessorCount"]
-    print(f"# {gpu}, {sms} SMs, gemm path {gemm.arch_path()}, commit {commit}, defines {args.define}", flush=True)
-
-    results = []
-    for s in shapes:
-        do_caps = args.caps_all or any(m in s.name and b in s.name for m, b in FIG2) or (
-            args.quick and "MBS8" in s.name)
-        split = None if args.split_k == "auto" else int(args.split_k)
-        rec = bench_shape(s, caps, args.reps, args.warmup, do_caps, sms, split)
-        results.append(rec)
-        capstr = " ".join(f"{k}:{v:.2f}" for k, v in rec["cap_retention"].items() if k != str(sms))
-        print(f"{s.kernel:11s} {s.layout} {s.name:16s} {s.m:6d} {s.n:6d} {s.k:6d}  cuBLAS {rec['cublas']['tflops']:6.1f}"
-              f"  ours {rec['ours'][str(sms)]['tflops']:6.1f}  ratio {rec['ratio']:.3f}  diff {rec['rel_diff_vs_cublas']:.1e}"
-              f"  split {rec['split_k']}  {capstr}", flush=True)
+    with World() as world:
+        check_timeable(world)
+        if world.size != 1:
+            raise SystemExit("bench/gemm.py times one GPU: run it without mpirun (world size 1)")
+        gpu, commit = device_name(), git_commit()
+        sms = cupy.cuda.Device().attributes["MultiProcessorCount"]
+        print(f"# {gpu}, {sms} SMs, gemm path {gemm.arch_path()}, commit {commit}, defines {args.define}", flush=True)
+        results = []
+        for s in shapes:
+            do_caps = args.caps_all or any(m in s.name and b in s.name for m, b in FIG2) or (
+                args.quick and "MBS8" in s.name)
+            split = None if args.split_k == "auto" else int(args.split_k)
+            rec = bench_shape(world, s, caps, args.reps, args.warmup, do_caps, sms, split)
+            results.append(rec)
+            capstr = " ".join(f"{k}:{v:.2f}" for k, v in rec["cap_retention"].items() if k != str(sms))
+            print(f"{s.kernel:11s} {s.layout} {s.name:20s} {s.m:6d} {s.n:6d} {s.k:6d}  cuBLAS {rec['cublas']['tflops']:6.1f}"
+                  f"  ours {rec['ours'][str(sms)]['tflops']:6.1f}  ratio {rec['ratio']:.3f}  diff {rec['rel_diff_vs_cublas']:.1e}"
+                  f"  split {rec['split_k']}  {capstr}", flush=True)
 
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out_dir = Path(args.out)
     out_dir.mkdir(parents=True, exist_ok=True)
     stem = f"gemm_{gpu.replace(' ', '_')}_{date}{('_' + args.tag) if args.tag else ''}"
-    doc = {"gpu": gpu, "sms": sms, "commit": commit, "date": date, "path": gemm.arch_path(), "defines": args.define, "split_k": args.split_k,
-           "reps": args.reps, "warmup": args.warmup, "quick": args.quick, "results": results}
+    doc = {"gpu": gpu, "sms": sms, "world": 1, "commit": commit, "date": date, "path": gemm.arch_path(),
+           "defines": args.define, "split_k": args.split_k, "reps": args.reps, "warmup": args.warmup,
+           "quick": args.quick, "set": args.set,
+           "timing": "kosmos.timing.time_calls: contenders interleaved, events behind the stream blocker, median",
+           "results": results}
     (out_dir / f"{stem}.json").write_text(json.dumps(doc, indent=1))
     try:
         plot(results, out_dir / f"{stem}.png", sms)
@@ -199,14 +204,14 @@ def main(argv=None):
         print(f"plot failed: {e}")
 
     print(f"\n# summary ({gpu}, commit {doc['commit']}) -> {out_dir / stem}.json")
-    print(f"{'group':12s} {'n':>3s} {'geomean':>8s} {'min':>6s} {'ours TF':>8s} {'cuBLAS TF':>9s}  cap116/full")
+    print(f"{'group':14s} {'n':>3s} {'geomean':>8s} {'min':>6s} {'ours TF':>8s} {'cuBLAS TF':>9s}  cap116/full")
     groups = {}
     for r in results:
         groups.setdefault(r["kernel"], []).append(r)
         groups.setdefault("layout " + r["layout"], []).append(r)
     for g, rs in groups.items():
         ret = [r["cap_retention"]["116"] for r in rs if "116" in r["cap_retention"]]
-        print(f"{g:12s} {len(rs):3d} {geomean([r['ratio'] for r in rs]):8.3f} {min(r['ratio'] for r in rs):6.3f} "
+        print(f"{g:14s} {len(rs):3d} {geomean([r['ratio'] for r in rs]):8.3f} {min(r['ratio'] for r in rs):6.3f} "
               f"{geomean([r['ours'][str(sms)]['tflops'] for r in rs]):8.1f} {geomean([r['cublas']['tflops'] for r in rs]):9.1f}"
               f"  {('%.3f' % geomean(ret)) if ret else '-'}")
 
