@@ -88,6 +88,12 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1):
             a, b = sets[i % nsets]
             gemm.matmul(a, b, s.layout, out=out, sm_cap=cap, split_k=split_k)
         fns[str(sms if cap is None else cap)] = run
+    if gemm.arch_path() == "wgmma":  # both tile widths forced, to check (and refit) the chooser
+        for width in gemm.TILE_WIDTHS:
+            def run_w(i, width=width):
+                a, b = sets[i % nsets]
+                gemm.matmul(a, b, s.layout, out=out, split_k=split_k, tile_n=width)
+            fns[f"w{width}"] = run_w
     t = time_calls(world, fns, warmup, reps)
     rec["cublas"] = {"ms": t["cublas"].median_ms, "min_ms": t["cublas"].min_ms,
                      "tflops": flop / t["cublas"].median_ms / 1e9}
@@ -95,13 +101,14 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1):
                    for k, v in t.items() if k != "cublas"}
     # Same inputs (the last set) through both: a sanity check of the timed kernel, not a test.
     gemm.matmul(sets[-1][0], sets[-1][1], s.layout, out=out, split_k=split_k)
-    rec["split_k"] = gemm.get_plan(gemm.gemm_shape(s.layout, a_shape, b_shape), bfloat16, None, split_k).splits
+    plan = gemm.get_plan(gemm.gemm_shape(s.layout, a_shape, b_shape), bfloat16, None, split_k)
+    rec["split_k"], rec["tile_n"] = plan.splits, plan.tile_n
     cublas[-1]()
     o32, r32 = bf16_to_f32(out), bf16_to_f32(ref)
     rec["rel_diff_vs_cublas"] = float(cupy.linalg.norm(o32 - r32) / cupy.linalg.norm(r32))
     full = rec["ours"][str(sms)]["tflops"]
     rec["ratio"] = full / rec["cublas"]["tflops"]
-    rec["cap_retention"] = {k: v["tflops"] / full for k, v in rec["ours"].items()}
+    rec["cap_retention"] = {k: v["tflops"] / full for k, v in rec["ours"].items() if not k.startswith("w")}
     del sets, out, ref, o32, r32
     cupy.get_default_memory_pool().free_all_blocks()
     return rec
@@ -118,14 +125,14 @@ def plot(results, path, sms):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig_shapes = [r for r in results if len(r["ours"]) > 1]
+    fig_shapes = [r for r in results if len(r["cap_retention"]) > 1]
     n = max(1, len(fig_shapes))
     cols = min(5, n)
     rows = -(-n // cols) + 1
     fig = plt.figure(figsize=(4 * cols, 3.2 * rows))
     for i, r in enumerate(fig_shapes):
         ax = fig.add_subplot(rows, cols, i + 1)
-        caps = sorted(int(k) for k in r["ours"])
+        caps = sorted(int(k) for k in r["cap_retention"])
         ax.plot(caps, [r["ours"][str(c)]["tflops"] for c in caps], "o-", label="kosmos")
         ax.axhline(r["cublas"]["tflops"], color="gray", ls="--", label=f"cuBLAS ({sms} SMs)")
         ax.set_title(f"{r['layout']} {r['kernel']} {r['M']}x{r['N']}x{r['K']}", fontsize=8)
@@ -186,7 +193,9 @@ def main(argv=None):
             capstr = " ".join(f"{k}:{v:.2f}" for k, v in rec["cap_retention"].items() if k != str(sms))
             print(f"{s.kernel:11s} {s.layout} {s.name:20s} {s.m:6d} {s.n:6d} {s.k:6d}  cuBLAS {rec['cublas']['tflops']:6.1f}"
                   f"  ours {rec['ours'][str(sms)]['tflops']:6.1f}  ratio {rec['ratio']:.3f}  diff {rec['rel_diff_vs_cublas']:.1e}"
-                  f"  split {rec['split_k']}  {capstr}", flush=True)
+                  f"  split {rec['split_k']}  tile {rec['tile_n']}"
+                  + "".join(f"  w{w} {rec['ours'][f'w{w}']['tflops']:6.1f}" for w in gemm.TILE_WIDTHS if f"w{w}" in rec["ours"])
+                  + f"  {capstr}", flush=True)
 
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
     out_dir = Path(args.out)

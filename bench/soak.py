@@ -161,7 +161,7 @@ class Soak:
             sw = dict(policy=step["policy"], ag_order=step["ag_order"], mover_threads=step["mover_threads"])
             op = self.plan((kind, m, n, k, tuple(sorted(sw.items()))),
                            lambda: AllGatherMatmul(w, m, n, k, layout=lay, **sw))
-            want = bits(kosmos.matmul(kosmos.all_gather(w, x), wt, lay))
+            want = bits(kosmos.matmul(kosmos.all_gather(w, x), wt, lay, tile_n=256))  # the fused tile
             return (lambda bad=False: op(x[:-1] if bad else x, wt)), lambda out: np.array_equal(bits(out), want)
         if kind == "tn_rs":
             x, wt = dev("x", r, (P * m, k)), dev("w", r, (n, k), 0.1)
@@ -169,20 +169,20 @@ class Soak:
             sw = dict(policy=step["policy"], staging_dtype=sd, rs_order=step["rs_order"])
             op = self.plan((kind, m, n, k, step["policy"], sd.name, step["rs_order"]),
                            lambda: MatmulReduceScatter(w, m, n, k, **sw))
-            part = kosmos.matmul(x, wt, "TN", out_dtype=sd)
+            part = kosmos.matmul(x, wt, "TN", out_dtype=sd, tile_n=256)
             red = kosmos.reduce_scatter(w, part)
             want = bits(red if sd == bfloat16 else f32_to_bf16(red))
             return (lambda bad=False: op(x[:-1] if bad else x, wt)), lambda out: np.array_equal(bits(out), want)
         if kind == "bulk_ag_nn":
             x, dy, wt = dev("x", r, (m, k)), dev("dy", r, (P * m, n)), dev("w", 0, (n, k), 0.1)
             op = self.plan((kind, m, n, k), lambda: BulkAllGatherMatmul(w, m, n, k))
-            want = (bits(kosmos.all_gather(w, x)), bits(kosmos.matmul(dy, wt, "NN")))
+            want = (bits(kosmos.all_gather(w, x)), bits(kosmos.matmul(dy, wt, "NN", tile_n=256)))
             return (lambda bad=False: op(x[:-1] if bad else x, dy, wt)), lambda out: (
                 np.array_equal(bits(out[0]), want[0]) and np.array_equal(bits(out[1]), want[1]))
         # bulk_rs_nt
         dxp, dy, xf = dev("dxp", r, (P * m, k)), dev("dy", r, (P * m, n)), dev("xf", r, (P * m, k))
         op = self.plan((kind, m, n, k), lambda: BulkReduceScatterMatmul(w, m, n, k))
-        want = (bits(kosmos.reduce_scatter(w, dxp)), bits(kosmos.matmul(dy, xf, "NT")))
+        want = (bits(kosmos.reduce_scatter(w, dxp)), bits(kosmos.matmul(dy, xf, "NT", tile_n=256)))
         return (lambda bad=False: op(dxp[:-1] if bad else dxp, dy, xf)), lambda out: (
             np.array_equal(bits(out[0]), want[0]) and np.array_equal(bits(out[1]), want[1]))
 

@@ -9,15 +9,16 @@ using namespace kosmos::gemm;
 
 // tmc: TMA map of the output (bf16 kernels on Hopper; zeros elsewhere). MAKE_EPI turns the
 // host's epilogue struct into the one the builder runs.
-#define KOSMOS_GEMM_KERNEL(NAME, LAYOUT, EPI, MAKE_EPI)                                                    \
+#define KOSMOS_GEMM_KERNEL_TILE(NAME, LAYOUT, EPI, MAKE_EPI, TILE)                                         \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
       NAME(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,             \
            const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EPI epi, u64* head, u64 base) {            \
     extern __shared__ __align__(16) u8 kosmos_gemm_smem[];                                                 \
     builder_init(kosmos_gemm_smem);                                                                        \
     QueueClaim claim{head, base, work_units(p)};                                                           \
-    run_builder<LAYOUT>(DenseSchedule{p}, &tma, &tmb, kosmos_gemm_smem, claim, AlwaysReady{}, MAKE_EPI);   \
+    run_builder<LAYOUT>(DenseSchedule<TILE>{p}, &tma, &tmb, kosmos_gemm_smem, claim, AlwaysReady{}, MAKE_EPI); \
   }
+#define KOSMOS_GEMM_KERNEL(NAME, LAYOUT, EPI, MAKE_EPI) KOSMOS_GEMM_KERNEL_TILE(NAME, LAYOUT, EPI, MAKE_EPI, DefaultTile)
 
 #define KOSMOS_EPI_AS_IS epi
 #define KOSMOS_EPI_TMA EpiStoreBf16Tma(epi, &tmc)
@@ -29,6 +30,17 @@ KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_bf16, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_f32, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_AS_IS)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_bf16, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_f32, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_AS_IS)
+
+// 128x128 tiles (Hopper only; the host picks them for grids of few tiles, see kosmos/gemm.py).
+#if KOSMOS_GEMM_WGMMA
+typedef TileConfig<128> NarrowTile;
+KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_bf16_n128, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
+KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_f32_n128, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_AS_IS, NarrowTile)
+KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_bf16_n128, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
+KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_f32_n128, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_AS_IS, NarrowTile)
+KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_bf16_n128, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
+KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_f32_n128, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_AS_IS, NarrowTile)
+#endif
 
 // The hooks fused kernels use, exercised standalone: before tile row tm's first K-slab, wait
 // (bounded) until row_flags[tm] >= target; count finished tiles in *tiles_done. Returns through
@@ -51,7 +63,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   extern __shared__ __align__(16) u8 kosmos_gemm_smem[];
   builder_init(kosmos_gemm_smem);
   QueueClaim claim{head, base, work_units(p)};
-  run_builder<LAYOUT_TN>(DenseSchedule{p}, &tma, &tmb, kosmos_gemm_smem, claim, RowFlagsReady{row_flags, target, w},
+  run_builder<LAYOUT_TN>(DenseSchedule<>{p}, &tma, &tmb, kosmos_gemm_smem, claim, RowFlagsReady{row_flags, target, w},
                          EpiCountDone<EpiStoreBf16Tma>(EpiStoreBf16Tma(epi, &tmc), tiles_done));
 }
 

@@ -24,7 +24,7 @@ struct GroupedClaim {
   }
 };
 
-template <int L, class Epi>
+template <int L, class Tile, class Epi>
 KOSMOS_DEVICE void grouped_gemm(const TensorMap& tma, const TensorMap& tmb, const Problem& p, const Epi& epi,
                                 const i32* group_rows, i32 groups, i32 rows_cap, u64* words) {
   extern __shared__ __align__(16) u8 smem[];
@@ -33,7 +33,7 @@ KOSMOS_DEVICE void grouped_gemm(const TensorMap& tma, const TensorMap& tmb, cons
   const bool ok = build_group_table(&table, group_rows, groups, rows_cap);
   if (blockIdx.x == 0 && threadIdx.x == 0) words[2] = u64(i64(table.bad));
   if (ok) {
-    const GroupedSchedule<L> sched{p, &table};
+    const GroupedSchedule<L, Tile> sched{p, &table};
     GroupedClaim claim{words, sched.units()};
     run_builder<L>(sched, &tma, &tmb, smem, claim, AlwaysReady{}, epi);
   }
@@ -44,13 +44,15 @@ KOSMOS_DEVICE void grouped_gemm(const TensorMap& tma, const TensorMap& tmb, cons
   }
 }
 
-#define KOSMOS_GROUPED_KERNEL(NAME, LAYOUT, EPI, MAKE_EPI)                                                 \
+#define KOSMOS_GROUPED_KERNEL_TILE(NAME, LAYOUT, EPI, MAKE_EPI, TILE)                                      \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
       NAME(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,             \
            const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EPI epi, const i32* __restrict__ group_rows, \
            i32 groups, i32 rows_cap, u64* words) {                                                         \
-    grouped_gemm<LAYOUT>(tma, tmb, p, MAKE_EPI, group_rows, groups, rows_cap, words);                      \
+    grouped_gemm<LAYOUT, TILE>(tma, tmb, p, MAKE_EPI, group_rows, groups, rows_cap, words);                \
   }
+#define KOSMOS_GROUPED_KERNEL(NAME, LAYOUT, EPI, MAKE_EPI) \
+  KOSMOS_GROUPED_KERNEL_TILE(NAME, LAYOUT, EPI, MAKE_EPI, DefaultTile)
 
 #define KOSMOS_EPI_AS_IS epi
 #define KOSMOS_EPI_TMA EpiStoreBf16Tma(epi, &tmc)
@@ -60,3 +62,12 @@ KOSMOS_GROUPED_KERNEL(kosmos_grouped_tn_swiglu, LAYOUT_TN, EpiSwiGLU, KOSMOS_EPI
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_nn_bf16, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_nt_bf16, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_nt_f32, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_AS_IS)
+
+// 128x128 tiles (Hopper only): more tiles for few, short groups.
+#if KOSMOS_GEMM_WGMMA
+typedef TileConfig<128> NarrowTile;
+KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_tn_bf16_n128, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
+KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nn_bf16_n128, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
+KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nt_bf16_n128, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
+KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nt_f32_n128, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_AS_IS, NarrowTile)
+#endif

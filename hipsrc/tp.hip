@@ -106,8 +106,8 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const Pro
     __shared__ int s_more;
     for (;;) {
       // Two-way: the builder's pipeline stays initialised while the CTA gathers between calls.
-      const bool built = kBulk ? run_builder<L>(DenseSchedule{p}, &tma, &tmb, smem, claim, AlwaysReady{}, epi)
-                               : run_builder<L>(DenseSchedule{p}, &tma, &tmb, smem, claim, ready, epi);
+      const bool built = kBulk ? run_builder<L>(DenseSchedule<>{p}, &tma, &tmb, smem, claim, AlwaysReady{}, epi)
+                               : run_builder<L>(DenseSchedule<>{p}, &tma, &tmb, smem, claim, ready, epi);
       if (!built) return;
       if (!two_way) break;
       // The builder stopped because gather items were left or because the tile queue ran dry.
@@ -172,9 +172,9 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const Pro
   };
   auto build = [&]() -> bool {
     TableClaim claim{&heads->tile, tile_order, n_tiles, nullptr, 0};
-    if (kBulk) return run_builder<L>(DenseSchedule{p}, &tma, &tmb, smem, claim, AlwaysReady{}, epi);
+    if (kBulk) return run_builder<L>(DenseSchedule<>{p}, &tma, &tmb, smem, claim, AlwaysReady{}, epi);
     const PoisonedReady ready{&mine->staged, epoch * gridDim.x, world == 1, wait};
-    return run_builder<L>(DenseSchedule{p}, &tma, &tmb, smem, claim, ready, epi);
+    return run_builder<L>(DenseSchedule<>{p}, &tma, &tmb, smem, claim, ready, epi);
   };
 
   const bool mover = i32(blockIdx.x) < movers;

@@ -11,8 +11,8 @@ bf16 (default) or float32. M (the first dimension of ``a``) may be anything; N a
 multiples of 64. ``epilogue="swiglu"`` (TN only): ``b`` holds [gate; up] rows (2F of them) and the
 output is ``silu(X Wg^T) * (X Wu^T)``, [M, F] bf16.
 
-One CTA per SM (or ``sm_cap`` of them), each claiming 128x256 output tiles from an atomic queue
-in device memory until it is empty. Plans (compiled kernel, queue counter, launch check, TMA
+One CTA per SM (or ``sm_cap`` of them), each claiming 128x256 (or, for grids of few tiles on
+Hopper, 128x128) output tiles from an atomic queue in device memory until it is empty. Plans (compiled kernel, queue counter, launch check, TMA
 descriptors) are cached per shape.
 """
 from __future__ import annotations
@@ -118,12 +118,42 @@ def gemm_shape(layout: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...], 
     return GemmShape(layout, mo, no, kr, out_shape)
 
 
-def tile_counts(shape: GemmShape) -> tuple[int, int, int]:
-    """(tiles_m, tiles_n, k_slabs) of the 128x256x64 builder on this GEMM."""
-    tm, tn, tk = tile_shape()
+TILE_WIDTHS = (256, 128)  # the builder's tile configurations (config.h TileConfig): 128 x BN
+
+
+def tile_counts(shape: GemmShape, tile_n: int = 256) -> tuple[int, int, int]:
+    """(tiles_m, tiles_n, k_slabs) of the 128 x tile_n x 64 builder on this GEMM."""
+    tm, _, tk = tile_shape()
     cols = shape.swiglu_f if shape.swiglu_f else shape.no
-    per_tile = tn // 2 if shape.swiglu_f else tn
+    per_tile = tile_n // 2 if shape.swiglu_f else tile_n
     return -(-shape.mo // tm), -(-cols // per_tile), -(-shape.kr // tk)
+
+
+# Per-FLOP speed of a 128x128 tile relative to 128x256 (smaller tiles reuse each operand byte half as
+# often): the chooser's only constant, to refit from bench/gemm.py (notes/gemm.md).
+NARROW_TILE_EFFICIENCY = 0.9
+
+
+def choose_tile_n(tiles_256: int, tiles_128: int, ctas: int, narrow_ok: bool = True) -> int:
+    """The tile width for a persistent grid of `ctas`: 128 when its whole waves beat 256's by 5%.
+
+    Wave model: every tile of a width costs the same, so a grid's time is ceil(tiles / ctas) tiles;
+    a 128-wide tile does half the work at NARROW_TILE_EFFICIENCY of the speed."""
+    if not narrow_ok:
+        return 256
+    t256 = -(-tiles_256 // ctas)
+    t128 = -(-tiles_128 // ctas) * 0.5 / NARROW_TILE_EFFICIENCY
+    return 128 if t128 < 0.95 * t256 else 256
+
+
+def check_tile_n(tile_n: int | None, epilogue: str, wgmma: bool) -> None:
+    if tile_n is None:
+        return
+    if tile_n not in TILE_WIDTHS:
+        raise ValueError(f"tile_n must be one of {TILE_WIDTHS} or None (automatic), got {tile_n!r}")
+    if tile_n == 128 and (epilogue == "swiglu" or not wgmma):
+        raise ValueError("tile_n=128 is a Hopper (wgmma) tile for the store epilogues; "
+                         + ("SwiGLU needs 256" if epilogue == "swiglu" else "this GPU's layer builds 256-wide tiles"))
 
 
 def grid_size(ntiles: int, sms: int, sm_cap: int | None) -> int:
@@ -181,9 +211,9 @@ def choose_split_k(ntiles: int, grid: int, k_slabs: int, out_elems: int) -> int:
     return best
 
 
-def tile_order(shape: GemmShape) -> list[tuple[int, int]]:
-    """Queue index -> (tile row, tile column): the device's tile_of(), for tests and tools."""
-    tiles_m, tiles_n, _ = tile_counts(shape)
+def tile_order(shape: GemmShape, tile_n: int = 256) -> list[tuple[int, int]]:
+    """Queue index -> (tile row, tile column): the device's DenseSchedule, for tests and tools."""
+    tiles_m, tiles_n, _ = tile_counts(shape, tile_n)
     g = device_constants()["kGroupM"]
     out = []
     for t in range(tiles_m * tiles_n):
@@ -204,11 +234,11 @@ EPI_DTYPE = np.dtype([("out", np.uint64), ("ldo", np.int32), ("mo", np.int32), (
 TMAP_DTYPE = np.dtype([("words", np.uint64, (16,))], align=True)
 
 
-def kernel_name(layout: str, epilogue: str, out_dtype: Any) -> str:
+def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256) -> str:
     if epilogue == "swiglu":
         return "kosmos_gemm_tn_swiglu"
     suffix = "f32" if np.dtype(out_dtype) == np.float32 else "bf16"
-    return f"kosmos_gemm_{layout.lower()}_{suffix}"
+    return f"kosmos_gemm_{layout.lower()}_{suffix}" + ("_n128" if tile_n == 128 else "")
 
 
 def _bf16():
@@ -319,6 +349,7 @@ class GemmPlan:
     uses_tma: bool = True
     splits: int = 1  # split-K: the kernel writes fp32 partials, reduce_kernel sums them in order
     reduce_kernel: Any = None
+    tile_n: int = 256  # the tile configuration, 128 x tile_n
     _tmaps: dict = field(default_factory=dict)
     # The queue head is shared by every call (each call claims from its own base), so calls must run
     # one after another on the device and take their bases in that order, from any thread or stream.
@@ -384,23 +415,30 @@ _plans: dict[tuple, GemmPlan] = {}
 _plans_lock = threading.Lock()
 
 
-def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, split_k: int | None = 1) -> GemmPlan:
-    """The cached plan for a GEMM; split_k: 1 = none, None = choose_split_k, n = n K-ranges."""
+def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, split_k: int | None = 1,
+             tile_n: int | None = None) -> GemmPlan:
+    """The cached plan for a GEMM; split_k: 1 = none, None = choose_split_k, n = n K-ranges;
+    tile_n: 256 or 128, None = choose_tile_n."""
     import cupy
 
     from .runtime.launch import PersistentLaunch, sm_count
 
     dev = cupy.cuda.Device().id
-    key = (shape, np.dtype(out_dtype).str, sm_cap, split_k, dev, _extra_options)
+    key = (shape, np.dtype(out_dtype).str, sm_cap, split_k, tile_n, dev, _extra_options)
     with _plans_lock:
         plan = _plans.get(key)
     if plan is not None:
         return plan
-    tiles = tile_counts(shape)
-    ntiles = tiles[0] * tiles[1]
     sms = sm_count()
+    ctas = sms if sm_cap is None else max(1, min(sms, int(sm_cap)))  # the grid before clipping to tiles
+    wgmma = _arch_info(dev, _extra_options)[0] == 1
+    check_tile_n(tile_n, "swiglu" if shape.swiglu_f else "store", wgmma)
+    if tile_n is None:
+        count = lambda bn: tile_counts(shape, bn)[0] * tile_counts(shape, bn)[1]  # noqa: E731
+        tile_n = choose_tile_n(count(256), count(128), ctas, narrow_ok=wgmma and not shape.swiglu_f)
+    tiles = tile_counts(shape, tile_n)
+    ntiles = tiles[0] * tiles[1]
     if split_k is None:
-        ctas = sms if sm_cap is None else max(1, min(sms, int(sm_cap)))  # the grid before clipping to tiles
         splits = 1 if shape.swiglu_f else choose_split_k(ntiles, ctas, tiles[2], shape.mo * shape.no)
     else:
         splits = check_split_k(split_k, tiles[2])
@@ -409,17 +447,17 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     units = ntiles * splits
     mod = _module()
     if splits > 1:
-        name = kernel_name(shape.layout, "store", np.float32)  # fp32 partials into a workspace
+        name = kernel_name(shape.layout, "store", np.float32, tile_n)  # fp32 partials into a workspace
         red = mod.get_function("kosmos_gemm_splitk_reduce_" + ("f32" if np.dtype(out_dtype) == np.float32 else "bf16"))
     else:
-        name = kernel_name(shape.layout, "swiglu" if shape.swiglu_f else "store", out_dtype)
+        name = kernel_name(shape.layout, "swiglu" if shape.swiglu_f else "store", out_dtype, tile_n)
         red = None
     kern = mod.get_function(name)
     grid = grid_size(units, sms, sm_cap)
     launch = PersistentLaunch.checked(kern, grid, block_threads(), shared_mem_bytes())
     plan = GemmPlan(shape, np.dtype(out_dtype), name, grid, units, tiles, launch,
-                    head=cupy.zeros(1, dtype=cupy.uint64), uses_tma=_arch_info(dev, _extra_options)[0] == 1,
-                    splits=splits, reduce_kernel=red)
+                    head=cupy.zeros(1, dtype=cupy.uint64), uses_tma=wgmma, splits=splits, reduce_kernel=red,
+                    tile_n=tile_n)
     with _plans_lock:
         _plans[key] = plan
     return plan
@@ -441,14 +479,15 @@ def output_array(out, shape: tuple[int, ...], dt: np.dtype, **inputs):
 
 @uses_stream
 def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | None = None, *,
-           epilogue: str = "store", split_k: int | None = 1, stream=None):
+           epilogue: str = "store", split_k: int | None = 1, tile_n: int | None = None, stream=None):
     """Persistent GEMM on the builder tile; see the module docstring for layouts.
 
     Returns ``out`` (allocated when None). ``sm_cap`` limits the grid to that many CTAs (SMs).
     ``split_k``: 1 (default) = one work unit per output tile; n > 1 = n K-ranges per tile, fp32
     partials summed in a fixed order by a second kernel (bitwise reproducible); None = choose it
-    from a wave model (choose_split_k) when the tiles alone would leave SMs idle. Results are
-    bitwise reproducible for a given (shape, sm_cap, split_k); different splits round differently.
+    from a wave model (choose_split_k) when the tiles alone would leave SMs idle. ``tile_n``: the
+    tile width, 256 or 128 (Hopper, store epilogues), None = choose_tile_n's wave model. Results are
+    bitwise reproducible for a given (shape, sm_cap, split_k, tile width); different splits round differently.
     """
     import cupy
 
@@ -465,7 +504,7 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
             out_dtype = out.dtype
     dt = resolve_out_dtype(out_dtype, epilogue)
     out = output_array(out, shape.out_shape, dt, a=a, b=b)
-    plan = get_plan(shape, dt, sm_cap, split_k)
+    plan = get_plan(shape, dt, sm_cap, split_k, tile_n)
     plan(a, b, out, stream=stream)
     return out
 

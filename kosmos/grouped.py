@@ -57,16 +57,22 @@ class GroupedShape:
     out_shape: tuple[int, ...]
     swiglu_f: int = 0
 
-    @property
-    def tiles(self) -> tuple[int, int, int]:
+    def tiles(self, tile_n: int = 256) -> tuple[int, int, int]:
         """(tiles_m, tiles_n, k_slabs) of one group: tiles_m only for NT (TN/NN: from the counts),
         k_slabs only for TN/NN (NT: from the counts)."""
-        tm, tn, tk = gemm.tile_shape()
-        cols, per_tile = (self.swiglu_f, tn // 2) if self.swiglu_f else (self.no, tn)
+        tm, _, tk = gemm.tile_shape()
+        cols, per_tile = (self.swiglu_f, tile_n // 2) if self.swiglu_f else (self.no, tile_n)
         tiles_n = -(-cols // per_tile)
         if self.layout == "NT":
             return -(-self.mo // tm), tiles_n, 0
         return 0, tiles_n, -(-self.kr // tk)
+
+    def tile_estimate(self, tile_n: int) -> int:
+        """Tiles of a launch whose counts fill every packed row (exact for NT and balanced groups)."""
+        tiles_m, tiles_n, _ = self.tiles(tile_n)
+        if self.layout == "NT":
+            return self.groups * tiles_m * tiles_n
+        return -(-self.rows // gemm.tile_shape()[0]) * tiles_n
 
     def flops(self, total_rows: int) -> int:
         """Multiply-add FLOPs for `total_rows` rows over all groups."""
@@ -126,11 +132,11 @@ def grouped_shape(layout: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...
     return GroupedShape(layout, groups, rows, mo, no, kr, out)
 
 
-def kernel_name(layout: str, epilogue: str, out_dtype: Any) -> str:
+def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256) -> str:
     if epilogue == "swiglu":
         return "kosmos_grouped_tn_swiglu"
     suffix = "f32" if out_dtype is not None and np.dtype(out_dtype) == np.float32 else "bf16"
-    return f"kosmos_grouped_{layout.lower()}_{suffix}"
+    return f"kosmos_grouped_{layout.lower()}_{suffix}" + ("_n128" if tile_n == 128 else "")
 
 
 def resolve_out_dtype(layout: str, out_dtype: Any, epilogue: str) -> np.dtype:
@@ -170,6 +176,7 @@ class GroupedPlan:
     launch: Any
     words: Any  # cupy uint64[3]: queue head, CTAs out, status of the last launch
     uses_tma: bool = True
+    tile_n: int = 256
     _tmaps: dict = field(default_factory=dict)
     # The queue words are shared by every call, so calls run one after another on the device.
     _order: DeviceOrder = field(default_factory=DeviceOrder)
@@ -189,7 +196,7 @@ class GroupedPlan:
 
     def args(self, a, b, group_rows, out) -> tuple:
         s = self.shape
-        tiles_m, tiles_n, k_slabs = s.tiles
+        tiles_m, tiles_n, k_slabs = s.tiles(self.tile_n)
         prob = np.zeros(1, gemm.PROBLEM_DTYPE)[0]
         prob["a"], prob["b"] = a.data.ptr, b.data.ptr
         prob["mo"], prob["no"], prob["kr"] = s.mo, s.no, s.kr
@@ -223,24 +230,32 @@ _plans: dict[tuple, GroupedPlan] = {}
 _plans_lock = threading.Lock()
 
 
-def get_plan(shape: GroupedShape, out_dtype: np.dtype, sm_cap: int | None = None) -> GroupedPlan:
+def get_plan(shape: GroupedShape, out_dtype: np.dtype, sm_cap: int | None = None,
+             tile_n: int | None = None) -> GroupedPlan:
     import cupy
 
     from .runtime.launch import PersistentLaunch, sm_count
 
     dev = cupy.cuda.Device().id
-    key = (shape, np.dtype(out_dtype).str, sm_cap, dev, gemm._extra_options)
+    key = (shape, np.dtype(out_dtype).str, sm_cap, tile_n, dev, gemm._extra_options)
     with _plans_lock:
         plan = _plans.get(key)
     if plan is not None:
         return plan
-    name = kernel_name(shape.layout, "swiglu" if shape.swiglu_f else "store", out_dtype)
-    kern = _module().get_function(name)
-    # The tile count is the device's to know: one CTA per SM (or the cap).
+    wgmma = gemm.arch_path() == "wgmma"
+    epilogue = "swiglu" if shape.swiglu_f else "store"
+    gemm.check_tile_n(tile_n, epilogue, wgmma)
+    # The tile count is the device's to know: one CTA per SM (or the cap), and the tile width from
+    # the count every packed row in use would give.
     grid = gemm.grid_size(sm_count(), sm_count(), sm_cap)
+    if tile_n is None:
+        tile_n = gemm.choose_tile_n(shape.tile_estimate(256), shape.tile_estimate(128), grid,
+                                    narrow_ok=wgmma and not shape.swiglu_f)
+    name = kernel_name(shape.layout, epilogue, out_dtype, tile_n)
+    kern = _module().get_function(name)
     launch = PersistentLaunch.checked(kern, grid, gemm.block_threads(), gemm.shared_mem_bytes())
     plan = GroupedPlan(shape, np.dtype(out_dtype), name, grid, launch, words=cupy.zeros(3, dtype=cupy.uint64),
-                       uses_tma=gemm.arch_path() == "wgmma")
+                       uses_tma=wgmma, tile_n=tile_n)
     with _plans_lock:
         _plans[key] = plan
     return plan
@@ -248,8 +263,10 @@ def get_plan(shape: GroupedShape, out_dtype: np.dtype, sm_cap: int | None = None
 
 @uses_stream
 def grouped_matmul(a, b, group_rows, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | None = None, *,
-                   epilogue: str = "store", check: bool = False, stream=None):
-    """Grouped GEMM over ragged groups in one launch; see the module docstring. Returns ``out``."""
+                   epilogue: str = "store", check: bool = False, tile_n: int | None = None, stream=None):
+    """Grouped GEMM over ragged groups in one launch; see the module docstring. Returns ``out``.
+    ``tile_n``: 256 or 128 (Hopper, store epilogues); None = gemm.choose_tile_n on the tiles every
+    packed row would give."""
     import cupy
 
     if isinstance(layout, str):
@@ -268,7 +285,7 @@ def grouped_matmul(a, b, group_rows, layout: str = "TN", out=None, out_dtype=Non
             out_dtype = out.dtype
     dt = resolve_out_dtype(layout, out_dtype, epilogue)
     out = gemm.output_array(out, shape.out_shape, dt, a=a, b=b, group_rows=group_rows)
-    plan = get_plan(shape, dt, sm_cap)
+    plan = get_plan(shape, dt, sm_cap, tile_n)
     plan(a, b, group_rows, out, stream=stream)
     if check:
         msg = status_message(plan.status(stream), group_rows.get())

@@ -148,3 +148,28 @@ def test_split_k_choice_and_checks():
     with pytest.raises(ValueError, match="split_k"):
         gemm.check_split_k(0, 5)
     assert "k_splits" in gemm.PROBLEM_DTYPE.names
+
+
+def test_tile_width_chooser():
+    # 64 tiles of 256 (half a wave on 132 SMs) against 128 of 128: one wave each, the narrow one wins.
+    assert gemm.choose_tile_n(64, 128, 132) == 128
+    # Many waves: the wide tile's efficiency wins.
+    assert gemm.choose_tile_n(4096, 8192, 132) == 256
+    # 192 tiles (2 waves) vs 384 (3 waves of half the work): 1.67 < 0.95 * 2.
+    assert gemm.choose_tile_n(192, 384, 132) == 128
+    assert gemm.choose_tile_n(64, 128, 132, narrow_ok=False) == 256
+    s = gemm.gemm_shape("TN", (256, 1024), (8192, 1024))
+    assert gemm.tile_counts(s, 128) == (2, 64, 16)
+    assert gemm.kernel_name("NT", "store", np.float32, 128) == "kosmos_gemm_nt_f32_n128"
+    with pytest.raises(ValueError, match="tile_n must be"):
+        gemm.check_tile_n(64, "store", True)
+    with pytest.raises(ValueError, match="SwiGLU"):
+        gemm.check_tile_n(128, "swiglu", True)
+    with pytest.raises(ValueError, match="256-wide"):
+        gemm.check_tile_n(128, "store", False)
+    from kosmos.runtime.source import hipsrc_dir
+
+    text = (hipsrc_dir() / "gemm.hip").read_text()
+    for layout in ("TN", "NN", "NT"):
+        for dt in (np.float32, None):
+            assert gemm.kernel_name(layout, "store", dt or np.dtype("V2"), 128) in text

@@ -9,13 +9,13 @@ from kosmos import grouped
 
 def test_shapes_per_layout():
     s = grouped.grouped_shape("TN", (1000, 512), (8, 768, 512), 8)
-    assert (s.mo, s.no, s.kr, s.out_shape, s.tiles) == (1000, 768, 512, (1000, 768), (0, 3, 8))
+    assert (s.mo, s.no, s.kr, s.out_shape, s.tiles()) == (1000, 768, 512, (1000, 768), (0, 3, 8))
     s = grouped.grouped_shape("NN", (1000, 768), (8, 768, 512), 8)
-    assert (s.mo, s.no, s.kr, s.out_shape, s.tiles) == (1000, 512, 768, (1000, 512), (0, 2, 12))
+    assert (s.mo, s.no, s.kr, s.out_shape, s.tiles()) == (1000, 512, 768, (1000, 512), (0, 2, 12))
     s = grouped.grouped_shape("NT", (1000, 768), (1000, 512), 8)
-    assert (s.mo, s.no, s.out_shape, s.tiles) == (768, 512, (8, 768, 512), (6, 2, 0))
+    assert (s.mo, s.no, s.out_shape, s.tiles()) == (768, 512, (8, 768, 512), (6, 2, 0))
     s = grouped.grouped_shape("TN", (1000, 512), (8, 768, 512), 8, "swiglu")
-    assert (s.out_shape, s.swiglu_f, s.tiles) == ((1000, 384), 384, (0, 3, 8))
+    assert (s.out_shape, s.swiglu_f, s.tiles()) == ((1000, 384), 384, (0, 3, 8))
     assert s.flops(10) == 2 * 10 * 768 * 512
     assert grouped.grouped_shape("NT", (10, 64), (10, 64), 3).flops(10) == 2 * 10 * 64 * 64
 
@@ -61,3 +61,8 @@ def test_every_grouped_kernel_exists_in_the_source():
         assert grouped.kernel_name(layout, "store", None) in text  # None: the default bf16
     assert grouped.kernel_name("NT", "store", np.float32) in text
     assert grouped.kernel_name("TN", "swiglu", None) in text
+    for layout in grouped.LAYOUTS:
+        assert grouped.kernel_name(layout, "store", None, 128) in text
+    assert grouped.kernel_name("NT", "store", np.float32, 128) in text
+    s = grouped.grouped_shape("TN", (1000, 512), (8, 768, 512), 8)
+    assert (s.tiles(128), s.tile_estimate(256), s.tile_estimate(128)) == ((0, 6, 8), 8 * 3, 8 * 6)

@@ -76,9 +76,17 @@ CASES = [
 ]
 
 
+def tile_widths():
+    """The tile widths this GPU's layer builds (128 only on the Hopper path)."""
+    return gemm.TILE_WIDTHS if gemm.arch_path() == "wgmma" else (256,)
+
+
+@pytest.mark.parametrize("tile_n", [256, 128])
 @pytest.mark.parametrize("out_kind", ["bf16", "f32"])
 @pytest.mark.parametrize("layout,m,n,k,cap", CASES)
-def test_matmul_matches_reference(layout, m, n, k, cap, out_kind):
+def test_matmul_matches_reference(layout, m, n, k, cap, out_kind, tile_n):
+    if tile_n not in tile_widths():
+        pytest.skip("128-wide tiles are Hopper-only")
     rng = np.random.default_rng([zlib.crc32(layout.encode()), m, n, k])  # not hash(): it varies by process
     sa, sb = operands(layout, m, n, k)
     a_h, b_h = rand_bf16(rng, sa), rand_bf16(rng, sb)
@@ -86,7 +94,7 @@ def test_matmul_matches_reference(layout, m, n, k, cap, out_kind):
     ref = reference(layout, a_h, b_h)
     dt = BF16 if out_kind == "bf16" else np.dtype(np.float32)
     whole, out = nan_buffer(ref.shape, dt)
-    res = gemm.matmul(a, b, layout, out=out, sm_cap=cap)
+    res = gemm.matmul(a, b, layout, out=out, sm_cap=cap, tile_n=tile_n)
     assert res is out
     cupy.cuda.runtime.deviceSynchronize()
     err = rel_err(out.get().astype(np.float64), ref)
@@ -94,7 +102,7 @@ def test_matmul_matches_reference(layout, m, n, k, cap, out_kind):
     guard = whole[ref.shape[0]:].get().astype(np.float32)
     assert np.isnan(guard).all(), "rows past the output were written"
     # Bitwise-equal reruns, also under another SM cap (one tile, one CTA, fixed K order).
-    again = gemm.matmul(a, b, layout, out_dtype=dt, sm_cap=None if cap else 3)
+    again = gemm.matmul(a, b, layout, out_dtype=dt, sm_cap=None if cap else 3, tile_n=tile_n)
     assert (again.view(cupy.uint16 if out_kind == "bf16" else cupy.uint32)
             == out.view(cupy.uint16 if out_kind == "bf16" else cupy.uint32)).all()
 
@@ -111,18 +119,42 @@ def test_swiglu(m, f, k):
     assert np.isnan(whole[m:].get().astype(np.float32)).all()
 
 
-def test_back_to_back_calls_and_sm_caps():
+@pytest.mark.parametrize("tile_n", [256, 128])
+def test_back_to_back_calls_and_sm_caps(tile_n):
     """The queue's epoch base must be right call after call, for every cap."""
+    if tile_n not in tile_widths():
+        pytest.skip("128-wide tiles are Hopper-only")
     rng = np.random.default_rng(7)
     a_h, b_h = rand_bf16(rng, (700, 512)), rand_bf16(rng, (768, 512))
     a, b = cupy.asarray(a_h), cupy.asarray(b_h)
-    first = gemm.matmul(a, b, "TN")
+    first = gemm.matmul(a, b, "TN", tile_n=tile_n)
     ref_bits = first.view(cupy.uint16).copy()
     assert rel_err(first.get().astype(np.float64), reference("TN", a_h, b_h)) < TOL["bf16"]
     for cap in (1, 2, 33, 66, 99, 116, 132, 1000):
         for _ in range(3):
-            out = gemm.matmul(a, b, "TN", sm_cap=cap)
+            out = gemm.matmul(a, b, "TN", sm_cap=cap, tile_n=tile_n)
             assert (out.view(cupy.uint16) == ref_bits).all(), f"cap {cap}"
+
+
+@pytest.mark.parametrize("layout", ["TN", "NN", "NT"])
+def test_tile_widths_agree_bitwise(layout):
+    """128- and 256-wide tiles reduce every output in the same K order (64-deep slabs, k16 steps)."""
+    if len(tile_widths()) < 2:
+        pytest.skip("one tile width on this GPU")
+    rng = np.random.default_rng(11)
+    sa, sb = operands(layout, 517, 384, 640)
+    a, b = cupy.asarray(rand_bf16(rng, sa)), cupy.asarray(rand_bf16(rng, sb))
+    wide = gemm.matmul(a, b, layout, tile_n=256, out_dtype=np.float32)
+    narrow = gemm.matmul(a, b, layout, tile_n=128, out_dtype=np.float32)
+    assert (wide.view(cupy.uint32) == narrow.view(cupy.uint32)).all()
+
+
+def test_automatic_tile_width():
+    """Few tiles -> 128-wide (Hopper): 256 x 8192 output = 64 tiles of 256 but 128 of 128 on 132 SMs."""
+    shape = gemm.gemm_shape("TN", (256, 1024), (8192, 1024))
+    want = 128 if gemm.arch_path() == "wgmma" else 256
+    assert gemm.get_plan(shape, BF16).tile_n == want
+    assert gemm.get_plan(gemm.gemm_shape("TN", (8192, 1024), (8192, 1024)), BF16).tile_n == 256
 
 
 @pytest.mark.parametrize("layout,m,n,k,splits", [("NT", 4099, 192, 320, 3), ("TN", 300, 320, 4096, 4),

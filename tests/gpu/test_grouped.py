@@ -48,14 +48,14 @@ def ref_group(layout, a, b, lo, hi, e, epilogue="store"):
     return a64.T @ b[lo:hi].astype(np.float64)
 
 
-def dense_group(layout, a_d, b_d, lo, hi, e, out_dtype, epilogue="store"):
-    """The exact oracle: kosmos.matmul on group e's rows alone."""
+def dense_group(layout, a_d, b_d, lo, hi, e, out_dtype, epilogue="store", tile_n=256):
+    """The exact oracle: kosmos.matmul on group e's rows alone, with the same tile width."""
     if layout == "NT":
-        return gemm.matmul(a_d[lo:hi], b_d[lo:hi], "NT", out_dtype=out_dtype)
-    return gemm.matmul(a_d[lo:hi], b_d[e], layout, out_dtype=out_dtype, epilogue=epilogue)
+        return gemm.matmul(a_d[lo:hi], b_d[lo:hi], "NT", out_dtype=out_dtype, tile_n=tile_n)
+    return gemm.matmul(a_d[lo:hi], b_d[e], layout, out_dtype=out_dtype, epilogue=epilogue, tile_n=tile_n)
 
 
-def run_case(layout, counts, n, k, rows_extra=37, out_kind="bf16", cap=None, epilogue="store", seed=0):
+def run_case(layout, counts, n, k, rows_extra=37, out_kind="bf16", cap=None, epilogue="store", seed=0, tile_n=256):
     rng = np.random.default_rng([seed, len(counts), n, k])
     counts = np.asarray(counts, dtype=np.int32)
     e_count, total = len(counts), int(counts.sum())
@@ -76,7 +76,8 @@ def run_case(layout, counts, n, k, rows_extra=37, out_kind="bf16", cap=None, epi
     outs = []
     for _ in range(2):
         out = poisoned(shape.out_shape, dt)
-        grouped.grouped_matmul(a_d, b_d, c_d, layout, out=out, sm_cap=cap, epilogue=epilogue, check=True)
+        grouped.grouped_matmul(a_d, b_d, c_d, layout, out=out, sm_cap=cap, epilogue=epilogue, check=True,
+                               tile_n=tile_n)
         outs.append(out)
     assert (bits(outs[0]) == bits(outs[1])).all(), "two runs differ"
     got = cupy.asnumpy(outs[0])
@@ -93,7 +94,7 @@ def run_case(layout, counts, n, k, rows_extra=37, out_kind="bf16", cap=None, epi
         assert np.isfinite(p64).all(), f"group {e}: NaN/Inf (unwritten, or leaked from another group)"
         err = np.linalg.norm(p64 - ref) / np.linalg.norm(ref)
         assert err < TOL[out_kind], f"group {e} ({hi - lo} rows): rel err {err:.2e}"
-        oracle = dense_group(layout, a_d, b_d, lo, hi, e, dt, epilogue)
+        oracle = dense_group(layout, a_d, b_d, lo, hi, e, dt, epilogue, tile_n)
         mine = outs[0][e] if layout == "NT" else outs[0][lo:hi]
         assert (bits(oracle) == bits(mine)).all(), f"group {e}: not bitwise equal to kosmos.matmul on its rows"
     if layout != "NT":
@@ -112,6 +113,14 @@ def test_edge_counts(layout):
 @pytest.mark.parametrize("layout", ["TN", "NN", "NT"])
 def test_one_group_takes_everything_with_several_tiles_per_cta(layout):
     run_case(layout, [0, 0, 2051, 0], 576, 448, cap=5)
+
+
+@pytest.mark.parametrize("layout", ["TN", "NN", "NT"])
+def test_narrow_tiles(layout):
+    if gemm.arch_path() != "wgmma":
+        pytest.skip("128-wide tiles are Hopper-only")
+    run_case(layout, EDGE, 320, 192, tile_n=128, cap=7)
+    run_case(layout, [0, 0, 2051, 0], 576, 448, out_kind="f32" if layout == "NT" else "bf16", tile_n=128)
 
 
 def test_wgrad_fp32_and_ragged_reduction_with_inf_past_the_rows():

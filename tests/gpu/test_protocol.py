@@ -29,13 +29,13 @@ def dev(tag, rank, shape, scale=1.0):
 
 
 def ag_oracle(world, x, w):
-    return bits(kosmos.matmul(kosmos.all_gather(world, x), w, "TN"))
+    return bits(kosmos.matmul(kosmos.all_gather(world, x), w, "TN", tile_n=256))
 
 
 def rs_oracle(world, x, w, staging):
     if staging == bfloat16:
-        return bits(kosmos.reduce_scatter(world, kosmos.matmul(x, w, "TN")))
-    return bits(f32_to_bf16(kosmos.reduce_scatter(world, kosmos.matmul(x, w, "TN", out_dtype=float32))))
+        return bits(kosmos.reduce_scatter(world, kosmos.matmul(x, w, "TN", tile_n=256)))
+    return bits(f32_to_bf16(kosmos.reduce_scatter(world, kosmos.matmul(x, w, "TN", out_dtype=float32, tile_n=256))))
 
 
 def test_one_plan_on_two_streams(world):
@@ -53,14 +53,14 @@ def test_one_plan_on_two_streams(world):
     got = []
     for i in range(6):
         s = streams[i % 2]
-        got.append((ag(xs[i], w, stream=s), rs(xr[i], ws, stream=s), kosmos.matmul(xr[i], ws, "TN", stream=s)))
+        got.append((ag(xs[i], w, stream=s), rs(xr[i], ws, stream=s), kosmos.matmul(xr[i], ws, "TN", stream=s, tile_n=256)))
     for s in streams:
         s.synchronize()
     world.synchronize()
     for i, (y, z, g) in enumerate(got):
         np.testing.assert_array_equal(bits(y), want[i][0], err_msg=f"AG+TN call {i}")
         np.testing.assert_array_equal(bits(z), want[i][1], err_msg=f"TN+RS call {i}")
-        np.testing.assert_array_equal(bits(g), bits(kosmos.matmul(xr[i], ws, "TN")), err_msg=f"GEMM call {i}")
+        np.testing.assert_array_equal(bits(g), bits(kosmos.matmul(xr[i], ws, "TN", tile_n=256)), err_msg=f"GEMM call {i}")
 
 
 @pytest.mark.parametrize("staging", [bfloat16, float32])
@@ -190,7 +190,7 @@ def test_specials_through_bulk_rs(world):
     dx, dw = op(cupy.asarray(parts[r]), dy, xf)
     world.synchronize()
     same_specials(cupy.asnumpy(dx), exact_with_specials(parts, r) if P > 1 else parts[r])
-    np.testing.assert_array_equal(bits(dw), bits(kosmos.matmul(dy, xf, "NT")))
+    np.testing.assert_array_equal(bits(dw), bits(kosmos.matmul(dy, xf, "NT", tile_n=256)))
 
 
 def test_bf16_helpers_keep_specials():
@@ -305,10 +305,10 @@ def test_every_cta_builds_several_tiles(world, kind):
         x, dy, w = dev("wbx", r, (m, k)), dev("wbdy", r, (P * m, n)), dev("wbw", 0, (n, k), 0.1)
         x_full, dx = kosmos.tp.ops.BulkAllGatherMatmul(world, m, n, k)(x, dy, w)
         np.testing.assert_array_equal(bits(x_full), bits(kosmos.all_gather(world, x)))
-        np.testing.assert_array_equal(bits(dx), bits(kosmos.matmul(dy, w, "NN")))
+        np.testing.assert_array_equal(bits(dx), bits(kosmos.matmul(dy, w, "NN", tile_n=256)))
     else:
         dxp, dy, xf = dev("wsp", r, (P * m, k)), dev("wsdy", r, (P * m, n)), dev("wsx", r, (P * m, k))
         dx, dw = BulkReduceScatterMatmul(world, m, n, k)(dxp, dy, xf)
         np.testing.assert_array_equal(bits(dx), bits(kosmos.reduce_scatter(world, dxp)))
-        np.testing.assert_array_equal(bits(dw), bits(kosmos.matmul(dy, xf, "NT")))
+        np.testing.assert_array_equal(bits(dw), bits(kosmos.matmul(dy, xf, "NT", tile_n=256)))
     world.synchronize()

@@ -46,6 +46,7 @@ KOSMOS_DEVICE void builder_init_arch(u8*) { __syncthreads(); }
 template <int L, class Sched, class Claim, class Ready, class Epi>
 KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap*, const TensorMap*, u8* smem_raw,
                                     Claim& claim, const Ready& ready, const Epi& epi) {
+  static_assert(Sched::Tile::kTileN == kTileN, "the portable layers build 128x256 tiles only");
   const Problem& p = sched.p;
   constexpr int LdS = ArchMma::kLdS;
   u16* sA = reinterpret_cast<u16*>((reinterpret_cast<u64>(smem_raw) + 127) & ~u64(127));

@@ -2,8 +2,8 @@
 //
 // Threads 0..127 (warpgroup 0) are the producer: one thread claims tiles, runs the readiness
 // hook and issues TMA loads into a kStages-deep ring of shared-memory stages. Warpgroups 1 and 2
-// are consumers: each computes a 64x256 half of the 128x256 output tile with wgmma m64n256k16
-// (128 fp32 accumulators per thread) and runs the epilogue straight from registers.
+// are consumers: each computes a 64-row half of the 128 x BN output tile with wgmma m64nBNk16
+// (BN/2 fp32 accumulators per thread; the schedule's TileConfig fixes BN) and runs the epilogue.
 // The producer writes the claimed unit (or -1 = no more work, -2 = aborted) into a per-stage slot
 // before the stage's full barrier completes, so consumers learn the unit from the data stream and
 // the producer can run ahead into the next tile while consumers finish the epilogue.
@@ -12,7 +12,8 @@
 // side's (stage, phase) is kept in shared memory between calls, so a CTA can leave the builder
 // (to move data) and come back without draining or re-initialising anything. Every stage the
 // producer fills is released by the consumers, the stop stage included, so both sides leave a
-// call at the same point of the ring.
+// call at the same point of the ring. One tile configuration per kernel: the ring's stage count
+// is the configuration's.
 #pragma once
 #include "config.h"
 #include "epilogue.h"
@@ -28,9 +29,9 @@ constexpr int kEntryRegs = 168;  // 65536 / 384 rounded down to a multiple of 8
 
 // The ring's bookkeeping, in the kSmemBytes plan after the stages and the epilogue staging.
 struct PipelineState {
-  u64 full[kStages];   // TMA bytes of the stage landed (count 1 + tx)
-  u64 empty[kStages];  // the consumers' 8 warps are done reading it
-  i32 slot[kStages];   // the unit the stage belongs to, or -1 / -2
+  u64 full[kMaxStages];   // TMA bytes of the stage landed (count 1 + tx)
+  u64 empty[kMaxStages];  // the consumers' 8 warps are done reading it
+  i32 slot[kMaxStages];   // the unit the stage belongs to, or -1 / -2
   u32 prod_stage, prod_phase, cons_stage, cons_phase;
   i32 aborted;         // a readiness hook failed: the kernel is on its way out
 };
@@ -40,14 +41,14 @@ KOSMOS_DEVICE u8* stage_base(u8* smem_raw) {
   return reinterpret_cast<u8*>((reinterpret_cast<u64>(smem_raw) + 1023) & ~u64(1023));
 }
 KOSMOS_DEVICE PipelineState* pipeline_of(u8* smem_raw) {
-  return reinterpret_cast<PipelineState*>(stage_base(smem_raw) + kStages * kStageBytes + kEpiBytes);
+  return reinterpret_cast<PipelineState*>(stage_base(smem_raw) + kRingBytes + kEpiBytes);
 }
 
 // All threads, once per kernel, before the first run_builder_arch.
 KOSMOS_DEVICE void builder_init_arch(u8* smem_raw) {
   PipelineState* ps = pipeline_of(smem_raw);
   if (threadIdx.x == 0) {
-    for (int i = 0; i < kStages; ++i) {
+    for (int i = 0; i < kMaxStages; ++i) {  // every tile configuration's ring
       sm90::mbar_init(&ps->full[i], 1);
       sm90::mbar_init(&ps->empty[i], 8);  // one arrival per consumer warp
     }
@@ -58,8 +59,9 @@ KOSMOS_DEVICE void builder_init_arch(u8* smem_raw) {
   __syncthreads();
 }
 
+template <int Stages>
 KOSMOS_DEVICE void ring_advance(u32& s, u32& ph) {
-  if (++s == kStages) {
+  if (++s == Stages) {
     s = 0;
     ph ^= 1;
   }
@@ -69,11 +71,13 @@ template <int L, class Sched, class Claim, class Ready, class Epi>
 KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, const TensorMap* tmb, u8* smem_raw,
                                     Claim& claim, const Ready& ready, const Epi& epi) {
   using namespace sm90;
+  typedef typename Sched::Tile Cfg;
+  constexpr int kN = Cfg::kTileN;
   constexpr bool AK = LayoutTraits<L>::kAKMajor;
   constexpr bool BK = LayoutTraits<L>::kBKMajor;
   const Problem& p = sched.p;
   u8* base = stage_base(smem_raw);
-  u8* epi_smem = base + kStages * kStageBytes;  // kEpiBytes: 16 KB per consumer warpgroup
+  u8* epi_smem = base + kRingBytes;  // kEpiBytes: 16 KB per consumer warpgroup
   PipelineState* ps = pipeline_of(smem_raw);
   u64* full = ps->full;
   u64* empty = ps->empty;
@@ -99,7 +103,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
               mbar_wait(&empty[s], ph ^ 1);
               slot[s] = t;
               mbar_arrive(&full[s]);
-              ring_advance(s, ph);
+              ring_advance<Cfg::kStages>(s, ph);
               continue;
             }
           }
@@ -112,8 +116,8 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
           if (!Ready::kTrivial) fence_proxy_async_global();
           mbar_wait(&empty[s], ph ^ 1);
           slot[s] = t;
-          mbar_arrive_expect_tx(&full[s], kStageBytes);
-          u8* sa = base + s * kStageBytes;
+          mbar_arrive_expect_tx(&full[s], Cfg::kStageBytes);
+          u8* sa = base + s * Cfg::kStageBytes;
           u8* sb = sa + kStageBytesA;
           const i32 k = tc.k_off + kb * kTileK;
 #pragma unroll
@@ -123,8 +127,8 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
             else tma_load_2d(sa + h * kBoxBytes, tma, mn, k, &full[s]);
           }
 #pragma unroll
-          for (int c = 0; c < 4; ++c) {
-            const i32 col = b_chunk_col(p, tc.tn, c);
+          for (int c = 0; c < Cfg::kBoxesB; ++c) {
+            const i32 col = b_chunk_col<kN>(p, tc.tn, c);
             if constexpr (Sched::kGroupedB) {
               if (BK) tma_load_3d(sb + c * kBoxBytes, tmb, k, col, tc.group, &full[s]);
               else tma_load_3d(sb + c * kBoxBytes, tmb, col, k, tc.group, &full[s]);
@@ -133,14 +137,14 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
               else tma_load_2d(sb + c * kBoxBytes, tmb, col, k, &full[s]);
             }
           }
-          ring_advance(s, ph);
+          ring_advance<Cfg::kStages>(s, ph);
         }
         if (stop != 0) {
           // Tell the consumers: no more tiles (-1) or abort (-2). They release this stage too.
           mbar_wait(&empty[s], ph ^ 1);
           slot[s] = stop;
           mbar_arrive(&full[s]);
-          ring_advance(s, ph);
+          ring_advance<Cfg::kStages>(s, ph);
           if (stop == -2) ps->aborted = 1;
           break;
         }
@@ -157,16 +161,16 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
     // Defined here (the first wgmma of a unit overwrites them anyway): left undefined, their value
     // would flow around a caller's loop (two-way AG) and the compiler keeps all 128 live, spilled,
     // through the mover code between calls (measured: the AG kernels 7x slower).
-    float acc[128];
+    float acc[Cfg::kAcc];
 #pragma unroll
-    for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+    for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
     u32 s = ps->cons_stage, ph = ps->cons_phase;
     for (;;) {
       mbar_wait(&full[s], ph);
       const i32 t = slot[s];
       if (t < 0) {
         if (lane == 0) mbar_arrive(&empty[s]);
-        ring_advance(s, ph);
+        ring_advance<Cfg::kStages>(s, ph);
         break;
       }
       // Only the slab count (and, ragged, the reduction rows left) stay live across the mainloop;
@@ -182,16 +186,16 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
         // accumulators are zeroed on every unit, not on that path alone: wgmma registers written in
         // a divergent path make ptxas serialize every wgmma of the kernel.
 #pragma unroll
-        for (int i = 0; i < 128; ++i) acc[i] = 0.f;
+        for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
         if (nslabs == 0) {
           if (lane == 0) mbar_arrive(&empty[s]);
-          ring_advance(s, ph);
+          ring_advance<Cfg::kStages>(s, ph);
         }
       }
       int prev = -1;
       for (i32 i = 0; i < nslabs; ++i) {
         if (i > 0) mbar_wait(&full[s], ph);
-        u8* stage = base + s * kStageBytes;
+        u8* stage = base + s * Cfg::kStageBytes;
         if constexpr (Sched::kRaggedK) {
           // The group's last slab: TMA loaded 64 rows, the rows past the group's end belong to the
           // next group. Zero them in both operands (0 x Inf would be NaN) before any wgmma reads.
@@ -199,7 +203,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
           if (valid < kTileK) {
             const i32 chunks = (kTileK - valid) * 8;  // 16-byte chunks per 64x64 box
             const int ctid = tid + 128 * cw;
-            for (i32 c = ctid; c < 6 * chunks; c += 256) {
+            for (i32 c = ctid; c < (2 + Cfg::kBoxesB) * chunks; c += 256) {
               const i32 box = c / chunks, r = valid + (c % chunks) / 8;
               st16(stage + box * kBoxBytes + r * 128 + (c % 8) * 16, vec16{0u, 0u, 0u, 0u});
             }
@@ -214,17 +218,17 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
         for (int kk = 0; kk < kTileK / 16; ++kk) {
           const u64 da = AK ? make_desc(a0 + kk * 32, 16, 1024) : make_desc(a0 + kk * 2048, kBoxBytes, 1024);
           const u64 db = BK ? make_desc(b0 + kk * 32, 16, 1024) : make_desc(b0 + kk * 2048, kBoxBytes, 1024);
-          wgmma_m64n256k16<AK ? 0 : 1, BK ? 0 : 1>(acc, da, db, (i > 0 || kk > 0) ? 1u : 0u);
+          wgmma_tile<kN, AK ? 0 : 1, BK ? 0 : 1>(acc, da, db, (i > 0 || kk > 0) ? 1u : 0u);
         }
         wgmma_commit();
         wgmma_wait<1>();
-        fence_regs(acc);
+        fence_regs<Cfg::kAcc>(acc);
         if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
         prev = int(s);
-        ring_advance(s, ph);
+        ring_advance<Cfg::kStages>(s, ph);
       }
       wgmma_wait<0>();
-      fence_regs(acc);
+      fence_regs<Cfg::kAcc>(acc);
       if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
       const TileCoord tc = sched.tile(t);
       bool stored = false;
@@ -238,7 +242,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
         u8* ebuf = epi_smem + cw * (kEpiBytes / 2);
         const int r0 = warp * 16 + lane / 4;
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
+        for (int q = 0; q < kN / 64; ++q) {
           u8* slot_q = ebuf + (q % 2) * kBoxBytes;
           if (tid == 0) bulk_wait_read_but_one();  // the store that last used this slot has read it
           (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
@@ -255,7 +259,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
           fence_proxy_async_shared();
           (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
           if (tid == 0) {
-            tma_store_2d(epi.map, slot_q, tc.tn * kTileN + 64 * q, tc.row0 + cw * 64);
+            tma_store_2d(epi.map, slot_q, tc.col0 + 64 * q, tc.row0 + cw * 64);
             bulk_commit();
           }
         }
@@ -269,11 +273,12 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
         const i32 row0 = tc.row0 + cw * 64 + warp * 16 + lane / 4;
         const i32 lc0 = 2 * (lane % 4);
 #pragma unroll
-        for (int j = 0; j < 16; ++j) {
+        for (int j = 0; j < kN / 16; ++j) {
 #pragma unroll
           for (int i = 0; i < 2; ++i) {
+            constexpr int kHi = kN / 16;  // n8 blocks from the lower half to the upper one
             epi.pair(tc, row0 + 8 * i, lc0 + 8 * j, acc[4 * j + 2 * i], acc[4 * j + 2 * i + 1],
-                     acc[4 * (j + 16) + 2 * i], acc[4 * (j + 16) + 2 * i + 1]);
+                     acc[4 * (j + kHi) + 2 * i], acc[4 * (j + kHi) + 2 * i + 1]);
           }
         }
       }

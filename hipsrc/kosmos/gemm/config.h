@@ -30,6 +30,26 @@ constexpr int kRasterGroupM = kGroupM;
 static_assert(kStageBytes == kStageBytesA + kStageBytesB, "stage size");
 static_assert(kSmemBytes == kStages * kStageBytes + kEpiBytes + 1024 + 256, "shared memory size");
 
+// A builder tile configuration: 128 x BN output tiles, 64-deep stages, as many stages as fit the
+// same shared-memory plan (kSmemBytes), so every configuration runs in the same grid as movers.
+// BN = 256 (the constants above: one consumer warpgroup per 64-row half) is the default and the
+// only one of the portable layers and of SwiGLU; BN = 128 (Hopper) gives twice the tiles, for
+// grids of few tiles (small M, narrow N) where whole waves matter more than per-tile efficiency.
+constexpr int kMaxStages = 6;
+constexpr int kRingBytes = kStages * kStageBytes;  // the stages' share of kSmemBytes
+template <int BN>
+struct TileConfig {
+  static_assert(BN == 128 || BN == 256, "tile widths: 128 or 256");
+  static constexpr int kTileN = BN;
+  static constexpr int kBoxesB = BN / 64;
+  static constexpr int kStageBytesB = kBoxesB * kBoxBytes;
+  static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
+  static constexpr int kStages = kRingBytes / kStageBytes;
+  static constexpr int kAcc = BN / 2;  // fp32 accumulators per consumer thread (m64 x BN per warpgroup)
+  static_assert(kStages <= kMaxStages && kStages * kStageBytes <= kRingBytes, "the stages must fit the plan");
+};
+typedef TileConfig<kTileN> DefaultTile;
+
 // Layouts in row-major NumPy terms (named BLAS-style, as in the paper). In each, the output
 // is [Mo, No] and the reduction has depth Kr:
 //   TN: Y[M,N] = X[M,K] @ W[N,K]^T   a = [Mo, Kr], b = [No, Kr]   (both K-major)
@@ -74,8 +94,9 @@ KOSMOS_DEVICE i32 work_units(const Problem& p) { return p.tiles_m * p.tiles_n * 
 // The output column (No index) where 64-column chunk c (0..3) of tile column tn starts.
 // Without SwiGLU the chunks are contiguous. With SwiGLU, chunks 0,1 are gate columns and
 // chunks 2,3 the matching up columns, so a thread holds gate and up of one output column.
+template <int BN = kTileN>
 KOSMOS_DEVICE i32 b_chunk_col(const Problem& p, i32 tn, i32 c) {
-  if (p.swiglu_f == 0) return tn * kTileN + 64 * c;
+  if (p.swiglu_f == 0) return tn * BN + 64 * c;  // SwiGLU tiles are 256 wide (host-checked)
   const i32 base = tn * (kTileN / 2) + 64 * (c & 1);
   return c < 2 ? base : p.swiglu_f + base;
 }

@@ -4,7 +4,7 @@
 // for an output row, a pair of adjacent columns (lc, lc+1) in the tile's lower half together
 // with the same pair 128 columns further (the upper half). The layer calls
 //   epi.pair(tile, row, lc, lo0, lo1, hi0, hi1)
-// for each such pair (row: global output row, may be >= tile.row_end in a row tail (not stored); lc: even, 0..126),
+// for each such pair (row: global output row, may be >= tile.row_end in a row tail (not stored); lc: even, 0..BN/2-2; the upper half is tile.half columns further),
 // then, once every thread of the tile has stored, one thread calls epi.done(tile) when
 // Epi::kHasDone is true: the tile's single completion point (fused kernels release a flag there).
 // Adding an epilogue (e.g. MXFP8 quantization) = adding a struct with this interface.
@@ -24,10 +24,10 @@ struct EpiStoreBf16 {
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
                           float hi1) const {
     if (row >= t.row_end) return;
-    const i32 col = t.tn * kTileN + lc;
+    const i32 col = t.col0 + lc;
     u16* p = out + i64(row) * ldo + col;
     if (col < no) *reinterpret_cast<u32*>(p) = pack_bf16x2(lo0, lo1);
-    if (col + kTileN / 2 < no) *reinterpret_cast<u32*>(p + kTileN / 2) = pack_bf16x2(hi0, hi1);
+    if (col + t.half < no) *reinterpret_cast<u32*>(p + t.half) = pack_bf16x2(hi0, hi1);
   }
   KOSMOS_DEVICE void done(const TileCoord&) const {}
 };
@@ -51,10 +51,10 @@ struct EpiStoreF32 {
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
                           float hi1) const {
     if (row >= t.row_end) return;
-    const i32 col = t.tn * kTileN + lc;
+    const i32 col = t.col0 + lc;
     float* p = out + (i64(t.split) * mo + row) * ldo + col;
     if (col < no) { p[0] = lo0; p[1] = lo1; }
-    if (col + kTileN / 2 < no) { p[kTileN / 2] = hi0; p[kTileN / 2 + 1] = hi1; }
+    if (col + t.half < no) { p[t.half] = hi0; p[t.half + 1] = hi1; }
   }
   KOSMOS_DEVICE void done(const TileCoord&) const {}
 };
@@ -70,7 +70,7 @@ struct EpiSwiGLU {
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float g0, float g1, float u0,
                           float u1) const {
     if (row >= t.row_end) return;
-    const i32 col = t.tn * (kTileN / 2) + lc;
+    const i32 col = t.col0 + lc;  // 256-wide tiles only: gate lc and up lc + 128
     if (col >= f) return;
     *reinterpret_cast<u32*>(out + i64(row) * ldo + col) = pack_bf16x2(silu(g0) * u0, silu(g1) * u1);
   }

@@ -2,6 +2,7 @@
 // the TileCoord they produce, which is all a matrix-instruction layer needs to place a tile.
 //
 // A schedule is a small struct with
+//   typedef TileConfig<BN> Tile          the tile configuration (config.h)
 //   static constexpr bool kGroupedB   B is one matrix per group (a 3-D TMA map [groups, rows, cols])
 //   static constexpr bool kRaggedK    the reduction of a unit may end inside a 64-deep slab
 //   static constexpr bool kMaskedRows a tile's rows may end inside the output (TileCoord::masked)
@@ -27,7 +28,16 @@ struct TileCoord {
   i32 row0;       // output row of the tile's first row
   i32 row_end;    // output rows at or past this are not the tile's (not stored)
   i32 masked;     // 1: row_end lies inside the output tensor, so rows are stored one by one (no TMA box)
+  i32 col0;       // output column of the tile's first column (SwiGLU: of its first gate/up pair)
+  i32 half;       // columns from the tile's lower half to its upper half (BN / 2)
 };
+
+// The output columns of tile column tn: BN wide, or BN / 2 under SwiGLU (gate and up halves).
+template <int BN>
+KOSMOS_DEVICE void place_columns(const Problem& p, i32 tn, TileCoord& c) {
+  c.col0 = p.swiglu_f ? tn * (BN / 2) : tn * BN;
+  c.half = BN / 2;
+}
 
 // Tile t of a tiles_m x tiles_n grid in grouped raster: kRasterGroupM tile-rows share each
 // B column block (L2 reuse), column by column within a group of rows.
@@ -43,7 +53,9 @@ KOSMOS_DEVICE void raster(i32 t, i32 tiles_m, i32 tiles_n, i32& tm, i32& tn) {
 
 // One GEMM. Consecutive queue positions are the K-splits of one tile (without split-K the
 // position is the tile index of the raster).
+template <class Cfg = DefaultTile>
 struct DenseSchedule {
+  typedef Cfg Tile;
   static constexpr bool kGroupedB = false;
   static constexpr bool kRaggedK = false;
   static constexpr bool kMaskedRows = false;
@@ -64,6 +76,7 @@ struct DenseSchedule {
     c.k_off = 0;
     c.k_end = p.kr;
     c.masked = 0;
+    place_columns<Cfg::kTileN>(p, c.tn, c);
     return c;
   }
 };
@@ -138,8 +151,9 @@ KOSMOS_DEVICE i32 group_of(const GroupTable& g, i32 q, i32 per_row) {
 // past the group's end are computed from the next group's rows and not stored.
 // Grouped wgrad (NT): dW[e] = dY_e^T X_e, out [groups * mo, no]; the reduction runs over the
 // group's rows, so its last slab is ragged (kRaggedK: the layer zeroes the rows past k_end).
-template <int L>
+template <int L, class Cfg = DefaultTile>
 struct GroupedSchedule {
+  typedef Cfg Tile;
   static constexpr bool kGroupedB = (L != LAYOUT_NT);
   static constexpr bool kRaggedK = (L == LAYOUT_NT);
   static constexpr bool kMaskedRows = true;
@@ -178,6 +192,7 @@ struct GroupedSchedule {
       c.a_mlim = c.row_end = g->row_start[e + 1];
     }
     c.masked = c.row0 + kTileM > c.row_end ? 1 : 0;
+    place_columns<Cfg::kTileN>(p, c.tn, c);
     return c;
   }
 };
