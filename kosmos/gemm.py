@@ -357,8 +357,8 @@ class GemmPlan:
 
     @property
     def tma_store(self) -> bool:
-        """The bf16 store epilogue writes through TMA (Hopper layer)."""
-        return self.uses_tma and self.kernel_name.endswith("_bf16")
+        """The bf16 store epilogue writes through TMA (Hopper layer): the kernel reads the output's map."""
+        return self.uses_tma and self.splits == 1 and not self.shape.swiglu_f and self.out_dtype == _bf16()
 
     def _tmaps_for(self, a, b, out) -> tuple[np.void, np.void, np.void]:
         if not self.uses_tma:

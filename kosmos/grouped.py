@@ -187,7 +187,7 @@ class GroupedPlan:
         key = (a.data.ptr, b.data.ptr, out.data.ptr)
         hit = self._tmaps.get(key)
         if hit is None:
-            store = self.kernel_name.endswith("_bf16")
+            store = not self.shape.swiglu_f and self.out_dtype == gemm._bf16()  # the bf16 store reads the map
             tc = gemm.tmap_of(out.reshape(-1, out.shape[-1])) if store else gemm.ZERO_TMAP
             if len(self._tmaps) > 32:
                 self._tmaps.clear()

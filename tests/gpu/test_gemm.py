@@ -247,7 +247,7 @@ def _gated(m, n, k, cap):
     from kosmos.runtime import PersistentLaunch
 
     shape = gemm.gemm_shape("TN", (m, k), (n, k))
-    plan = gemm.get_plan(shape, BF16, cap)
+    plan = gemm.get_plan(shape, BF16, cap, tile_n=256)  # the gated kernel builds 256-wide tiles
     kern = gemm._module().get_function("kosmos_gemm_tn_bf16_gated")
     return plan, PersistentLaunch.checked(kern, plan.grid, gemm.block_threads(), gemm.shared_mem_bytes())
 

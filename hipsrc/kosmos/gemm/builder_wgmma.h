@@ -233,9 +233,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
       const TileCoord tc = sched.tile(t);
       bool stored = false;
       if constexpr (Epi::kTmaStore) {
-        // 128-wide tiles store from registers: their TMA-store epilogue stopped the H200 with an
-        // illegal instruction (cause not found yet, notes/gemm.md); their mainloop is fine.
-        if (kN == 256 && (!Sched::kMaskedRows || !tc.masked)) {
+        if (!Sched::kMaskedRows || !tc.masked) {
           stored = true;
         // Through shared memory, in four 64x64 subtiles per warpgroup (its 64 rows x 256 columns)
         // and two 8 KB slots: subtile q is written into slot q%2 while the TMA store of subtile q-1
