@@ -130,8 +130,9 @@ def tile_counts(shape: GemmShape, tile_n: int = 256) -> tuple[int, int, int]:
 
 
 # Per-FLOP speed of a 128x128 tile relative to 128x256 (smaller tiles reuse each operand byte half as
-# often): the chooser's only constant, to refit from bench/gemm.py (notes/gemm.md).
-NARROW_TILE_EFFICIENCY = 0.9
+# often): the chooser's only constant. Measured on the H200 with both widths forced (bench/gemm.py
+# w128/w256 on square, odd-M and expert shapes of many waves): 0.81-0.87 (notes/gemm.md).
+NARROW_TILE_EFFICIENCY = 0.82
 
 
 def choose_tile_n(tiles_256: int, tiles_128: int, ctas: int, narrow_ok: bool = True) -> int:
