@@ -5,7 +5,8 @@
 One EP-8 rank's share of each model's experts (local experts E, hidden H, expert width I):
 GEMM1 Y[R, 2I] = X[R, H] W1[e]^T (gate and up, stored) and GEMM2 Y[R, H] = A[R, I] W2[e]^T, at
 rows per expert `--rows`, balanced (every expert the same rows) and skewed (the same total rows,
-expert loads from a geometric ramp whose largest is about 4x its smallest). Contenders, timed
+expert loads from a geometric ramp whose largest is about 4x its smallest); --sweep: E = 8...256
+experts with also half of them empty and every row on one expert. Contenders, timed
 interleaved call by call through kosmos.timing (device events behind the stream blocker; --iters
 timed calls after warm-up, in rounds short enough for the driver's launch queue, median of the
 rounds' medians): ours (one launch, counts read on the device); the loop (one
@@ -27,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kosmos import World  # noqa: E402
 from kosmos.dtypes import bf16_to_f32, random_bf16  # noqa: E402
-from kosmos.grouped import grouped_matmul, grouped_shape  # noqa: E402
+from kosmos.grouped import get_plan, grouped_matmul, grouped_shape  # noqa: E402
 from kosmos.timing import check_timeable, device_name, git_commit, time_calls  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -35,11 +36,26 @@ RESULTS = Path(__file__).resolve().parent / "results"
 MODELS = {"DeepSeek-V3": (32, 7168, 2048), "Qwen3-235B": (16, 4096, 1536), "Qwen3-30B": (16, 2048, 768)}
 
 
+ROUTINGS = ("balanced", "skewed", "half_empty", "one_hot")
+
+
 def routing_counts(experts: int, per_expert: int, kind: str) -> np.ndarray:
-    """Rows per expert summing to experts * per_expert: balanced, or a ~4x geometric ramp."""
+    """Rows per expert summing to experts * per_expert: balanced; skewed (a ~4x geometric ramp);
+    half_empty (every other expert has no rows, the rest twice); one_hot (every row to expert 0)."""
     total = experts * per_expert
     if kind == "balanced":
         return np.full(experts, per_expert, np.int32)
+    if kind == "half_empty":
+        c = np.zeros(experts, np.int64)
+        c[::2] = total // len(c[::2])
+        c[0] += total - c.sum()
+        return c.astype(np.int32)
+    if kind == "one_hot":
+        c = np.zeros(experts, np.int32)
+        c[0] = total
+        return c
+    if kind != "skewed":
+        raise ValueError(f"routing must be one of {ROUTINGS}, got {kind!r}")
     w = 4.0 ** (np.arange(experts) / max(1, experts - 1))
     c = np.floor(w / w.sum() * total).astype(np.int64)
     c[-1] += total - c.sum()
@@ -75,7 +91,7 @@ def bench_case(world, experts, rows_per, n, k, kind, iters, warmup, seed):
     # the driver's launch queue must not fill (it would block the host until the blocker gives up),
     # so the timed calls are issued in rounds of at most ~400 launches; each round is interleaved,
     # and a contender's time is the median of its rounds' medians.
-    per_round = max(3, min(iters, 400 // (2 * experts + 4)))
+    per_round = max(1, min(iters, 400 // (2 * experts + 4)))
     rounds = [time_calls(world, {"ours": ours, "loop": loop, "dense": dense}, warmup if r == 0 else 1, per_round)
               for r in range(-(-iters // per_round))]
     t = {name: (float(np.median([rd[name].median_ms for rd in rounds])), min(rd[name].min_ms for rd in rounds),
@@ -87,7 +103,8 @@ def bench_case(world, experts, rows_per, n, k, kind, iters, warmup, seed):
     diff = float(cupy.linalg.norm(o32 - r32) / cupy.linalg.norm(r32))
     flops = grouped_shape("TN", x.shape, w.shape, experts).flops(total)
     rec = {"E": experts, "rows_per_expert": rows_per, "routing": kind, "N": n, "K": k, "total_rows": total,
-           "max_rows": int(counts.max()), "rel_diff_vs_loop": diff}
+           "max_rows": int(counts.max()), "rel_diff_vs_loop": diff,
+           "tile_n": get_plan(grouped_shape("TN", x.shape, w.shape, experts), x.dtype).tile_n}
     rec["rounds"], rec["iters_per_round"] = len(rounds), per_round
     for name, (ms, lo, host_us) in t.items():
         rec[name] = {"ms": ms, "min_ms": lo, "host_us": host_us, "tflops": flops / ms / 1e9}
@@ -123,6 +140,8 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="rows per expert 256 and 2048 only")
     ap.add_argument("--rows", default="256,512,2048,4096")
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--sweep", action="store_true",
+                    help="instead of the models: E = 8, 32, 128, 256 experts (N 4096, K 2048), every routing")
     ap.add_argument("--iters", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=3)
     ap.add_argument("--out", type=Path, default=RESULTS)
@@ -136,19 +155,24 @@ def main(argv=None):
         commit = git_commit()
         print(f"bench/grouped_gemm: {device_name()}, commit {commit}", flush=True)
         results = []
-        for model in args.models.split(","):
-            experts, hidden, inter = MODELS[model]
-            for gemm_name, n, k in (("GEMM1", 2 * inter, hidden), ("GEMM2", hidden, inter)):
-                for rows_per in rows_list:
-                    for kind in ("balanced", "skewed"):
-                        rec = bench_case(world, experts, rows_per, n, k, kind, args.iters, args.warmup,
-                                         seed=len(results) * 3 + 1)
-                        rec.update(model=model, gemm=gemm_name)
-                        results.append(rec)
-                        print(f"{model:12s} {gemm_name} E{experts:3d} rows/exp {rows_per:5d} {kind:8s} "
-                              f"ours {rec['ours']['tflops']:6.1f}  loop {rec['loop']['tflops']:6.1f}  "
-                              f"dense {rec['dense']['tflops']:6.1f} TF/s  vs dense {rec['vs_dense']:.3f}  "
-                              f"vs loop {rec['vs_loop']:.2f}  diff {rec['rel_diff_vs_loop']:.1e}", flush=True)
+        if args.sweep:
+            cases = [(f"sweep-E{e}", e, "GEMM", 4096, 2048, ROUTINGS) for e in (8, 32, 128, 256)]
+        else:
+            cases = [(model, MODELS[model][0], gemm_name, n, k, ("balanced", "skewed"))
+                     for model in args.models.split(",")
+                     for gemm_name, n, k in (("GEMM1", 2 * MODELS[model][2], MODELS[model][1]),
+                                             ("GEMM2", MODELS[model][1], MODELS[model][2]))]
+        for model, experts, gemm_name, n, k, routings in cases:
+            for rows_per in rows_list:
+                for kind in routings:
+                    rec = bench_case(world, experts, rows_per, n, k, kind, args.iters, args.warmup,
+                                     seed=len(results) * 3 + 1)
+                    rec.update(model=model, gemm=gemm_name)
+                    results.append(rec)
+                    print(f"{model:12s} {gemm_name} E{experts:3d} rows/exp {rows_per:5d} {kind:10s} "
+                          f"ours {rec['ours']['tflops']:6.1f}  loop {rec['loop']['tflops']:6.1f}  "
+                          f"dense {rec['dense']['tflops']:6.1f} TF/s  vs dense {rec['vs_dense']:.3f}  "
+                          f"vs loop {rec['vs_loop']:.2f}  tile {rec['tile_n']}", flush=True)
         args.out.mkdir(parents=True, exist_ok=True)
         date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
         stem = f"grouped_gemm_{device_name().replace(' ', '_')}_{date}{('_' + args.tag) if args.tag else ''}"
@@ -163,8 +187,10 @@ def main(argv=None):
         print(f"\n# summary ({device_name()}, commit {commit}) -> {args.out / stem}.json")
         print(f"{'rows/expert':>11s} {'routing':>8s} {'n':>3s} {'vs dense (geo)':>14s} {'min':>6s} {'vs loop (geo)':>13s}")
         for rows_per in rows_list:
-            for kind in ("balanced", "skewed"):
+            for kind in ROUTINGS:
                 rs = [r for r in results if r["rows_per_expert"] == rows_per and r["routing"] == kind]
+                if not rs:
+                    continue
                 geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))  # noqa: E731
                 print(f"{rows_per:11d} {kind:>8s} {len(rs):3d} {geo([r['vs_dense'] for r in rs]):14.3f} "
                       f"{min(r['vs_dense'] for r in rs):6.3f} {geo([r['vs_loop'] for r in rs]):13.2f}")
