@@ -9,7 +9,7 @@
 // Grid = SMs (or a cap), kThreads threads, kSmemBytes of dynamic shared memory, like gemm.hip.
 // words[0] is the queue head, words[1] counts CTAs out (the last one resets both for the next
 // launch, since only the device knows how many tiles there were), words[2] the launch's status:
-// 0, 1 + the first group found with a negative count, or -1 when the counts sum past rows_cap.
+// 0, 1 + a group with a negative count, or -1 when a count or their sum is past rows_cap.
 #include "kosmos/gemm/tile.h"
 
 using namespace kosmos;

@@ -13,7 +13,8 @@ from its own routing), any count zero included, summing to at most the packed ro
 Rows of Y / dX past the counts' sum are not written. In NT the reduction runs over each group's rows
 only (a group with no rows gives dW[e] = 0), whatever the packed arrays hold past a group's end.
 
-One persistent launch over every group's tiles (128x256 builder tiles, one CTA per SM or sm_cap);
+One persistent launch over every group's tiles (128x256 or, for few tiles, 128x128 builder tiles;
+one CTA per SM or sm_cap);
 bitwise reproducible for a given shape and counts. Bad counts (negative, or summing past R) make the
 kernel compute nothing and leave the output as it was; with ``check=True`` the call waits for the
 kernel and raises ValueError naming the count. Without it nothing is reported (no host round trip;
@@ -181,14 +182,18 @@ class GroupedPlan:
     # The queue words are shared by every call, so calls run one after another on the device.
     _order: DeviceOrder = field(default_factory=DeviceOrder)
 
+    @property
+    def tma_store(self) -> bool:
+        """The bf16 store epilogue writes through TMA (Hopper layer): the kernel reads the output's map."""
+        return self.uses_tma and not self.shape.swiglu_f and self.out_dtype == gemm._bf16()
+
     def _tmaps_for(self, a, b, out) -> tuple[np.void, np.void, np.void]:
         if not self.uses_tma:
             return gemm.ZERO_TMAP, gemm.ZERO_TMAP, gemm.ZERO_TMAP
         key = (a.data.ptr, b.data.ptr, out.data.ptr)
         hit = self._tmaps.get(key)
         if hit is None:
-            store = not self.shape.swiglu_f and self.out_dtype == gemm._bf16()  # the bf16 store reads the map
-            tc = gemm.tmap_of(out.reshape(-1, out.shape[-1])) if store else gemm.ZERO_TMAP
+            tc = gemm.tmap_of(out.reshape(-1, out.shape[-1])) if self.tma_store else gemm.ZERO_TMAP
             if len(self._tmaps) > 32:
                 self._tmaps.clear()
             hit = self._tmaps[key] = (gemm.tmap_of(a), gemm.tmap_of(b), tc)

@@ -82,7 +82,8 @@ def test_tile_order_is_a_permutation_grouped_by_rows():
 
 
 def test_param_structs_match_the_device_layout():
-    # Problem: 2 pointers + 10 int32 + one int64 = 64 bytes (config.h static_asserts the same);
+    # Problem: 2 pointers + 10 int32 + one int64 = 64 bytes (config.h static_asserts the size; the
+    # offsets are pinned here only, since the image's NVRTC has no offsetof);
     # epilogues: pointer + 3 int32 -> 24.
     assert gemm.PROBLEM_DTYPE.itemsize == 64
     assert gemm.PROBLEM_DTYPE.fields["b_group_stride"][1] == 56
@@ -173,3 +174,30 @@ def test_tile_width_chooser():
     for layout in ("TN", "NN", "NT"):
         for dt in (np.float32, None):
             assert gemm.kernel_name(layout, "store", dt or np.dtype("V2"), 128) in text
+
+
+def test_tma_store_follows_the_plan_not_the_kernel_name():
+    """The bf16 store epilogue reads the output's TMA map whatever the kernel is called (the _n128
+    kernels once got a zero map, an illegal instruction on the H200)."""
+    import ml_dtypes
+
+    from kosmos import grouped
+
+    bf16 = np.dtype(ml_dtypes.bfloat16)
+    s = gemm.gemm_shape("TN", (256, 128), (512, 128))
+    for tile_n in gemm.TILE_WIDTHS:
+        name = gemm.kernel_name("TN", "store", bf16, tile_n)
+        plan = gemm.GemmPlan(s, bf16, name, 1, 1, gemm.tile_counts(s, tile_n), None, None, tile_n=tile_n)
+        assert plan.tma_store, name
+        f32 = gemm.GemmPlan(s, np.dtype(np.float32), gemm.kernel_name("TN", "store", np.float32, tile_n), 1, 1,
+                            gemm.tile_counts(s, tile_n), None, None, tile_n=tile_n)
+        assert not f32.tma_store
+    split = gemm.GemmPlan(s, bf16, "kosmos_gemm_tn_f32", 1, 1, (2, 2, 2), None, None, splits=2)
+    assert not split.tma_store  # split-K writes fp32 partials
+    gs = grouped.grouped_shape("TN", (300, 128), (2, 256, 128), 2)
+    for tile_n in gemm.TILE_WIDTHS:
+        gp = grouped.GroupedPlan(gs, bf16, grouped.kernel_name("TN", "store", bf16, tile_n), 1, None, None,
+                                 tile_n=tile_n)
+        assert gp.tma_store
+    sw = grouped.grouped_shape("TN", (300, 128), (2, 256, 128), 2, "swiglu")
+    assert not grouped.GroupedPlan(sw, bf16, "kosmos_grouped_tn_swiglu", 1, None, None).tma_store

@@ -80,6 +80,7 @@ def run_case(layout, counts, n, k, rows_extra=37, out_kind="bf16", cap=None, epi
                                tile_n=tile_n)
         outs.append(out)
     assert (bits(outs[0]) == bits(outs[1])).all(), "two runs differ"
+    width = tile_n or grouped.get_plan(shape, dt, cap).tile_n  # the oracle builds the same tiles
     got = cupy.asnumpy(outs[0])
     st = starts(counts)
     for e in range(e_count):
@@ -94,7 +95,7 @@ def run_case(layout, counts, n, k, rows_extra=37, out_kind="bf16", cap=None, epi
         assert np.isfinite(p64).all(), f"group {e}: NaN/Inf (unwritten, or leaked from another group)"
         err = np.linalg.norm(p64 - ref) / np.linalg.norm(ref)
         assert err < TOL[out_kind], f"group {e} ({hi - lo} rows): rel err {err:.2e}"
-        oracle = dense_group(layout, a_d, b_d, lo, hi, e, dt, epilogue, tile_n)
+        oracle = dense_group(layout, a_d, b_d, lo, hi, e, dt, epilogue, width)
         mine = outs[0][e] if layout == "NT" else outs[0][lo:hi]
         assert (bits(oracle) == bits(mine)).all(), f"group {e}: not bitwise equal to kosmos.matmul on its rows"
     if layout != "NT":
@@ -123,6 +124,12 @@ def test_narrow_tiles(layout):
     run_case(layout, [0, 0, 2051, 0], 576, 448, out_kind="f32" if layout == "NT" else "bf16", tile_n=128)
 
 
+def test_automatic_tile_width():
+    """tile_n=None: few tiles pick 128-wide ones on Hopper (8 groups x 128 rows x 512 columns: 16 tiles of 256)."""
+    run_case("TN", [128] * 8, 512, 256, rows_extra=0, tile_n=None)
+    run_case("TN", [2048] * 8, 1024, 256, rows_extra=0, tile_n=None)  # many tiles: 256 wide
+
+
 def test_wgrad_fp32_and_ragged_reduction_with_inf_past_the_rows():
     run_case("NT", [65, 0, 300, 1, 63], 384, 256, out_kind="f32", rows_extra=90)
 
@@ -147,11 +154,18 @@ def test_bad_counts_are_reported_and_the_plan_recovers():
     out = poisoned((300, 256), BF16)
     with pytest.raises(ValueError, match=r"group_rows\[1\] \(-4\) is negative"):
         grouped.grouped_matmul(a, w, cupy.asarray(np.array([10, -4, 5], np.int32)), "TN", out=out, check=True)
+    with pytest.raises(ValueError, match="past the rows"):  # an i32 prefix would wrap to 198 <= 300 rows
+        grouped.grouped_matmul(a, w, cupy.asarray(np.array([200, 2**31 - 1, 2**31 - 1], np.int32)), "TN",
+                               out=out, check=True)
     with pytest.raises(ValueError, match="sum \\(301\\) past the rows"):
         grouped.grouped_matmul(a, w, cupy.asarray(np.array([100, 100, 101], np.int32)), "TN", out=out, check=True)
     assert np.isnan(cupy.asnumpy(out).astype(np.float32)).all(), "bad counts must compute nothing"
-    # The queue words were reset by the failed launches: the next good call is complete.
-    run_case("TN", [100, 0, 150], 256, 128)
+    # The same plan (same shapes, so the same queue words) after the failed launches: complete and exact.
+    good = np.array([100, 0, 150], np.int32)
+    grouped.grouped_matmul(a, w, cupy.asarray(good), "TN", out=out, check=True)
+    assert (bits(out[:100]) == bits(gemm.matmul(a[:100], w[0], "TN", tile_n=256))).all()
+    assert (bits(out[100:250]) == bits(gemm.matmul(a[100:250], w[2], "TN", tile_n=256))).all()
+    assert np.isnan(cupy.asnumpy(out[250:]).astype(np.float32)).all()
 
 
 def test_portable_mma_sync_path(monkeypatch):

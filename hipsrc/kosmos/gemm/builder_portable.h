@@ -67,7 +67,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap*, const 
     const u16* b = p.b + (Sched::kGroupedB ? i64(tc.group) * p.b_group_stride : 0);
     mma.zero();
     for (i32 kb = tc.kb0; kb < tc.kb1; ++kb) {
-      if (!Ready::kTrivial) {
+      if (!Ready::kTrivial && kb == tc.kb0) {  // once per unit, as on the Hopper layer
         if (threadIdx.x == 0) s_ready = ready(tc, kb) ? 1 : 0;
         __syncthreads();
         if (!s_ready) return false;

@@ -93,7 +93,9 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
       for (;;) {
         const i32 t = claim();
         i32 stop = t < 0 ? -1 : 0;
-        const TileCoord tc = sched.tile(t < 0 ? 0 : t);
+        TileCoord tc;
+        if (t >= 0) tc = sched.tile(t);  // (no tile 0 to place when every group is empty)
+        else tc.kb0 = tc.kb1 = 0;
         if constexpr (Sched::kRaggedK) {
           if (stop == 0 && tc.kb1 == tc.kb0) {
             // Nothing to reduce (a group with no rows): one stage without loads names the tile.
@@ -108,12 +110,11 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
             }
           }
         }
+        // The hook runs once, before the unit's first slab: the consumers learn a stop only at a
+        // unit's first stage (a stop between two slabs would leave them waiting for the next one).
+        if (stop == 0 && tc.kb1 > tc.kb0 && !ready(tc, tc.kb0)) stop = -2;
+        if (!Ready::kTrivial && stop == 0) fence_proxy_async_global();
         for (i32 kb = tc.kb0; stop == 0 && kb < tc.kb1; ++kb) {
-          if (!ready(tc, kb)) {
-            stop = -2;
-            break;
-          }
-          if (!Ready::kTrivial) fence_proxy_async_global();
           mbar_wait(&empty[s], ph ^ 1);
           slot[s] = t;
           mbar_arrive_expect_tx(&full[s], Cfg::kStageBytes);

@@ -85,6 +85,7 @@ struct DenseSchedule {
 // Group e owns rows [row_start[e], row_start[e+1]) of the packed operand(s); the counts come
 // from device memory, so the table is built on the device by every CTA at kernel start.
 constexpr int kMaxGroups = 256;
+static_assert(kMaxGroups <= kThreads, "build_group_table gives every group its own thread");
 
 struct GroupTable {
   i32 row_start[kMaxGroups + 1];   // prefix of the group row counts
@@ -95,7 +96,8 @@ struct GroupTable {
 
 // All threads of the CTA: fill `g` from counts[0, groups) (Hillis-Steele scan, blockDim >= groups).
 // rows_cap: rows of the packed operands. Returns false (g->bad set) on a negative count or a sum
-// past rows_cap; the host checks that rows_cap / kTileM + groups fits tile_start's u16.
+// past rows_cap (or one count alone past it: the i32 prefix cannot wrap); the host checks that
+// rows_cap / kTileM + groups fits tile_start's u16 and that rows_cap < 2^23.
 KOSMOS_DEVICE bool build_group_table(GroupTable* g, const i32* counts, i32 groups, i32 rows_cap) {
   const i32 e = i32(threadIdx.x);
   i32 n = 0;
@@ -110,6 +112,9 @@ KOSMOS_DEVICE bool build_group_table(GroupTable* g, const i32* counts, i32 group
     n = counts[e];
     if (n < 0) {
       g->bad = 1 + e;  // racing offenders: one of them wins, the host names it
+      n = 0;
+    } else if (n > rows_cap) {
+      g->bad = -1;  // checked per count, so the i32 prefix below cannot wrap (256 * 2^23 < 2^31)
       n = 0;
     }
     g->row_start[e + 1] = n;

@@ -11,11 +11,11 @@
 //   claim()          i32: the next work unit's queue index (sched.tile maps it to a TileCoord), or < 0
 //                    when this CTA should stop building (the queue is empty, or it should go back
 //                    to moving data). Called by one thread; one claim per tile.
-//   ready(tile, kb)  bool: the readiness hook, called by one thread before the loads of each
-//                    kTileK-deep reduction slab kb of the unit, kb in [tile.kb0, tile.kb1)
-//                    (kb == tile.kb0: before the unit starts; kb0 == 0 without split-K).
-//                    It may wait (a bounded wait on flags); false aborts the builder. Ready::kTrivial
-//                    = true skips it and the proxy fence that follows a non-trivial hook.
+//   ready(tile, kb)  bool: the readiness hook, called by one thread once per unit, before the loads
+//                    of its first slab (kb = tile.kb0; 0 without split-K). It may wait (a bounded wait
+//                    on flags); false aborts the builder. Ready::kTrivial = true skips it and the proxy
+//                    fence that follows a non-trivial hook. (Once per unit: the consumers learn of a
+//                    stop at a unit's first stage only.)
 //   epi              a compile-time epilogue (epilogue.h): EpiStoreBf16, EpiStoreF32, EpiSwiGLU.
 //                    Epi::done(tile) runs once per tile after all of its stores (completion point).
 // Returns true when claim() ran dry, false when a readiness hook aborted (then the CTA must not
