@@ -1,0 +1,120 @@
+"""Float64 NumPy reference of the MoE layer: routing, the dispatch order, and the whole forward.
+
+The device kernels must reproduce these decisions exactly (which experts, in which order) and the
+values within tolerance. Tie rules (deterministic, and the kernels follow them): among equal scores
+the lower expert index wins; among equal group scores the lower group index wins.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .config import MoEConfig
+
+
+@dataclass(frozen=True)
+class Routing:
+    experts: np.ndarray   # [T, k] int64: chosen experts, best first
+    weights: np.ndarray   # [T, k] float64: their combine weights
+    scores: np.ndarray    # [T, E] float64: the score function's output (without the bias)
+    aux_loss: float       # cfg.aux_loss_coef * load-balancing loss (0.0 when the coefficient is 0)
+    z_loss: float         # cfg.z_loss_coef * mean(logsumexp(logits)^2)
+
+
+def _top(values: np.ndarray, k: int) -> np.ndarray:
+    """Indices of the k largest of each row, best first, the lower index first among equals."""
+    return np.argsort(-values, axis=-1, kind="stable")[..., :k]
+
+
+def route(logits: np.ndarray, cfg: MoEConfig, bias: np.ndarray | None = None) -> Routing:
+    """Route tokens from router logits [T, E] (float64 math whatever comes in)."""
+    logits = np.asarray(logits, dtype=np.float64)
+    if logits.ndim != 2 or logits.shape[1] != cfg.experts:
+        raise ValueError(f"logits must be [tokens, {cfg.experts}], got {logits.shape}")
+    if cfg.score == "softmax":
+        z = np.exp(logits - logits.max(axis=1, keepdims=True))
+        scores = z / z.sum(axis=1, keepdims=True)
+    else:
+        scores = 1.0 / (1.0 + np.exp(-logits))
+    choice = scores
+    if cfg.expert_bias:
+        if bias is None or np.shape(bias) != (cfg.experts,):
+            raise ValueError(f"expert_bias needs a bias of shape ({cfg.experts},)")
+        choice = scores + np.asarray(bias, dtype=np.float64)
+    elif bias is not None:
+        raise ValueError("a bias was given but the config has expert_bias = False")
+    if cfg.groups and cfg.topk_groups < cfg.groups:
+        t = logits.shape[0]
+        per = cfg.experts // cfg.groups
+        grouped = choice.reshape(t, cfg.groups, per)
+        best2 = np.sort(grouped, axis=2)[:, :, ::-1][:, :, :2]
+        group_score = best2.sum(axis=2)
+        keep = _top(group_score, cfg.topk_groups)
+        allowed = np.zeros((t, cfg.groups), dtype=bool)
+        np.put_along_axis(allowed, keep, True, axis=1)
+        choice = np.where(np.repeat(allowed, per, axis=1), choice, -np.inf)
+    experts = _top(choice, cfg.top_k)
+    weights = np.take_along_axis(scores, experts, axis=1)
+    if cfg.normalize:
+        weights = weights / weights.sum(axis=1, keepdims=True)
+    weights = weights * cfg.scaling
+    aux = 0.0
+    if cfg.aux_loss_coef:
+        t, k = experts.shape
+        frac = np.bincount(experts.ravel(), minlength=cfg.experts) / (t * k)
+        probs = scores / scores.sum(axis=1, keepdims=True)  # softmax already sums to 1
+        aux = cfg.aux_loss_coef * cfg.experts * float(np.dot(frac, probs.mean(axis=0)))
+    zl = 0.0
+    if cfg.z_loss_coef:
+        m = logits.max(axis=1)
+        lse = m + np.log(np.exp(logits - m[:, None]).sum(axis=1))
+        zl = cfg.z_loss_coef * float(np.mean(lse**2))
+    return Routing(experts, weights, scores, aux, zl)
+
+
+def dispatch_order(experts: np.ndarray, num_experts: int) -> tuple[np.ndarray, np.ndarray]:
+    """The stable counting sort of (token, j) pairs by expert: (order, counts).
+
+    order[i] = token * k + j of the i-th row sent, expert-major, then token, then j; counts[e] =
+    rows for expert e. This row order fixes the wgrad's accumulation order (bitwise reproducible)."""
+    flat = np.asarray(experts).ravel()
+    return np.argsort(flat, kind="stable"), np.bincount(flat, minlength=num_experts)
+
+
+def _silu(x: np.ndarray) -> np.ndarray:
+    return x / (1.0 + np.exp(-x))
+
+
+def expert_mlp(x: np.ndarray, w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
+    """SwiGLU expert: w1 [2I, H] holds gate rows then up rows, w2 [H, I]; x [T, H] -> [T, H]."""
+    i = w1.shape[0] // 2
+    h = x @ w1.T
+    return (_silu(h[:, :i]) * h[:, i:]) @ w2.T
+
+
+def forward(x: np.ndarray, router_w: np.ndarray, w1: np.ndarray, w2: np.ndarray, cfg: MoEConfig,
+            bias: np.ndarray | None = None, shared_w1: np.ndarray | None = None,
+            shared_w2: np.ndarray | None = None) -> tuple[np.ndarray, Routing]:
+    """The whole layer in float64: y = sum_j w_j * expert_{e_j}(x) (+ shared experts' output).
+
+    x [T, H]; router_w [E, H]; w1 [E, 2I, H]; w2 [E, H, I]; shared_w1 [S, 2Is, H], shared_w2 [S, H, Is]."""
+    x = np.asarray(x, dtype=np.float64)
+    r = route(x @ np.asarray(router_w, dtype=np.float64).T, cfg, bias)
+    y = np.zeros_like(x)
+    order, counts = dispatch_order(r.experts, cfg.experts)
+    start = 0
+    for e in range(cfg.experts):
+        rows = order[start:start + counts[e]]
+        start += counts[e]
+        if rows.size == 0:
+            continue
+        tok, j = rows // cfg.top_k, rows % cfg.top_k
+        out = expert_mlp(x[tok], np.asarray(w1[e], np.float64), np.asarray(w2[e], np.float64))
+        np.add.at(y, tok, r.weights[tok, j][:, None] * out)
+    if cfg.shared:
+        if shared_w1 is None or shared_w2 is None or len(shared_w1) != cfg.shared:
+            raise ValueError(f"the config has {cfg.shared} shared expert(s): pass shared_w1 and shared_w2")
+        for s in range(cfg.shared):
+            y += expert_mlp(x, np.asarray(shared_w1[s], np.float64), np.asarray(shared_w2[s], np.float64))
+    return y, r

@@ -1,0 +1,137 @@
+"""The MoE configs and the float64 routing / layer reference (no GPU): hand-checked cases, ties,
+group-limited routing against brute force, the stable dispatch order, the whole layer on cases whose
+answer is known another way."""
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+from kosmos.moe import MoEConfig, load_models
+from kosmos.moe import reference as ref
+
+
+def cfg(**kw):
+    base = dict(experts=8, top_k=2, hidden=64, intermediate=64)
+    base.update(kw)
+    return MoEConfig(**base)
+
+
+def test_shipped_models_load_and_check():
+    models = load_models()
+    assert {"DeepSeek-V3", "Kimi-K2", "Qwen3-235B-A22B", "Qwen3-30B-A3B", "Llama-4-Scout", "Mixtral-8x7B",
+            "GPT-OSS-120B"} <= set(models)
+    ds = models["DeepSeek-V3"]
+    assert (ds.experts, ds.top_k, ds.groups, ds.topk_groups, ds.score, ds.expert_bias) == (256, 8, 8, 4, "sigmoid", True)
+    assert ds.local_experts(8) == 32
+    with pytest.raises(ValueError, match="do not divide"):
+        ds.local_experts(3)
+
+
+@pytest.mark.parametrize("kw,match", [
+    (dict(top_k=9), "exceeds the 8 experts"),
+    (dict(score="relu"), "score must be"),
+    (dict(groups=3, topk_groups=1), "equal groups"),
+    (dict(groups=4, topk_groups=5), "topk_groups must be"),
+    (dict(groups=4, topk_groups=1, top_k=3), "exceeds the experts of 1 groups"),
+    (dict(topk_groups=2), "needs groups"),
+    (dict(hidden=100), "multiple of 64"),
+    (dict(experts=0), "positive integer"),
+])
+def test_bad_configs(kw, match):
+    with pytest.raises(ValueError, match=match):
+        cfg(**kw)
+
+
+def test_softmax_top2_by_hand():
+    logits = np.log(np.array([[1.0, 2.0, 3.0, 4.0, 0.5, 0.5, 0.5, 0.5]]))
+    r = ref.route(logits, cfg(normalize=False))
+    p = np.exp(logits) / np.exp(logits).sum()
+    assert r.experts.tolist() == [[3, 2]]
+    np.testing.assert_allclose(r.weights, [[p[0, 3], p[0, 2]]])
+    r = ref.route(logits, cfg(normalize=True, scaling=2.0))
+    np.testing.assert_allclose(r.weights, [[2 * 4 / 7, 2 * 3 / 7]])
+
+
+def test_ties_take_the_lower_expert():
+    r = ref.route(np.zeros((3, 8)), cfg(top_k=3))
+    assert r.experts.tolist() == [[0, 1, 2]] * 3
+
+
+def test_bias_changes_the_choice_not_the_weight():
+    c = cfg(score="sigmoid", expert_bias=True, normalize=False, top_k=1)
+    logits = np.array([[2.0, 1.0, 0, 0, 0, 0, 0, 0]])
+    bias = np.zeros(8)
+    bias[1] = 1.0
+    r = ref.route(logits, c, bias)
+    assert r.experts.tolist() == [[1]]
+    np.testing.assert_allclose(r.weights, [[1 / (1 + np.exp(-1.0))]])
+    with pytest.raises(ValueError, match="needs a bias"):
+        ref.route(logits, c)
+    with pytest.raises(ValueError, match="expert_bias = False"):
+        ref.route(logits, cfg(), bias)
+
+
+def test_group_limited_matches_brute_force():
+    rng = np.random.default_rng(0)
+    c = MoEConfig(experts=16, top_k=3, hidden=64, intermediate=64, score="sigmoid", expert_bias=True,
+                  groups=4, topk_groups=2)
+    logits, bias = rng.standard_normal((50, 16)), 0.1 * rng.standard_normal(16)
+    r = ref.route(logits, c, bias)
+    choice = 1 / (1 + np.exp(-logits)) + bias
+    for t in range(50):
+        g = choice[t].reshape(4, 4)
+        gscore = np.sort(g, axis=1)[:, -2:].sum(axis=1)
+        best_pair = max(itertools.combinations(range(4), 2), key=lambda p: (gscore[list(p)].sum(), [-i for i in p]))
+        allowed = [e for e in range(16) if e // 4 in best_pair]
+        want = sorted(allowed, key=lambda e: (-choice[t, e], e))[:3]
+        assert r.experts[t].tolist() == want, t
+
+
+def test_aux_and_z_loss():
+    # Uniform scores and perfectly balanced choices: the load-balancing loss is exactly its coefficient.
+    c = cfg(top_k=1, aux_loss_coef=0.01, z_loss_coef=0.001)
+    logits = np.zeros((8, 8))
+    r = ref.route(logits, c)
+    assert r.experts.ravel().tolist() == [0] * 8  # ties: all to expert 0, so f = (1, 0, ...)
+    np.testing.assert_allclose(r.aux_loss, 0.01 * 8 * (1.0 * 1 / 8))
+    np.testing.assert_allclose(r.z_loss, 0.001 * np.log(8.0) ** 2)
+    balanced = np.full((8, 8), -10.0)
+    balanced[np.arange(8), np.arange(8)] = 10.0
+    r = ref.route(balanced, c)
+    assert sorted(r.experts.ravel().tolist()) == list(range(8))
+    np.testing.assert_allclose(r.aux_loss, 0.01, rtol=1e-6)  # f = P = 1/E (P up to e^-20)
+
+
+def test_dispatch_order_is_a_stable_counting_sort():
+    experts = np.array([[2, 0], [0, 1], [2, 1]])
+    order, counts = ref.dispatch_order(experts, 4)
+    assert counts.tolist() == [2, 2, 2, 0]
+    assert order.tolist() == [1, 2, 3, 5, 0, 4]  # (t0,j1) (t1,j0) | (t1,j1) (t2,j1) | (t0,j0) (t2,j0)
+
+
+def test_forward_one_expert_is_the_dense_mlp_and_shared_adds():
+    rng = np.random.default_rng(1)
+    c = MoEConfig(experts=1, top_k=1, hidden=64, intermediate=64, normalize=True, scaling=1.0)
+    x = rng.standard_normal((5, 64))
+    rw, w1, w2 = rng.standard_normal((1, 64)), rng.standard_normal((1, 128, 64)), rng.standard_normal((1, 64, 64))
+    y, r = ref.forward(x, rw, w1, w2, c)
+    np.testing.assert_allclose(r.weights, 1.0)
+    np.testing.assert_allclose(y, ref.expert_mlp(x, w1[0], w2[0]))
+    cs = MoEConfig(experts=1, top_k=1, hidden=64, intermediate=64, shared=1)
+    ys, _ = ref.forward(x, rw, w1, w2, cs, shared_w1=w1, shared_w2=w2)
+    np.testing.assert_allclose(ys, 2 * y)
+    with pytest.raises(ValueError, match="shared expert"):
+        ref.forward(x, rw, w1, w2, cs)
+
+
+def test_forward_equals_a_per_token_loop():
+    rng = np.random.default_rng(2)
+    c = cfg(top_k=3, score="softmax", normalize=True)
+    x, rw = rng.standard_normal((7, 64)), rng.standard_normal((8, 64))
+    w1, w2 = rng.standard_normal((8, 128, 64)) / 8, rng.standard_normal((8, 64, 64)) / 8
+    y, r = ref.forward(x, rw, w1, w2, c)
+    for t in range(7):
+        want = sum(r.weights[t, j] * ref.expert_mlp(x[t:t + 1], w1[e], w2[e])[0] for j, e in enumerate(r.experts[t]))
+        np.testing.assert_allclose(y[t], want, rtol=1e-12, atol=1e-12)
