@@ -96,25 +96,22 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
         TileCoord tc;
         if (t >= 0) tc = sched.tile(t);  // (no tile 0 to place when every group is empty)
         else tc.kb0 = tc.kb1 = 0;
-        if constexpr (Sched::kRaggedK) {
-          if (stop == 0 && tc.kb1 == tc.kb0) {
-            // Nothing to reduce (a group with no rows): one stage without loads names the tile.
-            if (!ready(tc, tc.kb0)) {
-              stop = -2;
-            } else {
-              mbar_wait(&empty[s], ph ^ 1);
-              slot[s] = t;
-              mbar_arrive(&full[s]);
-              ring_advance<Cfg::kStages>(s, ph);
-              continue;
-            }
-          }
-        }
         // The hook runs once, before the unit's first slab: the consumers learn a stop only at a
         // unit's first stage (a stop between two slabs would leave them waiting for the next one).
-        if (stop == 0 && tc.kb1 > tc.kb0 && !ready(tc, tc.kb0)) stop = -2;
-        if (!Ready::kTrivial && stop == 0) fence_proxy_async_global();
-        for (i32 kb = tc.kb0; stop == 0 && kb < tc.kb1; ++kb) {
+        if (stop == 0 && !ready(tc, tc.kb0)) stop = -2;
+        // A stage without loads carries only its slot: the stop (-1 no more tiles, -2 abort; the
+        // consumers release it too), or a unit with nothing to reduce (a group without rows).
+        if (stop != 0 || (Sched::kRaggedK && tc.kb1 == tc.kb0)) {
+          mbar_wait(&empty[s], ph ^ 1);
+          slot[s] = stop != 0 ? stop : t;
+          mbar_arrive(&full[s]);
+          ring_advance<Cfg::kStages>(s, ph);
+          if (stop == 0) continue;
+          if (stop == -2) ps->aborted = 1;
+          break;
+        }
+        if (!Ready::kTrivial) fence_proxy_async_global();
+        for (i32 kb = tc.kb0; kb < tc.kb1; ++kb) {
           mbar_wait(&empty[s], ph ^ 1);
           slot[s] = t;
           mbar_arrive_expect_tx(&full[s], Cfg::kStageBytes);
@@ -139,15 +136,6 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
             }
           }
           ring_advance<Cfg::kStages>(s, ph);
-        }
-        if (stop != 0) {
-          // Tell the consumers: no more tiles (-1) or abort (-2). They release this stage too.
-          mbar_wait(&empty[s], ph ^ 1);
-          slot[s] = stop;
-          mbar_arrive(&full[s]);
-          ring_advance<Cfg::kStages>(s, ph);
-          if (stop == -2) ps->aborted = 1;
-          break;
         }
       }
       ps->prod_stage = s;
