@@ -18,6 +18,7 @@ descriptors) are cached per shape.
 from __future__ import annotations
 
 import functools
+import math
 import re
 import threading
 from dataclasses import dataclass, field
@@ -38,8 +39,8 @@ _LAYOUT_ID = {"TN": 0, "NN": 1, "NT": 2}
 # ---------------------------------------------------------------- constants from config.h
 @functools.lru_cache(maxsize=None)
 def device_constants() -> dict[str, int]:
-    """The `constexpr int NAME = number;` constants of hipsrc/kosmos/gemm/config.h."""
-    text = (hipsrc_dir() / "kosmos" / "gemm" / "config.h").read_text()
+    """The `constexpr int NAME = number;` constants of hipsrc/kosmos/gemm/config.h and schedule.h."""
+    text = "".join((hipsrc_dir() / "kosmos" / "gemm" / f).read_text() for f in ("config.h", "schedule.h"))
     return {k: int(v) for k, v in re.findall(r"constexpr\s+int\s+(k\w+)\s*=\s*(\d+)\s*;", text)}
 
 
@@ -121,12 +122,17 @@ def gemm_shape(layout: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...], 
 TILE_WIDTHS = (256, 128)  # the builder's tile configurations (config.h TileConfig): 128 x BN
 
 
+def tile_columns(no: int, swiglu_f: int, tile_n: int) -> int:
+    """Tile columns over `no` accumulator columns (SwiGLU: over its f outputs, tile_n / 2 a tile)."""
+    if swiglu_f:
+        return -(-swiglu_f // (tile_n // 2))
+    return -(-no // tile_n)
+
+
 def tile_counts(shape: GemmShape, tile_n: int = 256) -> tuple[int, int, int]:
     """(tiles_m, tiles_n, k_slabs) of the 128 x tile_n x 64 builder on this GEMM."""
     tm, _, tk = tile_shape()
-    cols = shape.swiglu_f if shape.swiglu_f else shape.no
-    per_tile = tile_n // 2 if shape.swiglu_f else tile_n
-    return -(-shape.mo // tm), -(-cols // per_tile), -(-shape.kr // tk)
+    return -(-shape.mo // tm), tile_columns(shape.no, shape.swiglu_f, tile_n), -(-shape.kr // tk)
 
 
 # Per-FLOP speed of a 128x128 tile relative to 128x256 (smaller tiles reuse each operand byte half as
@@ -334,6 +340,40 @@ def tmap_of(arr) -> np.void:
 ZERO_TMAP = np.zeros(1, TMAP_DTYPE)[0]
 
 
+def operand_tmaps(cache: dict, a, b, out, uses_tma: bool, tma_store: bool) -> tuple[np.void, np.void, np.void]:
+    """(a, b, out) TMA maps for a plan, cached by the arrays' addresses (the output's map only when
+    the kernel stores through TMA; a 3-D output is mapped as its 2-D rows); zeros off Hopper."""
+    if not uses_tma:
+        return ZERO_TMAP, ZERO_TMAP, ZERO_TMAP
+    key = (a.data.ptr, b.data.ptr, out.data.ptr)
+    hit = cache.get(key)
+    if hit is None:
+        tc = tmap_of(out.reshape(-1, out.shape[-1])) if tma_store else ZERO_TMAP
+        if len(cache) > 32:
+            cache.clear()
+        hit = cache[key] = (tmap_of(a), tmap_of(b), tc)
+    return hit
+
+
+def problem_record(a, b, mo: int, no: int, kr: int, tiles: tuple[int, int, int], swiglu_f: int = 0,
+                   k_splits: int = 0, b_group_stride: int = 0) -> np.void:
+    """The device's Problem for row-major operands a and b (b may be [groups, rows, cols])."""
+    prob = np.zeros(1, PROBLEM_DTYPE)[0]
+    prob["a"], prob["b"] = a.data.ptr, b.data.ptr
+    prob["mo"], prob["no"], prob["kr"] = mo, no, kr
+    prob["lda"], prob["ldb"] = a.shape[1], b.shape[-1]
+    prob["tiles_m"], prob["tiles_n"], prob["k_slabs"] = tiles
+    prob["swiglu_f"], prob["k_splits"], prob["b_group_stride"] = swiglu_f, k_splits, b_group_stride
+    return prob
+
+
+def epi_record(out, mo: int, no: int) -> np.void:
+    """The epilogue's view of a row-major output of mo x no elements (row stride: its last dim)."""
+    epi = np.zeros(1, EPI_DTYPE)[0]
+    epi["out"], epi["ldo"], epi["mo"], epi["no"] = out.data.ptr, out.shape[-1], mo, no
+    return epi
+
+
 @dataclass
 class GemmPlan:
     """One compiled, launch-checked GEMM for a (layout, epilogue, out dtype, shape, grid)."""
@@ -361,36 +401,12 @@ class GemmPlan:
         """The bf16 store epilogue writes through TMA (Hopper layer): the kernel reads the output's map."""
         return self.uses_tma and self.splits == 1 and not self.shape.swiglu_f and self.out_dtype == _bf16()
 
-    def _tmaps_for(self, a, b, out) -> tuple[np.void, np.void, np.void]:
-        if not self.uses_tma:
-            return ZERO_TMAP, ZERO_TMAP, ZERO_TMAP
-        key = (a.data.ptr, b.data.ptr, out.data.ptr)
-        hit = self._tmaps.get(key)
-        if hit is None:
-            # Every array is row-major; its TMA dims are (columns, rows).
-            ta, tb = tmap_of(a), tmap_of(b)
-            tc = tmap_of(out) if self.tma_store else ZERO_TMAP
-            if len(self._tmaps) > 32:
-                self._tmaps.clear()
-            hit = self._tmaps[key] = (ta, tb, tc)
-        return hit
-
     def args(self, a, b, out, head=None, base=None) -> tuple:
         """The standard kernel arguments (tma, tmb, tmc, problem, epilogue, head, base)."""
         s = self.shape
-        prob = np.zeros(1, PROBLEM_DTYPE)[0]
-        prob["a"], prob["b"] = a.data.ptr, b.data.ptr
-        prob["mo"], prob["no"], prob["kr"] = s.mo, s.no, s.kr
-        prob["lda"], prob["ldb"] = a.shape[1], b.shape[1]
-        prob["tiles_m"], prob["tiles_n"], prob["k_slabs"] = self.tiles
-        prob["swiglu_f"] = s.swiglu_f
-        prob["k_splits"] = self.splits
-        epi = np.zeros(1, EPI_DTYPE)[0]
-        epi["out"] = out.data.ptr
-        epi["ldo"] = out.shape[1]
-        epi["mo"] = s.mo
-        epi["no"] = s.swiglu_f if s.swiglu_f else s.no
-        ta, tb, tc = self._tmaps_for(a, b, out)
+        prob = problem_record(a, b, s.mo, s.no, s.kr, self.tiles, s.swiglu_f, self.splits)
+        epi = epi_record(out, s.mo, s.swiglu_f if s.swiglu_f else s.no)
+        ta, tb, tc = operand_tmaps(self._tmaps, a, b, out, self.uses_tma, self.tma_store)
         return (ta, tb, tc, prob, epi, self.head if head is None else head,
                 np.uint64(self.base if base is None else base))
 
@@ -435,7 +451,7 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     wgmma = _arch_info(dev, _extra_options)[0] == 1
     check_tile_n(tile_n, "swiglu" if shape.swiglu_f else "store", wgmma)
     if tile_n is None:
-        count = lambda bn: tile_counts(shape, bn)[0] * tile_counts(shape, bn)[1]  # noqa: E731
+        count = lambda bn: math.prod(tile_counts(shape, bn)[:2])  # noqa: E731
         tile_n = choose_tile_n(count(256), count(128), ctas, narrow_ok=wgmma and not shape.swiglu_f)
     tiles = tile_counts(shape, tile_n)
     ntiles = tiles[0] * tiles[1]

@@ -22,7 +22,6 @@ a MoE layer validates its routing on the device).
 """
 from __future__ import annotations
 
-import functools
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -30,20 +29,14 @@ from typing import Any
 import numpy as np
 
 from . import gemm
-from .runtime.source import hipsrc_dir
 from .arrays import check_array
+from .gemm import LAYOUTS
 from .runtime.streams import DeviceOrder, uses_stream
 
-LAYOUTS = ("TN", "NN", "NT")
 
-
-@functools.lru_cache(maxsize=None)
 def max_groups() -> int:
     """Groups one launch takes (kMaxGroups in hipsrc/kosmos/gemm/schedule.h)."""
-    import re
-
-    text = (hipsrc_dir() / "kosmos" / "gemm" / "schedule.h").read_text()
-    return int(re.search(r"constexpr\s+int\s+kMaxGroups\s*=\s*(\d+)\s*;", text).group(1))
+    return gemm.device_constants()["kMaxGroups"]
 
 
 # ---------------------------------------------------------------- host logic (no GPU needed)
@@ -62,8 +55,7 @@ class GroupedShape:
         """(tiles_m, tiles_n, k_slabs) of one group: tiles_m only for NT (TN/NN: from the counts),
         k_slabs only for TN/NN (NT: from the counts)."""
         tm, _, tk = gemm.tile_shape()
-        cols, per_tile = (self.swiglu_f, tile_n // 2) if self.swiglu_f else (self.no, tile_n)
-        tiles_n = -(-cols // per_tile)
+        tiles_n = gemm.tile_columns(self.no, self.swiglu_f, tile_n)
         if self.layout == "NT":
             return -(-self.mo // tm), tiles_n, 0
         return 0, tiles_n, -(-self.kr // tk)
@@ -80,10 +72,6 @@ class GroupedShape:
         if self.layout == "NT":
             return 2 * total_rows * self.mo * self.no
         return 2 * total_rows * self.no * self.kr
-
-
-def _dims_error(what: str, value: int) -> ValueError:
-    return ValueError(f"{what} = {value} must be a positive multiple of 64")
 
 
 def grouped_shape(layout: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...], groups: int,
@@ -123,7 +111,7 @@ def grouped_shape(layout: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...
             mo, no, kr, out = rows, k, n, (rows, k)
     for what, v in (("N", n), ("K", k)):
         if v < 64 or v % 64:
-            raise _dims_error(what, v)
+            raise gemm._dim_error(what, v)
     if epilogue == "swiglu":
         if layout != "TN":
             raise ValueError("epilogue='swiglu' is a forward (TN) epilogue")
@@ -187,35 +175,12 @@ class GroupedPlan:
         """The bf16 store epilogue writes through TMA (Hopper layer): the kernel reads the output's map."""
         return self.uses_tma and not self.shape.swiglu_f and self.out_dtype == gemm._bf16()
 
-    def _tmaps_for(self, a, b, out) -> tuple[np.void, np.void, np.void]:
-        if not self.uses_tma:
-            return gemm.ZERO_TMAP, gemm.ZERO_TMAP, gemm.ZERO_TMAP
-        key = (a.data.ptr, b.data.ptr, out.data.ptr)
-        hit = self._tmaps.get(key)
-        if hit is None:
-            tc = gemm.tmap_of(out.reshape(-1, out.shape[-1])) if self.tma_store else gemm.ZERO_TMAP
-            if len(self._tmaps) > 32:
-                self._tmaps.clear()
-            hit = self._tmaps[key] = (gemm.tmap_of(a), gemm.tmap_of(b), tc)
-        return hit
-
     def args(self, a, b, group_rows, out) -> tuple:
         s = self.shape
-        tiles_m, tiles_n, k_slabs = s.tiles(self.tile_n)
-        prob = np.zeros(1, gemm.PROBLEM_DTYPE)[0]
-        prob["a"], prob["b"] = a.data.ptr, b.data.ptr
-        prob["mo"], prob["no"], prob["kr"] = s.mo, s.no, s.kr
-        prob["lda"], prob["ldb"] = a.shape[1], b.shape[-1]
-        prob["tiles_m"], prob["tiles_n"], prob["k_slabs"] = tiles_m, tiles_n, k_slabs
-        prob["swiglu_f"] = s.swiglu_f
-        prob["k_splits"] = 1
-        prob["b_group_stride"] = b.shape[1] * b.shape[2] if b.ndim == 3 else 0
-        epi = np.zeros(1, gemm.EPI_DTYPE)[0]
-        epi["out"] = out.data.ptr
-        epi["ldo"] = out.shape[-1]
-        epi["mo"] = out.size // out.shape[-1]
-        epi["no"] = out.shape[-1]
-        ta, tb, tc = self._tmaps_for(a, b, out)
+        prob = gemm.problem_record(a, b, s.mo, s.no, s.kr, s.tiles(self.tile_n), s.swiglu_f, 1,
+                                   b.shape[1] * b.shape[2] if b.ndim == 3 else 0)
+        epi = gemm.epi_record(out, out.size // out.shape[-1], out.shape[-1])
+        ta, tb, tc = gemm.operand_tmaps(self._tmaps, a, b, out, self.uses_tma, self.tma_store)
         return (ta, tb, tc, prob, epi, group_rows, np.int32(s.groups), np.int32(s.rows), self.words)
 
     def __call__(self, a, b, group_rows, out, stream=None) -> None:

@@ -201,3 +201,19 @@ def test_tma_store_follows_the_plan_not_the_kernel_name():
         assert gp.tma_store
     sw = grouped.grouped_shape("TN", (300, 128), (2, 256, 128), 2, "swiglu")
     assert not grouped.GroupedPlan(sw, bf16, "kosmos_grouped_tn_swiglu", 1, None, None).tma_store
+
+
+def test_problem_and_epilogue_records():
+    """One builder of the device's Problem / epilogue records for every plan (dense, grouped, fused)."""
+    from types import SimpleNamespace as NS
+
+    def arr(ptr, *shape):
+        return NS(data=NS(ptr=ptr), shape=shape, size=int(np.prod(shape)))
+
+    a, b3 = arr(0x1000, 300, 128), arr(0x2000, 4, 256, 128)
+    p = gemm.problem_record(a, b3, 300, 256, 128, (0, 1, 2), 0, 1, 256 * 128)
+    assert (p["a"], p["b"], p["lda"], p["ldb"], p["tiles_n"], p["k_slabs"]) == (0x1000, 0x2000, 128, 128, 1, 2)
+    assert (p["k_splits"], p["b_group_stride"], p["swiglu_f"]) == (1, 256 * 128, 0)
+    e = gemm.epi_record(arr(0x3000, 4, 256, 128), 1024, 128)
+    assert (e["out"], e["ldo"], e["mo"], e["no"]) == (0x3000, 128, 1024, 128)
+    assert gemm.tile_columns(320, 0, 128) == 3 and gemm.tile_columns(640, 320, 256) == 3

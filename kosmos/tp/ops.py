@@ -122,20 +122,9 @@ class _FusedOp(SymmetricPlan):
 
     @staticmethod
     def _problem(shape: gemm.GemmShape, a: Any, b: Any) -> np.void:
-        tiles = gemm.tile_counts(shape)
-        prob = np.zeros(1, gemm.PROBLEM_DTYPE)[0]
-        prob["a"], prob["b"] = a.data.ptr, b.data.ptr
-        prob["mo"], prob["no"], prob["kr"] = shape.mo, shape.no, shape.kr
-        prob["lda"], prob["ldb"] = a.shape[1], b.shape[1]
-        prob["tiles_m"], prob["tiles_n"], prob["k_slabs"] = tiles
-        return prob
+        return gemm.problem_record(a, b, shape.mo, shape.no, shape.kr, gemm.tile_counts(shape))
 
-    @staticmethod
-    def _epi(out: Any, mo: int, no: int) -> np.void:
-        """The epilogue's view of a row-major output of mo x no elements."""
-        epi = np.zeros(1, gemm.EPI_DTYPE)[0]
-        epi["out"], epi["ldo"], epi["mo"], epi["no"] = out.data.ptr, out.shape[1], mo, no
-        return epi
+    _epi = staticmethod(gemm.epi_record)
 
     def _tile_table(self, shape: gemm.GemmShape, tiles: np.ndarray | None) -> tuple[Any, int]:
         """(device order table or a null pointer, tile count). No order = the builder's own raster."""
