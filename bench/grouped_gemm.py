@@ -17,10 +17,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import sys
 import time
 from pathlib import Path
+from statistics import geometric_mean
 
 import numpy as np
 
@@ -190,9 +190,8 @@ def main(argv=None):
                 rs = [r for r in results if r["rows_per_expert"] == rows_per and r["routing"] == kind]
                 if not rs:
                     continue
-                geo = lambda xs: math.exp(sum(map(math.log, xs)) / len(xs))  # noqa: E731
-                print(f"{rows_per:11d} {kind:>8s} {len(rs):3d} {geo([r['vs_dense'] for r in rs]):14.3f} "
-                      f"{min(r['vs_dense'] for r in rs):6.3f} {geo([r['vs_loop'] for r in rs]):13.2f}")
+                print(f"{rows_per:11d} {kind:>8s} {len(rs):3d} {geometric_mean([r['vs_dense'] for r in rs]):14.3f} "
+                      f"{min(r['vs_dense'] for r in rs):6.3f} {geometric_mean([r['vs_loop'] for r in rs]):13.2f}")
 
 
 if __name__ == "__main__":
