@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import functools
 import math
-import re
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +27,6 @@ import numpy as np
 
 from .arrays import check_array, refuse_overlap
 from .dtypes import dtype_name
-from .runtime.source import hipsrc_dir
 from .runtime.streams import DeviceOrder, uses_stream
 
 LAYOUTS = ("TN", "NN", "NT")
@@ -36,12 +34,20 @@ EPILOGUES = ("store", "swiglu")
 _LAYOUT_ID = {"TN": 0, "NN": 1, "NT": 2}
 
 
-# ---------------------------------------------------------------- constants from config.h
-@functools.lru_cache(maxsize=None)
+# ---------------------------------------------------------------- constants of the device code
+# The builder geometry of hipsrc/kosmos/gemm/config.h and schedule.h that the host relies on (the
+# header is the source; this mirror is checked against it at compile time: kosmos.runtime.mirror).
+DEVICE_CONSTANTS = {
+    "kThreads": 384,       # one producer warpgroup + two consumer warpgroups
+    "kTileM": 128, "kTileN": 256, "kTileK": 64,  # the default tile (TILE_WIDTHS has the narrow one)
+    "kSmemBytes": 230656,  # dynamic shared memory of a builder CTA
+    "kGroupM": 8,          # tile raster: tile rows per group
+    "kMaxGroups": 256,     # grouped GEMM: groups the device-side table holds
+}
+
+
 def device_constants() -> dict[str, int]:
-    """The `constexpr int NAME = number;` constants of hipsrc/kosmos/gemm/config.h and schedule.h."""
-    text = "".join((hipsrc_dir() / "kosmos" / "gemm" / f).read_text() for f in ("config.h", "schedule.h"))
-    return {k: int(v) for k, v in re.findall(r"constexpr\s+int\s+(k\w+)\s*=\s*(\d+)\s*;", text)}
+    return DEVICE_CONSTANTS
 
 
 def block_threads() -> int:

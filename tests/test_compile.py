@@ -12,27 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from kosmos.runtime import check
+import numpy as np
+
+from kosmos.runtime import check, mirror
 from kosmos.runtime.source import compile_options, hipsrc_dir
-from kosmos.runtime.status import WAIT_CTX_DTYPE
 
 REQUIRED = os.environ.get("KOSMOS_REQUIRE_TOOLCHAINS") == "1"
 
 def layout_check() -> str:
-    """A translation unit that fails to compile unless WaitCtx matches WAIT_CTX_DTYPE field for field."""
-    lines = ['#include "kosmos/wait.h"', "using namespace kosmos;",
-             f"static_assert(sizeof(WaitCtx) == {WAIT_CTX_DTYPE.itemsize}, \"WaitCtx size\");",
-             f"static_assert(alignof(WaitCtx) == {WAIT_CTX_DTYPE.alignment}, \"WaitCtx alignment\");"]
-    for name in WAIT_CTX_DTYPE.names:
-        dt, off = WAIT_CTX_DTYPE.fields[name][:2]
-        lines.append(f"static_assert(__builtin_offsetof(WaitCtx, {name}) == {off}, \"{name} offset\");")
-        lines.append(f"static_assert(sizeof(WaitCtx::{name}) == {dt.itemsize}, \"{name} size\");")
-    lines += [
-        'static_assert(sizeof(Status) == 16, "Status is 4 x u32 (DeviceStatus maps 16 bytes)");',
-        'static_assert(sizeof(vec16) == 16 && alignof(vec16) == 16, "vec16");',
-        'extern "C" __global__ void layout_probe(WaitCtx w) { if (failed(w)) record_timeout(w, SITE_PROBE); }',
-    ]
-    return "\n".join(lines) + "\n"
+    """Every host mirror's static_asserts (kosmos.runtime.mirror), and a kernel taking WaitCtx."""
+    return mirror.check_source() + (
+        'using namespace kosmos;\n'
+        'extern "C" __global__ void layout_probe(WaitCtx w) { if (failed(w)) record_timeout(w, SITE_PROBE); }\n')
 
 
 def _missing(what: str) -> None:
@@ -60,15 +51,45 @@ def clang() -> str:
     return found
 
 
-def test_wait_ctx_layout_nvrtc(nvrtc) -> None:  # noqa: ANN001
-    prog = nvrtc.createProgram(layout_check(), "layout.cu", [], [])
+def _nvrtc_log(nvrtc, source: str) -> str | None:  # noqa: ANN001
+    """None if `source` compiles for sm_90a, else the compile log."""
+    prog = nvrtc.createProgram(source, "layout.cu", [], [])
     try:
         try:
             nvrtc.compileProgram(prog, list(compile_options("cuda", "sm_90a")))
         except nvrtc.NVRTCError:
-            pytest.fail(nvrtc.getProgramLog(prog))
+            return nvrtc.getProgramLog(prog)
+        return None
     finally:
         nvrtc.destroyProgram(prog)
+
+
+def test_host_mirrors_match_the_device_code_nvrtc(nvrtc) -> None:  # noqa: ANN001
+    log = _nvrtc_log(nvrtc, layout_check())
+    assert log is None, log
+
+
+def test_a_drifted_mirror_fails_the_check(nvrtc) -> None:  # noqa: ANN001
+    """The check can fail: two fields swapped, a field of another size and a changed constant are each
+    caught, by name."""
+    from kosmos.tp.params import AG_PARAMS_DTYPE as ag
+
+    def variant(order: list[str], retype: dict) -> np.dtype:
+        return np.dtype([(n, retype.get(n, ag.fields[n][0])) for n in order], align=True)
+
+    names = list(ag.names)
+    i, j = names.index("m"), names.index("x")
+    names[i], names[j] = names[j], names[i]
+    cases = {
+        "kosmos::tp::AgParams::m: offset": variant(names, {}),
+        "kosmos::tp::AgParams::mover_threads: size": variant(list(ag.names), {"mover_threads": np.uint16}),
+        "kosmos::gemm::kTileM == 64": mirror.ConstantMirror("kosmos::gemm", {"kTileM": 64}),
+    }
+    for what, drifted in cases.items():
+        lines = (mirror.constant_asserts(drifted) if isinstance(drifted, mirror.ConstantMirror)
+                 else mirror.struct_asserts(mirror.StructMirror("kosmos::tp::AgParams", drifted)))
+        log = _nvrtc_log(nvrtc, '#include "kosmos/tp_params.h"\n' + "\n".join(lines) + "\n")
+        assert log is not None and what in log, (what, log)
 
 
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])  # wgmma + TMA; the portable mma.sync path
@@ -78,7 +99,7 @@ def test_every_kernel_compiles_for_nvidia(nvrtc, arch: str) -> None:  # noqa: AN
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
-def test_wait_ctx_layout_amd(clang: str, tmp_path: Path, arch: str) -> None:
+def test_host_mirrors_match_the_device_code_amd(clang: str, tmp_path: Path, arch: str) -> None:
     src = tmp_path / "layout.hip"
     src.write_text(layout_check())
     assert check.compile_amd(src, arch, clang) > 0

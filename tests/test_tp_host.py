@@ -4,9 +4,11 @@ from __future__ import annotations
 import itertools
 import types
 
+import numpy as np
 import pytest
 
 from kosmos.tp.heuristics import KINDS, Hardware, crew_for, hardware
+from kosmos.tp.params import AG_PARAMS_DTYPE, record
 from kosmos.tp.queues import (TILE_ROW, BandGrid, GatherGrid, ag_mover_order, ag_tile_order, peer_order,
                               rs_reducer_order, rs_tile_order)
 
@@ -163,8 +165,8 @@ def _stand_in_op():
     joined: list = []  # the streams each launch was ordered on (World.order)
     op.world = types.SimpleNamespace(check=lambda: None, status=types.SimpleNamespace(failures=0),
                                      order=types.SimpleNamespace(join=joined.append, joined=joined))
-    launched = []
-    op.launch = lambda args, stream=None: launched.append(list(args))
+    launched = []  # (the maps, the params record's bytes) at each launch: the record is reused
+    op.launch = lambda args, stream=None: launched.append((args[:3], args[3].tobytes()))
     return op, launched
 
 
@@ -174,14 +176,17 @@ def test_launch_arguments_are_built_once_per_address_set_and_only_the_epoch_chan
 
     def build():
         builds.append(1)
-        return tuple(range(op._EPOCH_ARG)) + (None, "rest")
+        return ["tma", "tmb", "tmc", record(AG_PARAMS_DTYPE, m=128 * len(builds))]
 
     a, b, c = _Operand(16), _Operand(32), _Operand(48)
     for operands in ((a, b), (a, b), (a, c)):
         op._run(operands, build, None)
     assert len(builds) == 2
-    assert [int(args[op._EPOCH_ARG]) for args in launched] == [1, 2, 3]
-    assert launched[0] != launched[1] and launched[0][:op._EPOCH_ARG] == launched[1][:op._EPOCH_ARG]
+    recs = np.frombuffer(b"".join(raw for _, raw in launched), AG_PARAMS_DTYPE).copy()
+    assert [int(r["c"]["epoch"]) for r in recs] == [1, 2, 3]
+    assert [int(r["m"]) for r in recs] == [128, 128, 256]  # the third address set built its own record
+    recs[1]["c"]["epoch"] = recs[0]["c"]["epoch"]
+    assert recs[0] == recs[1]  # nothing but the epoch changed between two calls
 
 
 def test_a_call_that_fails_before_its_launch_does_not_take_an_epoch():

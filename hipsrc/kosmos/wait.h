@@ -6,8 +6,8 @@
 // part of the World's failure heap), whose waits then stop and record "rank r failed first".
 // A failure therefore reaches every rank within one polling interval, not one budget per rank.
 //
-// The enums below are parsed by kosmos/runtime/status.py to name kernels and sites in
-// KosmosTimeoutError: keep one `NAME = number,` per line.
+// kosmos/runtime/status.py mirrors the enums below (KERNELS, SITES) to name kernels and sites in
+// KosmosTimeoutError; kosmos/runtime/mirror.py checks the mirror at compile time.
 #pragma once
 #include "platform.h"
 

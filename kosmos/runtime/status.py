@@ -2,21 +2,19 @@
 
 The status word lives in host-mapped pinned memory: a kernel that times out writes
 (kernel, rank, site) there and exits, and the host reads it without synchronizing.
-Kernel and site names come from the enums in hipsrc/kosmos/wait.h, the one source of truth.
+Kernel and site names mirror the enums of hipsrc/kosmos/wait.h (checked at compile time).
 """
 from __future__ import annotations
 
 import ctypes
-import functools
 import os
-import re
 
 import numpy as np
 
 from ..errors import KosmosTimeoutError
 from .source import hipsrc_dir
 
-# WaitCtx in wait.h (checked against the C struct by tests/test_compile.py)
+# WaitCtx in wait.h (checked against the C struct at compile time: kosmos.runtime.mirror)
 WAIT_CTX_DTYPE = np.dtype(
     [("status", np.uint64), ("abort", np.uint64), ("told", np.uint64), ("peers", np.uint64), ("told_off", np.uint64),
      ("budget_ns", np.uint64), ("kernel", np.uint32), ("rank", np.uint32), ("world", np.uint32),
@@ -27,27 +25,26 @@ WAIT_CTX_DTYPE = np.dtype(
 DEFAULT_BUDGET_S = float(os.environ.get("KOSMOS_WAIT_BUDGET_S", "30"))
 
 
-def parse_enum(text: str, enum_name: str) -> dict[int, str]:
-    """{value: NAME} of a C++ enum written one `NAME = number,` per line."""
-    m = re.search(r"enum\s+" + enum_name + r"\b[^{]*\{(.*?)\};", text, re.S)
-    if not m:
-        raise ValueError(f"enum {enum_name} not found")
-    return {int(v): k for k, v in re.findall(r"^\s*([A-Z0-9_]+)\s*=\s*(\d+)\s*,", m.group(1), re.M)}
+# KernelId and WaitSite of wait.h (checked against the enums at compile time: kosmos.runtime.mirror).
+KERNELS = {
+    "KERNEL_NONE": 0, "KERNEL_ALL_GATHER": 1, "KERNEL_REDUCE_SCATTER": 2, "KERNEL_ALL_TO_ALL": 3,
+    "KERNEL_BARRIER": 4, "KERNEL_WAIT_PROBE": 5, "KERNEL_COPY_BENCH": 6, "KERNEL_GEMM": 7, "KERNEL_AG_GEMM": 8,
+    "KERNEL_GEMM_RS": 9, "KERNEL_BULK_AG_GEMM": 10, "KERNEL_BULK_RS_GEMM": 11,
+}
+SITES = {
+    "SITE_NONE": 0, "SITE_PEER_DONE": 1, "SITE_PEER_READY": 2, "SITE_SENTINEL": 3, "SITE_PEER_ARRIVED": 4,
+    "SITE_ARENA_FREE": 5, "SITE_BARRIER": 6, "SITE_PROBE": 7, "SITE_TILE_READY": 8, "SITE_GRID": 9,
+}
 
 
-@functools.lru_cache(maxsize=None)
 def kernel_and_site_names() -> tuple[dict[int, str], dict[int, str]]:
-    text = (hipsrc_dir() / "kosmos" / "wait.h").read_text()
-    return parse_enum(text, "KernelId"), parse_enum(text, "WaitSite")
+    """({value: KernelId name}, {value: WaitSite name})."""
+    return {v: k for k, v in KERNELS.items()}, {v: k for k, v in SITES.items()}
 
 
 def kernel_id(name: str) -> int:
     """The KernelId value of e.g. 'KERNEL_ALL_GATHER'."""
-    kernels, _ = kernel_and_site_names()
-    for v, k in kernels.items():
-        if k == name:
-            return v
-    raise KeyError(name)
+    return KERNELS[name]
 
 
 class DeviceStatus:

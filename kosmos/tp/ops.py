@@ -36,6 +36,7 @@ from ..runtime.streams import uses_stream
 from ..timing import device_name
 from ..world import World
 from .heuristics import Crew, crew_for, hardware
+from .params import AG_PARAMS_DTYPE, RS_PARAMS_DTYPE, TP_COMMON_DTYPE, record
 from .queues import (AG_ORDERS, RS_ORDERS, TILE_ROW, BandGrid, GatherGrid, ag_mover_order, ag_tile_order,
                      rs_reducer_order, rs_tile_order, tile_indices)
 
@@ -103,21 +104,19 @@ class _FusedOp(SymmetricPlan):
 
     _tmap = staticmethod(gemm.tmap_of)
 
-    _EPOCH_ARG = 8  # the epoch's position in TP_COMMON_PARAMS (hipsrc/tp.hip)
-
-    def _run(self, operands: tuple, build: Callable[[], tuple], stream: Any) -> None:
-        """Launch one call. Every argument but the epoch depends only on the plan and on the
-        operands' addresses, so the list is built once per address set and reused (it holds
-        pointers, not arrays: the cache keeps no operand alive). The epoch is taken last, so a
-        call that fails before its launch leaves the ranks' epochs in step."""
+    def _run(self, operands: tuple, build: Callable[[], list], stream: Any) -> None:
+        """Launch one call; `build` makes its arguments (_kernel_args). Every field but the epoch depends only on the plan
+        and on the operands' addresses, so the record is built once per address set and reused (it
+        holds pointers, not arrays: the cache keeps no operand alive). The epoch is taken last, so
+        a call that fails before its launch leaves the ranks' epochs in step."""
         self._check_open()
         key = tuple(a.data.ptr for a in operands)
         args = self._args.get(key)
         if args is None:
             if len(self._args) >= 16:
                 self._args.clear()
-            args = self._args[key] = list(build())
-        args[self._EPOCH_ARG], _ = self._next_call(stream)
+            args = self._args[key] = build()
+        args[3]["c"]["epoch"], _ = self._next_call(stream)
         self.launch(args, stream=stream)
 
     @staticmethod
@@ -127,12 +126,12 @@ class _FusedOp(SymmetricPlan):
     _epi = staticmethod(gemm.epi_record)
 
     def _tile_table(self, shape: gemm.GemmShape, tiles: np.ndarray | None) -> tuple[Any, int]:
-        """(device order table or a null pointer, tile count). No order = the builder's own raster."""
+        """(device order table or None, tile count). No order = the builder's own raster."""
         import cupy
 
         tm, tn, _ = gemm.tile_counts(shape)
         if tiles is None:
-            return np.uint64(0), tm * tn
+            return None, tm * tn
         idx = tile_indices(tiles, self.m // gemm.tile_shape()[0], tm, tn, gemm.device_constants()["kGroupM"])
         if sorted(idx.tolist()) != list(range(tm * tn)):  # a queue order that skips or repeats a tile
             raise KosmosError(f"{type(self).__name__}: the tile order is not a permutation of the {tm * tn} tiles")
@@ -142,13 +141,16 @@ class _FusedOp(SymmetricPlan):
         """TMA map of a bf16 output (the builders' store path); fp32 outputs take no map."""
         return self._tmap(out) if out.dtype == bfloat16 else gemm.ZERO_TMAP
 
-    def _common(self, a: Any, b: Any, out: Any) -> tuple:
-        """TP_COMMON_PARAMS for C = op(A, B) into `out`; the epoch is filled in by _run."""
+    def _kernel_args(self, a: Any, b: Any, out: Any, params: np.dtype, **fields: Any) -> list:
+        """[A's, B's and out's TMA maps, the params record] of C = op(A, B) into `out`, with the
+        TpCommon part filled in here and the family's `fields` by the op; the epoch is set by _run."""
         w = self.world
-        return (self._tmap(a), self._tmap(b), self._out_tmap(out), self._problem(self.shape, a, b),
-                self.heap.peer_bases, _ptr(self.flags.local), np.int32(w.rank), np.int32(w.size), np.uint64(0),
-                np.uint64(self.flags.offset), np.int32(self.crew.movers), np.int32(POLICIES[self.policy]),
-                self.tiles[0], np.int32(self.tiles[1]), self._wait_ctx())
+        common = record(TP_COMMON_DTYPE, p=self._problem(self.shape, a, b), wait=self._wait_ctx(),
+                        peer_bases=_ptr(self.heap.peer_bases), mine=_ptr(self.flags.local),
+                        tile_order=_ptr(self.tiles[0]) if self.tiles[0] is not None else 0,
+                        flags_off=self.flags.offset, rank=w.rank, world=w.size, movers=self.crew.movers,
+                        policy=POLICIES[self.policy], n_tiles=self.tiles[1])
+        return [self._tmap(a), self._tmap(b), self._out_tmap(out), record(params, c=common, **fields)]
 
     def _check(self, x: Any, name: str, shape: tuple[int, ...], dtype: Any = bfloat16, stream: Any = None, *,
                writable: bool = False) -> Any:
@@ -228,11 +230,14 @@ class _AllGatherBase(_FusedOp):
             self._scratch = cupy.empty(self.gathered_shape, bfloat16)
         return self._scratch
 
-    def _gather_args(self, x: Any, gathered: Any) -> tuple:
+    def _gather_args(self, a: Any, b: Any, out: Any, x: Any, gathered: Any) -> list:
         g = self.grid_g
-        return (np.uint64(self.shard.offset), _ptr(gathered), _ptr(self.arrived.local), _ptr(x), np.uint64(self.m),
-                np.uint64(self.row_elems * 2), np.int32(g.items_per_chunk), np.int32(g.tiles_m_per_chunk),
-                self.mover_order, np.int32(len(self.mover_order)), np.uint32(self.mover_threads))
+        return self._kernel_args(
+            a, b, out, AG_PARAMS_DTYPE, epi=self._epi(out, *out.shape), shard_off=self.shard.offset,
+            gathered=_ptr(gathered), arrived=_ptr(self.arrived.local), x=_ptr(x), m=self.m,
+            row_bytes=self.row_elems * 2, mover_order=_ptr(self.mover_order), items_per_chunk=g.items_per_chunk,
+            tiles_m_per_chunk=g.tiles_m_per_chunk, n_mover_items=len(self.mover_order),
+            mover_threads=self.mover_threads)
 
 
 class AllGatherMatmul(_AllGatherBase):
@@ -274,8 +279,7 @@ class AllGatherMatmul(_AllGatherBase):
         gathered = self._keep(gathered, "gathered", stream, x=x, w=w)
         refuse_overlap("out", out, x=x, w=w, gathered=gathered)
         a = self._gathered(x, gathered, stream)
-        self._run((x, w, out, a), lambda: self._common(a, w, out) + (self._epi(out, *self.out_shape),)
-                  + self._gather_args(x, a), stream)
+        self._run((x, w, out, a), lambda: self._gather_args(a, w, out, x, a), stream)
         return out
 
 
@@ -318,8 +322,7 @@ class BulkAllGatherMatmul(_AllGatherBase):
             x_full = self._keep(x_full, "x_full", stream, x=x, dy=dy, w=w)
         refuse_overlap("dx", dx, x=x, dy=dy, w=w, x_full=None if x_full is x else x_full)
         gathered = x if x_full is x else self._gathered(x, x_full, stream)
-        self._run((x, dy, w, dx, gathered), lambda: self._common(dy, w, dx) + (self._epi(dx, *self.shape.out_shape),)
-                  + self._gather_args(x, gathered), stream)
+        self._run((x, dy, w, dx, gathered), lambda: self._gather_args(dy, w, dx, x, gathered), stream)
         return x_full, dx
 
 
@@ -367,11 +370,15 @@ class _ReduceScatterBase(_FusedOp):
         # Builders that join the reducers when the GEMM queue empties: up to link saturation.
         self.max_join = self.crew.grid if P == 1 else max(0, self.hw.link_saturating_movers - self.crew.movers)
 
-    def _reduce_args(self, x: Any, out: Any) -> tuple:
+    def _reduce_args(self, a: Any, b: Any, c: Any, x: Any, out: Any) -> list:
+        """Arguments of C = op(A, B) (into c: the staging buffer, or dW) beside reducing x into out."""
         n_items = len(self.reduce_order) if self.P > 1 else 0  # alone there is nothing to reduce
-        return (np.uint64(self.staging.offset), np.uint64(self.buffer_bytes), np.uint64(self.m), np.uint64(self.cols),
-                _ptr(x), _ptr(out), self.reduce_order, np.int32(n_items), np.uint64(TILE_ROW),
-                np.uint32(self.slice_cols.bit_length() - 1), np.int32(self.max_join))
+        return self._kernel_args(
+            a, b, c, RS_PARAMS_DTYPE, epi=self._epi(c, *c.shape), staging_off=self.staging.offset,
+            buffer_bytes=self.buffer_bytes, m=self.m, cols=self.cols, x=_ptr(x), out=_ptr(out),
+            reduce_order=_ptr(self.reduce_order), band_rows=TILE_ROW, n_reduce_items=n_items,
+            slice_log2=self.slice_cols.bit_length() - 1, max_join=self.max_join)
+
 
 class MatmulReduceScatter(_ReduceScatterBase):
     """TN+RS (row-parallel fprop): Y[m, n] = reduce_scatter(X[P*m, k] @ W[n, k]^T), bf16 out.
@@ -408,8 +415,7 @@ class MatmulReduceScatter(_ReduceScatterBase):
         refuse_overlap("out", out, x=x, w=w)
         # Partials go to the staging buffer of this call's epoch parity (alone: straight to out).
         cur = self.staging_buffers[(self.epoch + 1) & 1] if P > 1 else out
-        self._run((x, w, out, cur), lambda: self._common(x, w, cur) + (self._epi(cur, P * m, n),)
-                  + self._reduce_args(x, out), stream)
+        self._run((x, w, out, cur), lambda: self._reduce_args(x, w, cur, x, out), stream)
         return out
 
 
@@ -445,6 +451,6 @@ class BulkReduceScatterMatmul(_ReduceScatterBase):
         if dx is not dx_partial:
             refuse_overlap("dx", dx, dx_partial=dx_partial, dy=dy, x_full=x_full, dw=dw)
         refuse_overlap("dw", dw, dx_partial=dx_partial, dy=dy, x_full=x_full)
-        self._run((dx_partial, dy, x_full, dx, dw), lambda: self._common(dy, x_full, dw) + (self._epi(dw, n, k),)
-                  + self._reduce_args(dx_partial, dx), stream)
+        self._run((dx_partial, dy, x_full, dx, dw), lambda: self._reduce_args(dy, x_full, dw, dx_partial, dx),
+                  stream)
         return dx, dw

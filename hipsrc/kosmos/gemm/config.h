@@ -1,8 +1,8 @@
 // GEMM builder geometry and problem description, shared by every matrix-instruction path.
 //
-// The numbers below are the single source of truth: kosmos/gemm.py parses the
-// `constexpr int NAME = number;` lines of this file (block size, tile, shared memory), so the
-// Python side and fused kernels that put movers in the same grid agree on them.
+// The numbers below are the source of truth; kosmos/gemm.py mirrors the ones the host needs
+// (DEVICE_CONSTANTS: block size, tile, shared memory), checked at compile time by
+// kosmos/runtime/mirror.py, so the host and fused kernels that put movers in the grid agree.
 #pragma once
 #include "../platform.h"
 
@@ -82,8 +82,8 @@ struct Problem {
   i64 b_group_stride;  // grouped TN/NN: elements from one group's b to the next (portable layers)
 };
 
-// kosmos/gemm.py mirrors Problem as PROBLEM_DTYPE (tests/test_gemm_host.py pins its offsets).
-// (No offsetof: the NVRTC of some CUDA 13 wheels does not know __builtin_offsetof.)
+// kosmos/gemm.py mirrors Problem as PROBLEM_DTYPE (every offset checked by kosmos/runtime/mirror.py
+// in CPU CI; no offsetof here: the NVRTC of some CUDA 13 wheels does not know __builtin_offsetof).
 static_assert(sizeof(Problem) == 64, "Problem layout: see PROBLEM_DTYPE in kosmos/gemm.py");
 
 KOSMOS_DEVICE i32 k_splits_of(const Problem& p) { return p.k_splits > 1 ? p.k_splits : 1; }

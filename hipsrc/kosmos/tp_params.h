@@ -1,0 +1,61 @@
+// The kernel parameters of the TP+SP fused kernels (hipsrc/tp.hip): one struct per family, passed
+// by value after the three TMA maps. kosmos/tp/params.py mirrors each as a NumPy dtype, and
+// tests/test_compile.py compiles static_asserts of every field's offset and size against it
+// (kosmos/runtime/mirror.py), so host and device cannot drift apart silently.
+#pragma once
+#include "flags.h"
+#include "gemm/tile.h"
+#include "wait.h"
+
+namespace kosmos {
+namespace tp {
+
+// What every fused kernel takes: its GEMM, the peers, its call epoch and its crew.
+struct TpCommon {
+  gemm::Problem p;
+  WaitCtx wait;
+  const u64* peer_bases;  // every rank's heap base (device table)
+  OpFlags* mine;          // this rank's flags: from the host, so a first claim need not wait on a load
+  const i32* tile_order;  // the builders' queue order (tile_of() indices), or null: the builder's raster
+  u64 epoch;              // this call's epoch; the only field that changes from call to call
+  u64 flags_off;          // the flags' offset in every rank's heap
+  i32 rank, world;
+  i32 movers;             // CTAs [0, movers) start as movers
+  i32 policy;             // kOneWay, kFixed or kTwoWay (tp.hip)
+  i32 n_tiles;
+  i32 pad_;
+};
+
+// AG+TN, AG+NN, bulk AG || NN.
+struct AgParams {
+  TpCommon c;
+  gemm::EpiStoreBf16 epi;
+  u64 shard_off;          // the staged shard's offset in every rank's heap
+  u8* gathered;           // this rank's gathered array [P*m rows]
+  u64* arrived;           // per-(chunk, item) arrival counters
+  const u8* x;            // this rank's shard
+  u64 m, row_bytes;
+  const i32* mover_order; // (peer, item) pairs in the movers' order
+  i32 items_per_chunk, tiles_m_per_chunk, n_mover_items;
+  u32 mover_threads;      // threads of a mover CTA that copy (the warps-per-mover ablation)
+};
+
+// TN+RS and bulk RS || NT; Epi is the builders' epilogue record (bf16 or fp32 store).
+template <class Epi>
+struct RsParams {
+  TpCommon c;
+  Epi epi;
+  u64 staging_off, buffer_bytes;  // the two staging buffers in every rank's heap
+  u64 m, cols;
+  const vec16* x;                 // bulk: the reduce-scatter's input (staged at the start)
+  u16* out;                       // the reduced rows of this rank
+  const i32* reduce_order;        // (band, slice) pairs in the reducers' order
+  u64 band_rows;
+  i32 n_reduce_items;
+  u32 slice_log2;
+  i32 max_join;                   // builders that may join the reducers (one-way)
+  i32 pad_;
+};
+
+}  // namespace tp
+}  // namespace kosmos

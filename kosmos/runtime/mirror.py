@@ -1,0 +1,83 @@
+"""Host mirrors of device structs and constants, and the compile-time check that they match.
+
+The host builds kernel parameter records as NumPy structured scalars and names kernels, wait sites
+and tile sizes with Python values; the device declares the same things in hipsrc/kosmos. Nothing is
+read out of a header at run time. Instead `check_source()` is a translation unit of static_asserts
+(every field's offset and size, every struct's size and alignment, every constant's value) that
+compiles only while each mirror matches its header; tests/test_compile.py compiles it through NVRTC
+and for the AMD targets through clang, in CPU CI. Change a header without its mirror (or the
+reverse) and CI fails naming the field.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Mapping
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class StructMirror:
+    ctype: str        # the C++ type, fully qualified (e.g. "kosmos::tp::AgParams")
+    dtype: np.dtype   # its host mirror (aligned NumPy dtype, fields in declaration order)
+
+
+@dataclass(frozen=True)
+class ConstantMirror:
+    scope: str                  # C++ scope of the names (e.g. "kosmos::gemm")
+    values: Mapping[str, int]   # name -> the value the host assumes
+
+
+def struct_asserts(m: StructMirror) -> list[str]:
+    """static_asserts of m.ctype's size, alignment and every (nested) field's offset and size."""
+    t, dt = m.ctype, m.dtype
+    out = [f'static_assert(sizeof({t}) == {dt.itemsize}, "{t}: size");',
+           f'static_assert(alignof({t}) == {dt.alignment}, "{t}: alignment");']
+
+    def fields(prefix: str, d: np.dtype, base: int) -> None:
+        for name in d.names:
+            fdt, off = d.fields[name][:2]
+            path = prefix + name
+            # Offsets through a member path (`c.epoch`): offsetof's designator, both compilers.
+            out.append(f'static_assert(__builtin_offsetof({t}, {path}) == {base + off}, "{t}::{path}: offset");')
+            out.append(f'static_assert(sizeof((({t}*)nullptr)->{path}) == {fdt.itemsize}, "{t}::{path}: size");')
+            if fdt.names:
+                fields(path + ".", fdt, base + off)
+
+    fields("", dt, 0)
+    return out
+
+
+def constant_asserts(m: ConstantMirror) -> list[str]:
+    return [f'static_assert(static_cast<long long>({m.scope}::{k}) == {int(v)}, "{m.scope}::{k} == {int(v)}");'
+            for k, v in m.values.items()]
+
+
+def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
+    """(headers, structs, constants): everything the host mirrors."""
+    from .. import gemm
+    from ..tp import params, queues
+    from . import status
+
+    headers = ["kosmos/wait.h", "kosmos/gemm/tile.h", "kosmos/tp.h", "kosmos/tp_params.h"]
+    structs = [StructMirror("kosmos::WaitCtx", status.WAIT_CTX_DTYPE),
+               StructMirror("kosmos::gemm::Problem", gemm.PROBLEM_DTYPE),
+               StructMirror("kosmos::gemm::EpiStoreBf16", gemm.EPI_DTYPE),
+               StructMirror("kosmos::gemm::EpiStoreF32", gemm.EPI_DTYPE),
+               *params.MIRRORS]
+    constants = [ConstantMirror("kosmos::gemm", gemm.DEVICE_CONSTANTS),
+                 ConstantMirror("kosmos::tp", {"kTileRow": queues.TILE_ROW}),
+                 ConstantMirror("kosmos", status.KERNELS),
+                 ConstantMirror("kosmos", status.SITES)]
+    return headers, structs, constants
+
+
+def check_source() -> str:
+    """A translation unit that compiles only while every mirror matches the device code."""
+    headers, structs, constants = mirrors()
+    lines = [f'#include "{h}"' for h in headers]
+    for s in structs:
+        lines += struct_asserts(s)
+    for c in constants:
+        lines += constant_asserts(c)
+    return "\n".join(lines) + "\n"
