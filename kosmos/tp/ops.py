@@ -105,10 +105,10 @@ class _FusedOp(SymmetricPlan):
     _tmap = staticmethod(gemm.tmap_of)
 
     def _run(self, operands: tuple, build: Callable[[], list], stream: Any) -> None:
-        """Launch one call; `build` makes its arguments (_kernel_args). Every field but the epoch depends only on the plan
-        and on the operands' addresses, so the record is built once per address set and reused (it
-        holds pointers, not arrays: the cache keeps no operand alive). The epoch is taken last, so
-        a call that fails before its launch leaves the ranks' epochs in step."""
+        """Launch one call; `build` makes its arguments (_kernel_args). Every field but the epoch
+        depends only on the plan and on the operands' addresses, so the arguments are built once
+        per address set and reused (pointers, not arrays: the cache keeps no operand alive). The
+        epoch is taken last, so a call that fails before its launch leaves the ranks' epochs in step."""
         self._check_open()
         key = tuple(a.data.ptr for a in operands)
         args = self._args.get(key)
@@ -141,9 +141,10 @@ class _FusedOp(SymmetricPlan):
         """TMA map of a bf16 output (the builders' store path); fp32 outputs take no map."""
         return self._tmap(out) if out.dtype == bfloat16 else gemm.ZERO_TMAP
 
-    def _kernel_args(self, a: Any, b: Any, out: Any, params: np.dtype, **fields: Any) -> list:
+    def _kernel_args(self, a: Any, b: Any, out: Any, params: np.dtype, /, **fields: Any) -> list:
         """[A's, B's and out's TMA maps, the params record] of C = op(A, B) into `out`, with the
-        TpCommon part filled in here and the family's `fields` by the op; the epoch is set by _run."""
+        TpCommon part filled in here and the family's `fields` by the op; the epoch is set by _run.
+        (Positional-only: a family's fields include names like `out` and `x`.)"""
         w = self.world
         common = record(TP_COMMON_DTYPE, p=self._problem(self.shape, a, b), wait=self._wait_ctx(),
                         peer_bases=_ptr(self.heap.peer_bases), mine=_ptr(self.flags.local),
