@@ -1,8 +1,8 @@
 // Standalone persistent GEMM kernels (kosmos.matmul): one extern "C" entry per layout x epilogue.
 // Grid = SMs (or an SM cap), one CTA per SM, kosmos::gemm::kThreads threads, kSmemBytes of
 // dynamic shared memory; tiles come from an atomic queue (QueueClaim).
+#include "kosmos/gemm/ready.h"
 #include "kosmos/gemm/tile.h"
-#include "kosmos/wait.h"
 
 using namespace kosmos;
 using namespace kosmos::gemm;
@@ -42,20 +42,8 @@ KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_bf16_n128, LAYOUT_NT, EpiStoreBf16, KOSMO
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_f32_n128, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_AS_IS, NarrowTile)
 #endif
 
-// The hooks fused kernels use, exercised standalone: before tile row tm's first K-slab, wait
-// (bounded) until row_flags[tm] >= target; count finished tiles in *tiles_done. Returns through
-// the status word when a wait times out (the builder aborts, the grid drains).
-struct RowFlagsReady {
-  const u64* flags;
-  u64 target;
-  WaitCtx w;
-  static constexpr bool kTrivial = false;
-  KOSMOS_DEVICE bool operator()(const TileCoord& t, i32 kb) const {
-    if (kb != t.kb0) return true;
-    return wait_flag_dev(w, SITE_TILE_READY, flags + t.tm, target);
-  }
-};
-
+// The hooks fused kernels use, exercised standalone: tile row tm waits for row_flags[tm] >= target
+// (RowFlagsReady, kosmos/gemm/ready.h); finished tiles are counted in *tiles_done.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     kosmos_gemm_tn_bf16_gated(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,
                               const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiStoreBf16 epi, u64* head,

@@ -10,6 +10,7 @@
 // words[0] is the queue head, words[1] counts CTAs out (the last one resets both for the next
 // launch, since only the device knows how many tiles there were), words[2] the launch's status:
 // 0, 1 + a group with a negative count, or -1 when a count or their sum is past rows_cap.
+#include "kosmos/gemm/ready.h"
 #include "kosmos/gemm/tile.h"
 
 using namespace kosmos;
@@ -24,9 +25,10 @@ struct GroupedClaim {
   }
 };
 
-template <int L, class Tile, class Epi>
+template <int L, class Tile, class Epi, class Ready = AlwaysReady>
 KOSMOS_DEVICE void grouped_gemm(const TensorMap& tma, const TensorMap& tmb, const Problem& p, const Epi& epi,
-                                const i32* group_rows, i32 groups, i32 rows_cap, u64* words) {
+                                const i32* group_rows, i32 groups, i32 rows_cap, u64* words,
+                                const Ready& ready = Ready{}) {
   extern __shared__ __align__(16) u8 smem[];
   __shared__ GroupTable table;
   builder_init(smem);
@@ -35,7 +37,7 @@ KOSMOS_DEVICE void grouped_gemm(const TensorMap& tma, const TensorMap& tmb, cons
   if (ok) {
     const GroupedSchedule<L, Tile> sched{p, &table};
     GroupedClaim claim{words, sched.units()};
-    run_builder<L>(sched, &tma, &tmb, smem, claim, AlwaysReady{}, epi);
+    run_builder<L>(sched, &tma, &tmb, smem, claim, ready, epi);
   }
   __syncthreads();
   if (threadIdx.x == 0 && atomic_add_acq_rel_dev(&words[1], 1ull) == u64(gridDim.x) - 1) {
@@ -71,3 +73,17 @@ KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nn_bf16_n128, LAYOUT_NN, EpiStoreBf16,
 KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nt_bf16_n128, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
 KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nt_f32_n128, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_AS_IS, NarrowTile)
 #endif
+
+// The readiness hook MoE movers release rows through (RunsArrived), exercised standalone: group e
+// is `runs` runs of run_rows[e * runs + s] rows; a tile waits for the runs its rows overlap
+// (arrived[e * runs + s] >= target); finished tiles are counted in *tiles_done.
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+    kosmos_grouped_tn_bf16_gated(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,
+                                 const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiStoreBf16 epi,
+                                 const i32* __restrict__ group_rows, i32 groups, i32 rows_cap, u64* words,
+                                 const i32* __restrict__ run_rows, i32 runs, const u64* arrived, u64 target, WaitCtx w,
+                                 u64* tiles_done) {
+  grouped_gemm<LAYOUT_TN, DefaultTile>(tma, tmb, p, EpiCountDone<EpiStoreBf16Tma>(EpiStoreBf16Tma(epi, &tmc), tiles_done),
+                                       group_rows, groups, rows_cap, words,
+                                       RunsArrived<LAYOUT_TN>{run_rows, arrived, target, runs, w});
+}

@@ -79,7 +79,7 @@ struct PoisonedReady {
 
 // ---------------------------------------------------------------------------------------
 // AG+GEMM (fused: tiles wait for their rows; bulk: the GEMM is independent of the gather).
-template <int L, bool kBulk, class Epi>
+template <int L, bool kBulk, class Tile, class Epi>
 KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const AgParams& a, const Epi& epi) {
   const TpCommon& c = a.c;
   const WaitCtx& wait = c.wait;
@@ -104,7 +104,7 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const AgP
     const bool two_way = c.policy == kTwoWay;
     TableClaim claim{&heads->tile, c.tile_order, c.n_tiles, two_way ? &heads->mover : nullptr, a.n_mover_items};
     const GatherReady ready{a.arrived, epoch, a.m, a.tiles_m_per_chunk, a.items_per_chunk, world == 1, wait};
-    const DenseSchedule<> sched{c.p};
+    const DenseSchedule<Tile> sched{c.p};
     __shared__ int s_more;
     for (;;) {
       // Two-way: the builder's pipeline stays initialised while the CTA gathers between calls.
@@ -122,21 +122,30 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const AgP
   // call's heads were zeroed at the start (fused_heads).
 }
 
-#define TP_AG_KERNEL(NAME, LAYOUT, BULK)                                                                  \
+// Every kernel comes in the default 128x256 tile and, on Hopper, a 128x128 one (NAME_n128) that
+// the host picks as the plain GEMM does (kosmos/tp/ops.py _set_gemm).
+#if KOSMOS_GEMM_WGMMA
+typedef TileConfig<128> NarrowTile;
+#define TP_KERNELS(KERNEL, NAME, ...) KERNEL(NAME, DefaultTile, __VA_ARGS__) KERNEL(NAME##_n128, NarrowTile, __VA_ARGS__)
+#else
+#define TP_KERNELS(KERNEL, NAME, ...) KERNEL(NAME, DefaultTile, __VA_ARGS__)
+#endif
+
+#define TP_AG_KERNEL(NAME, TILE, LAYOUT, BULK)                                                            \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                             \
       NAME(TP_MAPS, const KOSMOS_GRID_CONSTANT AgParams a) {                                              \
-    ag_gemm<LAYOUT, BULK>(tma, tmb, a, EpiStoreBf16Tma(a.epi, &tmc));                                     \
+    ag_gemm<LAYOUT, BULK, TILE>(tma, tmb, a, EpiStoreBf16Tma(a.epi, &tmc));                               \
   }
-TP_AG_KERNEL(kosmos_tp_ag_tn, LAYOUT_TN, false)
-TP_AG_KERNEL(kosmos_tp_ag_nn, LAYOUT_NN, false)
-TP_AG_KERNEL(kosmos_tp_bulk_ag_nn, LAYOUT_NN, true)
+TP_KERNELS(TP_AG_KERNEL, kosmos_tp_ag_tn, LAYOUT_TN, false)
+TP_KERNELS(TP_AG_KERNEL, kosmos_tp_ag_nn, LAYOUT_NN, false)
+TP_KERNELS(TP_AG_KERNEL, kosmos_tp_bulk_ag_nn, LAYOUT_NN, true)
 
 // ---------------------------------------------------------------------------------------
 // GEMM+RS. Fused (TN+RS): builders write partial tiles band-major into this call's staging
 // buffer; reducers pull this rank's chunk from every rank; builders that find the GEMM queue
 // empty join the reducers (one-way), up to max_join of them. Bulk (RS || NT): the RS input is
 // staged at the start, reducers become builders of the independent wgrad when they are done.
-template <int L, bool kBulk, class T, class P, class Epi>
+template <int L, bool kBulk, class T, class Tile, class P, class Epi>
 KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const P& r, const Epi& epi) {
   const TpCommon& c = r.c;
   const WaitCtx& wait = c.wait;
@@ -168,7 +177,7 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const P& 
   };
   auto build = [&]() -> bool {
     TableClaim claim{&heads->tile, c.tile_order, c.n_tiles, nullptr, 0};
-    const DenseSchedule<> sched{c.p};
+    const DenseSchedule<Tile> sched{c.p};
     if (kBulk) return run_builder<L>(sched, &tma, &tmb, smem, claim, AlwaysReady{}, epi);
     const PoisonedReady ready{&c.mine->staged, epoch * gridDim.x, world == 1, wait};
     return run_builder<L>(sched, &tma, &tmb, smem, claim, ready, epi);
@@ -190,15 +199,15 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const P& 
   if (world > 1) signal_done_at_exit(c.mine, c.peer_bases, c.flags_off, rank, world, epoch);
 }
 
-#define TP_RS_KERNEL(NAME, LAYOUT, BULK, T, EPI, MAKE_EPI)                                                \
+#define TP_RS_KERNEL(NAME, TILE, LAYOUT, BULK, T, EPI, MAKE_EPI)                                          \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                             \
       NAME(TP_MAPS, const KOSMOS_GRID_CONSTANT RsParams<EPI> r) {                                         \
-    gemm_rs<LAYOUT, BULK, T>(tma, tmb, r, MAKE_EPI);                                                      \
+    gemm_rs<LAYOUT, BULK, T, TILE>(tma, tmb, r, MAKE_EPI);                                                \
   }
 // bf16 outputs (partials or dW) leave through shared memory and TMA stores (tmc); fp32 from registers.
 #define TP_EPI_TMA EpiStoreBf16Tma(r.epi, &tmc)
 #define TP_EPI_AS_IS r.epi
-TP_RS_KERNEL(kosmos_tp_tn_rs_bf16, LAYOUT_TN, false, u16, EpiStoreBf16, TP_EPI_TMA)
-TP_RS_KERNEL(kosmos_tp_tn_rs_f32, LAYOUT_TN, false, float, EpiStoreF32, TP_EPI_AS_IS)
-TP_RS_KERNEL(kosmos_tp_bulk_rs_nt_bf16, LAYOUT_NT, true, u16, EpiStoreBf16, TP_EPI_TMA)
-TP_RS_KERNEL(kosmos_tp_bulk_rs_nt_f32, LAYOUT_NT, true, u16, EpiStoreF32, TP_EPI_AS_IS)
+TP_KERNELS(TP_RS_KERNEL, kosmos_tp_tn_rs_bf16, LAYOUT_TN, false, u16, EpiStoreBf16, TP_EPI_TMA)
+TP_KERNELS(TP_RS_KERNEL, kosmos_tp_tn_rs_f32, LAYOUT_TN, false, float, EpiStoreF32, TP_EPI_AS_IS)
+TP_KERNELS(TP_RS_KERNEL, kosmos_tp_bulk_rs_nt_bf16, LAYOUT_NT, true, u16, EpiStoreBf16, TP_EPI_TMA)
+TP_KERNELS(TP_RS_KERNEL, kosmos_tp_bulk_rs_nt_f32, LAYOUT_NT, true, u16, EpiStoreF32, TP_EPI_AS_IS)

@@ -97,8 +97,18 @@ class _FusedOp(SymmetricPlan):
         """Check the op's own switches (before the heap exists); every rank raises alike."""
 
     # ---- plumbing shared by the five ops ----
+    def _set_gemm(self, shape: gemm.GemmShape) -> None:
+        """The op's GEMM and the builder's tile width for it on this grid: gemm.choose_tile_n, as
+        the plain GEMM chooses (the 128-wide tile is a Hopper one). Both widths reduce in the same
+        order, so the choice never changes a bit of the result."""
+        self.shape = shape
+        wide, narrow = (gemm.tile_counts(shape, w) for w in (256, 128))
+        self.tile_n = gemm.choose_tile_n(wide[0] * wide[1], narrow[0] * narrow[1], self.crew.grid,
+                                         narrow_ok=gemm.arch_path() == "wgmma")
+
     def _launch(self, name: str) -> PersistentLaunch:
         mod = load_module("tp.hip", world=self.world)
+        name += "_n128" if self.tile_n == 128 else ""
         return PersistentLaunch.checked(mod.get_function(name), self.crew.grid, gemm.block_threads(),
                                         gemm.shared_mem_bytes())
 
@@ -119,9 +129,8 @@ class _FusedOp(SymmetricPlan):
         args[3]["c"]["epoch"], _ = self._next_call(stream)
         self.launch(args, stream=stream)
 
-    @staticmethod
-    def _problem(shape: gemm.GemmShape, a: Any, b: Any) -> np.void:
-        return gemm.problem_record(a, b, shape.mo, shape.no, shape.kr, gemm.tile_counts(shape))
+    def _problem(self, shape: gemm.GemmShape, a: Any, b: Any) -> np.void:
+        return gemm.problem_record(a, b, shape.mo, shape.no, shape.kr, gemm.tile_counts(shape, self.tile_n))
 
     _epi = staticmethod(gemm.epi_record)
 
@@ -129,7 +138,7 @@ class _FusedOp(SymmetricPlan):
         """(device order table or None, tile count). No order = the builder's own raster."""
         import cupy
 
-        tm, tn, _ = gemm.tile_counts(shape)
+        tm, tn, _ = gemm.tile_counts(shape, self.tile_n)
         if tiles is None:
             return None, tm * tn
         idx = tile_indices(tiles, self.m // gemm.tile_shape()[0], tm, tn, gemm.device_constants()["kGroupM"])
@@ -160,7 +169,7 @@ class _FusedOp(SymmetricPlan):
     def describe(self) -> str:
         c = self.crew
         return (f"{type(self).__name__}(P={self.P}, m={self.m}, n={self.n}, k={self.k}): grid {c.grid}, "
-                f"{c.movers} movers ({c.movers_per_peer}/peer), policy {self.policy}")
+                f"{c.movers} movers ({c.movers_per_peer}/peer), policy {self.policy}, 128x{self.tile_n} tiles")
 
 
 class _AllGatherBase(_FusedOp):
@@ -259,8 +268,8 @@ class AllGatherMatmul(_AllGatherBase):
         P = self.P
         a_shape = (P * m, row)
         b_shape = (n, k)
-        self.shape = gemm.gemm_shape(layout, a_shape, b_shape)
-        tm, tn, _ = gemm.tile_counts(self.shape)
+        self._set_gemm(gemm.gemm_shape(layout, a_shape, b_shape))
+        tm, tn, _ = gemm.tile_counts(self.shape, self.tile_n)
         g = GatherGrid(P, world.rank, m, gemm.tile_shape()[0], tn)
         # Alone every order is the builder's raster: no table (one dependent load less per claim).
         self.tiles = self._tile_table(self.shape, ag_tile_order(g, ag_order) if P > 1 else None)
@@ -301,7 +310,7 @@ class BulkAllGatherMatmul(_AllGatherBase):
                          heap_bytes=lambda: self._heap_bytes(world, m, kx), switches=switches)
         self._setup_gather(kx, "local_first", mover_threads)
         P = self.P
-        self.shape = gemm.gemm_shape("NN", (P * m, n), (n, k))
+        self._set_gemm(gemm.gemm_shape("NN", (P * m, n), (n, k)))
         self.tiles = self._tile_table(self.shape, None)
         self.launch = self._launch("kosmos_tp_bulk_ag_nn")
 
@@ -399,8 +408,8 @@ class MatmulReduceScatter(_ReduceScatterBase):
         sd = np.dtype(staging_dtype)
         self._setup_reduce(n, sd)
         P = self.P
-        self.shape = gemm.gemm_shape("TN", (P * m, k), (n, k))
-        tm, tn, _ = gemm.tile_counts(self.shape)
+        self._set_gemm(gemm.gemm_shape("TN", (P * m, k), (n, k)))
+        tm, tn, _ = gemm.tile_counts(self.shape, self.tile_n)
         bg = BandGrid(P, world.rank, m, gemm.tile_shape()[0], tn, band_tile_rows=TILE_ROW // gemm.tile_shape()[0])
         # Alone nothing is reduced, so the builders keep the plain GEMM's raster (8-row groups, not 2-row bands).
         self.tiles = self._tile_table(self.shape, rs_tile_order(bg, rs_order) if P > 1 else None)
@@ -435,7 +444,7 @@ class BulkReduceScatterMatmul(_ReduceScatterBase):
                          heap_bytes=lambda: 2 * world.size * m * k * 2, switches=dict(dw_dtype=dw_dtype))
         self._setup_reduce(k, bfloat16)
         self.dw_dtype = np.dtype(dw_dtype)
-        self.shape = gemm.gemm_shape("NT", (self.P * m, n), (self.P * m, k))
+        self._set_gemm(gemm.gemm_shape("NT", (self.P * m, n), (self.P * m, k)))
         self.tiles = self._tile_table(self.shape, None)
         self.launch = self._launch("kosmos_tp_bulk_rs_nt_" + ("bf16" if self.dw_dtype == bfloat16 else "f32"))
 

@@ -187,3 +187,86 @@ def test_bad_inputs_rejected():
         grouped.grouped_matmul(a, w, c, "TN", out_dtype=np.float32)
     with pytest.raises(ValueError, match="overlaps"):
         grouped.grouped_matmul(a, w, c, "TN", out=cupy.ndarray((100, 256), BF16, memptr=w.data))
+
+
+def test_runs_arrived_gates_each_group_by_row_range():
+    """The MoE readiness hook (RunsArrived): each group is a few runs of rows (one per source rank in
+    the MoE arena) released by another stream after the launch; a tile starts exactly when the runs
+    its rows overlap have arrived: not before (nothing else completes while we wait), and not later
+    (the tiles of each released range complete while the rest still wait)."""
+    import time
+
+    from kosmos.runtime import DeviceStatus, PersistentLaunch, kernel_id
+
+    from .test_gemm import side_stream
+
+    counts = np.array([300, 0, 129, 517], dtype=np.int32)
+    run_rows = np.array([[100, 200, 0], [0, 0, 0], [129, 0, 0], [200, 0, 317]], dtype=np.int32)
+    assert (run_rows.sum(1) == counts).all()
+    n, k, runs = 512, 384, run_rows.shape[1]
+    tn = n // 256
+    rng = np.random.default_rng(11)
+    total = int(counts.sum())
+    a, b = rand_bf16(rng, (total + 19, k)), rand_bf16(rng, (len(counts), n, k))
+    a_d, b_d, c_d = cupy.asarray(a), cupy.asarray(b), cupy.asarray(counts)
+    shape = grouped.grouped_shape("TN", a.shape, b.shape, len(counts))
+    plan = grouped.get_plan(shape, BF16, 64, tile_n=256)  # 64 CTAs: SMs stay free for the copies
+    launch = PersistentLaunch.checked(grouped._module().get_function("kosmos_grouped_tn_bf16_gated"), plan.grid,
+                                      gemm.block_threads(), gemm.shared_mem_bytes())
+    out = poisoned(shape.out_shape, BF16)
+    arrived = cupy.zeros(run_rows.size, dtype=cupy.uint64)
+    done = cupy.zeros(1, dtype=cupy.uint64)
+    rr = cupy.asarray(run_rows)
+    side = side_stream()
+    seven = cupy.cuda.alloc_pinned_memory(8)
+    np.frombuffer(seven, dtype=np.uint64, count=1)[0] = 7
+    status = DeviceStatus(rank=0, budget_s=20.0)
+    cupy.cuda.Device().synchronize()
+    main = cupy.cuda.Stream(non_blocking=True)
+
+    def release(e, s):  # a host-to-device copy: no kernel may be loaded while the gated grid runs
+        cupy.cuda.runtime.memcpyAsync(arrived.data.ptr + 8 * (e * runs + s), seven.ptr, 8,
+                                      cupy.cuda.runtime.memcpyHostToDevice, side.ptr)
+
+    def settles_at(tile_rows):  # done reaches tile_rows * tn and stays there
+        deadline = time.monotonic() + 5.0
+        while int(done.get(stream=side)[0]) < tile_rows * tn and time.monotonic() < deadline:
+            time.sleep(0.002)
+        time.sleep(0.05)
+        return int(done.get(stream=side)[0])
+
+    s0 = starts(counts)
+    try:
+        launch(plan.args(a_d, b_d, c_d, out) + (rr, np.int32(runs), arrived, np.uint64(7),
+                                                 status.wait_ctx(kernel_id("KERNEL_GEMM")), done), stream=main)
+        assert settles_at(0) == 0, "tiles completed before any run arrived"
+        release(3, 0)  # group 3 rows [0, 200): its first tile row only (rows 128-255 reach run 2)
+        assert settles_at(1) == 1 * tn
+        partial = cupy.asnumpy(out.get(stream=side)).astype(np.float32)
+        assert np.isfinite(partial[s0[3]:s0[3] + 128]).all() and np.isnan(partial[s0[3] + 128:s0[4]]).all()
+        release(3, 2)  # the rest of group 3: its 5 tile rows
+        assert settles_at(5) == 5 * tn
+        release(0, 0)  # group 0's first tile row spans runs 0 and 1: still waiting
+        assert settles_at(5) == 5 * tn
+        release(0, 1)
+        assert settles_at(8) == 8 * tn
+        release(2, 0)  # group 1 is empty: never waited for
+        main.synchronize()
+        status.raise_if_failed()
+    finally:
+        for e in range(len(counts)):
+            for s in range(runs):
+                release(e, s)  # a failed assertion must not leave the grid waiting out its budget
+        side.synchronize()
+        main.synchronize()
+        status.free()
+    assert int(done.get()[0]) == 10 * tn
+    got = cupy.asnumpy(out).astype(np.float64)
+    ungated = grouped.grouped_matmul(a_d, b_d, c_d, "TN", tile_n=256)
+    assert (bits(out) == bits(ungated)).all()  # the hook changes when a tile runs, never its bits
+    for e in range(len(counts)):
+        lo, hi = int(s0[e]), int(s0[e + 1])
+        if hi > lo:
+            ref = ref_group("TN", a, b, lo, hi, e)
+            assert np.linalg.norm(got[lo:hi] - ref) / np.linalg.norm(ref) < TOL["bf16"], e
+    assert np.isnan(got[total:]).all()

@@ -1,0 +1,57 @@
+// Readiness hooks: what a builder tile waits for before its first K-slab is loaded. The builder
+// calls its hook once per unit (the producer, before the unit's first load) and fences the async
+// proxy after a non-trivial hook, so the TMA loads see what the wait acquired. A hook returning
+// false (a bounded wait gave up) stops the builder; the grid drains and the host names the site.
+#pragma once
+#include "../wait.h"
+#include "schedule.h"
+
+namespace kosmos {
+namespace gemm {
+
+// Dense: tile row tm may start once row_flags[tm] >= target (device scope).
+struct RowFlagsReady {
+  const u64* flags;
+  u64 target;
+  WaitCtx w;
+  static constexpr bool kTrivial = false;
+  KOSMOS_DEVICE bool operator()(const TileCoord& t, i32 kb) const {
+    if (kb != t.kb0) return true;
+    return wait_flag_dev(w, SITE_TILE_READY, flags + t.tm, target);
+  }
+};
+
+// Grouped: group e's rows are `runs` consecutive runs of run_rows[e * runs + s] rows (in a MoE
+// receive arena: one run per source rank), and whoever fills run (e, s) releases
+// arrived[e * runs + s] >= target at system scope (it may be a peer GPU) once all its rows are in
+// place. A tile waits for exactly the non-empty runs its rows overlap: TN/NN, the tile's rows of
+// the group; NT (the reduction runs over the group's rows), all of them.
+template <int L>
+struct RunsArrived {
+  const i32* run_rows;
+  const u64* arrived;
+  u64 target;
+  i32 runs;
+  WaitCtx w;
+  static constexpr bool kTrivial = false;
+  KOSMOS_DEVICE bool operator()(const TileCoord& t, i32 kb) const {
+    if (kb != t.kb0) return true;
+    i32 lo = 0, hi = t.k_end - t.k_off;  // NT: the whole group
+    if (L != LAYOUT_NT) {                // TN/NN: rows [row0, row0 + kTileM) of the group, clipped
+      lo = t.tm * kTileM;
+      hi = min(lo + kTileM, lo + (t.row_end - t.row0));
+    }
+    const i32* rows = run_rows + i64(t.group) * runs;
+    i32 start = 0;
+    for (i32 s = 0; s < runs && start < hi; ++s) {
+      const i32 end = start + rows[s];
+      if (end > start && end > lo && !wait_flag_sys(w, SITE_TILE_READY, arrived + i64(t.group) * runs + s, target))
+        return false;
+      start = end;
+    }
+    return true;
+  }
+};
+
+}  // namespace gemm
+}  // namespace kosmos
