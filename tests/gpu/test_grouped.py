@@ -263,7 +263,8 @@ def test_runs_arrived_gates_each_group_by_row_range():
     assert int(done.get()[0]) == 10 * tn
     got = cupy.asnumpy(out).astype(np.float64)
     ungated = grouped.grouped_matmul(a_d, b_d, c_d, "TN", tile_n=256)
-    assert (bits(out) == bits(ungated)).all()  # the hook changes when a tile runs, never its bits
+    # the hook changes when a tile runs, never its bits (rows past the counts: never written)
+    assert (bits(out)[:total] == bits(ungated)[:total]).all()
     for e in range(len(counts)):
         lo, hi = int(s0[e]), int(s0[e + 1])
         if hi > lo:
