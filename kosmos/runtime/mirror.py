@@ -56,19 +56,21 @@ def constant_asserts(m: ConstantMirror) -> list[str]:
 def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
     """(headers, structs, constants): everything the host mirrors."""
     from .. import gemm
+    from ..moe import route
     from ..tp import params, queues
     from . import status
 
-    headers = ["kosmos/wait.h", "kosmos/gemm/tile.h", "kosmos/tp.h", "kosmos/tp_params.h"]
+    headers = ["kosmos/wait.h", "kosmos/gemm/tile.h", "kosmos/tp.h", "kosmos/tp_params.h", "kosmos/moe/route.h"]
     structs = [StructMirror("kosmos::WaitCtx", status.WAIT_CTX_DTYPE),
                StructMirror("kosmos::gemm::Problem", gemm.PROBLEM_DTYPE),
                StructMirror("kosmos::gemm::EpiStoreBf16", gemm.EPI_DTYPE),
                StructMirror("kosmos::gemm::EpiStoreF32", gemm.EPI_DTYPE),
-               *params.MIRRORS]
+               *params.MIRRORS, *route.MIRRORS]
     constants = [ConstantMirror("kosmos::gemm", gemm.DEVICE_CONSTANTS),
                  ConstantMirror("kosmos::tp", {"kTileRow": queues.TILE_ROW}),
                  ConstantMirror("kosmos", status.KERNELS),
-                 ConstantMirror("kosmos", status.SITES)]
+                 ConstantMirror("kosmos", status.SITES),
+                 ConstantMirror("kosmos::moe", route.CONSTANTS)]
     return headers, structs, constants
 
 

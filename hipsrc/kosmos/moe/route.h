@@ -1,0 +1,117 @@
+// The routing rule for one token, one thread: score function, optional group-limited choice,
+// top-k with the documented tie rule, combine weights. kosmos/moe/reference.py is the float64
+// reference of exactly this rule; both pick, among equal values, the lower expert (or group) index.
+//
+// The logits row is read a few times (max, sum, group scores, top-k) rather than kept: E is up to
+// 384 (Kimi K2), k and the group count are small, so the thread keeps only its k best and the
+// group scores in registers.
+#pragma once
+#include "../platform.h"
+
+namespace kosmos {
+namespace moe {
+
+constexpr int kMaxTopK = 16;
+constexpr int kMaxGroups = 16;  // group-limited routing: groups of experts (DeepSeek-V3: 8)
+constexpr int kChunk = 32;      // tokens one thread of the dispatch plan's count and place steps walks
+
+enum Score : i32 { SCORE_SOFTMAX = 0, SCORE_SIGMOID = 1 };
+
+struct RouteRule {
+  i32 experts, top_k;
+  i32 score;                // Score
+  i32 groups, topk_groups;  // groups = 0: no group limit
+  i32 normalize;            // 1: the k weights are divided by their sum
+  float scaling;
+  i32 pad_;
+  const float* bias;        // [experts] added to the scores for the choice only, or null
+};
+
+// A running top-n of (value, index), best first; `offer` keeps the earlier (lower-index) entry
+// among equals, because entries are offered in increasing index order and only a strictly
+// greater value moves ahead of an existing one.
+template <int N>
+struct TopN {
+  float v[N];
+  i32 i[N];
+  i32 n;
+  KOSMOS_DEVICE void init(i32 count) {
+    n = count;
+    for (int s = 0; s < N; ++s) {
+      v[s] = -__int_as_float(0x7f800000);  // -inf: any finite or -inf value offered later wins a slot
+      i[s] = -1;
+    }
+  }
+  KOSMOS_DEVICE void offer(float value, i32 index) {
+    if (n == 0 || !(value > v[n - 1] || i[n - 1] < 0)) return;
+    int s = n - 1;
+    for (; s > 0 && (value > v[s - 1] || i[s - 1] < 0); --s) {
+      v[s] = v[s - 1];
+      i[s] = i[s - 1];
+    }
+    v[s] = value;
+    i[s] = index;
+  }
+};
+
+struct Scorer {
+  const float* row;
+  i32 score;
+  float max, inv_sum;  // softmax: exp(l - max) / sum
+  KOSMOS_DEVICE float operator()(i32 e) const {
+    const float l = row[e];
+    return score == SCORE_SOFTMAX ? expf(l - max) * inv_sum : 1.0f / (1.0f + expf(-l));
+  }
+};
+
+KOSMOS_DEVICE Scorer make_scorer(const RouteRule& r, const float* row) {
+  Scorer s{row, r.score, 0.0f, 1.0f};
+  if (r.score == SCORE_SOFTMAX) {
+    float m = row[0];
+    for (i32 e = 1; e < r.experts; ++e) m = fmaxf(m, row[e]);
+    float sum = 0.0f;
+    for (i32 e = 0; e < r.experts; ++e) sum += expf(row[e] - m);
+    s.max = m;
+    s.inv_sum = 1.0f / sum;
+  }
+  return s;
+}
+
+// Route one token: experts[0..k) best first, weights[0..k) their combine weights.
+KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, i32* experts, float* weights) {
+  const Scorer score = make_scorer(r, row);
+  auto choice = [&](i32 e) { return r.bias ? score(e) + r.bias[e] : score(e); };
+  // Group limit: a group's score is the sum of its two best choice values; the best topk_groups
+  // groups compete, the others' experts are skipped.
+  u32 allowed = ~0u;
+  const i32 per = r.groups ? r.experts / r.groups : r.experts;
+  if (r.groups && r.topk_groups < r.groups) {
+    TopN<kMaxGroups> best;
+    best.init(r.topk_groups);
+    for (i32 g = 0; g < r.groups; ++g) {
+      TopN<2> two;
+      two.init(2);
+      for (i32 e = g * per; e < (g + 1) * per; ++e) two.offer(choice(e), e);
+      best.offer(two.v[0] + two.v[1], g);
+    }
+    allowed = 0;
+    for (i32 s = 0; s < r.topk_groups; ++s) allowed |= 1u << best.i[s];
+  }
+  TopN<kMaxTopK> top;
+  top.init(r.top_k);
+  for (i32 e = 0; e < r.experts; ++e)
+    if (allowed >> (r.groups ? e / per : 0) & 1u) top.offer(choice(e), e);
+  float sum = 0.0f;
+  for (i32 s = 0; s < r.top_k; ++s) {
+    weights[s] = score(top.i[s]);
+    sum += weights[s];
+  }
+  const float scale = r.normalize ? r.scaling / sum : r.scaling;
+  for (i32 s = 0; s < r.top_k; ++s) {
+    experts[s] = top.i[s];
+    weights[s] *= scale;
+  }
+}
+
+}  // namespace moe
+}  // namespace kosmos

@@ -1,0 +1,122 @@
+"""MoE routing on the device: router logits in, each token's experts and weights and the dispatch
+plan out, in four small launches (hipsrc/moe_route.hip; the forward megakernel runs the same code).
+
+    r = route(logits, cfg, bias=None)        # logits: float32 CuPy [T, L], L >= cfg.experts
+    r.experts [T, k] int32 (best first), r.weights [T, k] float32,
+    r.order [T*k] int32 (row -> t*k + j, expert-major), r.slot [T*k] (its inverse),
+    r.start [E + 1] int32 (expert e owns rows start[e]:start[e+1])
+
+The rule is kosmos.moe.reference.route's, in fp32: the decisions agree with the float64 reference
+except where two candidates are within fp32 rounding of each other, and among exactly equal
+values the lower expert (or group) index wins in both. Only the first E columns of `logits` are
+read, so a router GEMM padded to the builder's 64-column tiles can be passed as it is. NaN or
+infinite logits give unspecified (but in-range) choices. The plan is a stable counting sort without
+atomics: identical on every run.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from ..arrays import check_array
+from ..runtime.mirror import StructMirror
+from ..runtime.streams import uses_stream
+from .config import MoEConfig
+
+# RouteRule and the constants of hipsrc/kosmos/moe/route.h (checked at compile time: runtime.mirror).
+ROUTE_RULE_DTYPE = np.dtype(
+    [("experts", np.int32), ("top_k", np.int32), ("score", np.int32), ("groups", np.int32),
+     ("topk_groups", np.int32), ("normalize", np.int32), ("scaling", np.float32), ("pad_", np.int32),
+     ("bias", np.uint64)],
+    align=True,
+)
+CONSTANTS = {"kMaxTopK": 16, "kMaxGroups": 16, "kChunk": 32, "SCORE_SOFTMAX": 0, "SCORE_SIGMOID": 1}
+MIRRORS = [StructMirror("kosmos::moe::RouteRule", ROUTE_RULE_DTYPE)]
+_THREADS = 128
+
+
+@dataclass(frozen=True)
+class DeviceRouting:
+    experts: Any  # [T, k] int32, best first
+    weights: Any  # [T, k] float32
+    order: Any    # [T * k] int32: order[row] = t * k + j, expert-major, then token, then j
+    slot: Any     # [T * k] int32: slot[t * k + j] = its row
+    start: Any    # [E + 1] int32: rows start[e]:start[e + 1] are expert e's
+
+    @property
+    def counts(self) -> Any:
+        return self.start[1:] - self.start[:-1]
+
+
+def check_routable(cfg: MoEConfig) -> None:
+    """The limits of the device rule (route.h): top_k <= kMaxTopK, groups <= kMaxGroups."""
+    if cfg.top_k > CONSTANTS["kMaxTopK"]:
+        raise ValueError(f"top_k = {cfg.top_k}: the device router keeps at most {CONSTANTS['kMaxTopK']}")
+    if cfg.groups and cfg.topk_groups < cfg.groups and cfg.groups > CONSTANTS["kMaxGroups"]:
+        raise ValueError(f"groups = {cfg.groups}: group-limited routing takes at most {CONSTANTS['kMaxGroups']}")
+
+
+def rule_record(cfg: MoEConfig, bias_ptr: int = 0) -> np.void:
+    rec = np.zeros((), ROUTE_RULE_DTYPE)
+    rec["experts"], rec["top_k"] = cfg.experts, cfg.top_k
+    rec["score"] = CONSTANTS["SCORE_SOFTMAX"] if cfg.score == "softmax" else CONSTANTS["SCORE_SIGMOID"]
+    rec["groups"], rec["topk_groups"] = cfg.groups, cfg.topk_groups
+    rec["normalize"], rec["scaling"] = int(cfg.normalize), cfg.scaling
+    rec["bias"] = bias_ptr
+    return rec[()]
+
+
+def plan_chunks(tokens: int) -> int:
+    return -(-tokens // CONSTANTS["kChunk"])
+
+
+def _module():
+    from ..runtime.module import load_module
+
+    return load_module("moe_route.hip")
+
+
+@uses_stream
+def route(logits: Any, cfg: MoEConfig, bias: Any = None, *, stream: Any = None) -> DeviceRouting:
+    import cupy
+
+    check_routable(cfg)
+    dev = cupy.cuda.Device().id
+    logits = check_array(logits, "logits", dtypes=(np.dtype(np.float32),), device=dev, stream=stream)
+    if logits.ndim != 2 or logits.shape[1] < cfg.experts:
+        raise ValueError(f"logits must be [tokens, L] with L >= {cfg.experts} experts, got {tuple(logits.shape)}")
+    bias_ptr = 0
+    if cfg.expert_bias:
+        if bias is None:
+            raise ValueError(f"MoEConfig {cfg.name or ''} has expert_bias: pass bias, float32 [{cfg.experts}]")
+        bias = check_array(bias, "bias", dtypes=(np.dtype(np.float32),), device=dev, stream=stream)
+        if bias.shape != (cfg.experts,):
+            raise ValueError(f"bias must be [{cfg.experts}], got {tuple(bias.shape)}")
+        bias_ptr = bias.data.ptr
+    elif bias is not None:
+        raise ValueError("a bias was given but the config has expert_bias = False")
+    t, k, e = int(logits.shape[0]), cfg.top_k, cfg.experts
+    if t * k >= 2**31:
+        raise ValueError(f"{t} tokens x top_k {k} rows exceed the int32 row index")
+    experts = cupy.empty((t, k), np.int32)
+    weights = cupy.empty((t, k), np.float32)
+    order = cupy.empty(t * k, np.int32)
+    slot = cupy.empty(t * k, np.int32)
+    start = cupy.zeros(e + 1, np.int32)
+    if t == 0:
+        return DeviceRouting(experts, weights, order, slot, start)
+    chunks = plan_chunks(t)
+    counts = cupy.empty((chunks, e), np.int32)
+    offsets = cupy.empty((chunks, e), np.int32)
+    mod = _module()
+    blocks = lambda n: (-(-n // _THREADS),)  # noqa: E731
+    mod.get_function("kosmos_moe_route")(blocks(t), (_THREADS,), (rule_record(cfg, bias_ptr), logits,
+                                         np.int64(logits.shape[1]), np.int32(t), experts, weights))
+    mod.get_function("kosmos_moe_count")(blocks(chunks), (_THREADS,), (experts, np.int32(t), np.int32(k),
+                                         np.int32(e), counts))
+    mod.get_function("kosmos_moe_scan")((1,), (256,), (offsets, counts, np.int32(chunks), np.int32(e), start))
+    mod.get_function("kosmos_moe_place")(blocks(chunks), (_THREADS,), (experts, np.int32(t), np.int32(k),
+                                         np.int32(e), offsets, order, slot))
+    return DeviceRouting(experts, weights, order, slot, start)

@@ -1,0 +1,15 @@
+// Compiles a device header's pure logic for the host (tests/test_moe_route_host.py): the CUDA
+// qualifiers and the few intrinsics it touches, as plain C++.
+#pragma once
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#define __device__
+#define __forceinline__ inline
+#define __global__
+using std::max;
+using std::min;
+inline float __int_as_float(int x) { float f; std::memcpy(&f, &x, 4); return f; }
+inline unsigned __float_as_uint(float x) { unsigned u; std::memcpy(&u, &x, 4); return u; }
+inline float __uint_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); return f; }
+inline void __nanosleep(unsigned) {}
