@@ -1,10 +1,12 @@
-"""The device routing rule (hipsrc/kosmos/moe/route.h) compiled for the host and run on the CPU,
-against the float64 reference: the same decisions on every model configuration and on exact ties,
-weights within 1e-6. (The GPU run of the same rule, with the dispatch plan: tests/gpu/test_moe_route.py.)
+"""The device routing rule and dispatch plan (hipsrc/kosmos/moe/route.h, plan.h) compiled for the
+host and run on the CPU, against the float64 reference: the same decisions on every model
+configuration and on exact ties, weights within 1e-6, the plan equal to reference.dispatch_order,
+the aux and z losses within 1e-5. (The same code on the GPU: tests/gpu/test_moe_route.py.)
 Needs a host C++ compiler (c++, g++ or clang++); without one it skips, unless KOSMOS_REQUIRE_TOOLCHAINS=1.
 """
 from __future__ import annotations
 
+import dataclasses
 import os
 import shutil
 import struct
@@ -34,16 +36,23 @@ def route_host(tmp_path_factory) -> Path:
     return exe
 
 
-def host_route(exe: Path, cfg: MoEConfig, logits: np.ndarray, bias: np.ndarray | None = None):
+def host_route(exe: Path, cfg: MoEConfig, logits: np.ndarray, bias: np.ndarray | None = None) -> dict:
     t, width = logits.shape
+    e, k = cfg.experts, cfg.top_k
     score = CONSTANTS["SCORE_SOFTMAX"] if cfg.score == "softmax" else CONSTANTS["SCORE_SIGMOID"]
-    head = struct.pack("<8i", t, cfg.experts, width, cfg.top_k, score, cfg.groups, cfg.topk_groups,
-                       int(cfg.normalize)) + struct.pack("<fi", cfg.scaling, bias is not None)
+    head = (struct.pack("<8i", t, e, width, k, score, cfg.groups, cfg.topk_groups, int(cfg.normalize))
+            + struct.pack("<3fi", cfg.scaling, cfg.aux_loss_coef, cfg.z_loss_coef, bias is not None))
     body = (b"" if bias is None else bias.astype(np.float32).tobytes()) + logits.astype(np.float32).tobytes()
-    out = subprocess.run([str(exe)], input=head + body, capture_output=True, check=True).stdout
-    n = t * cfg.top_k
-    return (np.frombuffer(out[:4 * n], np.int32).reshape(t, cfg.top_k),
-            np.frombuffer(out[4 * n:], np.float32).reshape(t, cfg.top_k))
+    out = memoryview(subprocess.run([str(exe)], input=head + body, capture_output=True, check=True).stdout)
+    got, at = {}, 0
+    for name, dt, n in (("experts", np.int32, t * k), ("weights", np.float32, t * k), ("order", np.int32, t * k),
+                        ("slot", np.int32, t * k), ("start", np.int32, e + 1), ("mean_prob", np.float32, e),
+                        ("losses", np.float32, 2)):
+        got[name] = np.frombuffer(out[at:at + 4 * n], dt)
+        at += 4 * n
+    assert at == len(out)
+    got["experts"], got["weights"] = got["experts"].reshape(t, k), got["weights"].reshape(t, k)
+    return got
 
 
 def padded_logits(rng, t: int, e: int, values=None) -> np.ndarray:
@@ -52,17 +61,30 @@ def padded_logits(rng, t: int, e: int, values=None) -> np.ndarray:
     return out
 
 
+def check_plan(got: dict, cfg: MoEConfig) -> None:
+    t = got["experts"].shape[0]
+    order, counts = reference.dispatch_order(got["experts"], cfg.experts)
+    assert (got["order"] == order).all()
+    assert (got["start"] == np.concatenate([[0], np.cumsum(counts)])).all()
+    assert (got["slot"][got["order"]] == np.arange(t * cfg.top_k)).all()
+
+
 @pytest.mark.parametrize("name", sorted(load_models()))
-def test_the_rule_matches_the_reference(route_host, name):
-    cfg = load_models()[name]
+def test_the_rule_and_plan_match_the_reference(route_host, name):
+    cfg = dataclasses.replace(load_models()[name], aux_loss_coef=0.01, z_loss_coef=0.001)
     rng = np.random.default_rng([7, cfg.experts, cfg.top_k])
     bias = (rng.standard_normal(cfg.experts) * 0.05).astype(np.float32) if cfg.expert_bias else None
-    logits = padded_logits(rng, 1029, cfg.experts)
-    experts, weights = host_route(route_host, cfg, logits, bias)
+    logits = padded_logits(rng, 1029, cfg.experts)  # odd: the last chunk is partial
+    got = host_route(route_host, cfg, logits, bias)
     ref = reference.route(logits[:, :cfg.experts].astype(np.float64), cfg,
                           None if bias is None else bias.astype(np.float64))
-    assert (experts == ref.experts).all()  # random fp32 logits: no near-ties at this size (seeded)
-    assert np.abs(weights - ref.weights).max() < 1e-6 * max(1.0, cfg.scaling)
+    assert (got["experts"] == ref.experts).all()  # random fp32 logits: no near-ties at this size (seeded)
+    assert np.abs(got["weights"] - ref.weights).max() < 1e-6 * max(1.0, cfg.scaling)
+    check_plan(got, cfg)
+    probs = ref.scores / ref.scores.sum(axis=1, keepdims=True)
+    assert np.allclose(got["mean_prob"], probs.mean(axis=0), rtol=1e-5, atol=1e-8)
+    assert got["losses"][0] == pytest.approx(ref.aux_loss, rel=1e-5)
+    assert got["losses"][1] == pytest.approx(ref.z_loss, rel=1e-5)
 
 
 @pytest.mark.parametrize("score", ["softmax", "sigmoid"])
@@ -72,5 +94,18 @@ def test_exact_ties_take_the_lower_index(route_host, score, groups):
                     topk_groups=3 if groups else 0)
     rng = np.random.default_rng([3, groups])
     logits = padded_logits(rng, 700, 64, rng.integers(-2, 3, size=(700, 64)) * 0.5)
-    experts, _ = host_route(route_host, cfg, logits)
-    assert (experts == reference.route(logits[:, :64].astype(np.float64), cfg).experts).all()
+    got = host_route(route_host, cfg, logits)
+    assert (got["experts"] == reference.route(logits[:, :64].astype(np.float64), cfg).experts).all()
+    check_plan(got, cfg)
+
+
+def test_one_expert_takes_every_token_and_tiny_batches(route_host):
+    cfg = load_models()["Qwen3-30B-A3B"]
+    rng = np.random.default_rng(9)
+    logits = padded_logits(rng, 97, cfg.experts)
+    logits[:, 5] = 50.0
+    got = host_route(route_host, cfg, logits)
+    assert (got["experts"][:, 0] == 5).all() and np.diff(got["start"])[5] == 97
+    check_plan(got, cfg)
+    one = host_route(route_host, cfg, padded_logits(rng, 1, cfg.experts))
+    check_plan(one, cfg)

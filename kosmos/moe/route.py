@@ -5,6 +5,9 @@ plan out, in four small launches (hipsrc/moe_route.hip; the forward megakernel r
     r.experts [T, k] int32 (best first), r.weights [T, k] float32,
     r.order [T*k] int32 (row -> t*k + j, expert-major), r.slot [T*k] (its inverse),
     r.start [E + 1] int32 (expert e owns rows start[e]:start[e+1])
+    r.losses [2] float32 (aux, z: reference.route's aux_loss and z_loss; zeros unless the config
+    has a coefficient), r.mean_prob [E] float32 (each expert's normalised score averaged over the
+    tokens: what the aux loss's backward needs), or None
 
 The rule is kosmos.moe.reference.route's, in fp32: the decisions agree with the float64 reference
 except where two candidates are within fp32 rounding of each other, and among exactly equal
@@ -35,6 +38,7 @@ ROUTE_RULE_DTYPE = np.dtype(
 CONSTANTS = {"kMaxTopK": 16, "kMaxGroups": 16, "kChunk": 32, "SCORE_SOFTMAX": 0, "SCORE_SIGMOID": 1}
 MIRRORS = [StructMirror("kosmos::moe::RouteRule", ROUTE_RULE_DTYPE)]
 _THREADS = 128
+_SCAN_THREADS = 512  # the scan's one CTA: a thread per expert (more experts: threads stride)
 
 
 @dataclass(frozen=True)
@@ -44,6 +48,8 @@ class DeviceRouting:
     order: Any    # [T * k] int32: order[row] = t * k + j, expert-major, then token, then j
     slot: Any     # [T * k] int32: slot[t * k + j] = its row
     start: Any    # [E + 1] int32: rows start[e]:start[e + 1] are expert e's
+    losses: Any   # [2] float32: (aux, z), each already multiplied by its coefficient
+    mean_prob: Any = None  # [E] float32 when a loss was computed
 
     @property
     def counts(self) -> Any:
@@ -100,23 +106,36 @@ def route(logits: Any, cfg: MoEConfig, bias: Any = None, *, stream: Any = None) 
     t, k, e = int(logits.shape[0]), cfg.top_k, cfg.experts
     if t * k >= 2**31:
         raise ValueError(f"{t} tokens x top_k {k} rows exceed the int32 row index")
+    with_losses = bool(cfg.aux_loss_coef or cfg.z_loss_coef)
     experts = cupy.empty((t, k), np.int32)
     weights = cupy.empty((t, k), np.float32)
     order = cupy.empty(t * k, np.int32)
     slot = cupy.empty(t * k, np.int32)
     start = cupy.zeros(e + 1, np.int32)
+    losses = cupy.zeros(2, np.float32)
+    mean_prob = cupy.zeros(e, np.float32) if with_losses else None
     if t == 0:
-        return DeviceRouting(experts, weights, order, slot, start)
+        return DeviceRouting(experts, weights, order, slot, start, losses, mean_prob)
     chunks = plan_chunks(t)
+    if chunks * e >= 2**31:
+        raise ValueError(f"{t} tokens x {e} experts: the plan's per-chunk table exceeds the int32 index")
     counts = cupy.empty((chunks, e), np.int32)
     offsets = cupy.empty((chunks, e), np.int32)
+    prob_sums = cupy.empty((chunks, e), np.float64) if with_losses else None
+    lse_sq = cupy.empty(chunks, np.float64) if with_losses else None
+    null = np.uint64(0)
+    rule = rule_record(cfg, bias_ptr)
+    ld = np.int64(logits.shape[1])
     mod = _module()
     blocks = lambda n: (-(-n // _THREADS),)  # noqa: E731
-    mod.get_function("kosmos_moe_route")(blocks(t), (_THREADS,), (rule_record(cfg, bias_ptr), logits,
-                                         np.int64(logits.shape[1]), np.int32(t), experts, weights))
-    mod.get_function("kosmos_moe_count")(blocks(chunks), (_THREADS,), (experts, np.int32(t), np.int32(k),
-                                         np.int32(e), counts))
-    mod.get_function("kosmos_moe_scan")((1,), (256,), (offsets, counts, np.int32(chunks), np.int32(e), start))
+    mod.get_function("kosmos_moe_route")(blocks(t), (_THREADS,), (rule, logits, ld, np.int32(t), experts, weights))
+    mod.get_function("kosmos_moe_count")(blocks(chunks), (_THREADS,), (
+        rule, logits, ld, np.int32(t), experts, counts, null if prob_sums is None else prob_sums,
+        null if lse_sq is None else lse_sq))
+    mod.get_function("kosmos_moe_scan")((1,), (_SCAN_THREADS,), (
+        np.int32(e), np.int32(t), np.int32(k), counts, offsets, start, null if prob_sums is None else prob_sums,
+        null if lse_sq is None else lse_sq, null if mean_prob is None else mean_prob,
+        np.float32(cfg.aux_loss_coef), np.float32(cfg.z_loss_coef), losses))
     mod.get_function("kosmos_moe_place")(blocks(chunks), (_THREADS,), (experts, np.int32(t), np.int32(k),
                                          np.int32(e), offsets, order, slot))
-    return DeviceRouting(experts, weights, order, slot, start)
+    return DeviceRouting(experts, weights, order, slot, start, losses, mean_prob)

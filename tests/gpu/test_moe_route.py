@@ -1,6 +1,7 @@
 """GPU tests of kosmos.moe.route: the device router and dispatch plan against the float64 reference.
 
-Decisions must equal kosmos.moe.reference.route's, except on tokens where the reference's own
+The same code is checked on the CPU (tests/test_moe_route_host.py); here it runs as the four
+kernels. Decisions must equal kosmos.moe.reference.route's, except on tokens where the reference's own
 candidates are within fp32 rounding of each other (then the device's choice must be as good, to
 1e-5); weights within 1e-5 relative of float64 on the device's experts; the plan bitwise equal to
 reference.dispatch_order of the device's experts; reruns bitwise equal. Logit columns past E hold NaN
@@ -42,7 +43,7 @@ def run(cfg, logits, bias=None):
     outs = []
     for _ in range(2):
         r = route(lg, cfg, b)
-        outs.append({f: cupy.asnumpy(getattr(r, f)) for f in ("experts", "weights", "order", "slot", "start")})
+        outs.append({f: cupy.asnumpy(getattr(r, f)) for f in ("experts", "weights", "order", "slot", "start", "losses")})
     for f in outs[0]:
         assert outs[0][f].tobytes() == outs[1][f].tobytes(), f"{f} differs between two runs"
     return outs[0]
@@ -77,6 +78,12 @@ def check(cfg, logits32, bias=None, *, exact=False):
     assert (got["order"] == order).all()
     assert (got["start"] == np.concatenate([[0], np.cumsum(counts)])).all()
     assert (got["slot"][got["order"]] == np.arange(t * cfg.top_k)).all()
+    if cfg.aux_loss_coef or cfg.z_loss_coef:  # on exactly the reference's routing (no near-tie here)
+        if differ.size == 0:
+            assert got["losses"][0] == pytest.approx(ref.aux_loss, rel=1e-5, abs=1e-9)
+        assert got["losses"][1] == pytest.approx(ref.z_loss, rel=1e-5, abs=1e-9)
+    else:
+        assert (got["losses"] == 0).all()
     return got
 
 
@@ -89,7 +96,7 @@ def logits_for(rng, t, e, scale=2.0):
 
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_route_matches_the_reference(name):
-    cfg = MODELS[name]
+    cfg = dataclasses.replace(MODELS[name], aux_loss_coef=0.01, z_loss_coef=0.001)
     rng = np.random.default_rng([7, cfg.experts, cfg.top_k])
     bias = (rng.standard_normal(cfg.experts) * 0.05).astype(np.float32) if cfg.expert_bias else None
     check(cfg, logits_for(rng, 1029, cfg.experts), bias)  # odd: a partial chunk and a partial block

@@ -1,29 +1,47 @@
-// route_token (hipsrc/kosmos/moe/route.h) on the host. stdin: int32 T, E, L, k, score, groups,
-// topk_groups, normalize; float scaling; int32 has_bias; float bias[E] if has_bias; float logits[T][L].
-// stdout: int32 experts[T][k], then float weights[T][k].
+// The routing rule and the dispatch plan (hipsrc/kosmos/moe/route.h, plan.h) on the host, each
+// kernel's threads run one after another in the kernels' phase order (hipsrc/moe_route.hip).
+// stdin: int32 T, E, L, k, score, groups, topk_groups, normalize; float scaling, aux_coef, z_coef;
+// int32 has_bias; float bias[E] if has_bias; float logits[T][L].
+// stdout: int32 experts[T][k]; float weights[T][k]; int32 order[T*k], slot[T*k], start[E+1];
+// float mean_prob[E], losses[2].
 #include <cstdio>
 #include <vector>
 
-#include "kosmos/moe/route.h"
+#include "kosmos/moe/plan.h"
 
 using namespace kosmos::moe;
 
 template <class T>
 static bool get(T* p, size_t n) { return fread(p, sizeof(T), n, stdin) == n; }
+template <class T>
+static void put(const std::vector<T>& v) { fwrite(v.data(), sizeof(T), v.size(), stdout); }
 
 int main() {
   int h[8], has_bias;
-  float scaling;
-  if (!get(h, 8) || !get(&scaling, 1) || !get(&has_bias, 1)) return 2;
+  float f[3];
+  if (!get(h, 8) || !get(f, 3) || !get(&has_bias, 1)) return 2;
   const int T = h[0], E = h[1], L = h[2], k = h[3];
   std::vector<float> bias(E), logits(size_t(T) * L);
   if ((has_bias && !get(bias.data(), E)) || !get(logits.data(), logits.size())) return 2;
-  const RouteRule rule{E, k, h[4], h[5], h[6], h[7], scaling, 0, has_bias ? bias.data() : nullptr};
-  std::vector<int> experts(size_t(T) * k);
-  std::vector<float> weights(size_t(T) * k);
+  const RouteRule rule{E, k, h[4], h[5], h[6], h[7], f[0], 0, has_bias ? bias.data() : nullptr};
+  std::vector<int> experts(size_t(T) * k), order(size_t(T) * k), slot(size_t(T) * k), start(E + 1, 0);
+  std::vector<float> weights(size_t(T) * k), mean_prob(E), losses(2, 0.0f);
   for (int t = 0; t < T; ++t)
     route_token(rule, logits.data() + size_t(t) * L, experts.data() + size_t(t) * k, weights.data() + size_t(t) * k);
-  fwrite(experts.data(), 4, experts.size(), stdout);
-  fwrite(weights.data(), 4, weights.size(), stdout);
+  const int chunks = chunks_of(T);
+  std::vector<int> counts(size_t(chunks) * E), offsets(size_t(chunks) * E);
+  std::vector<double> prob_sums(size_t(chunks) * E), lse_sq(chunks);
+  for (int c = 0; c < chunks; ++c)
+    count_chunk(rule, logits.data(), L, T, experts.data(), c, counts.data(), prob_sums.data(), lse_sq.data());
+  for (int e = 0; e < E; ++e)
+    start[e + 1] = scan_expert(e, E, chunks, T, counts.data(), offsets.data(), prob_sums.data(), mean_prob.data());
+  for (int e = 0; e < E; ++e) start[e + 1] += start[e];
+  const RouterLosses l = router_losses(E, T, k, start.data(), mean_prob.data(), lse_sq.data(), chunks, f[1], f[2]);
+  losses[0] = l.aux;
+  losses[1] = l.z;
+  for (int e = 0; e < E; ++e)
+    for (int c = 0; c < chunks; ++c) offsets[size_t(c) * E + e] += start[e];
+  for (int c = 0; c < chunks; ++c) place_chunk(c, experts.data(), T, k, E, offsets.data(), order.data(), slot.data());
+  put(experts), put(weights), put(order), put(slot), put(start), put(mean_prob), put(losses);
   return 0;
 }
