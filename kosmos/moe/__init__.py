@@ -1,4 +1,7 @@
-"""The MoE layer (issue 12/13): configuration, the float64 reference, and (to come) the megakernels."""
+"""The MoE layer (issues 12/13): configuration, the float64 reference, device routing, the layer."""
 from .config import MoEConfig, load_models
+from .layer import MoEContext, MoELayer, MoEParams, expert_tensors
+from .route import DeviceRouting, route
 
-__all__ = ["MoEConfig", "load_models"]
+__all__ = ["DeviceRouting", "MoEConfig", "MoEContext", "MoELayer", "MoEParams", "expert_tensors", "load_models",
+           "route"]

@@ -1,0 +1,220 @@
+"""MoELayer: the expert-parallel MoE forward over a World, router to fold.
+
+    layer = MoELayer(world, cfg, max_tokens=4096)           # E / P experts per rank
+    params = MoEParams.random(cfg, world, seed=0)           # or your own arrays (shapes below)
+    y, ctx = layer.forward(x, params)                       # x: bf16 CuPy [T, H], T <= max_tokens
+
+This is the serial path: our kernels as separate launches, with the per-expert counts crossing
+ranks through MPI (the fused megakernel of issue 12 does all of it in one launch, counts through
+the symmetric heap; this path is its reference and its fallback):
+
+  1. router logits X Wr^T (fp32, kosmos.matmul) and kosmos.moe.route: experts, weights, the
+     dispatch order (expert-major, so owner-major);
+  2. the rows in dispatch order to their experts' owners (kosmos AllToAll), then expert-major at
+     the owner (source-major inside an expert);
+  3. the expert GEMMs (kosmos.grouped_matmul: TN with the SwiGLU epilogue, then TN);
+  4. the rows back to their tokens' ranks (AllToAll), and the fold: each token's k rows weighted
+     by its fp32 router weights and summed in fp32 with the shared experts' output, rounded once.
+
+Shapes (bf16 unless said): router_w [E, H]; w1 [E/P, 2I, H] (gate rows, then up rows) and
+w2 [E/P, H, I] of this rank's experts (global experts r*E/P ... (r+1)*E/P - 1); bias [E] fp32
+when cfg.expert_bias; shared_w1 [S, 2Is, H], shared_w2 [S, H, Is] when cfg.shared. Every call is
+collective (all ranks call forward, in the same order); token counts may differ between ranks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .. import gemm, grouped
+from ..arrays import check_array
+from ..collectives import AllToAll
+from ..dtypes import bf16_to_f32, bfloat16, f32_to_bf16, float32, random_bf16
+from ..exchange import agree_args, all_ok
+from ..runtime.streams import uses_stream
+from ..world import World
+from .config import MoEConfig
+from .route import DeviceRouting, check_routable, route
+
+
+@dataclass
+class MoEParams:
+    router_w: Any
+    w1: Any
+    w2: Any
+    bias: Any = None
+    shared_w1: Any = None
+    shared_w2: Any = None
+
+    @classmethod
+    def random(cls, cfg: MoEConfig, world: World, seed: int = 0, scale: float = 0.02) -> "MoEParams":
+        """Random parameters: the same global tensors at every world size, each rank keeping its
+        experts (expert_tensors(cfg, g, seed) rebuilds expert g anywhere)."""
+        import cupy
+
+        e_loc = cfg.local_experts(world.size)
+        mine = [expert_tensors(cfg, g, seed, scale) for g in range(world.rank * e_loc, (world.rank + 1) * e_loc)]
+        bias = None
+        if cfg.expert_bias:
+            bias = cupy.random.RandomState(seed + 7).standard_normal(cfg.experts, dtype=cupy.float32) * 0.01
+        shared_w1 = shared_w2 = None
+        if cfg.shared:
+            s, h = cfg.shared_width, cfg.hidden
+            shared_w1 = _stack([random_bf16((2 * s, h), seed + 11 + j, scale) for j in range(cfg.shared)])
+            shared_w2 = _stack([random_bf16((h, s), seed + 13 + j, scale) for j in range(cfg.shared)])
+        return cls(random_bf16((cfg.experts, cfg.hidden), seed + 5, scale), _stack([w1 for w1, _ in mine]),
+                   _stack([w2 for _, w2 in mine]), bias, shared_w1, shared_w2)
+
+
+def expert_tensors(cfg: MoEConfig, g: int, seed: int = 0, scale: float = 0.02) -> tuple[Any, Any]:
+    """Global expert g's (w1 [2I, H], w2 [H, I]) as MoEParams.random draws them."""
+    h, i = cfg.hidden, cfg.intermediate
+    return (random_bf16((2 * i, h), seed * 1_000_003 + 65_537 + g, scale),
+            random_bf16((h, i), seed * 1_000_003 + 2 * 65_537 + g, scale))
+
+
+def _stack(arrays: list) -> Any:
+    """cupy.stack for bf16 arrays (through their 16-bit storage)."""
+    import cupy
+
+    return cupy.stack([_u16(a) for a in arrays]).view(bfloat16)
+
+
+@dataclass
+class MoEContext:
+    """What a forward leaves for its backward (and for tests)."""
+    routing: DeviceRouting
+    send_counts: np.ndarray   # [P] rows this rank sent to each owner
+    recv_counts: np.ndarray   # [P] rows this rank received from each source
+    group_rows: Any           # [E/P] int32 device: rows of each local expert
+    expert_major: Any         # [R] int64 device: received-row index of each expert-major row
+    x_experts: Any            # [R, H] bf16: the local experts' input rows, expert-major
+    h: Any                    # [R, I] bf16: silu(gate) * up
+
+
+def _u16(x: Any) -> Any:
+    return x.view(np.uint16)
+
+
+class MoELayer:
+    def __init__(self, world: World, cfg: MoEConfig, max_tokens: int, *, capacity_rows: int | None = None):
+        """max_tokens: the most tokens any rank passes to forward. capacity_rows: the most rows a rank
+        may receive in one call (default: dropless, P * max_tokens * min(k, E/P)); a routing that would
+        exceed it raises on every rank before anything moves."""
+        world.require_gpu()
+        check_routable(cfg)
+        agree_args(world.comm, "MoELayer", cfg=repr(cfg), max_tokens=max_tokens, capacity_rows=capacity_rows)
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        self.world, self.cfg, self.max_tokens = world, cfg, max_tokens
+        self.P = world.size
+        self.e_loc = cfg.local_experts(self.P)
+        if self.e_loc > grouped.max_groups():
+            raise ValueError(f"{self.e_loc} experts per rank: the grouped GEMM takes at most {grouped.max_groups()}; "
+                             f"use more ranks")
+        k = cfg.top_k
+        self.capacity_rows = capacity_rows or self.P * max_tokens * min(k, self.e_loc)
+        h = cfg.hidden
+        self._dispatch = AllToAll(world, self.capacity_rows, (h,), bfloat16)
+        self._combine = AllToAll(world, max_tokens * k, (h,), bfloat16)
+        self._router_pad = -(-cfg.experts // 64) * 64  # the router GEMM's output columns (tile multiple)
+
+    def close(self) -> None:
+        self._dispatch.close()
+        self._combine.close()
+
+    # ---- checks ----
+    def _check_params(self, p: MoEParams) -> None:
+        cfg, h, i = self.cfg, self.cfg.hidden, self.cfg.intermediate
+        want = {"router_w": ((cfg.experts, h), bfloat16), "w1": ((self.e_loc, 2 * i, h), bfloat16),
+                "w2": ((self.e_loc, h, i), bfloat16)}
+        if cfg.expert_bias:
+            want["bias"] = ((cfg.experts,), float32)
+        if cfg.shared:
+            s = cfg.shared_width
+            want["shared_w1"] = ((cfg.shared, 2 * s, h), bfloat16)
+            want["shared_w2"] = ((cfg.shared, h, s), bfloat16)
+        for name, (shape, dt) in want.items():
+            a = getattr(p, name)
+            if a is None:
+                raise ValueError(f"MoEParams.{name} is missing (the config needs it)")
+            a = check_array(a, name, dtypes=(dt,), device=self.world.device_id)
+            if tuple(a.shape) != shape:
+                raise ValueError(f"MoEParams.{name} must be {shape}, got {tuple(a.shape)}")
+        if p.bias is not None and not cfg.expert_bias:
+            raise ValueError("MoEParams.bias given but the config has expert_bias = False")
+
+    # ---- the forward ----
+    @uses_stream
+    def forward(self, x: Any, params: MoEParams, stream: Any = None) -> tuple[Any, MoEContext]:
+        import cupy
+
+        cfg, P, rank, k = self.cfg, self.P, self.world.rank, self.cfg.top_k
+        err = None
+        try:
+            x = check_array(x, "x", dtypes=(bfloat16,), device=self.world.device_id, stream=stream)
+            if x.ndim != 2 or x.shape[1] != cfg.hidden or x.shape[0] > self.max_tokens:
+                raise ValueError(f"x must be [T <= {self.max_tokens}, {cfg.hidden}], got {tuple(x.shape)}")
+            self._check_params(params)
+        except Exception as e:  # noqa: BLE001 - a refusal on one rank reaches every rank
+            err = e
+        all_ok(self.world.comm, err)
+        t = int(x.shape[0])
+
+        # 1. route
+        wr = cupy.zeros((self._router_pad, cfg.hidden), np.uint16)  # rows past E: zero logits, never read
+        wr[:cfg.experts] = _u16(params.router_w)
+        wr = wr.view(bfloat16)
+        logits = gemm.matmul(x, wr, "TN", out_dtype=float32) if t else cupy.empty((0, self._router_pad), float32)
+        r = route(logits, cfg, params.bias)
+
+        # 2. dispatch: counts through MPI (the serial path's one host round trip), rows by AllToAll
+        counts = cupy.asnumpy(r.counts).astype(np.int64)            # [E] this rank's rows per expert
+        per_owner = counts.reshape(P, self.e_loc)
+        send_counts = per_owner.sum(axis=1)
+        all_counts = np.asarray(self.world.comm.allgather(counts))  # [P sources, E]
+        mine = all_counts[:, rank * self.e_loc:(rank + 1) * self.e_loc]  # [P, E/P] rows from s for e
+        received = int(mine.sum())
+        most = int(all_counts.reshape(P, P, self.e_loc).sum(axis=(0, 2)).max())  # every owner's rows: same everywhere
+        if most > self.capacity_rows:
+            raise ValueError(f"the routing sends a rank {most} rows, past capacity_rows = {self.capacity_rows}: "
+                             f"nothing was moved (raise capacity_rows, or route more evenly)")
+        tokens = (r.order // k).astype(cupy.int64)
+        x_sent = _u16(x)[tokens].view(bfloat16) if t else cupy.empty((0, cfg.hidden), bfloat16)
+        x_recv, recv_counts = self._dispatch(x_sent, send_counts.tolist())
+
+        # expert-major at the owner: expert e's rows from source 0, then 1, ...
+        src_start = np.concatenate([[0], np.cumsum(mine.sum(axis=1))])        # [P + 1] in x_recv
+        in_src = np.concatenate([np.zeros((P, 1), np.int64), np.cumsum(mine, axis=1)], axis=1)  # [P, E/P + 1]
+        pieces = [np.arange(src_start[s] + in_src[s, e], src_start[s] + in_src[s, e + 1])
+                  for e in range(self.e_loc) for s in range(P)]
+        expert_major = cupy.asarray(np.concatenate(pieces) if pieces else np.zeros(0, np.int64))
+        group_rows = cupy.asarray(mine.sum(axis=0).astype(np.int32))
+
+        # 3. the expert GEMMs
+        h_cols, hid = cfg.intermediate, cfg.hidden
+        if received:
+            x_e = _u16(x_recv)[expert_major].view(bfloat16)
+            hmid = grouped.grouped_matmul(x_e, params.w1, group_rows, "TN", epilogue="swiglu")
+            y_e = grouped.grouped_matmul(hmid, params.w2, group_rows, "TN")
+            y_recv = cupy.empty((received, hid), bfloat16)
+            _u16(y_recv)[expert_major] = _u16(y_e)
+        else:
+            x_e = cupy.empty((0, hid), bfloat16)
+            hmid = cupy.empty((0, h_cols), bfloat16)
+            y_recv = cupy.empty((0, hid), bfloat16)
+
+        # 4. combine and fold
+        y_back, _ = self._combine(y_recv, recv_counts.tolist())  # rows in this rank's dispatch order
+        acc = cupy.zeros((t, hid), float32)
+        if t:
+            rows = bf16_to_f32(_u16(y_back)[r.slot.astype(cupy.int64)].view(bfloat16)).reshape(t, k, hid)
+            acc += (rows * r.weights[:, :, None]).sum(axis=1)
+            for j in range(cfg.shared):
+                hs = gemm.matmul(x, params.shared_w1[j], "TN", epilogue="swiglu")
+                acc += bf16_to_f32(gemm.matmul(hs, params.shared_w2[j], "TN"))
+        y = f32_to_bf16(acc)
+        ctx = MoEContext(r, send_counts, np.asarray(recv_counts), group_rows, expert_major, x_e, hmid)
+        return y, ctx
