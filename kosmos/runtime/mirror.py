@@ -56,7 +56,7 @@ def constant_asserts(m: ConstantMirror) -> list[str]:
 def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
     """(headers, structs, constants): everything the host mirrors."""
     from .. import gemm
-    from ..moe import route
+    from ..moe.route import CONSTANTS as MOE_CONSTANTS, MIRRORS as MOE_MIRRORS
     from ..tp import params, queues
     from . import status
 
@@ -65,12 +65,12 @@ def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
                StructMirror("kosmos::gemm::Problem", gemm.PROBLEM_DTYPE),
                StructMirror("kosmos::gemm::EpiStoreBf16", gemm.EPI_DTYPE),
                StructMirror("kosmos::gemm::EpiStoreF32", gemm.EPI_DTYPE),
-               *params.MIRRORS, *route.MIRRORS]
+               *params.MIRRORS, *MOE_MIRRORS]
     constants = [ConstantMirror("kosmos::gemm", gemm.DEVICE_CONSTANTS),
                  ConstantMirror("kosmos::tp", {"kTileRow": queues.TILE_ROW}),
                  ConstantMirror("kosmos", status.KERNELS),
                  ConstantMirror("kosmos", status.SITES),
-                 ConstantMirror("kosmos::moe", route.CONSTANTS)]
+                 ConstantMirror("kosmos::moe", MOE_CONSTANTS)]
     return headers, structs, constants
 
 
