@@ -70,8 +70,8 @@ def test_host_mirrors_match_the_device_code_nvrtc(nvrtc) -> None:  # noqa: ANN00
 
 
 def test_a_drifted_mirror_fails_the_check(nvrtc) -> None:  # noqa: ANN001
-    """The check can fail: two fields swapped, a field of another size and a changed constant are each
-    caught, by name."""
+    """The check can fail: two fields swapped, a field of another size, one of the same size but another
+    kind, and a changed constant are each caught, by name."""
     from kosmos.tp.params import AG_PARAMS_DTYPE as ag
 
     def variant(order: list[str], retype: dict) -> np.dtype:
@@ -83,6 +83,8 @@ def test_a_drifted_mirror_fails_the_check(nvrtc) -> None:  # noqa: ANN001
     cases = {
         "kosmos::tp::AgParams::m: offset": variant(names, {}),
         "kosmos::tp::AgParams::mover_threads: size": variant(list(ag.names), {"mover_threads": np.uint16}),
+        "kosmos::tp::AgParams::n_mover_items: a floating-point type": variant(list(ag.names),
+                                                                              {"n_mover_items": np.float32}),
         "kosmos::gemm::kTileM == 64": mirror.ConstantMirror("kosmos::gemm", {"kTileM": 64}),
     }
     for what, drifted in cases.items():

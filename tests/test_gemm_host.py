@@ -16,7 +16,6 @@ def test_device_constants():
     # the builder's shared memory fits the opt-in limit (232448 B) next to the 1 KB of static shared
     # memory ptxas reports
     assert gemm.shared_mem_bytes() + 1024 <= 232448
-    assert gemm.shared_mem_bytes() + 1024 <= 232448
 
 
 @pytest.mark.parametrize(

@@ -18,9 +18,11 @@ def test_wait_ctx_mirror() -> None:
 
 
 def test_kernel_and_site_names_are_one_to_one() -> None:
+    from kosmos.runtime.status import KERNELS, SITES
+
+    for names in (KERNELS, SITES):
+        assert sorted(names.values()) == list(range(len(names)))  # 0..n-1, no two names for one value
     kernels, sites = kernel_and_site_names()
-    for names in (kernels, sites):
-        assert sorted(names) == list(range(len(names)))  # 0..n-1, no two names for one value
     assert kernels[0] == "KERNEL_NONE" and sites[0] == "SITE_NONE"
 
 

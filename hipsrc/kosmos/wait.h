@@ -26,6 +26,7 @@ enum KernelId : u32 {
   KERNEL_GEMM_RS = 9,
   KERNEL_BULK_AG_GEMM = 10,
   KERNEL_BULK_RS_GEMM = 11,
+  KERNEL_COUNT_ = 12,  // how many there are (the host mirror is checked to have them all)
 };
 
 enum WaitSite : u32 {
@@ -39,6 +40,7 @@ enum WaitSite : u32 {
   SITE_PROBE = 7,           // the deliberately unmatched wait of the timeout test
   SITE_TILE_READY = 8,      // a GEMM input tile row has not been gathered yet
   SITE_GRID = 9,            // other CTAs of this grid have not finished a phase
+  SITE_COUNT_ = 10,         // how many there are (the host mirror is checked to have them all)
 };
 
 struct Status {

@@ -68,7 +68,8 @@ def rule_record(cfg: MoEConfig, bias_ptr: int = 0) -> np.void:
     rec = np.zeros((), ROUTE_RULE_DTYPE)
     rec["experts"], rec["top_k"] = cfg.experts, cfg.top_k
     rec["score"] = CONSTANTS["SCORE_SOFTMAX"] if cfg.score == "softmax" else CONSTANTS["SCORE_SIGMOID"]
-    rec["groups"], rec["topk_groups"] = cfg.groups, cfg.topk_groups
+    limited = bool(cfg.groups) and cfg.topk_groups < cfg.groups  # else every expert competes: no groups
+    rec["groups"], rec["topk_groups"] = (cfg.groups, cfg.topk_groups) if limited else (0, 0)
     rec["normalize"], rec["scaling"] = int(cfg.normalize), cfg.scaling
     rec["bias"] = bias_ptr
     return rec[()]

@@ -3,8 +3,9 @@
 The host builds kernel parameter records as NumPy structured scalars and names kernels, wait sites
 and tile sizes with Python values; the device declares the same things in hipsrc/kosmos. Nothing is
 read out of a header at run time. Instead `check_source()` is a translation unit of static_asserts
-(every field's offset and size, every struct's size and alignment, every constant's value) that
-compiles only while each mirror matches its header; tests/test_compile.py compiles it through NVRTC
+(every field's offset, size and kind, every struct's size and alignment, every constant's value, and
+the enums' *_COUNT_ so a new enumerator needs its mirror) that compiles only while each mirror
+matches its header; tests/test_compile.py compiles it through NVRTC
 and for the AMD targets through clang, in CPU CI. Change a header without its mirror (or the
 reverse) and CI fails naming the field.
 """
@@ -28,8 +29,24 @@ class ConstantMirror:
     values: Mapping[str, int]   # name -> the value the host assumes
 
 
+def _kind_assert(t: str, path: str, dt: np.dtype) -> str | None:
+    """A static_assert that the field's C type is of the mirror's kind (float, signed or unsigned
+    integer), so a same-size change (float <-> int32, i64 <-> u64) is caught too. u64 fields mirror
+    pointers as well as integers: not checked."""
+    f = f"decltype((({t}*)nullptr)->{path})"
+    if dt.kind == "f":
+        cond, what = f"({f})0.5 != 0", "a floating-point type"
+    elif dt.kind == "i":
+        cond, what = f"({f})0.5 == 0 && ({f})-1 < 0", "a signed integer"
+    elif dt.kind == "u" and dt.itemsize < 8:
+        cond, what = f"({f})0.5 == 0 && ({f})-1 > 0", "an unsigned integer"
+    else:
+        return None
+    return f'static_assert({cond}, "{t}::{path}: {what}");'
+
+
 def struct_asserts(m: StructMirror) -> list[str]:
-    """static_asserts of m.ctype's size, alignment and every (nested) field's offset and size."""
+    """static_asserts of m.ctype's size, alignment and every (nested) field's offset, size and kind."""
     t, dt = m.ctype, m.dtype
     out = [f'static_assert(sizeof({t}) == {dt.itemsize}, "{t}: size");',
            f'static_assert(alignof({t}) == {dt.alignment}, "{t}: alignment");']
@@ -41,6 +58,9 @@ def struct_asserts(m: StructMirror) -> list[str]:
             # Offsets through a member path (`c.epoch`): offsetof's designator, both compilers.
             out.append(f'static_assert(__builtin_offsetof({t}, {path}) == {base + off}, "{t}::{path}: offset");')
             out.append(f'static_assert(sizeof((({t}*)nullptr)->{path}) == {fdt.itemsize}, "{t}::{path}: size");')
+            kind = None if fdt.names or fdt.subdtype else _kind_assert(t, path, fdt)
+            if kind:
+                out.append(kind)
             if fdt.names:
                 fields(path + ".", fdt, base + off)
 
@@ -62,14 +82,15 @@ def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
 
     headers = ["kosmos/wait.h", "kosmos/gemm/tile.h", "kosmos/tp.h", "kosmos/tp_params.h", "kosmos/moe/route.h"]
     structs = [StructMirror("kosmos::WaitCtx", status.WAIT_CTX_DTYPE),
+               StructMirror("kosmos::Status", status.STATUS_DTYPE),
                StructMirror("kosmos::gemm::Problem", gemm.PROBLEM_DTYPE),
                StructMirror("kosmos::gemm::EpiStoreBf16", gemm.EPI_DTYPE),
                StructMirror("kosmos::gemm::EpiStoreF32", gemm.EPI_DTYPE),
                *params.MIRRORS, *MOE_MIRRORS]
     constants = [ConstantMirror("kosmos::gemm", gemm.DEVICE_CONSTANTS),
                  ConstantMirror("kosmos::tp", {"kTileRow": queues.TILE_ROW}),
-                 ConstantMirror("kosmos", status.KERNELS),
-                 ConstantMirror("kosmos", status.SITES),
+                 ConstantMirror("kosmos", {**status.KERNELS, "KERNEL_COUNT_": len(status.KERNELS)}),
+                 ConstantMirror("kosmos", {**status.SITES, "SITE_COUNT_": len(status.SITES)}),
                  ConstantMirror("kosmos::moe", MOE_CONSTANTS)]
     return headers, structs, constants
 
@@ -82,4 +103,6 @@ def check_source() -> str:
         lines += struct_asserts(s)
     for c in constants:
         lines += constant_asserts(c)
+    # the 16-byte vector every mover loop moves (no host mirror: the host only sizes copies by it)
+    lines.append('static_assert(sizeof(kosmos::vec16) == 16 && alignof(kosmos::vec16) == 16, "vec16");')
     return "\n".join(lines) + "\n"

@@ -30,11 +30,16 @@ KERNELS = {
     "KERNEL_NONE": 0, "KERNEL_ALL_GATHER": 1, "KERNEL_REDUCE_SCATTER": 2, "KERNEL_ALL_TO_ALL": 3,
     "KERNEL_BARRIER": 4, "KERNEL_WAIT_PROBE": 5, "KERNEL_COPY_BENCH": 6, "KERNEL_GEMM": 7, "KERNEL_AG_GEMM": 8,
     "KERNEL_GEMM_RS": 9, "KERNEL_BULK_AG_GEMM": 10, "KERNEL_BULK_RS_GEMM": 11,
-}
+}  # KERNEL_COUNT_ and SITE_COUNT_ (the enums' sizes) are checked against len() of these
 SITES = {
     "SITE_NONE": 0, "SITE_PEER_DONE": 1, "SITE_PEER_READY": 2, "SITE_SENTINEL": 3, "SITE_PEER_ARRIVED": 4,
     "SITE_ARENA_FREE": 5, "SITE_BARRIER": 6, "SITE_PROBE": 7, "SITE_TILE_READY": 8, "SITE_GRID": 9,
 }
+
+
+# Status in wait.h: the 16 bytes of host-mapped memory a timed-out wait writes (DeviceStatus reads them).
+STATUS_DTYPE = np.dtype([("code", np.uint32), ("kernel", np.uint32), ("rank", np.uint32), ("site", np.uint32)],
+                        align=True)
 
 
 def kernel_and_site_names() -> tuple[dict[int, str], dict[int, str]]:

@@ -103,7 +103,8 @@ class _FusedOp(SymmetricPlan):
         order, so the choice never changes a bit of the result."""
         self.shape = shape
         wide, narrow = (gemm.tile_counts(shape, w) for w in (256, 128))
-        self.tile_n = gemm.choose_tile_n(wide[0] * wide[1], narrow[0] * narrow[1], self.crew.grid,
+        builders = self.crew.builders if self.P > 1 else self.crew.grid  # movers build only late, if at all
+        self.tile_n = gemm.choose_tile_n(wide[0] * wide[1], narrow[0] * narrow[1], max(1, builders),
                                          narrow_ok=gemm.arch_path() == "wgmma")
 
     def _launch(self, name: str) -> PersistentLaunch:

@@ -240,11 +240,11 @@ def test_runs_arrived_gates_each_group_by_row_range():
         launch(plan.args(a_d, b_d, c_d, out) + (rr, np.int32(runs), arrived, np.uint64(7),
                                                  status.wait_ctx(kernel_id("KERNEL_GEMM")), done), stream=main)
         assert settles_at(0) == 0, "tiles completed before any run arrived"
-        release(3, 0)  # group 3 rows [0, 200): its first tile row only (rows 128-255 reach run 2)
-        assert settles_at(1) == 1 * tn
+        release(3, 2)  # group 3 rows [200, 517): tile rows 2-4 only (rows 128-255 need run 0 too)
+        assert settles_at(3) == 3 * tn
         partial = cupy.asnumpy(out.get(stream=side)).astype(np.float32)
-        assert np.isfinite(partial[s0[3]:s0[3] + 128]).all() and np.isnan(partial[s0[3] + 128:s0[4]]).all()
-        release(3, 2)  # the rest of group 3: its 5 tile rows
+        assert np.isnan(partial[s0[3]:s0[3] + 256]).all() and np.isfinite(partial[s0[3] + 256:s0[4]]).all()
+        release(3, 0)  # the rest of group 3: its 5 tile rows
         assert settles_at(5) == 5 * tn
         release(0, 0)  # group 0's first tile row spans runs 0 and 1: still waiting
         assert settles_at(5) == 5 * tn

@@ -82,8 +82,8 @@ struct Problem {
   i64 b_group_stride;  // grouped TN/NN: elements from one group's b to the next (portable layers)
 };
 
-// kosmos/gemm.py mirrors Problem as PROBLEM_DTYPE (every offset checked by kosmos/runtime/mirror.py
-// in CPU CI; no offsetof here: the NVRTC of some CUDA 13 wheels does not know __builtin_offsetof).
+// kosmos/gemm.py mirrors Problem as PROBLEM_DTYPE (every field checked by kosmos/runtime/mirror.py in
+// CPU CI; not here in the kernels: an older NVRTC seen on a GPU image rejected __builtin_offsetof).
 static_assert(sizeof(Problem) == 64, "Problem layout: see PROBLEM_DTYPE in kosmos/gemm.py");
 
 KOSMOS_DEVICE i32 k_splits_of(const Problem& p) { return p.k_splits > 1 ? p.k_splits : 1; }

@@ -25,7 +25,8 @@ struct RowFlagsReady {
 // receive arena: one run per source rank), and whoever fills run (e, s) releases
 // arrived[e * runs + s] >= target at system scope (it may be a peer GPU) once all its rows are in
 // place. A tile waits for exactly the non-empty runs its rows overlap: TN/NN, the tile's rows of
-// the group; NT (the reduction runs over the group's rows), all of them.
+// the group; NT (the reduction runs over the group's rows), all of them. Contract (the caller's):
+// the runs of group e sum to its row count; rows past them would be read unwaited.
 template <int L>
 struct RunsArrived {
   const i32* run_rows;

@@ -83,9 +83,10 @@ KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, i32* expert
   auto choice = [&](i32 e) { return r.bias ? score(e) + r.bias[e] : score(e); };
   // Group limit: a group's score is the sum of its two best choice values; the best topk_groups
   // groups compete, the others' experts are skipped.
-  u32 allowed = ~0u;
-  const i32 per = r.groups ? r.experts / r.groups : r.experts;
-  if (r.groups && r.topk_groups < r.groups) {
+  const bool limited = r.groups && r.topk_groups < r.groups;  // then groups <= kMaxGroups (host-checked)
+  const i32 per = limited ? r.experts / r.groups : r.experts;
+  u32 allowed = ~0u;  // bit g: group g competes (read only when limited)
+  if (limited) {
     TopN<kMaxGroups> best;
     best.init(r.topk_groups);
     for (i32 g = 0; g < r.groups; ++g) {
@@ -100,7 +101,7 @@ KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, i32* expert
   TopN<kMaxTopK> top;
   top.init(r.top_k);
   for (i32 e = 0; e < r.experts; ++e)
-    if (allowed >> (r.groups ? e / per : 0) & 1u) top.offer(choice(e), e);
+    if (!limited || (allowed >> (e / per) & 1u)) top.offer(choice(e), e);
   float sum = 0.0f;
   for (i32 s = 0; s < r.top_k; ++s) {
     weights[s] = score(top.i[s]);
