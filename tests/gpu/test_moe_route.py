@@ -177,3 +177,9 @@ def test_bad_inputs_are_refused():
         route(lg, cfg, cupy.zeros(255, np.float32))
     with pytest.raises(ValueError, match="expert_bias = False"):
         route(lg, MODELS["Mixtral-8x7B"], cupy.zeros(8, np.float32))
+
+
+def test_many_groups_without_a_limit_route_over_every_expert():
+    """groups = 64 with topk_groups = 64 is no limit at all (a 32-bit group mask must not be involved)."""
+    cfg = MoEConfig(experts=128, top_k=8, hidden=64, intermediate=64, groups=64, topk_groups=64)
+    check(cfg, logits_for(np.random.default_rng(12), 333, 128))
