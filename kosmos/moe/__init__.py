@@ -1,7 +1,8 @@
 """The MoE layer (issues 12/13): configuration, the float64 reference, device routing, the layer."""
 from .config import MoEConfig, load_models
+from .dispatch import MoEDispatch
 from .layer import MoEContext, MoELayer, MoEParams, expert_tensors
 from .route import DeviceRouting, route
 
-__all__ = ["DeviceRouting", "MoEConfig", "MoEContext", "MoELayer", "MoEParams", "expert_tensors", "load_models",
-           "route"]
+__all__ = ["DeviceRouting", "MoEConfig", "MoEContext", "MoEDispatch", "MoELayer", "MoEParams", "expert_tensors",
+           "load_models", "route"]

@@ -76,19 +76,23 @@ def constant_asserts(m: ConstantMirror) -> list[str]:
 def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
     """(headers, structs, constants): everything the host mirrors."""
     from .. import gemm
+    from .. import plan
+    from ..moe.dispatch import MIRRORS as DISPATCH_MIRRORS
     from ..moe.route import CONSTANTS as MOE_CONSTANTS, MIRRORS as MOE_MIRRORS
     from ..tp import params, queues
     from . import status
 
-    headers = ["kosmos/wait.h", "kosmos/gemm/tile.h", "kosmos/tp.h", "kosmos/tp_params.h", "kosmos/moe/route.h"]
+    headers = ["kosmos/wait.h", "kosmos/gemm/tile.h", "kosmos/tp.h", "kosmos/tp_params.h", "kosmos/moe/route.h",
+               "kosmos/moe/dispatch.h"]
     structs = [StructMirror("kosmos::WaitCtx", status.WAIT_CTX_DTYPE),
                StructMirror("kosmos::Status", status.STATUS_DTYPE),
                StructMirror("kosmos::gemm::Problem", gemm.PROBLEM_DTYPE),
                StructMirror("kosmos::gemm::EpiStoreBf16", gemm.EPI_DTYPE),
                StructMirror("kosmos::gemm::EpiStoreF32", gemm.EPI_DTYPE),
-               *params.MIRRORS, *MOE_MIRRORS]
+               *params.MIRRORS, *MOE_MIRRORS, *DISPATCH_MIRRORS]
     constants = [ConstantMirror("kosmos::gemm", gemm.DEVICE_CONSTANTS),
                  ConstantMirror("kosmos::tp", {"kTileRow": queues.TILE_ROW}),
+                 ConstantMirror("kosmos", {"kMaxWorld": plan.MAX_WORLD}),  # (flags.h asserts OpFlags' size)
                  ConstantMirror("kosmos", {**status.KERNELS, "KERNEL_COUNT_": len(status.KERNELS)}),
                  ConstantMirror("kosmos", {**status.SITES, "SITE_COUNT_": len(status.SITES)}),
                  ConstantMirror("kosmos::moe", MOE_CONSTANTS)]

@@ -1,0 +1,167 @@
+// The MoE dispatch: the per-expert counts cross ranks through the symmetric heap, every rank lays
+// out every owner's receive arena from them, and movers push each token row straight to its final
+// place there (expert-major over the owner's experts, source-major inside an expert, this rank's
+// dispatch order inside a source). Per (expert, source) run, the last item pushed releases the
+// run's arrival flag at the owner: what a gated GEMM tile waits for (gemm::RunsArrived).
+//
+// Heap (every rank, symmetric offsets): counts[2][kMaxWorld][E] i32 (call parity, source, expert),
+// arrived[E_loc][kMaxWorld] u64 (local expert, source), the arena [capacity][row_bytes].
+// Protocol, all flags epoch-valued and never reset:
+//   1. a rank writes its counts into slot parity of every rank (itself too), then sets ready[me]
+//      there; a peer's counts for call e therefore also say it has started call e, so it is done
+//      with call e-1 (its arena was read by the GEMMs before this launch, on its stream), and the
+//      parity slot we write was last read in call e-2, which every peer finished before we saw its
+//      counts for e-1;
+//   2. every CTA waits for all ranks' counts (the dispatch's only cross-rank barrier);
+//   3. items (expert g, chunk of item_rows rows) from a per-call queue; rows copied one by one (they
+//      are gathered: row i of the dispatch order is token order[i] / k);
+//   4. the owner (standalone kernel) waits for every non-empty run aimed at it before it exits, so
+//      the next launch on its stream reads a complete arena.
+#pragma once
+#include "../flags.h"
+#include "../mover.h"
+#include "../protocol.h"
+#include "../wait.h"
+
+namespace kosmos {
+namespace moe {
+
+struct DispatchParams {
+  const u64* peer_bases;
+  WaitCtx wait;
+  u64 epoch, flags_off;
+  u64 counts_off, arrived_off, arena_off;  // heap offsets (every rank)
+  u64 row_bytes, capacity;                 // arena rows
+  const i32* start;       // [E + 1] this rank's dispatch plan (kosmos.moe.route: DeviceRouting.start)
+  const i32* order;       // [T * k] row -> t * k + j
+  const u8* x;            // [T][row_bytes] this rank's tokens
+  u64* run_done;          // [2][E] local: items finished per expert run, call parity (reset per call)
+  i32* group_rows;        // [E_loc] out: rows of each local expert
+  i32* run_rows;          // [E_loc][world] out: rows of (local expert, source)
+  i64* status;            // [1] out: 0, or the rows an owner would receive past capacity (nothing moves)
+  i32 rank, world, experts, e_loc, top_k, item_rows;
+};
+
+// Shared memory: counts[world][E] of this call, then my_base[E] (where my run of expert g starts in
+// its owner's arena), then chunk_start[E + 1] (the item prefix over my runs).
+KOSMOS_DEVICE u64 dispatch_smem_bytes(i32 world, i32 experts) { return u64(world * experts + 2 * experts + 1) * 4; }
+
+KOSMOS_DEVICE i32 chunks_of_run(const DispatchParams& d, i32 g) {
+  const i32 n = d.start[g + 1] - d.start[g];
+  return (n + d.item_rows - 1) / d.item_rows;
+}
+
+KOSMOS_DEVICE i32* counts_slot(const DispatchParams& d, int owner, int source) {
+  return reinterpret_cast<i32*>(d.peer_bases[owner] + d.counts_off) +
+         (i64(d.epoch & 1) * kMaxWorld + source) * d.experts;
+}
+
+KOSMOS_DEVICE u64* arrived_flag(const DispatchParams& d, int owner, i32 local_expert, int source) {
+  return reinterpret_cast<u64*>(d.peer_bases[owner] + d.arrived_off) + i64(local_expert) * kMaxWorld + source;
+}
+
+KOSMOS_DEVICE void dispatch(const DispatchParams& d) {
+  extern __shared__ __align__(16) u8 dispatch_smem[];
+  __shared__ int s_ok;
+  __shared__ i64 s_item;
+  const i32 P = d.world, E = d.experts, me = d.rank;
+  i32* counts = reinterpret_cast<i32*>(dispatch_smem);  // [P][E]
+  i32* my_base = counts + P * E;                         // [E]
+  i32* chunk_start = my_base + E;                        // [E + 1]
+  OpFlags* mine = flags_of(d.peer_bases, me, d.flags_off);
+  FusedHeads* heads = fused_heads(mine, d.epoch);
+  if (blockIdx.x == 0)  // the next call's run counters (the call that last used them has finished)
+    for (i32 g = threadIdx.x; g < E; g += blockDim.x) d.run_done[i64((d.epoch + 1) & 1) * E + g] = 0;
+
+  // 1. my counts to every rank
+  if (blockIdx.x == 0) {
+    for (int o = 0; o < P; ++o)
+      for (i32 g = threadIdx.x; g < E; g += blockDim.x) counts_slot(d, o, me)[g] = d.start[g + 1] - d.start[g];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      fence_acq_rel_sys();
+      for (int o = 0; o < P; ++o) st_release_sys(&flags_of(d.peer_bases, o, d.flags_off)->ready[me], d.epoch);
+    }
+  }
+  // 2. everybody's counts
+  int ok = 1;
+  if (threadIdx.x == 0)
+    for (int s = 0; s < P && ok; ++s) ok = wait_flag_sys(d.wait, SITE_PEER_READY, &mine->ready[s], d.epoch);
+  if (!cta_broadcast(&s_ok, ok)) return;
+  const i32* slot = counts_slot(d, me, 0);
+  for (i32 v = threadIdx.x; v < P * E; v += blockDim.x) counts[v] = i32(ld_relaxed_sys_u32(reinterpret_cast<const u32*>(slot + v)));
+  __syncthreads();
+  // Every owner's total against the capacity: the same decision on every rank (same counts).
+  i64 worst = 0;
+  if (threadIdx.x == 0)
+    for (int o = 0; o < P; ++o) {
+      i64 rows = 0;
+      for (int s = 0; s < P; ++s)
+        for (i32 l = 0; l < d.e_loc; ++l) rows += counts[s * E + o * d.e_loc + l];
+      if (rows > i64(d.capacity) && rows > worst) worst = rows;
+    }
+  if (blockIdx.x == 0 && threadIdx.x == 0) d.status[0] = worst;
+  if (cta_broadcast(&s_item, worst) != 0) return;
+  // My run of expert g starts, in owner o = g / e_loc, after o's earlier experts and after the
+  // earlier sources' runs of g.
+  for (i32 g = threadIdx.x; g < E; g += blockDim.x) {
+    const i32 o = g / d.e_loc;
+    i32 base = 0;
+    for (i32 h = o * d.e_loc; h < g; ++h)
+      for (int s = 0; s < P; ++s) base += counts[s * E + h];
+    for (int s = 0; s < me; ++s) base += counts[s * E + g];
+    my_base[g] = base;
+  }
+  if (threadIdx.x == 0) {
+    chunk_start[0] = 0;
+    for (i32 g = 0; g < E; ++g) chunk_start[g + 1] = chunk_start[g] + chunks_of_run(d, g);
+  }
+  // The owner side's outputs: the grouped GEMM's counts and the readiness hook's runs.
+  if (blockIdx.x == 0)
+    for (i32 v = threadIdx.x; v < d.e_loc * P; v += blockDim.x) {
+      const i32 l = v / P, s = v % P;
+      d.run_rows[v] = counts[s * E + me * d.e_loc + l];
+      if (s == 0) {
+        i32 rows = 0;
+        for (int q = 0; q < P; ++q) rows += counts[q * E + me * d.e_loc + l];
+        d.group_rows[l] = rows;
+      }
+    }
+  __syncthreads();
+
+  // 3. push
+  const i32 n_items = chunk_start[E];
+  for (;;) {
+    const i64 item = cta_broadcast(&s_item, threadIdx.x == 0 ? i64(atomic_add_relaxed_dev(&heads->mover, 1ull)) : i64(0));
+    if (item >= n_items) break;
+    i32 g = 0;  // the run this item belongs to: the last g with chunk_start[g] <= item
+    for (i32 lo = 0, hi = E - 1; lo <= hi;) {
+      const i32 mid = (lo + hi) / 2;
+      if (chunk_start[mid] <= item) { g = mid; lo = mid + 1; } else { hi = mid - 1; }
+    }
+    const i32 o = g / d.e_loc, c = i32(item) - chunk_start[g];
+    const i32 first = d.start[g] + c * d.item_rows, last = min(first + d.item_rows, d.start[g + 1]);
+    u8* arena = reinterpret_cast<u8*>(d.peer_bases[o] + d.arena_off);
+    for (i32 i = first; i < last; ++i) {
+      const u8* src = d.x + u64(d.order[i] / d.top_k) * d.row_bytes;
+      cta_copy(arena + u64(my_base[g] + (i - d.start[g])) * d.row_bytes, src, d.row_bytes, blockDim.x);
+    }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      fence_acq_rel_sys();
+      u64* done = &d.run_done[i64(d.epoch & 1) * E + g];
+      if (atomic_add_acq_rel_dev(done, 1ull) + 1 == u64(chunks_of_run(d, g)))
+        st_release_sys(arrived_flag(d, o, g - o * d.e_loc, me), d.epoch);
+    }
+  }
+  // 4. standalone: the owner leaves only with every non-empty run aimed at it in place
+  if (blockIdx.x == 0 && threadIdx.x == 0) {
+    for (i32 l = 0; l < d.e_loc && ok; ++l)
+      for (int s = 0; s < P && ok; ++s)
+        if (counts[s * E + me * d.e_loc + l] > 0)
+          ok = wait_flag_sys(d.wait, SITE_PEER_ARRIVED, arrived_flag(d, me, l, s), d.epoch);
+  }
+}
+
+}  // namespace moe
+}  // namespace kosmos

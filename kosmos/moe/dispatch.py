@@ -1,0 +1,127 @@
+"""MoEDispatch: token rows to their experts' owners in one launch, counts crossing ranks on the device.
+
+    disp = MoEDispatch(world, experts=E, row_bytes=2 * H, capacity_rows=C)
+    r = kosmos.moe.route(logits, cfg)                 # this rank's routing and dispatch plan
+    arena, group_rows, run_rows = disp(x, r)          # x: [T, H] (any 2-byte or wider rows)
+
+Every rank writes its per-expert counts into every rank's heap and waits for everybody's (the only
+cross-rank barrier), lays out every owner's arena from them, and pushes each row straight to its
+final place (hipsrc/kosmos/moe/dispatch.h): rows of local expert l from source 0, then source 1,
+..., each source's in its dispatch order (token order). `arena[:group_rows.sum()]` is then the
+expert-major input of the local experts' grouped GEMM (`group_rows`, int32 [E/P], on the device)
+and `run_rows[l, s]` the rows of (l, s) (for gemm::RunsArrived). No host round trip: the counts
+never leave the GPU. The arena is the plan's: consume it before the next call (the next call's
+counts exchange waits for every rank to have launched it, i.e. to be done with this one on its stream).
+
+A routing that would send any rank more than capacity_rows rows moves nothing, on every rank; the
+rows it would have received are in `status` (0 = fine), checked by `check=True` (a host sync).
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..arrays import check_array
+from ..collectives import MOVER_THREADS
+from ..errors import KosmosError
+from ..exchange import agree_args
+from ..plan import MAX_WORLD, SymmetricPlan
+from ..runtime import PersistentLaunch, load_module, sm_count
+from ..runtime.mirror import StructMirror
+from ..runtime.status import WAIT_CTX_DTYPE
+from ..runtime.streams import uses_stream
+from ..world import World
+from .route import DeviceRouting
+
+_u64, _i32 = np.uint64, np.int32
+DISPATCH_PARAMS_DTYPE = np.dtype(
+    [("peer_bases", _u64), ("wait", WAIT_CTX_DTYPE), ("epoch", _u64), ("flags_off", _u64), ("counts_off", _u64),
+     ("arrived_off", _u64), ("arena_off", _u64), ("row_bytes", _u64), ("capacity", _u64), ("start", _u64),
+     ("order", _u64), ("x", _u64), ("run_done", _u64), ("group_rows", _u64), ("run_rows", _u64), ("status", _u64),
+     ("rank", _i32), ("world", _i32), ("experts", _i32), ("e_loc", _i32), ("top_k", _i32), ("item_rows", _i32)],
+    align=True,
+)
+MIRRORS = [StructMirror("kosmos::moe::DispatchParams", DISPATCH_PARAMS_DTYPE)]
+ITEM_BYTES = 64 * 1024  # bytes an item moves (rows are copied one by one: they are gathered)
+
+
+class MoEDispatch(SymmetricPlan):
+    kernel_enum = "KERNEL_MOE_DISPATCH"
+
+    def __init__(self, world: World, experts: int, row_bytes: int, capacity_rows: int, *,
+                 item_rows: int | None = None, grid: int | None = None):
+        import cupy
+
+        world.require_gpu()
+        agree_args(world.comm, "MoEDispatch", experts=experts, row_bytes=row_bytes, capacity_rows=capacity_rows,
+                   item_rows=item_rows, grid=grid)
+        P = world.size
+        if P > MAX_WORLD:
+            raise ValueError(f"MoEDispatch takes up to {MAX_WORLD} ranks, the world has {P}")
+        if not isinstance(experts, int) or experts < 1 or experts % P:
+            raise ValueError(f"experts = {experts!r} must be a positive multiple of the world size {P}")
+        if not isinstance(row_bytes, int) or row_bytes < 16 or row_bytes % 16:
+            raise ValueError(f"row_bytes = {row_bytes!r} must be a positive multiple of 16 (the movers' vectors)")
+        if not isinstance(capacity_rows, int) or not 1 <= capacity_rows < 2**31:
+            raise ValueError(f"capacity_rows = {capacity_rows!r} must be in [1, 2^31)")
+        self.experts, self.e_loc, self.row_bytes, self.capacity_rows = experts, experts // P, row_bytes, capacity_rows
+        self.item_rows = int(item_rows or max(1, ITEM_BYTES // row_bytes))
+        counts_bytes = 2 * MAX_WORLD * experts * 4
+        arrived_bytes = self.e_loc * MAX_WORLD * 8
+        super().__init__(world, counts_bytes + arrived_bytes + capacity_rows * row_bytes + 3 * 256)
+        self.counts = self.heap.alloc((2, MAX_WORLD, experts), np.int32)
+        self.arrived = self.heap.alloc((self.e_loc, MAX_WORLD), np.uint64)
+        self.arena = self.heap.alloc((capacity_rows, row_bytes), np.uint8)
+        self.run_done = cupy.zeros((2, experts), np.uint64)
+        self.group_rows = cupy.zeros(self.e_loc, np.int32)
+        self.run_rows = cupy.zeros((self.e_loc, P), np.int32)
+        self.status = cupy.zeros(1, np.int64)
+        smem = 4 * (P * experts + 2 * experts + 1)
+        mod = load_module("moe_dispatch.hip", world=world)
+        # Resident, all of it: CTA 0 waits for runs other CTAs of this grid push.
+        self.launch = PersistentLaunch.checked(mod.get_function("kosmos_moe_dispatch"), grid or sm_count(),
+                                               MOVER_THREADS, smem)
+
+    @uses_stream
+    def __call__(self, x: Any, routing: DeviceRouting, *, check: bool = False,
+                 stream: Any = None) -> tuple[Any, Any, Any]:
+        """(arena [capacity_rows, row_bytes] uint8, group_rows, run_rows); see the module docstring."""
+        self._check_open()
+        dev = self.world.device_id
+        x = check_array(x, "x", device=dev, stream=stream)
+        t = int(x.shape[0]) if x.ndim else 0
+        if x.ndim != 2 or x.shape[1] * x.dtype.itemsize != self.row_bytes:
+            raise ValueError(f"x must be [T, rows of {self.row_bytes} B], got {tuple(x.shape)} of {x.dtype}")
+        start = check_array(routing.start, "routing.start", dtypes=(np.dtype(np.int32),), device=dev, stream=stream)
+        order = routing.order
+        if start.shape != (self.experts + 1,):
+            raise ValueError(f"routing.start must be [{self.experts + 1}] (this plan's experts), got {start.shape}")
+        k = int(routing.experts.shape[1]) if routing.experts.ndim == 2 else 0
+        if routing.experts.shape[0] != t or order.shape != (t * k,):
+            raise ValueError(f"the routing is for {routing.experts.shape[0]} tokens, x has {t}")
+        order = check_array(order, "routing.order", dtypes=(np.dtype(np.int32),), device=dev, stream=stream) \
+            if t else order
+        w = self.world
+        epoch, ctx = self._next_call(stream)
+        rec = np.zeros((), DISPATCH_PARAMS_DTYPE)
+        for name, value in (
+                ("peer_bases", self.heap.peer_bases.data.ptr), ("wait", ctx), ("epoch", epoch),
+                ("flags_off", self.flags.offset), ("counts_off", self.counts.offset),
+                ("arrived_off", self.arrived.offset), ("arena_off", self.arena.offset),
+                ("row_bytes", self.row_bytes), ("capacity", self.capacity_rows), ("start", start.data.ptr),
+                ("order", order.data.ptr if t else 0), ("x", x.data.ptr if t else 0),
+                ("run_done", self.run_done.data.ptr), ("group_rows", self.group_rows.data.ptr),
+                ("run_rows", self.run_rows.data.ptr), ("status", self.status.data.ptr), ("rank", w.rank),
+                ("world", w.size), ("experts", self.experts), ("e_loc", self.e_loc), ("top_k", max(k, 1)),
+                ("item_rows", self.item_rows)):
+            rec[name] = value
+        self.launch([rec[()]], stream=stream)
+        if check:
+            w.synchronize()
+            self.world.status.raise_if_failed()
+            worst = int(self.status.get()[0])
+            if worst:
+                raise KosmosError(f"MoEDispatch: a rank would receive {worst} rows, past capacity_rows = "
+                                  f"{self.capacity_rows}; nothing was moved")
+        return self.arena.local, self.group_rows, self.run_rows
