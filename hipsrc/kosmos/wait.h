@@ -27,7 +27,8 @@ enum KernelId : u32 {
   KERNEL_BULK_AG_GEMM = 10,
   KERNEL_BULK_RS_GEMM = 11,
   KERNEL_MOE_DISPATCH = 12,
-  KERNEL_COUNT_ = 13,  // how many there are (the host mirror is checked to have them all)
+  KERNEL_MOE_COMBINE = 13,
+  KERNEL_COUNT_ = 14,  // how many there are (the host mirror is checked to have them all)
 };
 
 enum WaitSite : u32 {

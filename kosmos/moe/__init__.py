@@ -1,8 +1,9 @@
 """The MoE layer (issues 12/13): configuration, the float64 reference, device routing, the layer."""
+from .combine import MoECombine
 from .config import MoEConfig, load_models
 from .dispatch import MoEDispatch
 from .layer import MoEContext, MoELayer, MoEParams, expert_tensors
 from .route import DeviceRouting, route
 
-__all__ = ["DeviceRouting", "MoEConfig", "MoEContext", "MoEDispatch", "MoELayer", "MoEParams", "expert_tensors",
+__all__ = ["DeviceRouting", "MoECombine", "MoEConfig", "MoEContext", "MoEDispatch", "MoELayer", "MoEParams", "expert_tensors",
            "load_models", "route"]

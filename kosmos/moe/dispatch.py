@@ -38,7 +38,8 @@ _u64, _i32 = np.uint64, np.int32
 DISPATCH_PARAMS_DTYPE = np.dtype(
     [("peer_bases", _u64), ("wait", WAIT_CTX_DTYPE), ("epoch", _u64), ("flags_off", _u64), ("counts_off", _u64),
      ("arrived_off", _u64), ("arena_off", _u64), ("row_bytes", _u64), ("capacity", _u64), ("start", _u64),
-     ("order", _u64), ("x", _u64), ("run_done", _u64), ("group_rows", _u64), ("run_rows", _u64), ("status", _u64),
+     ("order", _u64), ("x", _u64), ("run_done", _u64), ("group_rows", _u64), ("run_rows", _u64),
+     ("all_counts", _u64), ("status", _u64),
      ("rank", _i32), ("world", _i32), ("experts", _i32), ("e_loc", _i32), ("top_k", _i32), ("item_rows", _i32)],
     align=True,
 )
@@ -76,6 +77,7 @@ class MoEDispatch(SymmetricPlan):
         self.run_done = cupy.zeros((2, experts), np.uint64)
         self.group_rows = cupy.zeros(self.e_loc, np.int32)
         self.run_rows = cupy.zeros((self.e_loc, P), np.int32)
+        self.all_counts = cupy.zeros((P, experts), np.int32)  # every rank's counts of the last call
         self.status = cupy.zeros(1, np.int64)
         smem = 4 * (P * experts + 2 * experts + 1)
         mod = load_module("moe_dispatch.hip", world=world)
@@ -112,7 +114,8 @@ class MoEDispatch(SymmetricPlan):
                 ("row_bytes", self.row_bytes), ("capacity", self.capacity_rows), ("start", start.data.ptr),
                 ("order", order.data.ptr if t else 0), ("x", x.data.ptr if t else 0),
                 ("run_done", self.run_done.data.ptr), ("group_rows", self.group_rows.data.ptr),
-                ("run_rows", self.run_rows.data.ptr), ("status", self.status.data.ptr), ("rank", w.rank),
+                ("run_rows", self.run_rows.data.ptr), ("all_counts", self.all_counts.data.ptr),
+                ("status", self.status.data.ptr), ("rank", w.rank),
                 ("world", w.size), ("experts", self.experts), ("e_loc", self.e_loc), ("top_k", max(k, 1)),
                 ("item_rows", self.item_rows)):
             rec[name] = value

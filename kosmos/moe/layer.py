@@ -4,9 +4,12 @@
     params = MoEParams.random(cfg, world, seed=0)           # or your own arrays (shapes below)
     y, ctx = layer.forward(x, params)                       # x: bf16 CuPy [T, H], T <= max_tokens
 
-This is the serial path: our kernels as separate launches, with the per-expert counts crossing
-ranks through MPI (the fused megakernel of issue 12 does all of it in one launch, counts through
-the symmetric heap; this path is its reference and its fallback):
+Two paths, the same result (both are references for the one-launch megakernel to come):
+- path="device": our kernels as separate launches with nothing on the host: route, MoEDispatch
+  (counts through the symmetric heap, rows pushed to their final expert-major place), the grouped
+  GEMMs on its arena, MoECombine (rows back and the fold) — no host round trip, graph-capturable;
+- path="serial" (default until the device path has run on a GPU): the counts cross ranks through
+  MPI and the rows through kosmos AllToAll:
 
   1. router logits X Wr^T (fp32, kosmos.matmul) and kosmos.moe.route: experts, weights, the
      dispatch order (expert-major, so owner-major);
@@ -36,7 +39,11 @@ from ..exchange import agree_args, all_ok
 from ..runtime.streams import uses_stream
 from ..world import World
 from .config import MoEConfig
+from .combine import MoECombine
+from .dispatch import MoEDispatch
 from .route import DeviceRouting, check_routable, route
+
+PATHS = ("serial", "device")
 
 
 @dataclass
@@ -86,10 +93,10 @@ def _stack(arrays: list) -> Any:
 class MoEContext:
     """What a forward leaves for its backward (and for tests)."""
     routing: DeviceRouting
-    send_counts: np.ndarray   # [P] rows this rank sent to each owner
-    recv_counts: np.ndarray   # [P] rows this rank received from each source
+    send_counts: np.ndarray | None   # [P] rows this rank sent to each owner (serial path)
+    recv_counts: np.ndarray | None   # [P] rows this rank received from each source (serial path)
     group_rows: Any           # [E/P] int32 device: rows of each local expert
-    expert_major: Any         # [R] int64 device: received-row index of each expert-major row
+    expert_major: Any         # [R] int64 device: received-row index of each expert-major row (serial path)
     x_experts: Any            # [R, H] bf16: the local experts' input rows, expert-major
     h: Any                    # [R, I] bf16: silu(gate) * up
 
@@ -99,15 +106,20 @@ def _u16(x: Any) -> Any:
 
 
 class MoELayer:
-    def __init__(self, world: World, cfg: MoEConfig, max_tokens: int, *, capacity_rows: int | None = None):
+    def __init__(self, world: World, cfg: MoEConfig, max_tokens: int, *, capacity_rows: int | None = None,
+                 path: str = "serial"):
         """max_tokens: the most tokens any rank passes to forward. capacity_rows: the most rows a rank
         may receive in one call (default: dropless, P * max_tokens * min(k, E/P)); a routing that would
         exceed it raises on every rank before anything moves."""
         world.require_gpu()
         check_routable(cfg)
-        agree_args(world.comm, "MoELayer", cfg=repr(cfg), max_tokens=max_tokens, capacity_rows=capacity_rows)
+        agree_args(world.comm, "MoELayer", cfg=repr(cfg), max_tokens=max_tokens, capacity_rows=capacity_rows,
+                   path=path)
         if not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        if path not in PATHS:
+            raise ValueError(f"path must be one of {PATHS}, got {path!r}")
+        self.path = path
         self.world, self.cfg, self.max_tokens = world, cfg, max_tokens
         self.P = world.size
         self.e_loc = cfg.local_experts(self.P)
@@ -117,8 +129,12 @@ class MoELayer:
         k = cfg.top_k
         self.capacity_rows = capacity_rows or self.P * max_tokens * min(k, self.e_loc)
         h = cfg.hidden
-        self._dispatch = AllToAll(world, self.capacity_rows, (h,), bfloat16)
-        self._combine = AllToAll(world, max_tokens * k, (h,), bfloat16)
+        if path == "device":
+            self._dispatch = MoEDispatch(world, cfg.experts, 2 * h, self.capacity_rows)
+            self._combine = MoECombine(world, cfg.experts, h, max_tokens, k)
+        else:
+            self._dispatch = AllToAll(world, self.capacity_rows, (h,), bfloat16)
+            self._combine = AllToAll(world, max_tokens * k, (h,), bfloat16)
         self._router_pad = -(-cfg.experts // 64) * 64  # the router GEMM's output columns (tile multiple)
 
     def close(self) -> None:
@@ -148,7 +164,10 @@ class MoELayer:
 
     # ---- the forward ----
     @uses_stream
-    def forward(self, x: Any, params: MoEParams, stream: Any = None) -> tuple[Any, MoEContext]:
+    def forward(self, x: Any, params: MoEParams, *, check: bool = False,
+                stream: Any = None) -> tuple[Any, MoEContext]:
+        """y [T, H] bf16 and the context. A routing past capacity_rows: the serial path raises on every
+        rank; the device path moves nothing and returns NaN (check=True: a host sync, then it raises)."""
         import cupy
 
         cfg, P, rank, k = self.cfg, self.P, self.world.rank, self.cfg.top_k
@@ -169,6 +188,14 @@ class MoELayer:
         wr = wr.view(bfloat16)
         logits = gemm.matmul(x, wr, "TN", out_dtype=float32) if t else cupy.empty((0, self._router_pad), float32)
         r = route(logits, cfg, params.bias)
+        if self.path == "device":
+            y, ctx = self._forward_device(x, params, r)
+            if check:
+                worst = int(self._dispatch.status.get()[0])
+                if worst:
+                    raise ValueError(f"the routing sends a rank {worst} rows, past capacity_rows = "
+                                     f"{self.capacity_rows}: nothing was moved, the output is NaN")
+            return y, ctx
 
         # 2. dispatch: counts through MPI (the serial path's one host round trip), rows by AllToAll
         counts = cupy.asnumpy(r.counts).astype(np.int64)            # [E] this rank's rows per expert
@@ -212,9 +239,34 @@ class MoELayer:
         if t:
             rows = bf16_to_f32(_u16(y_back)[r.slot.astype(cupy.int64)].view(bfloat16)).reshape(t, k, hid)
             acc += (rows * r.weights[:, :, None]).sum(axis=1)
-            for j in range(cfg.shared):
-                hs = gemm.matmul(x, params.shared_w1[j], "TN", epilogue="swiglu")
-                acc += bf16_to_f32(gemm.matmul(hs, params.shared_w2[j], "TN"))
+            shared = self._shared(x, params)
+            if shared is not None:
+                acc += bf16_to_f32(shared)
         y = f32_to_bf16(acc)
         ctx = MoEContext(r, send_counts, np.asarray(recv_counts), group_rows, expert_major, x_e, hmid)
         return y, ctx
+
+    def _shared(self, x: Any, params: MoEParams) -> Any:
+        """The shared experts' output, bf16 (several are summed in fp32 and rounded once), or None."""
+        import cupy
+
+        if not self.cfg.shared or x.shape[0] == 0:
+            return None
+        outs = [gemm.matmul(gemm.matmul(x, params.shared_w1[j], "TN", epilogue="swiglu"), params.shared_w2[j], "TN")
+                for j in range(self.cfg.shared)]
+        if len(outs) == 1:
+            return outs[0]
+        acc = cupy.zeros(outs[0].shape, float32)
+        for o in outs:
+            acc += bf16_to_f32(o)
+        return f32_to_bf16(acc)
+
+    def _forward_device(self, x: Any, params: MoEParams, r: DeviceRouting) -> tuple[Any, MoEContext]:
+        """Dispatch, expert GEMMs on the arena, combine + fold: no host round trip."""
+        arena, group_rows, _ = self._dispatch(x, r)
+        x_e = arena.view(bfloat16)  # [capacity, H]: rows past the counts are not read
+        hmid = grouped.grouped_matmul(x_e, params.w1, group_rows, "TN", epilogue="swiglu")
+        y_e = grouped.grouped_matmul(hmid, params.w2, group_rows, "TN")
+        y = self._combine(y_e, self._dispatch, r, shared=self._shared(x, params))
+        # x_e is the dispatch arena: valid until the next forward
+        return y, MoEContext(r, None, None, group_rows, None, x_e, hmid)

@@ -77,19 +77,21 @@ def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
     """(headers, structs, constants): everything the host mirrors."""
     from .. import gemm
     from .. import plan
+    from ..moe.combine import MIRRORS as COMBINE_MIRRORS
     from ..moe.dispatch import MIRRORS as DISPATCH_MIRRORS
     from ..moe.route import CONSTANTS as MOE_CONSTANTS, MIRRORS as MOE_MIRRORS
     from ..tp import params, queues
     from . import status
 
     headers = ["kosmos/wait.h", "kosmos/gemm/tile.h", "kosmos/tp.h", "kosmos/tp_params.h", "kosmos/moe/route.h",
-               "kosmos/moe/dispatch.h"]
+               "kosmos/moe/dispatch.h", "kosmos/moe/combine.h"]
     structs = [StructMirror("kosmos::WaitCtx", status.WAIT_CTX_DTYPE),
                StructMirror("kosmos::Status", status.STATUS_DTYPE),
                StructMirror("kosmos::gemm::Problem", gemm.PROBLEM_DTYPE),
                StructMirror("kosmos::gemm::EpiStoreBf16", gemm.EPI_DTYPE),
                StructMirror("kosmos::gemm::EpiStoreF32", gemm.EPI_DTYPE),
-               *params.MIRRORS, *MOE_MIRRORS, *DISPATCH_MIRRORS]
+               *params.MIRRORS, *MOE_MIRRORS, *DISPATCH_MIRRORS,
+               *COMBINE_MIRRORS]
     constants = [ConstantMirror("kosmos::gemm", gemm.DEVICE_CONSTANTS),
                  ConstantMirror("kosmos::tp", {"kTileRow": queues.TILE_ROW}),
                  ConstantMirror("kosmos", {"kMaxWorld": plan.MAX_WORLD}),  # (flags.h asserts OpFlags' size)

@@ -1,4 +1,4 @@
-"""GPU tests of kosmos.moe.MoELayer (the serial path), at any world size (ranks may share a GPU).
+"""GPU tests of kosmos.moe.MoELayer (both paths), at any world size (ranks may share a GPU).
 
 Every rank routes its own tokens (uneven counts, a rank with none); the whole batch's output is
 compared, rank by rank, with the float64 reference forward (kosmos.moe.reference.forward on the
@@ -39,9 +39,9 @@ def host(a):
     return cupy.asnumpy(a).astype(np.float64) if a is not None else None
 
 
-def run_and_check(world, cfg, base_tokens, seed, params_hook=None):
+def run_and_check(world, cfg, base_tokens, seed, params_hook=None, path="serial"):
     P, r = world.size, world.rank
-    layer = MoELayer(world, cfg, max_tokens=base_tokens + 37 * P)
+    layer = MoELayer(world, cfg, max_tokens=base_tokens + 37 * P, path=path)
     try:
         params = MoEParams.random(cfg, world, seed)
         if params_hook:
@@ -49,8 +49,8 @@ def run_and_check(world, cfg, base_tokens, seed, params_hook=None):
         xs = [rank_input(seed, s, (tokens_of(s, P, base_tokens), cfg.hidden), np.float32).astype(bfloat16)
               for s in range(P)]
         x = cupy.asarray(xs[r])
-        y1, ctx = layer.forward(x, params)
-        y2, _ = layer.forward(x, params)
+        y1, ctx = layer.forward(x, params, check=True)
+        y2, _ = layer.forward(x, params, check=True)
         assert cupy.asnumpy(y1).view(np.uint16).tobytes() == cupy.asnumpy(y2).view(np.uint16).tobytes()
         # the reference on the whole batch, every expert rebuilt from the seed
         w1 = np.stack([host(expert_tensors(cfg, g, seed)[0]) for g in range(cfg.experts)])
@@ -73,20 +73,25 @@ def run_and_check(world, cfg, base_tokens, seed, params_hook=None):
         layer.close()
 
 
+PATHS = ["serial", "device"]
+
+
+@pytest.mark.parametrize("path", PATHS)
 @pytest.mark.parametrize("name", sorted(TINY))
-def test_forward_matches_the_reference(world, name):
+def test_forward_matches_the_reference(world, name, path):
     # softmax: 150 tokens a rank, and none on the last rank (at world > 1)
-    run_and_check(world, TINY[name], 150 if name == "softmax" else 300, seed=21)
+    run_and_check(world, TINY[name], 150 if name == "softmax" else 300, seed=21, path=path)
 
 
-def test_one_expert_takes_every_token(world):
+@pytest.mark.parametrize("path", PATHS)
+def test_one_expert_takes_every_token(world, path):
     """A bias that makes expert 0 everybody's first choice: rank 0 receives every token (a hot rank)."""
     cfg = TINY["deepseek-like"]
 
     def hot(params):
         params.bias[0] = 10.0
 
-    ctx = run_and_check(world, cfg, 257, seed=5, params_hook=hot)
+    ctx = run_and_check(world, cfg, 257, seed=5, params_hook=hot, path=path)
     assert (cupy.asnumpy(ctx.routing.experts)[:, 0] == 0).all()
 
 
@@ -101,5 +106,21 @@ def test_bad_inputs_raise_on_every_rank(world):
         wrong = dataclasses.replace(params, w1=params.w2)
         with pytest.raises(Exception, match="w1"):
             layer.forward(cupy.zeros((8, cfg.hidden), np.uint16).view(bfloat16), wrong)
+    finally:
+        layer.close()
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_routing_past_capacity_raises_on_every_rank(world, path):
+    cfg = TINY["softmax"]
+    layer = MoELayer(world, cfg, max_tokens=64, capacity_rows=16, path=path)
+    try:
+        params = MoEParams.random(cfg, world, 2)
+        x = cupy.asarray(rank_input(8, world.rank, (64, cfg.hidden), np.float32).astype(bfloat16))
+        with pytest.raises(ValueError, match="capacity_rows = 16"):
+            layer.forward(x, params, check=True)
+        y, _ = layer.forward(cupy.asarray(rank_input(9, world.rank, (1, cfg.hidden), np.float32).astype(bfloat16)),
+                             params, check=True)  # the next call works (1 token x k from each rank fits)
+        assert np.isfinite(cupy.asnumpy(y).astype(np.float32)).all()
     finally:
         layer.close()

@@ -38,6 +38,7 @@ struct DispatchParams {
   u64* run_done;          // [2][E] local: items finished per expert run, call parity (reset per call)
   i32* group_rows;        // [E_loc] out: rows of each local expert
   i32* run_rows;          // [E_loc][world] out: rows of (local expert, source)
+  i32* all_counts;        // [world][E] out: every rank's counts of this call (the combine's layout)
   i64* status;            // [1] out: 0, or the rows an owner would receive past capacity (nothing moves)
   i32 rank, world, experts, e_loc, top_k, item_rows;
 };
@@ -116,8 +117,10 @@ KOSMOS_DEVICE void dispatch(const DispatchParams& d) {
     chunk_start[0] = 0;
     for (i32 g = 0; g < E; ++g) chunk_start[g + 1] = chunk_start[g] + chunks_of_run(d, g);
   }
-  // The owner side's outputs: the grouped GEMM's counts and the readiness hook's runs.
-  if (blockIdx.x == 0)
+  // The owner side's outputs: the grouped GEMM's counts, the readiness hook's runs, and every
+  // rank's counts for the combine.
+  if (blockIdx.x == 0) {
+    for (i32 v = threadIdx.x; v < P * E; v += blockDim.x) d.all_counts[v] = counts[v];
     for (i32 v = threadIdx.x; v < d.e_loc * P; v += blockDim.x) {
       const i32 l = v / P, s = v % P;
       d.run_rows[v] = counts[s * E + me * d.e_loc + l];
@@ -127,6 +130,7 @@ KOSMOS_DEVICE void dispatch(const DispatchParams& d) {
         d.group_rows[l] = rows;
       }
     }
+  }
   __syncthreads();
 
   // 3. push

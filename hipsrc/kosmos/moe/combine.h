@@ -1,0 +1,154 @@
+// The MoE combine and fold: each owner pushes its experts' output rows back to the ranks whose
+// tokens they are, into those ranks' combine buffers in their dispatch order; each rank then folds
+// every token's k rows, weighted by its fp32 router weights, in fp32, with the shared experts'
+// output added, rounded to bf16 once.
+//
+// Layout from the dispatch's counts of the same call (all_counts [P][E], identical on every rank):
+// at owner o the output rows are expert-major over o's experts, source-major inside (the arena's
+// order); run (g, s) is contiguous there and lands contiguous at source s, at rows
+// [sum_{g' < g} counts[s][g'], ...): s's dispatch order. So every item is one plain copy.
+//
+// Protocol: owners push call e after their dispatch of call e, which waited for every rank's counts
+// of call e, so every source has started call e and has folded call e-1: its combine buffer is
+// free. Per destination s, the owner's last item releases ready[owner] = e in s's flags; the fold
+// waits for every owner that sends s rows at all.
+#pragma once
+#include "../flags.h"
+#include "../mover.h"
+#include "../protocol.h"
+#include "../wait.h"
+
+namespace kosmos {
+namespace moe {
+
+struct CombineParams {
+  const u64* peer_bases;
+  WaitCtx wait;
+  u64 epoch, flags_off;
+  u64 comb_off;            // heap offset of the combine buffer [max rows back][row_bytes] (every rank)
+  u64 row_bytes;
+  const i32* all_counts;   // [P][E] the dispatch's counts of this call
+  const i64* dispatch_status;  // the dispatch's status: nonzero (an overflow: nothing moved) -> NaN out
+  const u8* y;             // [rows][row_bytes] this owner's expert outputs, expert-major, source-major
+  u64* run_done;           // [2][P] local: items finished per destination, call parity (reset per call)
+  const i32* slot;         // [T * k] the row of pair t * k + j in this rank's dispatch order
+  const float* weights;    // [T][k]
+  const u16* shared;       // [T][H] bf16 shared experts' output to add, or null
+  u16* out;                // [T][H] bf16
+  i32 rank, world, experts, e_loc, top_k, tokens, item_rows, pad_;
+};
+
+// Shared memory: counts[P][E], then run_base[e_loc * P] (a run's first row in y), run_dest[e_loc * P]
+// (its first row at its source), chunk_start[e_loc * P + 1], dest_chunks[P].
+KOSMOS_DEVICE u64 combine_smem_bytes(i32 world, i32 experts, i32 e_loc) {
+  return u64(world * experts + 3 * e_loc * world + 1 + world) * 4;
+}
+
+KOSMOS_DEVICE void combine(const CombineParams& d) {
+  extern __shared__ __align__(16) u8 combine_smem[];
+  __shared__ int s_ok;
+  __shared__ i64 s_item;
+  const i32 P = d.world, E = d.experts, L = d.e_loc, me = d.rank, R = L * P;
+  i32* counts = reinterpret_cast<i32*>(combine_smem);
+  i32* run_base = counts + P * E;
+  i32* run_dest = run_base + R;
+  i32* chunk_start = run_dest + R;
+  i32* dest_chunks = chunk_start + R + 1;
+  OpFlags* mine = flags_of(d.peer_bases, me, d.flags_off);
+  FusedHeads* heads = fused_heads(mine, d.epoch);
+  if (blockIdx.x == 0)
+    for (i32 s = threadIdx.x; s < P; s += blockDim.x) d.run_done[i64((d.epoch + 1) & 1) * P + s] = 0;
+  if (*d.dispatch_status != 0) {  // the dispatch moved nothing (the same on every rank): NaN, no waits
+    const i64 n = i64(d.tokens) * i64(d.row_bytes / 2);
+    for (i64 v = i64(blockIdx.x) * blockDim.x + threadIdx.x; v < n; v += i64(gridDim.x) * blockDim.x) d.out[v] = 0x7FC0;
+    return;
+  }
+  for (i32 v = threadIdx.x; v < P * E; v += blockDim.x) counts[v] = d.all_counts[v];
+  __syncthreads();
+  // Run v = l * P + s: local expert l (global g), source s.
+  for (i32 v = threadIdx.x; v < R; v += blockDim.x) {
+    const i32 l = v / P, s = v % P, g = me * L + l;
+    i32 base = 0;
+    for (i32 h = 0; h < v; ++h) base += counts[(h % P) * E + me * L + h / P];
+    run_base[v] = base;
+    i32 dest = 0;
+    for (i32 h = 0; h < g; ++h) dest += counts[s * E + h];
+    run_dest[v] = dest;
+  }
+  if (threadIdx.x == 0) {
+    chunk_start[0] = 0;
+    for (i32 s = 0; s < P; ++s) dest_chunks[s] = 0;
+    for (i32 v = 0; v < R; ++v) {
+      const i32 n = counts[(v % P) * E + me * L + v / P], c = (n + d.item_rows - 1) / d.item_rows;
+      chunk_start[v + 1] = chunk_start[v] + c;
+      dest_chunks[v % P] += c;
+    }
+  }
+  __syncthreads();
+
+  // push
+  const i32 n_items = chunk_start[R];
+  for (;;) {
+    const i64 item = cta_broadcast(&s_item, threadIdx.x == 0 ? i64(atomic_add_relaxed_dev(&heads->mover, 1ull)) : i64(0));
+    if (item >= n_items) break;
+    i32 v = 0;  // the last run with chunk_start[v] <= item (empty runs share their successor's start)
+    for (i32 lo = 0, hi = R - 1; lo <= hi;) {
+      const i32 mid = (lo + hi) / 2;
+      if (chunk_start[mid] <= item) { v = mid; lo = mid + 1; } else { hi = mid - 1; }
+    }
+    const i32 s = v % P, n = counts[s * E + me * L + v / P];
+    const i32 first = (i32(item) - chunk_start[v]) * d.item_rows, rows = min(d.item_rows, n - first);
+    u8* dst = reinterpret_cast<u8*>(d.peer_bases[s] + d.comb_off) + u64(run_dest[v] + first) * d.row_bytes;
+    cta_copy(dst, d.y + u64(run_base[v] + first) * d.row_bytes, u64(rows) * d.row_bytes, blockDim.x);
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      fence_acq_rel_sys();
+      u64* done = &d.run_done[i64(d.epoch & 1) * P + s];
+      if (atomic_add_acq_rel_dev(done, 1ull) + 1 == u64(dest_chunks[s]))
+        st_release_sys(&flags_of(d.peer_bases, s, d.flags_off)->ready[me], d.epoch);
+    }
+  }
+
+  // fold: wait for every owner that sends this rank rows
+  int ok = 1;
+  if (threadIdx.x == 0)
+    for (int o = 0; o < P && ok; ++o) {
+      i32 rows = 0;
+      for (i32 l = 0; l < L; ++l) rows += counts[me * E + o * L + l];
+      if (rows > 0) ok = wait_flag_sys(d.wait, SITE_PEER_ARRIVED, &mine->ready[o], d.epoch);
+    }
+  if (!cta_broadcast(&s_ok, ok)) return;
+  const u8* comb = reinterpret_cast<const u8*>(d.peer_bases[me] + d.comb_off);
+  const i32 vecs = i32(d.row_bytes / 16);  // 8 bf16 per 16-byte vector
+  for (i64 w = i64(blockIdx.x) * blockDim.x + threadIdx.x; w < i64(d.tokens) * vecs; w += i64(gridDim.x) * blockDim.x) {
+    const i64 t = w / vecs, c = w % vecs;
+    float acc[8];
+    for (int u = 0; u < 8; ++u) acc[u] = 0.0f;
+    for (i32 j = 0; j < d.top_k; ++j) {
+      const float wt = d.weights[t * d.top_k + j];
+      const vec16 v = ld16_volatile(comb + u64(d.slot[t * d.top_k + j]) * d.row_bytes + c * 16);
+      const u32 p[4] = {v.x, v.y, v.z, v.w};
+      for (int u = 0; u < 4; ++u) {
+        acc[2 * u] += wt * bf16_to_f32(u16(p[u] & 0xffffu));
+        acc[2 * u + 1] += wt * bf16_to_f32(u16(p[u] >> 16));
+      }
+    }
+    if (d.shared) {
+      const vec16 v = *reinterpret_cast<const vec16*>(d.shared + t * (d.row_bytes / 2) + c * 8);
+      const u32 p[4] = {v.x, v.y, v.z, v.w};
+      for (int u = 0; u < 4; ++u) {
+        acc[2 * u] += bf16_to_f32(u16(p[u] & 0xffffu));
+        acc[2 * u + 1] += bf16_to_f32(u16(p[u] >> 16));
+      }
+    }
+    vec16 o;
+    o.x = pack_bf16x2(acc[0], acc[1]);
+    o.y = pack_bf16x2(acc[2], acc[3]);
+    o.z = pack_bf16x2(acc[4], acc[5]);
+    o.w = pack_bf16x2(acc[6], acc[7]);
+    *reinterpret_cast<vec16*>(d.out + t * (d.row_bytes / 2) + c * 8) = o;
+  }
+}
+
+}  // namespace moe
+}  // namespace kosmos

@@ -1,0 +1,118 @@
+"""MoECombine: expert outputs back to their tokens' ranks and the fold, in one launch.
+
+    comb = MoECombine(world, experts=E, hidden=H, max_tokens=T_max, top_k=k)
+    y = comb(y_experts, disp, routing, shared=None)   # y_experts: [rows, H] bf16, the arena's order
+
+y_experts is this owner's expert output in its dispatch arena's order (expert-major, source-major:
+what the grouped GEMMs on `MoEDispatch`'s arena give); the layout comes from the same call's
+counts (`disp.all_counts`, on the device). Every row goes back to its source's combine buffer in
+that source's dispatch order (hipsrc/kosmos/moe/combine.h); then each rank folds its tokens:
+y[t] = sum_j w[t, j] * row(t, j) (+ shared[t]) in fp32, rounded to bf16 once. Call it after the
+MoEDispatch call of the same forward, on the same stream. After a dispatch that overflowed (it
+moved nothing, on every rank) the output is NaN and nothing waits.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..arrays import check_array
+from ..collectives import MOVER_THREADS
+from ..dtypes import bfloat16
+from ..exchange import agree_args
+from ..plan import MAX_WORLD, SymmetricPlan
+from ..runtime import PersistentLaunch, load_module, sm_count
+from ..runtime.mirror import StructMirror
+from ..runtime.status import WAIT_CTX_DTYPE
+from ..runtime.streams import uses_stream
+from ..world import World
+from .dispatch import ITEM_BYTES, MoEDispatch
+from .route import DeviceRouting
+
+_u64, _i32 = np.uint64, np.int32
+COMBINE_PARAMS_DTYPE = np.dtype(
+    [("peer_bases", _u64), ("wait", WAIT_CTX_DTYPE), ("epoch", _u64), ("flags_off", _u64), ("comb_off", _u64),
+     ("row_bytes", _u64), ("all_counts", _u64), ("dispatch_status", _u64), ("y", _u64), ("run_done", _u64), ("slot", _u64), ("weights", _u64),
+     ("shared", _u64), ("out", _u64), ("rank", _i32), ("world", _i32), ("experts", _i32), ("e_loc", _i32),
+     ("top_k", _i32), ("tokens", _i32), ("item_rows", _i32), ("pad_", _i32)],
+    align=True,
+)
+MIRRORS = [StructMirror("kosmos::moe::CombineParams", COMBINE_PARAMS_DTYPE)]
+
+
+class MoECombine(SymmetricPlan):
+    kernel_enum = "KERNEL_MOE_COMBINE"
+
+    def __init__(self, world: World, experts: int, hidden: int, max_tokens: int, top_k: int, *,
+                 grid: int | None = None):
+        import cupy
+
+        world.require_gpu()
+        agree_args(world.comm, "MoECombine", experts=experts, hidden=hidden, max_tokens=max_tokens, top_k=top_k,
+                   grid=grid)
+        P = world.size
+        if P > MAX_WORLD or experts < 1 or experts % P:
+            raise ValueError(f"experts = {experts} must be a positive multiple of the world size {P} (<= {MAX_WORLD})")
+        if hidden < 8 or hidden % 8:
+            raise ValueError(f"hidden = {hidden} must be a positive multiple of 8 (16-byte bf16 vectors)")
+        if max_tokens < 1 or top_k < 1 or max_tokens * top_k >= 2**31:
+            raise ValueError(f"max_tokens = {max_tokens}, top_k = {top_k}: need 1 <= max_tokens * top_k < 2^31")
+        self.experts, self.e_loc, self.hidden = experts, experts // P, hidden
+        self.max_tokens, self.top_k = max_tokens, top_k
+        self.row_bytes = 2 * hidden
+        self.item_rows = max(1, ITEM_BYTES // self.row_bytes)
+        super().__init__(world, max_tokens * top_k * self.row_bytes + 256)
+        self.comb = self.heap.alloc((max_tokens * top_k, self.row_bytes), np.uint8)
+        self.run_done = cupy.zeros((2, P), np.uint64)
+        smem = 4 * (P * experts + 3 * self.e_loc * P + 1 + P)
+        mod = load_module("moe_combine.hip", world=world)
+        # Resident, all of it: every CTA folds after waiting for rows other CTAs of this grid push.
+        self.launch = PersistentLaunch.checked(mod.get_function("kosmos_moe_combine"), grid or sm_count(),
+                                               MOVER_THREADS, smem)
+
+    @uses_stream
+    def __call__(self, y_experts: Any, dispatch: MoEDispatch, routing: DeviceRouting, shared: Any = None,
+                 out: Any = None, stream: Any = None) -> Any:
+        import cupy
+
+        self._check_open()
+        dev = self.world.device_id
+        y_experts = check_array(y_experts, "y_experts", dtypes=(bfloat16,), device=dev, stream=stream)
+        if y_experts.ndim != 2 or y_experts.shape[1] != self.hidden:
+            raise ValueError(f"y_experts must be [rows, {self.hidden}] bf16, got {tuple(y_experts.shape)}")
+        if dispatch.experts != self.experts or dispatch.world is not self.world:
+            raise ValueError("the dispatch plan is for other experts or another world")
+        if y_experts.shape[0] < dispatch.capacity_rows:
+            raise ValueError(f"y_experts needs the dispatch arena's {dispatch.capacity_rows} rows "
+                             f"(rows past the counts are not read), got {y_experts.shape[0]}")
+        t, k = int(routing.experts.shape[0]), int(routing.experts.shape[1])
+        if k != self.top_k or t > self.max_tokens:
+            raise ValueError(f"the routing has {t} tokens x top_k {k}; this plan takes <= {self.max_tokens} x "
+                             f"{self.top_k}")
+        if shared is not None:
+            shared = check_array(shared, "shared", dtypes=(bfloat16,), device=dev, stream=stream)
+            if shared.shape != (t, self.hidden):
+                raise ValueError(f"shared must be [{t}, {self.hidden}] bf16, got {tuple(shared.shape)}")
+        if out is None:
+            out = cupy.empty((t, self.hidden), bfloat16)
+        else:
+            out = check_array(out, "out", dtypes=(bfloat16,), device=dev, stream=stream, writable=True)
+            if out.shape != (t, self.hidden):
+                raise ValueError(f"out must be [{t}, {self.hidden}] bf16, got {tuple(out.shape)}")
+        w = self.world
+        epoch, ctx = self._next_call(stream)
+        rec = np.zeros((), COMBINE_PARAMS_DTYPE)
+        ptr = (lambda a: a.data.ptr if a is not None and a.size else 0)  # noqa: E731
+        for name, value in (
+                ("peer_bases", self.heap.peer_bases.data.ptr), ("wait", ctx), ("epoch", epoch),
+                ("flags_off", self.flags.offset), ("comb_off", self.comb.offset), ("row_bytes", self.row_bytes),
+                ("all_counts", dispatch.all_counts.data.ptr), ("dispatch_status", dispatch.status.data.ptr),
+                ("y", y_experts.data.ptr),
+                ("run_done", self.run_done.data.ptr), ("slot", ptr(routing.slot)), ("weights", ptr(routing.weights)),
+                ("shared", ptr(shared)), ("out", ptr(out)), ("rank", w.rank), ("world", w.size),
+                ("experts", self.experts), ("e_loc", self.e_loc), ("top_k", k), ("tokens", t),
+                ("item_rows", self.item_rows)):
+            rec[name] = value
+        self.launch([rec[()]], stream=stream)
+        return out
