@@ -2,6 +2,7 @@
 
     comb = MoECombine(world, experts=E, hidden=H, max_tokens=T_max, top_k=k)
     y = comb(y_experts, disp, routing, shared=None)   # y_experts: [rows, H] bf16, the arena's order
+                                                      # shared: fp32 [T, H] added before the one rounding
 
 y_experts is this owner's expert output in its dispatch arena's order (expert-major, source-major:
 what the grouped GEMMs on `MoEDispatch`'s arena give); the layout comes from the same call's
@@ -70,6 +71,7 @@ class MoECombine(SymmetricPlan):
         # Resident, all of it: every CTA folds after waiting for rows other CTAs of this grid push.
         self.launch = PersistentLaunch.checked(mod.get_function("kosmos_moe_combine"), grid or sm_count(),
                                                MOVER_THREADS, smem)
+        cupy.cuda.runtime.deviceSynchronize()  # the zeroed counters, before a first call on any stream
 
     @uses_stream
     def __call__(self, y_experts: Any, dispatch: MoEDispatch, routing: DeviceRouting, shared: Any = None,
@@ -91,9 +93,9 @@ class MoECombine(SymmetricPlan):
             raise ValueError(f"the routing has {t} tokens x top_k {k}; this plan takes <= {self.max_tokens} x "
                              f"{self.top_k}")
         if shared is not None:
-            shared = check_array(shared, "shared", dtypes=(bfloat16,), device=dev, stream=stream)
+            shared = check_array(shared, "shared", dtypes=(np.dtype(np.float32),), device=dev, stream=stream)
             if shared.shape != (t, self.hidden):
-                raise ValueError(f"shared must be [{t}, {self.hidden}] bf16, got {tuple(shared.shape)}")
+                raise ValueError(f"shared must be [{t}, {self.hidden}] float32, got {tuple(shared.shape)}")
         if out is None:
             out = cupy.empty((t, self.hidden), bfloat16)
         else:

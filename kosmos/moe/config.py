@@ -54,6 +54,8 @@ class MoEConfig:
                 raise bad(f"{f} = {getattr(self, f)} must be a multiple of 64 (the GEMM builder's tiles)")
         if self.shared < 0 or self.shared_intermediate < 0:
             raise bad("shared and shared_intermediate must be >= 0")
+        if self.shared and self.shared_width % 64:
+            raise bad(f"shared_intermediate = {self.shared_width} must be a multiple of 64 (the GEMM builder's tiles)")
 
     @property
     def shared_width(self) -> int:

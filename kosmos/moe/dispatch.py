@@ -14,7 +14,8 @@ never leave the GPU. The arena is the plan's: consume it before the next call (t
 counts exchange waits for every rank to have launched it, i.e. to be done with this one on its stream).
 
 A routing that would send any rank more than capacity_rows rows moves nothing, on every rank; the
-rows it would have received are in `status` (0 = fine), checked by `check=True` (a host sync).
+rows it would have received are in `status` (0 = fine; -1: a rank refused its input), checked by
+`check=True` (a host sync); group_rows and run_rows are zero then.
 """
 from __future__ import annotations
 
@@ -40,7 +41,8 @@ DISPATCH_PARAMS_DTYPE = np.dtype(
      ("arrived_off", _u64), ("arena_off", _u64), ("row_bytes", _u64), ("capacity", _u64), ("start", _u64),
      ("order", _u64), ("x", _u64), ("run_done", _u64), ("group_rows", _u64), ("run_rows", _u64),
      ("all_counts", _u64), ("status", _u64),
-     ("rank", _i32), ("world", _i32), ("experts", _i32), ("e_loc", _i32), ("top_k", _i32), ("item_rows", _i32)],
+     ("rank", _i32), ("world", _i32), ("experts", _i32), ("e_loc", _i32), ("top_k", _i32), ("item_rows", _i32),
+     ("refused", _i32), ("pad_", _i32)],
     align=True,
 )
 MIRRORS = [StructMirror("kosmos::moe::DispatchParams", DISPATCH_PARAMS_DTYPE)]
@@ -67,6 +69,8 @@ class MoEDispatch(SymmetricPlan):
         if not isinstance(capacity_rows, int) or not 1 <= capacity_rows < 2**31:
             raise ValueError(f"capacity_rows = {capacity_rows!r} must be in [1, 2^31)")
         self.experts, self.e_loc, self.row_bytes, self.capacity_rows = experts, experts // P, row_bytes, capacity_rows
+        if item_rows is not None and (not isinstance(item_rows, int) or not 1 <= item_rows <= 2**20):
+            raise ValueError(f"item_rows = {item_rows!r} must be an integer in [1, 2^20]")
         self.item_rows = int(item_rows or max(1, ITEM_BYTES // row_bytes))
         counts_bytes = 2 * MAX_WORLD * experts * 4
         arrived_bytes = self.e_loc * MAX_WORLD * 8
@@ -84,47 +88,65 @@ class MoEDispatch(SymmetricPlan):
         # Resident, all of it: CTA 0 waits for runs other CTAs of this grid push.
         self.launch = PersistentLaunch.checked(mod.get_function("kosmos_moe_dispatch"), grid or sm_count(),
                                                MOVER_THREADS, smem)
+        cupy.cuda.runtime.deviceSynchronize()  # the zeroed counters, before a first call on any stream
 
     @uses_stream
     def __call__(self, x: Any, routing: DeviceRouting, *, check: bool = False,
                  stream: Any = None) -> tuple[Any, Any, Any]:
-        """(arena [capacity_rows, row_bytes] uint8, group_rows, run_rows); see the module docstring."""
+        """(arena [capacity_rows, row_bytes] uint8, group_rows, run_rows); see the module docstring.
+
+        A rank whose arguments are refused still launches, sending counts of -1: every rank then
+        moves nothing (status -1) instead of waiting out its budget for it, and this rank raises."""
         self._check_open()
-        dev = self.world.device_id
-        x = check_array(x, "x", device=dev, stream=stream)
-        t = int(x.shape[0]) if x.ndim else 0
-        if x.ndim != 2 or x.shape[1] * x.dtype.itemsize != self.row_bytes:
-            raise ValueError(f"x must be [T, rows of {self.row_bytes} B], got {tuple(x.shape)} of {x.dtype}")
-        start = check_array(routing.start, "routing.start", dtypes=(np.dtype(np.int32),), device=dev, stream=stream)
-        order = routing.order
-        if start.shape != (self.experts + 1,):
-            raise ValueError(f"routing.start must be [{self.experts + 1}] (this plan's experts), got {start.shape}")
-        k = int(routing.experts.shape[1]) if routing.experts.ndim == 2 else 0
-        if routing.experts.shape[0] != t or order.shape != (t * k,):
-            raise ValueError(f"the routing is for {routing.experts.shape[0]} tokens, x has {t}")
-        order = check_array(order, "routing.order", dtypes=(np.dtype(np.int32),), device=dev, stream=stream) \
-            if t else order
+        refusal = None
+        try:
+            x, start, order, t, k = self._checked(x, routing, stream)
+        except (TypeError, ValueError) as e:
+            refusal, x, start, order, t, k = e, None, None, None, 0, 1
         w = self.world
         epoch, ctx = self._next_call(stream)
         rec = np.zeros((), DISPATCH_PARAMS_DTYPE)
+        ptr = (lambda a: a.data.ptr if a is not None and a.size else 0)  # noqa: E731
         for name, value in (
                 ("peer_bases", self.heap.peer_bases.data.ptr), ("wait", ctx), ("epoch", epoch),
                 ("flags_off", self.flags.offset), ("counts_off", self.counts.offset),
                 ("arrived_off", self.arrived.offset), ("arena_off", self.arena.offset),
-                ("row_bytes", self.row_bytes), ("capacity", self.capacity_rows), ("start", start.data.ptr),
-                ("order", order.data.ptr if t else 0), ("x", x.data.ptr if t else 0),
-                ("run_done", self.run_done.data.ptr), ("group_rows", self.group_rows.data.ptr),
-                ("run_rows", self.run_rows.data.ptr), ("all_counts", self.all_counts.data.ptr),
-                ("status", self.status.data.ptr), ("rank", w.rank),
+                ("row_bytes", self.row_bytes), ("capacity", self.capacity_rows), ("start", ptr(start)),
+                ("order", ptr(order)), ("x", ptr(x)), ("run_done", self.run_done.data.ptr),
+                ("group_rows", self.group_rows.data.ptr), ("run_rows", self.run_rows.data.ptr),
+                ("all_counts", self.all_counts.data.ptr), ("status", self.status.data.ptr), ("rank", w.rank),
                 ("world", w.size), ("experts", self.experts), ("e_loc", self.e_loc), ("top_k", max(k, 1)),
-                ("item_rows", self.item_rows)):
+                ("item_rows", self.item_rows), ("refused", int(refusal is not None))):
             rec[name] = value
         self.launch([rec[()]], stream=stream)
+        if refusal is not None:
+            raise refusal
         if check:
             w.synchronize()
             self.world.status.raise_if_failed()
             worst = int(self.status.get()[0])
+            if worst < 0:
+                raise KosmosError("MoEDispatch: another rank refused its input; nothing was moved")
             if worst:
                 raise KosmosError(f"MoEDispatch: a rank would receive {worst} rows, past capacity_rows = "
                                   f"{self.capacity_rows}; nothing was moved")
         return self.arena.local, self.group_rows, self.run_rows
+
+    def _checked(self, x: Any, routing: DeviceRouting, stream: Any) -> tuple:
+        dev = self.world.device_id
+        x = check_array(x, "x", device=dev, stream=stream)
+        if x.ndim != 2 or x.shape[1] * x.dtype.itemsize != self.row_bytes:
+            raise ValueError(f"x must be [T, rows of {self.row_bytes} B], got {tuple(x.shape)} of {x.dtype}")
+        t = int(x.shape[0])
+        start = check_array(routing.start, "routing.start", dtypes=(np.dtype(np.int32),), device=dev, stream=stream)
+        if start.shape != (self.experts + 1,):
+            raise ValueError(f"routing.start must be [{self.experts + 1}] (this plan's experts), got {start.shape}")
+        if routing.experts.ndim != 2 or routing.experts.shape[0] != t:
+            raise ValueError(f"the routing is for {routing.experts.shape[0]} tokens, x has {t}")
+        k = int(routing.experts.shape[1])
+        order = routing.order
+        if order.shape != (t * k,):
+            raise ValueError(f"routing.order must be [{t * k}], got {order.shape}")
+        if t:
+            order = check_array(order, "routing.order", dtypes=(np.dtype(np.int32),), device=dev, stream=stream)
+        return x, start, order, t, k

@@ -41,7 +41,7 @@ from ..world import World
 from .config import MoEConfig
 from .combine import MoECombine
 from .dispatch import MoEDispatch
-from .route import DeviceRouting, check_routable, route
+from .route import DeviceRouting, check_routable, plan_chunks, route
 
 PATHS = ("serial", "device")
 
@@ -128,6 +128,14 @@ class MoELayer:
                              f"use more ranks")
         k = cfg.top_k
         self.capacity_rows = capacity_rows or self.P * max_tokens * min(k, self.e_loc)
+        # Bounds that would otherwise fail on one rank alone, mid-forward (the hot rank's grouped GEMM,
+        # the router's int32 indices): refused here, on every rank alike.
+        if self.capacity_rows // gemm.tile_shape()[0] + self.e_loc >= 2**16:
+            raise ValueError(f"capacity_rows = {self.capacity_rows}: the grouped GEMM takes fewer than "
+                             f"{(2**16 - self.e_loc) * gemm.tile_shape()[0]} rows; pass a smaller capacity_rows")
+        if max_tokens * k >= 2**31 or plan_chunks(max_tokens) * cfg.experts >= 2**31:
+            raise ValueError(f"max_tokens = {max_tokens} with top_k {k} and {cfg.experts} experts exceeds the "
+                             f"router's int32 indices")
         h = cfg.hidden
         if path == "device":
             self._dispatch = MoEDispatch(world, cfg.experts, 2 * h, self.capacity_rows)
@@ -142,7 +150,8 @@ class MoELayer:
         self._combine.close()
 
     # ---- checks ----
-    def _check_params(self, p: MoEParams) -> None:
+    def _check_params(self, p: MoEParams) -> MoEParams:
+        """p with every array as a checked CuPy array (any GPU array goes in)."""
         cfg, h, i = self.cfg, self.cfg.hidden, self.cfg.intermediate
         want = {"router_w": ((cfg.experts, h), bfloat16), "w1": ((self.e_loc, 2 * i, h), bfloat16),
                 "w2": ((self.e_loc, h, i), bfloat16)}
@@ -152,6 +161,9 @@ class MoELayer:
             s = cfg.shared_width
             want["shared_w1"] = ((cfg.shared, 2 * s, h), bfloat16)
             want["shared_w2"] = ((cfg.shared, h, s), bfloat16)
+        if p.bias is not None and not cfg.expert_bias:
+            raise ValueError("MoEParams.bias given but the config has expert_bias = False")
+        checked = {}
         for name, (shape, dt) in want.items():
             a = getattr(p, name)
             if a is None:
@@ -159,8 +171,8 @@ class MoELayer:
             a = check_array(a, name, dtypes=(dt,), device=self.world.device_id)
             if tuple(a.shape) != shape:
                 raise ValueError(f"MoEParams.{name} must be {shape}, got {tuple(a.shape)}")
-        if p.bias is not None and not cfg.expert_bias:
-            raise ValueError("MoEParams.bias given but the config has expert_bias = False")
+            checked[name] = a
+        return MoEParams(**{**{f: None for f in ("bias", "shared_w1", "shared_w2")}, **checked})
 
     # ---- the forward ----
     @uses_stream
@@ -176,7 +188,7 @@ class MoELayer:
             x = check_array(x, "x", dtypes=(bfloat16,), device=self.world.device_id, stream=stream)
             if x.ndim != 2 or x.shape[1] != cfg.hidden or x.shape[0] > self.max_tokens:
                 raise ValueError(f"x must be [T <= {self.max_tokens}, {cfg.hidden}], got {tuple(x.shape)}")
-            self._check_params(params)
+            params = self._check_params(params)
         except Exception as e:  # noqa: BLE001 - a refusal on one rank reaches every rank
             err = e
         all_ok(self.world.comm, err)
@@ -223,11 +235,14 @@ class MoELayer:
         # 3. the expert GEMMs
         h_cols, hid = cfg.intermediate, cfg.hidden
         if received:
-            x_e = _u16(x_recv)[expert_major].view(bfloat16)
+            # capacity-sized operands: one grouped plan whatever arrives (rows past the counts unread)
+            x_e = cupy.empty((self.capacity_rows, hid), np.uint16)
+            x_e[:received] = _u16(x_recv)[expert_major]
+            x_e = x_e.view(bfloat16)
             hmid = grouped.grouped_matmul(x_e, params.w1, group_rows, "TN", epilogue="swiglu")
             y_e = grouped.grouped_matmul(hmid, params.w2, group_rows, "TN")
             y_recv = cupy.empty((received, hid), bfloat16)
-            _u16(y_recv)[expert_major] = _u16(y_e)
+            _u16(y_recv)[expert_major] = _u16(y_e)[:received]
         else:
             x_e = cupy.empty((0, hid), bfloat16)
             hmid = cupy.empty((0, h_cols), bfloat16)
@@ -241,25 +256,21 @@ class MoELayer:
             acc += (rows * r.weights[:, :, None]).sum(axis=1)
             shared = self._shared(x, params)
             if shared is not None:
-                acc += bf16_to_f32(shared)
+                acc += shared
         y = f32_to_bf16(acc)
         ctx = MoEContext(r, send_counts, np.asarray(recv_counts), group_rows, expert_major, x_e, hmid)
         return y, ctx
 
     def _shared(self, x: Any, params: MoEParams) -> Any:
-        """The shared experts' output, bf16 (several are summed in fp32 and rounded once), or None."""
-        import cupy
-
+        """The shared experts' output in fp32 (added to the fold before its one rounding), or None."""
         if not self.cfg.shared or x.shape[0] == 0:
             return None
-        outs = [gemm.matmul(gemm.matmul(x, params.shared_w1[j], "TN", epilogue="swiglu"), params.shared_w2[j], "TN")
-                for j in range(self.cfg.shared)]
-        if len(outs) == 1:
-            return outs[0]
-        acc = cupy.zeros(outs[0].shape, float32)
-        for o in outs:
-            acc += bf16_to_f32(o)
-        return f32_to_bf16(acc)
+        acc = None
+        for j in range(self.cfg.shared):
+            h = gemm.matmul(x, params.shared_w1[j], "TN", epilogue="swiglu")
+            o = gemm.matmul(h, params.shared_w2[j], "TN", out_dtype=float32)
+            acc = o if acc is None else acc + o
+        return acc
 
     def _forward_device(self, x: Any, params: MoEParams, r: DeviceRouting) -> tuple[Any, MoEContext]:
         """Dispatch, expert GEMMs on the arena, combine + fold: no host round trip."""

@@ -1,11 +1,13 @@
 """GPU tests of kosmos.moe.MoEDispatch at any world size (ranks may share a GPU).
 
-Every rank routes its own random tokens (uneven counts) on the device; the arena each owner ends
-up with must equal, bitwise, the rows the host computes from every rank's inputs and routing
-(expert-major over the local experts, source-major inside an expert, each source's dispatch
-order inside); group_rows and run_rows exactly. Calls repeat with new routings (the counts slots
-alternate by call parity), with a rank arriving late, and with a capacity too small (nothing moves,
-every rank raises).
+Every rank routes its own random tokens (uneven counts, the last rank none) on the device; the
+arena each owner ends up with must equal, bitwise, the rows the host computes from every rank's
+inputs and routings (expert-major over the local experts, source-major inside an expert, each
+source's dispatch order inside); group_rows and run_rows exactly; the (expert, source) arrival
+flags at this call's epoch exactly where a run is non-empty. Calls run back to back without a host
+sync (snapshots taken on the stream), so the call-parity counts slots and the per-call counters are
+exercised; items of 3 rows make runs of several items; a rank arrives late; a capacity too small
+and a rank that refuses its input move nothing anywhere, and the next call works.
 """
 from __future__ import annotations
 
@@ -29,12 +31,15 @@ def config(world):
     return MoEConfig(experts=4 * world.size, top_k=2, hidden=H, intermediate=64)
 
 
+def tokens(world, rank):
+    return 0 if (world.size > 1 and rank == world.size - 1) else 50 + 29 * rank
+
+
 def routed(world, cfg, seed):
-    """This rank's tokens and device routing; and every rank's (x, experts, order, start) on the host."""
-    P, r = world.size, world.rank
-    t = 50 + 29 * r
-    x = rank_input(seed, r, (t, H), np.float32).astype(bfloat16)
-    logits = rank_input(seed + 1, r, (t, 64), np.float32)
+    """This rank's tokens and device routing; and every rank's (x, order, start) on the host."""
+    t = tokens(world, world.rank)
+    x = rank_input(seed, world.rank, (t, H), np.float32).astype(bfloat16)
+    logits = rank_input(seed + 1, world.rank, (t, 64), np.float32)
     rt = route(cupy.asarray(logits), cfg)
     mine = (x, cupy.asnumpy(rt.order), cupy.asnumpy(rt.start))
     return cupy.asarray(x), rt, world.comm.allgather(mine)
@@ -42,7 +47,7 @@ def routed(world, cfg, seed):
 
 def expected_arena(world, cfg, everyone):
     me, e_loc, k = world.rank, cfg.experts // world.size, cfg.top_k
-    rows, run_rows = [], np.zeros((e_loc, world.size), np.int32)
+    rows, run_rows = [np.zeros((0, H), bfloat16)], np.zeros((e_loc, world.size), np.int32)
     for l in range(e_loc):
         g = me * e_loc + l
         for s, (x, order, start) in enumerate(everyone):
@@ -52,24 +57,37 @@ def expected_arena(world, cfg, everyone):
     return np.concatenate(rows).view(np.uint16), run_rows
 
 
-def test_rows_land_where_the_layout_says(world):
+@pytest.mark.parametrize("item_rows", [None, 3])
+def test_rows_land_where_the_layout_says(world, item_rows):
     cfg = config(world)
-    disp = MoEDispatch(world, cfg.experts, 2 * H, capacity_rows=world.size * 200 * cfg.top_k)
+    disp = MoEDispatch(world, cfg.experts, 2 * H, capacity_rows=world.size * 200 * cfg.top_k, item_rows=item_rows)
     try:
-        for call in range(3):
-            x, rt, everyone = routed(world, cfg, seed=40 + call)
-            if call == 2 and world.rank == world.size - 1:
+        calls = [routed(world, cfg, seed=40 + c) for c in range(4)]
+        snaps = []
+        cupy.cuda.Device().synchronize()
+        for c, (x, rt, _) in enumerate(calls):
+            if c == 2 and world.rank == world.size - 1:
                 time.sleep(0.5)  # a late rank: the others wait in the counts exchange
-            # Poison my arena: on my stream before my launch, so before any peer can push (peers push
-            # only once they have my counts for this call, which my launch writes).
+            # Poisoned on my stream before my launch, so before any peer pushes (peers push only
+            # once they have my counts for this call, which my launch writes).
             disp.arena.local.view(np.uint8).fill(0xFF)
-            arena, group_rows, run_rows = disp(x, rt, check=True)
+            arena, group_rows, run_rows = disp(x, rt)  # no check: no host sync between calls
+            snaps.append((arena.copy(), group_rows.copy(), run_rows.copy(), disp.arrived.local.copy()))
+        cupy.cuda.Device().synchronize()
+        world.status.raise_if_failed()
+        assert int(disp.status.get()[0]) == 0
+        for c, ((_, _, everyone), (arena, group_rows, run_rows, arrived)) in enumerate(zip(calls, snaps)):
             want, want_runs = expected_arena(world, cfg, everyone)
             got = cupy.asnumpy(arena).view(np.uint16).reshape(arena.shape[0], H)
-            assert (got[:len(want)] == want).all(), f"call {call}: arena rows differ"
-            assert (got[len(want):] == 0xFFFF).all(), "rows past the layout were written"
-            assert (cupy.asnumpy(run_rows) == want_runs).all()
-            assert (cupy.asnumpy(group_rows) == want_runs.sum(axis=1)).all()
+            assert (got[:len(want)] == want).all(), f"call {c}: arena rows differ"
+            assert (got[len(want):] == 0xFFFF).all(), f"call {c}: rows past the layout were written"
+            assert (cupy.asnumpy(run_rows) == want_runs).all(), c
+            assert (cupy.asnumpy(group_rows) == want_runs.sum(axis=1)).all(), c
+            # Taken after my launch of call c, before my launch of c + 1 (which peers wait for before
+            # pushing again): exactly the non-empty runs of call c carry its epoch.
+            flags = cupy.asnumpy(arrived)[:, :world.size]
+            epoch = disp.epoch - (len(calls) - 1 - c)
+            assert ((flags == epoch) == (want_runs > 0)).all(), c
     finally:
         disp.close()
 
@@ -83,6 +101,30 @@ def test_a_capacity_too_small_moves_nothing_on_any_rank(world):
         with pytest.raises(KosmosError, match="capacity_rows = 8"):
             disp(x, rt, check=True)
         assert (cupy.asnumpy(disp.arena.local) == 0xFF).all()
+        assert int(disp.group_rows.sum()) == 0 and int(disp.run_rows.sum()) == 0
+        one = cupy.asarray(rank_input(4, world.rank, (1, H), np.float32).astype(bfloat16))
+        rt1 = route(cupy.asarray(rank_input(5, world.rank, (1, 64), np.float32)), cfg)
+        if world.size <= 4:  # world.size * k = 2 rows per owner at most: they fit in 8
+            disp(one, rt1, check=True)  # the next call works
+    finally:
+        disp.close()
+
+
+def test_a_rank_that_refuses_its_input_stops_every_rank(world):
+    cfg = config(world)
+    disp = MoEDispatch(world, cfg.experts, 2 * H, capacity_rows=world.size * 200 * cfg.top_k)
+    try:
+        x, rt, _ = routed(world, cfg, seed=6)
+        bad = world.rank == 0
+        if bad:
+            x = cupy.zeros((x.shape[0], H + 8), np.uint16).view(bfloat16)  # rows of the wrong width
+        with pytest.raises(ValueError if bad else KosmosError, match="rows of 256 B" if bad else "refused"):
+            disp(x, rt, check=True)
+        if bad:
+            world.synchronize()
+        assert int(disp.status.get()[0]) == -1
+        x, rt, _ = routed(world, cfg, seed=7)
+        disp(x, rt, check=True)  # and the next call works
     finally:
         disp.close()
 
@@ -92,3 +134,5 @@ def test_bad_arguments_are_refused(world):
         MoEDispatch(world, 0, 2 * H, 64)
     with pytest.raises(ValueError, match="multiple of 16"):
         MoEDispatch(world, 4 * world.size, 24, 64)
+    with pytest.raises(ValueError, match="item_rows"):
+        MoEDispatch(world, 4 * world.size, 2 * H, 64, item_rows=0)

@@ -17,6 +17,7 @@
 #include "../mover.h"
 #include "../protocol.h"
 #include "../wait.h"
+#include "items.h"
 
 namespace kosmos {
 namespace moe {
@@ -33,7 +34,7 @@ struct CombineParams {
   u64* run_done;           // [2][P] local: items finished per destination, call parity (reset per call)
   const i32* slot;         // [T * k] the row of pair t * k + j in this rank's dispatch order
   const float* weights;    // [T][k]
-  const u16* shared;       // [T][H] bf16 shared experts' output to add, or null
+  const float* shared;     // [T][H] fp32 shared experts' output to add, or null
   u16* out;                // [T][H] bf16
   i32 rank, world, experts, e_loc, top_k, tokens, item_rows, pad_;
 };
@@ -47,7 +48,6 @@ KOSMOS_DEVICE u64 combine_smem_bytes(i32 world, i32 experts, i32 e_loc) {
 KOSMOS_DEVICE void combine(const CombineParams& d) {
   extern __shared__ __align__(16) u8 combine_smem[];
   __shared__ int s_ok;
-  __shared__ i64 s_item;
   const i32 P = d.world, E = d.experts, L = d.e_loc, me = d.rank, R = L * P;
   i32* counts = reinterpret_cast<i32*>(combine_smem);
   i32* run_base = counts + P * E;
@@ -89,24 +89,14 @@ KOSMOS_DEVICE void combine(const CombineParams& d) {
   // push
   const i32 n_items = chunk_start[R];
   for (;;) {
-    const i64 item = cta_broadcast(&s_item, threadIdx.x == 0 ? i64(atomic_add_relaxed_dev(&heads->mover, 1ull)) : i64(0));
+    const i64 item = claim_item(heads);
     if (item >= n_items) break;
-    i32 v = 0;  // the last run with chunk_start[v] <= item (empty runs share their successor's start)
-    for (i32 lo = 0, hi = R - 1; lo <= hi;) {
-      const i32 mid = (lo + hi) / 2;
-      if (chunk_start[mid] <= item) { v = mid; lo = mid + 1; } else { hi = mid - 1; }
-    }
-    const i32 s = v % P, n = counts[s * E + me * L + v / P];
+    const i32 v = run_of(chunk_start, R, item), s = v % P, n = counts[s * E + me * L + v / P];
     const i32 first = (i32(item) - chunk_start[v]) * d.item_rows, rows = min(d.item_rows, n - first);
     u8* dst = reinterpret_cast<u8*>(d.peer_bases[s] + d.comb_off) + u64(run_dest[v] + first) * d.row_bytes;
     cta_copy(dst, d.y + u64(run_base[v] + first) * d.row_bytes, u64(rows) * d.row_bytes, blockDim.x);
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      fence_acq_rel_sys();
-      u64* done = &d.run_done[i64(d.epoch & 1) * P + s];
-      if (atomic_add_acq_rel_dev(done, 1ull) + 1 == u64(dest_chunks[s]))
-        st_release_sys(&flags_of(d.peer_bases, s, d.flags_off)->ready[me], d.epoch);
-    }
+    item_done(&d.run_done[i64(d.epoch & 1) * P + s], u64(dest_chunks[s]),
+              &flags_of(d.peer_bases, s, d.flags_off)->ready[me], d.epoch);
   }
 
   // fold: wait for every owner that sends this rank rows
@@ -134,12 +124,8 @@ KOSMOS_DEVICE void combine(const CombineParams& d) {
       }
     }
     if (d.shared) {
-      const vec16 v = *reinterpret_cast<const vec16*>(d.shared + t * (d.row_bytes / 2) + c * 8);
-      const u32 p[4] = {v.x, v.y, v.z, v.w};
-      for (int u = 0; u < 4; ++u) {
-        acc[2 * u] += bf16_to_f32(u16(p[u] & 0xffffu));
-        acc[2 * u + 1] += bf16_to_f32(u16(p[u] >> 16));
-      }
+      const float* sh = d.shared + t * (d.row_bytes / 2) + c * 8;
+      for (int u = 0; u < 8; ++u) acc[u] += sh[u];
     }
     vec16 o;
     o.x = pack_bf16x2(acc[0], acc[1]);

@@ -22,6 +22,7 @@
 #include "../mover.h"
 #include "../protocol.h"
 #include "../wait.h"
+#include "items.h"
 
 namespace kosmos {
 namespace moe {
@@ -39,8 +40,10 @@ struct DispatchParams {
   i32* group_rows;        // [E_loc] out: rows of each local expert
   i32* run_rows;          // [E_loc][world] out: rows of (local expert, source)
   i32* all_counts;        // [world][E] out: every rank's counts of this call (the combine's layout)
-  i64* status;            // [1] out: 0, or the rows an owner would receive past capacity (nothing moves)
+  i64* status;            // [1] out: 0; the rows an owner would receive past capacity; or -1: a rank
+                          // refused its input on the host (it sends counts of -1). Either way nothing moves.
   i32 rank, world, experts, e_loc, top_k, item_rows;
+  i32 refused, pad_;      // 1: this rank refused its input (start, order and x are not read)
 };
 
 // Shared memory: counts[world][E] of this call, then my_base[E] (where my run of expert g starts in
@@ -64,7 +67,7 @@ KOSMOS_DEVICE u64* arrived_flag(const DispatchParams& d, int owner, i32 local_ex
 KOSMOS_DEVICE void dispatch(const DispatchParams& d) {
   extern __shared__ __align__(16) u8 dispatch_smem[];
   __shared__ int s_ok;
-  __shared__ i64 s_item;
+  __shared__ i64 s_worst;
   const i32 P = d.world, E = d.experts, me = d.rank;
   i32* counts = reinterpret_cast<i32*>(dispatch_smem);  // [P][E]
   i32* my_base = counts + P * E;                         // [E]
@@ -77,7 +80,8 @@ KOSMOS_DEVICE void dispatch(const DispatchParams& d) {
   // 1. my counts to every rank
   if (blockIdx.x == 0) {
     for (int o = 0; o < P; ++o)
-      for (i32 g = threadIdx.x; g < E; g += blockDim.x) counts_slot(d, o, me)[g] = d.start[g + 1] - d.start[g];
+      for (i32 g = threadIdx.x; g < E; g += blockDim.x)
+        counts_slot(d, o, me)[g] = d.refused ? -1 : d.start[g + 1] - d.start[g];
     __syncthreads();
     if (threadIdx.x == 0) {
       fence_acq_rel_sys();
@@ -92,17 +96,27 @@ KOSMOS_DEVICE void dispatch(const DispatchParams& d) {
   const i32* slot = counts_slot(d, me, 0);
   for (i32 v = threadIdx.x; v < P * E; v += blockDim.x) counts[v] = i32(ld_relaxed_sys_u32(reinterpret_cast<const u32*>(slot + v)));
   __syncthreads();
-  // Every owner's total against the capacity: the same decision on every rank (same counts).
+  // A refusal anywhere, or an owner past the capacity: the same decision on every rank (same counts).
   i64 worst = 0;
-  if (threadIdx.x == 0)
-    for (int o = 0; o < P; ++o) {
+  if (threadIdx.x == 0) {
+    for (i32 v = 0; v < P * E && worst == 0; ++v)
+      if (counts[v] < 0) worst = -1;
+    for (int o = 0; o < P && worst >= 0; ++o) {
       i64 rows = 0;
       for (int s = 0; s < P; ++s)
         for (i32 l = 0; l < d.e_loc; ++l) rows += counts[s * E + o * d.e_loc + l];
       if (rows > i64(d.capacity) && rows > worst) worst = rows;
     }
+  }
   if (blockIdx.x == 0 && threadIdx.x == 0) d.status[0] = worst;
-  if (cta_broadcast(&s_item, worst) != 0) return;
+  if (cta_broadcast(&s_worst, worst) != 0) {
+    if (blockIdx.x == 0) {  // no stale layout for whoever reads these without checking the status
+      for (i32 v = threadIdx.x; v < P * E; v += blockDim.x) d.all_counts[v] = 0;
+      for (i32 v = threadIdx.x; v < d.e_loc * P; v += blockDim.x) d.run_rows[v] = 0;
+      for (i32 v = threadIdx.x; v < d.e_loc; v += blockDim.x) d.group_rows[v] = 0;
+    }
+    return;
+  }
   // My run of expert g starts, in owner o = g / e_loc, after o's earlier experts and after the
   // earlier sources' runs of g.
   for (i32 g = threadIdx.x; g < E; g += blockDim.x) {
@@ -136,27 +150,17 @@ KOSMOS_DEVICE void dispatch(const DispatchParams& d) {
   // 3. push
   const i32 n_items = chunk_start[E];
   for (;;) {
-    const i64 item = cta_broadcast(&s_item, threadIdx.x == 0 ? i64(atomic_add_relaxed_dev(&heads->mover, 1ull)) : i64(0));
+    const i64 item = claim_item(heads);
     if (item >= n_items) break;
-    i32 g = 0;  // the run this item belongs to: the last g with chunk_start[g] <= item
-    for (i32 lo = 0, hi = E - 1; lo <= hi;) {
-      const i32 mid = (lo + hi) / 2;
-      if (chunk_start[mid] <= item) { g = mid; lo = mid + 1; } else { hi = mid - 1; }
-    }
-    const i32 o = g / d.e_loc, c = i32(item) - chunk_start[g];
+    const i32 g = run_of(chunk_start, E, item), o = g / d.e_loc, c = i32(item) - chunk_start[g];
     const i32 first = d.start[g] + c * d.item_rows, last = min(first + d.item_rows, d.start[g + 1]);
     u8* arena = reinterpret_cast<u8*>(d.peer_bases[o] + d.arena_off);
-    for (i32 i = first; i < last; ++i) {
+    for (i32 i = first; i < last; ++i) {  // gathered rows: token order[i] / k
       const u8* src = d.x + u64(d.order[i] / d.top_k) * d.row_bytes;
       cta_copy(arena + u64(my_base[g] + (i - d.start[g])) * d.row_bytes, src, d.row_bytes, blockDim.x);
     }
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      fence_acq_rel_sys();
-      u64* done = &d.run_done[i64(d.epoch & 1) * E + g];
-      if (atomic_add_acq_rel_dev(done, 1ull) + 1 == u64(chunks_of_run(d, g)))
-        st_release_sys(arrived_flag(d, o, g - o * d.e_loc, me), d.epoch);
-    }
+    item_done(&d.run_done[i64(d.epoch & 1) * E + g], u64(chunks_of_run(d, g)),
+              arrived_flag(d, o, g - o * d.e_loc, me), d.epoch);
   }
   // 4. standalone: the owner leaves only with every non-empty run aimed at it in place
   if (blockIdx.x == 0 && threadIdx.x == 0) {
