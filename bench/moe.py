@@ -1,0 +1,138 @@
+"""The MoE layer forward (kosmos.moe.MoELayer, path "device") against its own expert GEMMs alone and
+an equal-FLOP dense cuBLAS GEMM, at world size 1 (one GPU; timing needs a GPU per rank).
+
+    python3 bench/moe.py [--quick] [--rows 256,2048] [--models DeepSeek-V3,Qwen3-235B-A22B] [--iters 20]
+
+One EP-8 rank's share of each model (kosmos/configs/moe_models.yaml): its E/8 experts with their H
+and I; the tokens route top-max(1, k/8) over those experts (the GEMM work of the share; the routing
+rule itself is the model's), as many tokens as give `--rows` rows per expert on average; `--skew`
+adds a linear per-expert bias ramp (models with expert_bias only; each case records its min and max
+rows per expert). Contenders, timed
+interleaved call by call through kosmos.timing (device events behind the stream blocker): layer (the
+whole forward: router GEMM, routing, dispatch, both grouped GEMMs, combine and fold; separate
+launches, no host round trip), experts (the same two grouped GEMMs alone on the same counts), dense
+(two cuBLAS GEMMs of the same total rows and FLOPs). Issue 12's targets: layer within 5 % of experts,
+experts >= 0.85 of dense. Writes JSON (GPU, commit, world size).
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from kosmos import World  # noqa: E402
+from kosmos.dtypes import random_bf16  # noqa: E402
+from kosmos.grouped import grouped_matmul  # noqa: E402
+from kosmos.moe import MoEConfig, MoELayer, MoEParams, load_models  # noqa: E402
+from kosmos.timing import check_timeable, device_name, git_commit, time_calls  # noqa: E402
+
+RESULTS = Path(__file__).resolve().parent / "results"
+DEFAULT_MODELS = ("DeepSeek-V3", "Qwen3-235B-A22B", "Qwen3-30B-A3B")
+
+
+def share(name: str) -> MoEConfig:
+    cfg = load_models()[name]
+    e = cfg.experts // 8
+    groups = cfg.groups if cfg.groups and e % cfg.groups == 0 and e // cfg.groups >= 2 else 0
+    return dataclasses.replace(cfg, name=f"{name}/EP8", experts=e, top_k=max(1, cfg.top_k // 8),
+                               groups=groups, topk_groups=min(cfg.topk_groups, groups) if groups else 0)
+
+
+def bench_case(world, cfg, rows_per, skew, iters, warmup, seed):
+    import cupy
+
+    tokens = rows_per * cfg.experts // cfg.top_k
+    layer = MoELayer(world, cfg, max_tokens=tokens, path="device")
+    try:
+        params = MoEParams.random(cfg, world, seed)
+        if skew and params.bias is not None:  # a linear ramp: the last experts take the most rows
+            params.bias[:] = cupy.asarray(np.linspace(-0.5, 0.5, cfg.experts, dtype=np.float32))
+        x = random_bf16((tokens, cfg.hidden), seed + 3)
+        y, ctx = layer.forward(x, params, check=True)
+        counts = cupy.asnumpy(ctx.group_rows)
+        total = int(counts.sum())
+        x_e, hmid, rows = ctx.x_experts, ctx.h, ctx.group_rows
+        h, i = cfg.hidden, cfg.intermediate
+        dx = random_bf16((total, h), seed + 4)
+        dw1, dw2 = random_bf16((2 * i, h), seed + 5), random_bf16((h, i), seed + 6)
+        dh = cupy.empty((total, 2 * i), dx.dtype)
+        da = random_bf16((total, i), seed + 7)
+        dy = cupy.empty((total, h), dx.dtype)
+
+        def whole(_):
+            layer.forward(x, params)
+
+        def experts(_):
+            grouped_matmul(grouped_matmul(x_e, params.w1, rows, "TN", epilogue="swiglu"), params.w2, rows, "TN")
+
+        def dense(_):
+            cupy.matmul(dx, dw1.T, out=dh)
+            cupy.matmul(da, dw2.T, out=dy)
+
+        t = time_calls(world, {"layer": whole, "experts": experts, "dense": dense}, warmup, iters)
+        flops = 2 * total * (2 * i * h + h * i)
+        rec = {"model": cfg.name, "E": cfg.experts, "top_k": cfg.top_k, "H": h, "I": i, "tokens": tokens,
+               "rows_per_expert": rows_per, "skew": skew, "total_rows": total, "max_rows": int(counts.max()),
+               "min_rows": int(counts.min())}
+        for name, tm in t.items():
+            rec[name] = {"ms": tm.median_ms, "min_ms": tm.min_ms, "host_us": tm.host_us,
+                         "tflops": flops / tm.median_ms / 1e9}
+        rec["layer_vs_experts"] = rec["experts"]["ms"] / rec["layer"]["ms"]
+        rec["experts_vs_dense"] = rec["dense"]["ms"] / rec["experts"]["ms"]
+        return rec
+    finally:
+        layer.close()
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="rows per expert 256 and 2048, no skew")
+    ap.add_argument("--rows", default="256,512,2048")
+    ap.add_argument("--models", default=",".join(DEFAULT_MODELS))
+    ap.add_argument("--skew", action="store_true", help="also a skewed routing (models with expert_bias)")
+    ap.add_argument("--iters", type=int, default=20)
+    ap.add_argument("--warmup", type=int, default=3)
+    ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--tag", default="")
+    args = ap.parse_args(argv)
+    rows_list = [256, 2048] if args.quick else [int(r) for r in args.rows.split(",")]
+    with World() as world:
+        check_timeable(world)
+        if world.size != 1:
+            raise SystemExit("bench/moe.py times one GPU: run it without mpirun (world size 1)")
+        commit = git_commit()
+        print(f"bench/moe: {device_name()}, commit {commit}, world 1", flush=True)
+        results = []
+        for name in args.models.split(","):
+            cfg = share(name)
+            for rows_per in rows_list:
+                for skew in (False, True) if args.skew and not args.quick else (False,):
+                    rec = bench_case(world, cfg, rows_per, skew, args.iters, args.warmup, seed=len(results) * 7 + 1)
+                    results.append(rec)
+                    print(f"{cfg.name:22s} rows/exp {rows_per:5d} {'skewed' if skew else 'routed':6s} "
+                          f"layer {rec['layer']['ms']:7.3f} ms  experts {rec['experts']['ms']:7.3f}  "
+                          f"dense {rec['dense']['ms']:7.3f}  layer/experts {rec['layer_vs_experts']:.3f}  "
+                          f"experts/dense {rec['experts_vs_dense']:.3f}", flush=True)
+        args.out.mkdir(parents=True, exist_ok=True)
+        date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+        stem = f"moe_{device_name().replace(' ', '_')}_{date}{('_' + args.tag) if args.tag else ''}"
+        doc = {"gpu": device_name(), "world": 1, "commit": commit, "date": date, "iters": args.iters,
+               "warmup": args.warmup, "path": "device", "timing": "kosmos.timing.time_calls (events behind the "
+               "stream blocker, contenders interleaved, median)", "results": results}
+        (args.out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+        print(f"\n# summary ({device_name()}, commit {commit}) -> {args.out / stem}.json")
+        for r in results:
+            print(f"{r['model']:22s} {r['rows_per_expert']:5d} layer/experts {r['layer_vs_experts']:.3f} "
+                  f"experts/dense {r['experts_vs_dense']:.3f}")
+
+
+if __name__ == "__main__":
+    main()
