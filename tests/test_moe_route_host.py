@@ -7,8 +7,6 @@ Needs a host C++ compiler (c++, g++ or clang++); without one it skips, unless KO
 from __future__ import annotations
 
 import dataclasses
-import os
-import shutil
 import struct
 import subprocess
 from pathlib import Path
@@ -18,22 +16,13 @@ import pytest
 
 from kosmos.moe import MoEConfig, load_models, reference
 from kosmos.moe.route import CONSTANTS
-from kosmos.runtime.source import hipsrc_dir
 
-HERE = Path(__file__).resolve().parent / "host"
+from host_build import build
 
 
 @pytest.fixture(scope="module")
 def route_host(tmp_path_factory) -> Path:
-    cxx = next((c for c in ("c++", "g++", "clang++", "clang++-22") if shutil.which(c)), None)
-    if cxx is None:
-        if os.environ.get("KOSMOS_REQUIRE_TOOLCHAINS") == "1":
-            pytest.fail("no host C++ compiler and KOSMOS_REQUIRE_TOOLCHAINS=1")
-        pytest.skip("no host C++ compiler")
-    exe = tmp_path_factory.mktemp("route") / "route_host"
-    subprocess.run([cxx, "-O2", "-std=c++17", "-include", str(HERE / "shim.h"), f"-I{hipsrc_dir()}",
-                    str(HERE / "route_main.cpp"), "-o", str(exe)], check=True, capture_output=True)
-    return exe
+    return build("route_main.cpp", tmp_path_factory.mktemp("route") / "route_host")
 
 
 def host_route(exe: Path, cfg: MoEConfig, logits: np.ndarray, bias: np.ndarray | None = None) -> dict:

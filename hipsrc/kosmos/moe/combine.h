@@ -18,6 +18,7 @@
 #include "../protocol.h"
 #include "../wait.h"
 #include "items.h"
+#include "layout.h"
 
 namespace kosmos {
 namespace moe {
@@ -67,13 +68,9 @@ KOSMOS_DEVICE void combine(const CombineParams& d) {
   __syncthreads();
   // Run v = l * P + s: local expert l (global g), source s.
   for (i32 v = threadIdx.x; v < R; v += blockDim.x) {
-    const i32 l = v / P, s = v % P, g = me * L + l;
-    i32 base = 0;
-    for (i32 h = 0; h < v; ++h) base += counts[(h % P) * E + me * L + h / P];
-    run_base[v] = base;
-    i32 dest = 0;
-    for (i32 h = 0; h < g; ++h) dest += counts[s * E + h];
-    run_dest[v] = dest;
+    const i32 g = me * L + v / P, s = v % P;
+    run_base[v] = arena_row(counts, P, E, L, g, s);  // y is in the arena's order (layout.h)
+    run_dest[v] = source_row(counts, E, g, s);
   }
   if (threadIdx.x == 0) {
     chunk_start[0] = 0;

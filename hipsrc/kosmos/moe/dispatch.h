@@ -23,6 +23,7 @@
 #include "../protocol.h"
 #include "../wait.h"
 #include "items.h"
+#include "layout.h"
 
 namespace kosmos {
 namespace moe {
@@ -117,16 +118,8 @@ KOSMOS_DEVICE void dispatch(const DispatchParams& d) {
     }
     return;
   }
-  // My run of expert g starts, in owner o = g / e_loc, after o's earlier experts and after the
-  // earlier sources' runs of g.
-  for (i32 g = threadIdx.x; g < E; g += blockDim.x) {
-    const i32 o = g / d.e_loc;
-    i32 base = 0;
-    for (i32 h = o * d.e_loc; h < g; ++h)
-      for (int s = 0; s < P; ++s) base += counts[s * E + h];
-    for (int s = 0; s < me; ++s) base += counts[s * E + g];
-    my_base[g] = base;
-  }
+  // Where my run of each expert starts in its owner's arena (layout.h).
+  for (i32 g = threadIdx.x; g < E; g += blockDim.x) my_base[g] = arena_row(counts, P, E, d.e_loc, g, me);
   if (threadIdx.x == 0) {
     chunk_start[0] = 0;
     for (i32 g = 0; g < E; ++g) chunk_start[g + 1] = chunk_start[g] + chunks_of_run(d, g);

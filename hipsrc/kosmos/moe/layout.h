@@ -1,0 +1,32 @@
+// Where MoE rows live, from every rank's per-expert counts of one call (counts[s * E + g]: rows rank
+// s sends to global expert g; owner of g = g / e_loc). Pure arithmetic, so the dispatch and the
+// combine agree by construction, and tests/test_moe_layout_host.py checks it on the CPU against an
+// explicit model of every rank's rows.
+//
+// An owner's arena (and its expert outputs): its experts in order, each one's runs source 0, 1, ...,
+// each run in its source's dispatch order. A source's dispatch order (and its combine buffer): by
+// global expert, then token, then j.
+#pragma once
+#include "../platform.h"
+
+namespace kosmos {
+namespace moe {
+
+// The first arena row, at g's owner, of source s's run of global expert g.
+KOSMOS_DEVICE i32 arena_row(const i32* counts, i32 P, i32 E, i32 e_loc, i32 g, i32 s) {
+  i32 row = 0;
+  for (i32 h = (g / e_loc) * e_loc; h < g; ++h)
+    for (i32 q = 0; q < P; ++q) row += counts[q * E + h];
+  for (i32 q = 0; q < s; ++q) row += counts[q * E + g];
+  return row;
+}
+
+// The first row of expert g in source s's dispatch order (= its combine buffer).
+KOSMOS_DEVICE i32 source_row(const i32* counts, i32 E, i32 g, i32 s) {
+  i32 row = 0;
+  for (i32 h = 0; h < g; ++h) row += counts[s * E + h];
+  return row;
+}
+
+}  // namespace moe
+}  // namespace kosmos
