@@ -135,3 +135,64 @@ def test_forward_equals_a_per_token_loop():
     for t in range(7):
         want = sum(r.weights[t, j] * ref.expert_mlp(x[t:t + 1], w1[e], w2[e])[0] for j, e in enumerate(r.experts[t]))
         np.testing.assert_allclose(y[t], want, rtol=1e-12, atol=1e-12)
+
+
+# ---- the backward: analytic gradients against central finite differences (float64) ----
+def _loss(x, wr, w1, w2, c, dy, bias, sw1, sw2):
+    y, r = ref.forward(x, wr, w1, w2, c, bias, sw1, sw2)
+    return float((y * dy).sum()) + r.aux_loss + r.z_loss
+
+
+@pytest.mark.parametrize("kw", [
+    dict(),                                                     # softmax, normalised
+    dict(score="sigmoid", normalize=False, scaling=2.5),
+    dict(score="sigmoid", expert_bias=True, groups=4, topk_groups=2, top_k=3, shared=1, shared_intermediate=64),
+    dict(aux_loss_coef=0.3, z_loss_coef=0.2),
+    dict(score="sigmoid", aux_loss_coef=0.5, shared=2),
+])
+def test_backward_matches_finite_differences(kw):
+    c = cfg(**kw)
+    rng = np.random.default_rng(len(repr(kw)))
+    t, h, i, e = 7, c.hidden, c.intermediate, c.experts
+    x = rng.standard_normal((t, h))
+    wr = rng.standard_normal((e, h)) * 0.3
+    w1 = rng.standard_normal((e, 2 * i, h)) * 0.15
+    w2 = rng.standard_normal((e, h, i)) * 0.15
+    bias = rng.standard_normal(e) * 0.1 if c.expert_bias else None
+    sw1 = rng.standard_normal((c.shared, 2 * c.shared_width, h)) * 0.15 if c.shared else None
+    sw2 = rng.standard_normal((c.shared, h, c.shared_width)) * 0.15 if c.shared else None
+    dy = rng.standard_normal((t, h))
+    g = ref.backward(x, wr, w1, w2, c, dy, bias, sw1, sw2)
+    params = {"x": (x, g.dx), "wr": (wr, g.d_router_w), "w1": (w1, g.dw1), "w2": (w2, g.dw2)}
+    if c.shared:
+        params.update(sw1=(sw1, g.d_shared_w1), sw2=(sw2, g.d_shared_w2))
+    eps = 1e-6
+    for name, (value, grad) in params.items():
+        v = rng.standard_normal(value.shape)  # a random direction: the directional derivative
+
+        def at(step):
+            args = dict(x=x, wr=wr, w1=w1, w2=w2, sw1=sw1, sw2=sw2)
+            args[name] = value + step * v
+            return _loss(args["x"], args["wr"], args["w1"], args["w2"], c, dy, bias, args["sw1"], args["sw2"])
+
+        fd = (at(eps) - at(-eps)) / (2 * eps)
+        assert ref.route(x @ wr.T, c, bias).experts.tolist() == \
+            ref.route((x + eps * v if name == "x" else x) @ (wr + eps * v if name == "wr" else wr).T, c,
+                      bias).experts.tolist(), "the step changed the routing: pick another seed"
+        assert abs(fd - float((grad * v).sum())) <= 1e-6 * max(1.0, abs(fd)), (name, fd, float((grad * v).sum()))
+
+
+def test_backward_of_a_token_alone_is_its_own():
+    """Gradients are per token except the router's losses: with no loss terms, token t's dx depends on
+    dy[t] only (dy of the others zeroed leaves it unchanged)."""
+    c = cfg()
+    rng = np.random.default_rng(3)
+    x, wr = rng.standard_normal((5, 64)), rng.standard_normal((8, 64)) * 0.3
+    w1, w2 = rng.standard_normal((8, 128, 64)) * 0.1, rng.standard_normal((8, 64, 64)) * 0.1
+    dy = rng.standard_normal((5, 64))
+    full = ref.backward(x, wr, w1, w2, c, dy)
+    only = dy.copy()
+    only[1:] = 0
+    one = ref.backward(x, wr, w1, w2, c, only)
+    np.testing.assert_allclose(one.dx[0], full.dx[0], rtol=1e-12, atol=1e-12)
+    assert np.abs(one.dx[1:]).max() == 0

@@ -1,4 +1,5 @@
-"""Float64 NumPy reference of the MoE layer: routing, the dispatch order, and the whole forward.
+"""Float64 NumPy reference of the MoE layer: routing, the dispatch order, the whole forward, and its
+analytic backward (every gradient, router losses included; checked against finite differences).
 
 The device kernels must reproduce these decisions exactly (which experts, in which order) and the
 values within tolerance. Tie rules (deterministic, and the kernels follow them): among equal scores
@@ -118,3 +119,102 @@ def forward(x: np.ndarray, router_w: np.ndarray, w1: np.ndarray, w2: np.ndarray,
         for s in range(cfg.shared):
             y += expert_mlp(x, np.asarray(shared_w1[s], np.float64), np.asarray(shared_w2[s], np.float64))
     return y, r
+
+
+# ---------------------------------------------------------------- the backward (issue 13's oracle)
+@dataclass(frozen=True)
+class Gradients:
+    """d(loss)/d(everything trained), loss = sum(dy * y) + aux_loss + z_loss (float64)."""
+    dx: np.ndarray                      # [T, H]
+    d_router_w: np.ndarray              # [E, H]
+    dw1: np.ndarray                     # [E, 2I, H]
+    dw2: np.ndarray                     # [E, H, I]
+    d_shared_w1: np.ndarray | None = None  # [S, 2Is, H]
+    d_shared_w2: np.ndarray | None = None  # [S, H, Is]
+
+
+def _sigmoid(x: np.ndarray) -> np.ndarray:
+    return 1.0 / (1.0 + np.exp(-x))
+
+
+def _expert_backward(x: np.ndarray, w1: np.ndarray, w2: np.ndarray, d_out: np.ndarray):
+    """(dx, dw1, dw2, out) of out = expert_mlp(x, w1, w2) for the output gradient d_out."""
+    i = w1.shape[0] // 2
+    h = x @ w1.T
+    g, u = h[:, :i], h[:, i:]
+    sg = _sigmoid(g)
+    a = g * sg * u
+    d_a = d_out @ w2                                  # [T, I]
+    d_g = d_a * u * sg * (1.0 + g * (1.0 - sg))       # silu'(g) = s (1 + g (1 - s))
+    d_u = d_a * g * sg
+    d_h = np.concatenate([d_g, d_u], axis=1)          # [T, 2I]
+    return d_h @ w1, d_h.T @ x, d_out.T @ a, a @ w2.T
+
+
+def backward(x: np.ndarray, router_w: np.ndarray, w1: np.ndarray, w2: np.ndarray, cfg: MoEConfig, dy: np.ndarray,
+             bias: np.ndarray | None = None, shared_w1: np.ndarray | None = None,
+             shared_w2: np.ndarray | None = None) -> Gradients:
+    """Analytic gradients of the layer of `forward`, in float64. The routing choice (top-k, group
+    limit) is piecewise constant: gradients reach the router through the chosen experts' weights,
+    the aux loss and the z-loss; the expert bias (a choice-only offset, trained by a rule, not by
+    gradients) gets none."""
+    x = np.asarray(x, dtype=np.float64)
+    dy = np.asarray(dy, dtype=np.float64)
+    wr = np.asarray(router_w, dtype=np.float64)
+    t, k, e_num = x.shape[0], cfg.top_k, cfg.experts
+    logits = x @ wr.T
+    r = route(logits, cfg, bias)
+    scores = r.scores
+    dx = np.zeros_like(x)
+    dw1 = np.zeros(np.shape(w1), np.float64)
+    dw2 = np.zeros(np.shape(w2), np.float64)
+    d_weights = np.zeros((t, k))
+    for e in range(e_num):
+        tok, j = np.nonzero(r.experts == e)
+        if tok.size == 0:
+            continue
+        we = r.weights[tok, j][:, None]
+        # out_e = expert(x[tok]); y[tok] += w * out_e, so d out_e = w * dy[tok], d w = dy . out_e
+        out = expert_mlp(x[tok], np.asarray(w1[e], np.float64), np.asarray(w2[e], np.float64))
+        d_weights[tok, j] = np.einsum("th,th->t", dy[tok], out)
+        gx, g1, g2, _ = _expert_backward(x[tok], np.asarray(w1[e], np.float64), np.asarray(w2[e], np.float64),
+                                         we * dy[tok])
+        np.add.at(dx, tok, gx)
+        dw1[e] += g1
+        dw2[e] += g2
+    # weights -> the chosen scores: w_j = c u_j / sum_i u_i (normalize) or c u_j
+    u = np.take_along_axis(scores, r.experts, axis=1)
+    if cfg.normalize:
+        us = u.sum(axis=1, keepdims=True)
+        d_u = cfg.scaling / us * (d_weights - (d_weights * u).sum(axis=1, keepdims=True) / us)
+    else:
+        d_u = cfg.scaling * d_weights
+    d_scores = np.zeros_like(scores)
+    np.put_along_axis(d_scores, r.experts, d_u, axis=1)  # the k experts of a token are distinct
+    if cfg.aux_loss_coef:  # aux = coef * E * sum_e f_e mean_t p_te, p = scores / rowsum, f constant
+        frac = np.bincount(r.experts.ravel(), minlength=e_num) / (t * k)
+        rows = scores.sum(axis=1, keepdims=True)
+        p = scores / rows
+        d_p = np.broadcast_to(cfg.aux_loss_coef * e_num * frac / t, scores.shape)
+        d_scores += (d_p - (d_p * p).sum(axis=1, keepdims=True)) / rows
+    if cfg.score == "softmax":
+        d_logits = scores * (d_scores - (d_scores * scores).sum(axis=1, keepdims=True))
+    else:
+        d_logits = d_scores * scores * (1.0 - scores)
+    if cfg.z_loss_coef:  # z = coef * mean_t lse_t^2
+        m = logits.max(axis=1, keepdims=True)
+        z = np.exp(logits - m)
+        lse = m + np.log(z.sum(axis=1, keepdims=True))
+        d_logits += cfg.z_loss_coef * 2.0 * lse / t * (z / z.sum(axis=1, keepdims=True))
+    dx += d_logits @ wr
+    d_router_w = d_logits.T @ x
+    d_sw1 = d_sw2 = None
+    if cfg.shared:
+        d_sw1 = np.zeros(np.shape(shared_w1), np.float64)
+        d_sw2 = np.zeros(np.shape(shared_w2), np.float64)
+        for s in range(cfg.shared):
+            gx, g1, g2, _ = _expert_backward(x, np.asarray(shared_w1[s], np.float64),
+                                             np.asarray(shared_w2[s], np.float64), dy)
+            dx += gx
+            d_sw1[s], d_sw2[s] = g1, g2
+    return Gradients(dx, d_router_w, dw1, dw2, d_sw1, d_sw2)
