@@ -76,7 +76,7 @@ def constant_asserts(m: ConstantMirror) -> list[str]:
 def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
     """(headers, structs, constants): everything the host mirrors."""
     from .. import gemm
-    from .. import plan
+    from .. import mx, plan
     from ..moe.combine import MIRRORS as COMBINE_MIRRORS
     from ..moe.dispatch import MIRRORS as DISPATCH_MIRRORS
     from ..moe.route import CONSTANTS as MOE_CONSTANTS, MIRRORS as MOE_MIRRORS
@@ -84,7 +84,7 @@ def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
     from . import status
 
     headers = ["kosmos/wait.h", "kosmos/gemm/tile.h", "kosmos/tp.h", "kosmos/tp_params.h", "kosmos/moe/route.h",
-               "kosmos/moe/dispatch.h", "kosmos/moe/combine.h"]
+               "kosmos/moe/dispatch.h", "kosmos/moe/combine.h", "kosmos/mx/quant.h"]
     structs = [StructMirror("kosmos::WaitCtx", status.WAIT_CTX_DTYPE),
                StructMirror("kosmos::Status", status.STATUS_DTYPE),
                StructMirror("kosmos::gemm::Problem", gemm.PROBLEM_DTYPE),
@@ -97,7 +97,9 @@ def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
                  ConstantMirror("kosmos", {"kMaxWorld": plan.MAX_WORLD}),  # (flags.h asserts OpFlags' size)
                  ConstantMirror("kosmos", {**status.KERNELS, "KERNEL_COUNT_": len(status.KERNELS)}),
                  ConstantMirror("kosmos", {**status.SITES, "SITE_COUNT_": len(status.SITES)}),
-                 ConstantMirror("kosmos::moe", MOE_CONSTANTS)]
+                 ConstantMirror("kosmos::moe", MOE_CONSTANTS),
+                 ConstantMirror("kosmos::mx", {"kBlock": mx.BLOCK, "kEmaxE4M3": mx.E4M3_EMAX,
+                                               "kScaleNaN": mx.SCALE_NAN, "kElementNaN": mx.ELEMENT_NAN})]
     return headers, structs, constants
 
 

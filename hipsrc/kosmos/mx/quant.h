@@ -1,0 +1,66 @@
+// MXFP8 quantization (OCP MX v1.0, E4M3 elements, one E8M0 scale per 32): the rule of kosmos/mx.py,
+// bit for bit (tests/test_mx_host.py runs these functions on the CPU against it).
+//   scale 2^k, k = floor(log2 amax) - 8, clamped to [-127, 127] (a zero block: -127);
+//   elements v * 2^-k rounded to nearest even in E4M3, saturating at +-448;
+//   a block with a NaN or an Inf: scale 0xFF (NaN) and every element 0x7F (NaN).
+// Exact in fp32 (2^-k is a power of two; v * 2^-k < 512) unless inputs are fp32 subnormals on a
+// device that flushes them (none of our compile options asks for it).
+#pragma once
+#include "../platform.h"
+
+namespace kosmos {
+namespace mx {
+
+constexpr int kBlock = 32;
+constexpr int kEmaxE4M3 = 8;
+constexpr u8 kScaleNaN = 0xFF, kElementNaN = 0x7F;
+
+KOSMOS_DEVICE bool finite_f32(float v) { return (__float_as_uint(v) & 0x7f800000u) != 0x7f800000u; }
+
+// One finite value to E4M3 (fn), round to nearest even, saturating.
+KOSMOS_DEVICE u8 f32_to_e4m3_sat(float v) {
+  const u8 sign = u8((__float_as_uint(v) >> 24) & 0x80u);
+  const float a = fabsf(v);
+  if (a >= 448.0f) return sign | 0x7E;
+  if (a < 0.015625f) return sign | u8(rintf(a * 512.0f));  // subnormals, steps of 2^-9 (8 -> 2^-6: 0x08)
+  int e;
+  const float f = frexpf(a, &e);  // a = f * 2^e, f in [0.5, 1): a = (1 + m / 8) * 2^(e - 1)
+  int m = int(rintf((2.0f * f - 1.0f) * 8.0f)), x = e - 1;
+  if (m == 8) {
+    m = 0;
+    ++x;
+  }
+  return sign | u8(((x + 7) << 3) | m);
+}
+
+// The block's scale exponent from its largest magnitude.
+KOSMOS_DEVICE int scale_exponent(float amax) {
+  if (amax == 0.0f) return -127;
+  int e;
+  frexpf(amax, &e);  // floor(log2 amax) = e - 1, subnormals included
+  const int k = e - 1 - kEmaxE4M3;
+  return k < -127 ? -127 : (k > 127 ? 127 : k);
+}
+
+// Quantize the block v(0) ... v(31) into out[0], out[out_stride], ...; returns its E8M0 scale.
+template <class Load>
+KOSMOS_DEVICE u8 quantize_block(const Load& v, u8* out, i64 out_stride) {
+  float amax = 0.0f;
+  bool finite = true;
+  for (int i = 0; i < kBlock; ++i) {
+    const float x = v(i);
+    finite = finite && finite_f32(x);
+    amax = fmaxf(amax, fabsf(x));
+  }
+  if (!finite) {
+    for (int i = 0; i < kBlock; ++i) out[i * out_stride] = kElementNaN;
+    return kScaleNaN;
+  }
+  const int k = scale_exponent(amax);
+  const float inv = ldexpf(1.0f, -k);  // k <= 119 for finite fp32, so 2^-k is normal
+  for (int i = 0; i < kBlock; ++i) out[i * out_stride] = f32_to_e4m3_sat(v(i) * inv);
+  return u8(k + 127);
+}
+
+}  // namespace mx
+}  // namespace kosmos

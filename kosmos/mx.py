@@ -1,0 +1,117 @@
+"""MXFP8 (OCP Microscaling v1.0, E4M3 elements): the NumPy reference of quantize and dequantize.
+
+    t = quantize(x, axis=-1)      # x: float32 or bf16 NumPy array; blocks of 32 along `axis`
+    t.data                        # float8_e4m3fn, x's shape
+    t.scales                      # float8_e8m0fnu, x's shape with `axis` divided by 32
+    y = dequantize(t)             # float32: data * 2^scale, exact
+
+The rule, per block of 32 consecutive elements along `axis` (the GEMM's contracting dimension:
+row-wise for X[M, K] in X W^T is axis=-1, its column-wise copy for the wgrad is axis=0, each
+computed from the high-precision source, never one from the other):
+- amax = max |v|; the shared scale X = 2^k, k = floor(log2(amax)) - 8 (8 = E4M3's largest normal
+  exponent: 448 = 1.75 * 2^8), clamped to the E8M0 range [-127, 127]; a block of zeros gets k = -127;
+- each element is v / X (exact: X is a power of two) rounded to nearest even in E4M3, saturating at
+  +-448 (v / X < 512 always, so only [448, 512) saturates);
+- a block holding any NaN or +-Inf gets the NaN scale (0xFF) and NaN elements (0x7F): the block is
+  poisoned, not silently clipped; dequantize gives NaN for all 32.
+The device kernels (hipsrc/kosmos/mx/quant.h) reproduce this bit for bit (tests/test_mx_host.py).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from .dtypes import bfloat16, float8_e4m3, float8_e8m0, float32
+
+BLOCK = 32
+E4M3_MAX = 448.0
+E4M3_EMAX = 8        # largest normal exponent of E4M3
+SCALE_NAN = 0xFF     # E8M0 NaN
+ELEMENT_NAN = 0x7F   # E4M3 (fn) NaN, positive
+
+
+@dataclass(frozen=True)
+class MXTensor:
+    data: np.ndarray    # float8_e4m3fn, the source's shape
+    scales: np.ndarray  # float8_e8m0fnu, the source's shape with `axis` / 32
+    axis: int           # the blocked axis (non-negative)
+
+
+def _blocks(x: np.ndarray, axis: int) -> tuple[np.ndarray, int]:
+    """x as float32 with the blocked axis last, split into [..., n_blocks, 32]; and the axis."""
+    x = np.asarray(x)
+    if x.ndim == 0:
+        raise ValueError("quantize needs an array with at least one axis")
+    axis = axis % x.ndim
+    if x.shape[axis] % BLOCK:
+        raise ValueError(f"axis {axis} has {x.shape[axis]} elements: MX blocks need a multiple of {BLOCK}")
+    if x.dtype not in (float32, bfloat16):
+        raise TypeError(f"quantize takes float32 or bfloat16, got {x.dtype}")
+    v = np.moveaxis(x.astype(np.float32), axis, -1)
+    return v.reshape(*v.shape[:-1], v.shape[-1] // BLOCK, BLOCK), axis
+
+
+def scale_exponents(blocks: np.ndarray) -> np.ndarray:
+    """k per block (int32), or 128 for a block with a NaN or an Inf (its scale is E8M0 NaN)."""
+    finite = np.isfinite(blocks).all(axis=-1)
+    amax = np.where(np.isfinite(blocks), np.abs(blocks), 0).max(axis=-1)
+    _, e = np.frexp(amax)  # amax = f * 2^e with f in [0.5, 1): floor(log2 amax) = e - 1 (exact, subnormals too)
+    k = np.where(amax > 0, e.astype(np.int32) - 1 - E4M3_EMAX, -127)
+    return np.where(finite, np.clip(k, -127, 127), 128).astype(np.int32)
+
+
+def quantize(x: np.ndarray, axis: int = -1) -> MXTensor:
+    blocks, axis = _blocks(x, axis)
+    k = scale_exponents(blocks)
+    poisoned = k == 128
+    scaled = blocks * np.ldexp(np.float32(1.0), -np.where(poisoned, 0, k))[..., None].astype(np.float32)
+    elems = np.clip(np.where(poisoned[..., None], 0, scaled), -E4M3_MAX, E4M3_MAX).astype(float8_e4m3)
+    elems = np.where(poisoned[..., None], np.uint8(ELEMENT_NAN), elems.view(np.uint8)).astype(np.uint8)
+    scales = np.where(poisoned, SCALE_NAN, k + 127).astype(np.uint8)
+    data = np.moveaxis(elems.reshape(*elems.shape[:-2], -1), -1, axis)
+    return MXTensor(np.ascontiguousarray(data).view(float8_e4m3), np.moveaxis(scales, -1, axis).copy().view(
+        float8_e8m0), axis)
+
+
+def dequantize(t: MXTensor) -> np.ndarray:
+    """float32: each element times its block's 2^k (exact in float32 wherever the product is normal)."""
+    data = np.moveaxis(t.data.astype(np.float32), t.axis, -1)
+    codes = np.moveaxis(t.scales.view(np.uint8), t.axis, -1).astype(np.int32)
+    blocks = data.reshape(*data.shape[:-1], -1, BLOCK)
+    k = codes - 127
+    out = np.ldexp(blocks.astype(np.float64), k[..., None])  # float64: 448 * 2^127 stays finite until the cast
+    out = np.where((codes == SCALE_NAN)[..., None], np.nan, out).astype(np.float32)
+    return np.moveaxis(out.reshape(*out.shape[:-2], -1), -1, t.axis)
+
+
+# ---------------------------------------------------------------- the device kernel
+@dataclass(frozen=True)
+class DeviceMX:
+    """An MXFP8 tensor on the GPU: raw codes (uint8 CuPy arrays; view them as float8_e4m3fn /
+    float8_e8m0fnu with .view once CuPy knows those dtypes)."""
+    data: object    # uint8 [rows, cols]
+    scales: object  # uint8 [rows, cols / 32] (axis=-1) or [rows / 32, cols] (axis=0)
+    axis: int
+
+
+def quantize_both(x, stream=None) -> tuple[DeviceMX, DeviceMX]:
+    """The row-wise (blocks along a row) and column-wise (blocks along a column) MXFP8 copies of a bf16
+    CuPy matrix, both from x itself, in one kernel pass (hipsrc/mx.hip); rows and cols multiples of 32."""
+    import cupy
+
+    from .arrays import check_array
+    from .runtime.module import load_module
+
+    x = check_array(x, "x", dtypes=(bfloat16,), device=cupy.cuda.Device().id, stream=stream)
+    if x.ndim != 2 or x.shape[0] % BLOCK or x.shape[1] % BLOCK or x.size == 0:
+        raise ValueError(f"x must be a non-empty [rows, cols] matrix with both multiples of {BLOCK}, "
+                         f"got {tuple(x.shape)}")
+    rows, cols = x.shape
+    with (stream if stream is not None else cupy.cuda.get_current_stream()):
+        row = DeviceMX(cupy.empty((rows, cols), np.uint8), cupy.empty((rows, cols // BLOCK), np.uint8), 1)
+        col = DeviceMX(cupy.empty((rows, cols), np.uint8), cupy.empty((rows // BLOCK, cols), np.uint8), 0)
+        kernel = load_module("mx.hip").get_function("kosmos_mx_quantize_bf16")
+        kernel(((rows // BLOCK) * (cols // BLOCK),), (2 * BLOCK,),
+               (x, np.int64(rows), np.int64(cols), row.data, row.scales, col.data, col.scales))
+    return row, col

@@ -1,0 +1,23 @@
+// quantize_block (hipsrc/kosmos/mx/quant.h) on the host. stdin: int32 n; float blocks[n][32].
+// stdout: uint8 data[n][32], then uint8 scales[n].
+#include <cstdio>
+#include <vector>
+
+#include "kosmos/mx/quant.h"
+
+using namespace kosmos::mx;
+
+int main() {
+  int n;
+  if (fread(&n, 4, 1, stdin) != 1) return 2;
+  std::vector<float> v(size_t(n) * kBlock);
+  if (fread(v.data(), 4, v.size(), stdin) != v.size()) return 2;
+  std::vector<unsigned char> data(v.size()), scales(n);
+  for (int b = 0; b < n; ++b) {
+    const float* blk = v.data() + size_t(b) * kBlock;
+    scales[b] = quantize_block([&](int i) { return blk[i]; }, data.data() + size_t(b) * kBlock, 1);
+  }
+  fwrite(data.data(), 1, data.size(), stdout);
+  fwrite(scales.data(), 1, scales.size(), stdout);
+  return 0;
+}

@@ -1,0 +1,101 @@
+"""kosmos.mx, the MXFP8 reference (NumPy + ml_dtypes), on hand-checked blocks; and the device rule
+(hipsrc/kosmos/mx/quant.h) compiled for the host, bit for bit against it on random, tiny, huge,
+tie, subnormal, NaN/Inf and all-zero blocks."""
+from __future__ import annotations
+
+import struct
+import subprocess
+
+import numpy as np
+import pytest
+
+from host_build import build
+from kosmos import mx
+from kosmos.dtypes import bfloat16, float8_e4m3
+
+
+def codes(t: mx.MXTensor) -> tuple[np.ndarray, np.ndarray]:
+    return t.data.view(np.uint8), t.scales.view(np.uint8)
+
+
+def test_hand_checked_blocks():
+    x = np.zeros((5, 32), np.float32)
+    x[0, 0] = 1.0                    # amax 1: k = -8, element 1 * 2^8 = 256 = 0x78
+    x[1, :] = 448.0                  # amax 448: k = 0, 0x7E everywhere
+    x[2, 3] = -500.0                 # k = 0, 500 saturates to -448: 0xFE
+    x[3, 7] = np.nan                 # poisoned block
+    # x[4] all zero: k = -127 (code 0), elements 0
+    data, scales = codes(mx.quantize(x))
+    assert scales.ravel().tolist() == [119, 127, 127, 0xFF, 0]
+    assert data[0, 0] == 0x78 and (data[0, 1:] == 0).all()
+    assert (data[1] == 0x7E).all() and data[2, 3] == 0xFE
+    assert (data[3] == 0x7F).all() and (data[4] == 0).all()
+    y = mx.dequantize(mx.quantize(x))
+    assert y[0, 0] == 1.0 and y[2, 3] == -448.0 and np.isnan(y[3]).all() and (y[4] == 0).all()
+
+
+def test_representable_values_round_trip_exactly_on_both_axes():
+    rng = np.random.default_rng(1)
+    e4m3 = np.arange(256, dtype=np.uint8).view(float8_e4m3).astype(np.float32)
+    e4m3 = e4m3[np.isfinite(e4m3)]
+    x = rng.choice(e4m3, size=(64, 96)).astype(np.float32)
+    x[::32, :] = 448.0  # every column block's amax is 448 too (k = 0 on both axes)
+    x[:, ::32] = 448.0  # and every row block's
+    for axis in (-1, 0):
+        t = mx.quantize(x, axis=axis)
+        assert t.scales.shape == ((64, 3) if axis == -1 else (2, 96))
+        assert (mx.dequantize(t) == x).all()
+
+
+def test_bf16_input_and_bad_shapes():
+    x = (np.random.default_rng(2).standard_normal((4, 64))).astype(bfloat16)
+    t = mx.quantize(x)
+    assert t.data.shape == (4, 64) and t.scales.shape == (4, 2)
+    with pytest.raises(ValueError, match="multiple of 32"):
+        mx.quantize(np.zeros((4, 48), np.float32))
+    with pytest.raises(TypeError):
+        mx.quantize(np.zeros((4, 64), np.float64))
+    with pytest.raises(ValueError):
+        mx.quantize(np.float32(1.0))
+
+
+@pytest.fixture(scope="module")
+def mx_host(tmp_path_factory):
+    return build("mx_main.cpp", tmp_path_factory.mktemp("mx") / "mx_host")
+
+
+def host_blocks(exe, blocks: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    n = blocks.shape[0]
+    out = subprocess.run([str(exe)], input=struct.pack("<i", n) + blocks.astype(np.float32).tobytes(),
+                         capture_output=True, check=True).stdout
+    return np.frombuffer(out[:32 * n], np.uint8).reshape(n, 32), np.frombuffer(out[32 * n:], np.uint8)
+
+
+def test_the_device_rule_is_the_reference_bit_for_bit(mx_host):
+    rng = np.random.default_rng(3)
+    n = 20000
+    mags = np.exp2(rng.uniform(-140, 120, size=(n, 1)))            # tiny to huge blocks
+    blocks = (rng.standard_normal((n, 32)) * mags).astype(np.float32)
+    spread = rng.integers(0, n, 3000)                              # elements far below their block's amax
+    blocks[spread, rng.integers(0, 32, 3000)] *= np.exp2(-rng.uniform(0, 40, 3000)).astype(np.float32)
+    # ties: midpoints between neighbouring E4M3 values (times the block scale), and one ulp either side
+    e4m3 = np.sort(np.unique(np.abs(np.arange(256, dtype=np.uint8).view(float8_e4m3).astype(np.float32))))
+    e4m3 = e4m3[np.isfinite(e4m3)]
+    mids = ((e4m3[1:] + e4m3[:-1]) / 2).astype(np.float32)
+    ties = np.concatenate([mids, np.nextafter(mids, 0), np.nextafter(mids, np.inf), [460, 464, 480, 500, 511.9]])
+    t = np.zeros((-(-len(ties) // 31), 32), np.float32)
+    t[:, 0] = 448.0                                                # amax 448: k = 0, the ties land as is
+    t[:, 1:].flat[:len(ties)] = ties * rng.choice([-1, 1], len(ties))
+    special = np.zeros((6, 32), np.float32)
+    special[0, 4] = np.nan
+    special[1, 9] = np.inf
+    special[2, 0] = -np.inf
+    special[3, :] = np.float32(1e-40)                              # fp32 subnormals
+    special[4, :] = -0.0
+    special[5, :] = np.finfo(np.float32).max
+    blocks = np.concatenate([blocks, t, special])
+    want = mx.quantize(blocks)
+    data, scales = host_blocks(mx_host, blocks)
+    want_data, want_scales = codes(want)
+    bad = np.flatnonzero((data != want_data).any(axis=1) | (scales != want_scales.ravel()))
+    assert bad.size == 0, f"{bad.size} blocks differ, first {bad[:5]}: {blocks[bad[0]]}"
