@@ -2,8 +2,8 @@
 from .combine import MoECombine
 from .config import MoEConfig, load_models
 from .dispatch import MoEDispatch
-from .layer import MoEContext, MoELayer, MoEParams, expert_tensors
+from .layer import MoEContext, MoEGradients, MoELayer, MoEParams, expert_tensors
 from .route import DeviceRouting, route
 
-__all__ = ["DeviceRouting", "MoECombine", "MoEConfig", "MoEContext", "MoEDispatch", "MoELayer", "MoEParams", "expert_tensors",
+__all__ = ["DeviceRouting", "MoECombine", "MoEConfig", "MoEContext", "MoEDispatch", "MoEGradients", "MoELayer", "MoEParams", "expert_tensors",
            "load_models", "route"]

@@ -42,7 +42,7 @@ DISPATCH_PARAMS_DTYPE = np.dtype(
      ("order", _u64), ("x", _u64), ("run_done", _u64), ("group_rows", _u64), ("run_rows", _u64),
      ("all_counts", _u64), ("status", _u64),
      ("rank", _i32), ("world", _i32), ("experts", _i32), ("e_loc", _i32), ("top_k", _i32), ("item_rows", _i32),
-     ("refused", _i32), ("pad_", _i32)],
+     ("refused", _i32), ("in_order", _i32)],
     align=True,
 )
 MIRRORS = [StructMirror("kosmos::moe::DispatchParams", DISPATCH_PARAMS_DTYPE)]
@@ -91,16 +91,18 @@ class MoEDispatch(SymmetricPlan):
         cupy.cuda.runtime.deviceSynchronize()  # the zeroed counters, before a first call on any stream
 
     @uses_stream
-    def __call__(self, x: Any, routing: DeviceRouting, *, check: bool = False,
+    def __call__(self, x: Any, routing: DeviceRouting, *, in_order: bool = False, check: bool = False,
                  stream: Any = None) -> tuple[Any, Any, Any]:
         """(arena [capacity_rows, row_bytes] uint8, group_rows, run_rows); see the module docstring.
+        in_order: x holds [T * k] rows already in dispatch order (row i goes where pair order[i]
+        goes), instead of [T] tokens gathered through the order.
 
         A rank whose arguments are refused still launches, sending counts of -1: every rank then
         moves nothing (status -1) instead of waiting out its budget for it, and this rank raises."""
         self._check_open()
         refusal = None
         try:
-            x, start, order, t, k = self._checked(x, routing, stream)
+            x, start, order, t, k = self._checked(x, routing, in_order, stream)
         except (TypeError, ValueError) as e:
             refusal, x, start, order, t, k = e, None, None, None, 0, 1
         w = self.world
@@ -116,7 +118,8 @@ class MoEDispatch(SymmetricPlan):
                 ("group_rows", self.group_rows.data.ptr), ("run_rows", self.run_rows.data.ptr),
                 ("all_counts", self.all_counts.data.ptr), ("status", self.status.data.ptr), ("rank", w.rank),
                 ("world", w.size), ("experts", self.experts), ("e_loc", self.e_loc), ("top_k", max(k, 1)),
-                ("item_rows", self.item_rows), ("refused", int(refusal is not None))):
+                ("item_rows", self.item_rows), ("refused", int(refusal is not None)),
+                ("in_order", int(in_order))):
             rec[name] = value
         self.launch([rec[()]], stream=stream)
         if refusal is not None:
@@ -132,18 +135,19 @@ class MoEDispatch(SymmetricPlan):
                                   f"{self.capacity_rows}; nothing was moved")
         return self.arena.local, self.group_rows, self.run_rows
 
-    def _checked(self, x: Any, routing: DeviceRouting, stream: Any) -> tuple:
+    def _checked(self, x: Any, routing: DeviceRouting, in_order: bool, stream: Any) -> tuple:
         dev = self.world.device_id
         x = check_array(x, "x", device=dev, stream=stream)
         if x.ndim != 2 or x.shape[1] * x.dtype.itemsize != self.row_bytes:
             raise ValueError(f"x must be [T, rows of {self.row_bytes} B], got {tuple(x.shape)} of {x.dtype}")
-        t = int(x.shape[0])
         start = check_array(routing.start, "routing.start", dtypes=(np.dtype(np.int32),), device=dev, stream=stream)
         if start.shape != (self.experts + 1,):
             raise ValueError(f"routing.start must be [{self.experts + 1}] (this plan's experts), got {start.shape}")
-        if routing.experts.ndim != 2 or routing.experts.shape[0] != t:
-            raise ValueError(f"the routing is for {routing.experts.shape[0]} tokens, x has {t}")
-        k = int(routing.experts.shape[1])
+        t = int(routing.experts.shape[0]) if routing.experts.ndim == 2 else -1
+        k = int(routing.experts.shape[1]) if routing.experts.ndim == 2 else 0
+        if int(x.shape[0]) != (t * k if in_order else t):
+            raise ValueError(f"the routing is for {t} tokens x top_k {k}; x has {x.shape[0]} "
+                             f"{'rows (in dispatch order: T * k expected)' if in_order else 'tokens'}")
         order = routing.order
         if order.shape != (t * k,):
             raise ValueError(f"routing.order must be [{t * k}], got {order.shape}")

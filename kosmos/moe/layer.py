@@ -26,6 +26,7 @@ collective (all ranks call forward, in the same order); token counts may differ 
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -99,6 +100,19 @@ class MoEContext:
     expert_major: Any         # [R] int64 device: received-row index of each expert-major row (serial path)
     x_experts: Any            # [R, H] bf16: the local experts' input rows, expert-major
     h: Any                    # [R, I] bf16: silu(gate) * up
+    x: Any = None             # [T, H] bf16: the forward's input (device path: for the backward)
+    logits: Any = None        # [T, E padded] fp32: the router logits (device path)
+
+
+@dataclass
+class MoEGradients:
+    """MoELayer.backward's result: d(sum(dy * y) + aux + z) for every input and parameter."""
+    dx: Any                   # [T, H] bf16
+    d_router_w: Any           # [E, H] fp32
+    dw1: Any                  # [E/P, 2I, H] fp32, this rank's experts
+    dw2: Any                  # [E/P, H, I] fp32
+    d_shared_w1: Any = None   # [S, 2Is, H] fp32
+    d_shared_w2: Any = None   # [S, H, Is] fp32
 
 
 def _u16(x: Any) -> Any:
@@ -140,14 +154,17 @@ class MoELayer:
         if path == "device":
             self._dispatch = MoEDispatch(world, cfg.experts, 2 * h, self.capacity_rows)
             self._combine = MoECombine(world, cfg.experts, h, max_tokens, k)
+            # the backward's own arena: the forward's (x_experts) must outlive the dY dispatch
+            self._dispatch_bwd = MoEDispatch(world, cfg.experts, 2 * h, self.capacity_rows)
         else:
             self._dispatch = AllToAll(world, self.capacity_rows, (h,), bfloat16)
             self._combine = AllToAll(world, max_tokens * k, (h,), bfloat16)
         self._router_pad = -(-cfg.experts // 64) * 64  # the router GEMM's output columns (tile multiple)
 
     def close(self) -> None:
-        self._dispatch.close()
-        self._combine.close()
+        for plan in (self._dispatch, self._combine, getattr(self, "_dispatch_bwd", None)):
+            if plan is not None:
+                plan.close()
 
     # ---- checks ----
     def _check_params(self, p: MoEParams) -> MoEParams:
@@ -202,6 +219,7 @@ class MoELayer:
         r = route(logits, cfg, params.bias)
         if self.path == "device":
             y, ctx = self._forward_device(x, params, r)
+            ctx.x, ctx.logits = x, logits
             if check:
                 worst = int(self._dispatch.status.get()[0])
                 if worst:
@@ -281,3 +299,131 @@ class MoELayer:
         y = self._combine(y_e, self._dispatch, r, shared=self._shared(x, params))
         # x_e is the dispatch arena: valid until the next forward
         return y, MoEContext(r, None, None, group_rows, None, x_e, hmid)
+
+    # ---- the backward (device path) ----
+    @uses_stream
+    def backward(self, dy: Any, ctx: MoEContext, params: MoEParams, stream: Any = None) -> MoEGradients:
+        """Gradients of sum(dy * y) + aux + z for the forward that made `ctx` (device path; call it
+        before the next forward: ctx holds the forward's dispatch arena and combine buffer).
+
+        Serial separate launches: the router-weighted dY rows to the experts' owners (MoEDispatch,
+        its own arena), dgrad2 and wgrad2 (grouped NN / NT), the SwiGLU backward on recomputed
+        pre-activations, dgrad1 and wgrad1, the rows back and summed per token (MoECombine, with the
+        router's and the shared experts' dx added in fp32 before the one rounding); the router
+        gradients from the forward's combine buffer (each pair's expert output) in fp32."""
+        import cupy
+
+        if self.path != "device":
+            raise ValueError("MoELayer.backward runs on the device path: build the layer with path='device'")
+        cfg, k = self.cfg, self.cfg.top_k
+        err = None
+        try:
+            if ctx.x is None:
+                raise ValueError("ctx is not a device-path forward's context")
+            t = int(ctx.x.shape[0])
+            dy = check_array(dy, "dy", dtypes=(bfloat16,), device=self.world.device_id, stream=stream)
+            if dy.shape != (t, cfg.hidden):
+                raise ValueError(f"dy must be [{t}, {cfg.hidden}] bf16 (the forward's y), got {tuple(dy.shape)}")
+            params = self._check_params(params)
+        except Exception as e:  # noqa: BLE001 - a refusal on one rank reaches every rank
+            err = e
+        all_ok(self.world.comm, err)
+        r, x, hid, i = ctx.routing, ctx.x, cfg.hidden, cfg.intermediate
+        dy32 = bf16_to_f32(dy)
+        # 1. each pair's combine weight gradient, from the forward's combine buffer (its expert output)
+        #    -- before anything else reuses that buffer
+        o_rows = bf16_to_f32(self._combine.comb.local[:t * k].view(np.uint16).view(bfloat16)) if t else \
+            cupy.zeros((0, hid), float32)
+        slot = r.slot.astype(cupy.int64)
+        d_weights = (o_rows[slot].reshape(t, k, hid) * dy32[:, None, :]).sum(axis=2) if t else \
+            cupy.zeros((0, k), float32)
+        # 2. the weighted dY rows in dispatch order, to the experts' owners
+        order = r.order.astype(cupy.int64)
+        w_flat = r.weights.reshape(-1)[order] if t else cupy.zeros(0, float32)
+        d_out = f32_to_bf16(dy32[order // k] * w_flat[:, None]) if t else cupy.empty((0, hid), bfloat16)
+        arena, rows, _ = self._dispatch_bwd(d_out, r, in_order=True)
+        d_ye = arena.view(bfloat16)                                                   # [cap, H]
+        # 3. the experts' backward, expert-major over the arena
+        x_e, a = ctx.x_experts, ctx.h
+        dw2 = grouped.grouped_matmul(d_ye, a, rows, "NT", out_dtype=float32)           # [E/P, H, I]
+        d_a = bf16_to_f32(grouped.grouped_matmul(d_ye, params.w2, rows, "NN"))        # [cap, I]
+        pre = bf16_to_f32(grouped.grouped_matmul(x_e, params.w1, rows, "TN"))         # [cap, 2I]: gate, up
+        d_pre = f32_to_bf16(_swiglu_backward(pre, d_a))                               # [cap, 2I]
+        dw1 = grouped.grouped_matmul(d_pre, x_e, rows, "NT", out_dtype=float32)        # [E/P, 2I, H]
+        d_xe = grouped.grouped_matmul(d_pre, params.w1, rows, "NN")                    # [cap, H]
+        # 4. the router: weights -> scores -> logits (fp32), its dx and dWr; the shared experts
+        d_logits = self._router_backward(ctx, d_weights)                              # [T, E]
+        wr32 = bf16_to_f32(params.router_w)
+        extra = d_logits @ wr32 if t else cupy.zeros((0, hid), float32)               # the router's dx
+        d_router_w = d_logits.T @ bf16_to_f32(x) if t else cupy.zeros((cfg.experts, hid), float32)
+        d_sw1 = d_sw2 = None
+        if cfg.shared:
+            d_sw1 = cupy.zeros((cfg.shared, 2 * cfg.shared_width, hid), float32)
+            d_sw2 = cupy.zeros((cfg.shared, hid, cfg.shared_width), float32)
+            for j in range(cfg.shared if t else 0):
+                pre_s = gemm.matmul(x, params.shared_w1[j], "TN", out_dtype=float32)
+                a_s = f32_to_bf16(_silu(pre_s[:, :cfg.shared_width]) * pre_s[:, cfg.shared_width:])
+                d_sw2[j] = gemm.matmul(dy, a_s, "NT", out_dtype=float32)
+                d_as = gemm.matmul(dy, params.shared_w2[j], "NN", out_dtype=float32)
+                d_pre_s = f32_to_bf16(_swiglu_backward(pre_s, d_as))
+                d_sw1[j] = gemm.matmul(d_pre_s, x, "NT", out_dtype=float32)
+                extra += gemm.matmul(d_pre_s, params.shared_w1[j], "NN", out_dtype=float32)
+        # 5. the expert rows back to their tokens, summed (weights 1: dY was weighted), plus the rest
+        ones = dataclasses.replace(r, weights=cupy.ones_like(r.weights))
+        dx = self._combine(d_xe, self._dispatch_bwd, ones, shared=extra if t else None)
+        return MoEGradients(dx, d_router_w, dw1, dw2, d_sw1, d_sw2)
+
+    def _router_backward(self, ctx: MoEContext, d_weights: Any) -> Any:
+        """d(logits) [T, E] fp32 from the combine weights' gradients and the router's losses."""
+        import cupy
+
+        cfg, r = self.cfg, ctx.routing
+        t, k, e = d_weights.shape[0], cfg.top_k, cfg.experts
+        if t == 0:
+            return cupy.zeros((0, e), float32)
+        logits = ctx.logits[:, :e]
+        if cfg.score == "softmax":
+            z = cupy.exp(logits - logits.max(axis=1, keepdims=True))
+            scores = z / z.sum(axis=1, keepdims=True)
+        else:
+            scores = 1.0 / (1.0 + cupy.exp(-logits))
+        experts = r.experts.astype(cupy.int64)
+        u = cupy.take_along_axis(scores, experts, axis=1)
+        if cfg.normalize:
+            us = u.sum(axis=1, keepdims=True)
+            d_u = cfg.scaling / us * (d_weights - (d_weights * u).sum(axis=1, keepdims=True) / us)
+        else:
+            d_u = cfg.scaling * d_weights
+        d_scores = cupy.zeros_like(scores)
+        cupy.put_along_axis(d_scores, experts, d_u, axis=1)
+        if cfg.aux_loss_coef:
+            frac = cupy.bincount(experts.ravel(), minlength=e).astype(float32) / (t * k)
+            rows = scores.sum(axis=1, keepdims=True)
+            d_p = cupy.broadcast_to(cfg.aux_loss_coef * e * frac / t, scores.shape)
+            d_scores += (d_p - (d_p * (scores / rows)).sum(axis=1, keepdims=True)) / rows
+        if cfg.score == "softmax":
+            d_logits = scores * (d_scores - (d_scores * scores).sum(axis=1, keepdims=True))
+        else:
+            d_logits = d_scores * scores * (1.0 - scores)
+        if cfg.z_loss_coef:
+            m = logits.max(axis=1, keepdims=True)
+            z = cupy.exp(logits - m)
+            lse = m + cupy.log(z.sum(axis=1, keepdims=True))
+            d_logits += cfg.z_loss_coef * 2.0 * lse / t * (z / z.sum(axis=1, keepdims=True))
+        return d_logits.astype(float32)
+
+
+def _silu(g: Any) -> Any:
+    import cupy
+
+    return g / (1.0 + cupy.exp(-g))
+
+
+def _swiglu_backward(pre: Any, d_a: Any) -> Any:
+    """d [gate, up] (fp32) of a = silu(gate) * up, from d a; pre: [rows, 2I] fp32."""
+    import cupy
+
+    i = pre.shape[1] // 2
+    g, u = pre[:, :i], pre[:, i:]
+    sg = 1.0 / (1.0 + cupy.exp(-g))
+    return cupy.concatenate([d_a * u * sg * (1.0 + g * (1.0 - sg)), d_a * g * sg], axis=1)

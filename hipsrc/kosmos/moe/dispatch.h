@@ -36,7 +36,7 @@ struct DispatchParams {
   u64 row_bytes, capacity;                 // arena rows
   const i32* start;       // [E + 1] this rank's dispatch plan (kosmos.moe.route: DeviceRouting.start)
   const i32* order;       // [T * k] row -> t * k + j
-  const u8* x;            // [T][row_bytes] this rank's tokens
+  const u8* x;            // [T][row_bytes] this rank's tokens, or (in_order) [T * k] rows in dispatch order
   u64* run_done;          // [2][E] local: items finished per expert run, call parity (reset per call)
   i32* group_rows;        // [E_loc] out: rows of each local expert
   i32* run_rows;          // [E_loc][world] out: rows of (local expert, source)
@@ -44,7 +44,8 @@ struct DispatchParams {
   i64* status;            // [1] out: 0; the rows an owner would receive past capacity; or -1: a rank
                           // refused its input on the host (it sends counts of -1). Either way nothing moves.
   i32 rank, world, experts, e_loc, top_k, item_rows;
-  i32 refused, pad_;      // 1: this rank refused its input (start, order and x are not read)
+  i32 refused;            // 1: this rank refused its input (start, order and x are not read)
+  i32 in_order;           // 1: x holds the rows already in dispatch order (the backward's dY rows)
 };
 
 // Shared memory: counts[world][E] of this call, then my_base[E] (where my run of expert g starts in
@@ -148,8 +149,8 @@ KOSMOS_DEVICE void dispatch(const DispatchParams& d) {
     const i32 g = run_of(chunk_start, E, item), o = g / d.e_loc, c = i32(item) - chunk_start[g];
     const i32 first = d.start[g] + c * d.item_rows, last = min(first + d.item_rows, d.start[g + 1]);
     u8* arena = reinterpret_cast<u8*>(d.peer_bases[o] + d.arena_off);
-    for (i32 i = first; i < last; ++i) {  // gathered rows: token order[i] / k
-      const u8* src = d.x + u64(d.order[i] / d.top_k) * d.row_bytes;
+    for (i32 i = first; i < last; ++i) {  // gathered rows: token order[i] / k (or row i itself)
+      const u8* src = d.x + u64(d.in_order ? i : d.order[i] / d.top_k) * d.row_bytes;
       cta_copy(arena + u64(my_base[g] + (i - d.start[g])) * d.row_bytes, src, d.row_bytes, blockDim.x);
     }
     item_done(&d.run_done[i64(d.epoch & 1) * E + g], u64(chunks_of_run(d, g)),
