@@ -14,7 +14,7 @@ computed from the high-precision source, never one from the other):
   +-448 (v / X < 512 always, so only [448, 512) saturates);
 - a block holding any NaN or +-Inf gets the NaN scale (0xFF) and NaN elements (0x7F): the block is
   poisoned, not silently clipped; dequantize gives NaN for all 32.
-The device kernels (hipsrc/kosmos/mx/quant.h) reproduce this bit for bit (tests/test_mx_host.py).
+The device kernels (hipsrc/kosmos/mx/quant.h) reproduce this bit for bit (tests/test_mx.py).
 """
 from __future__ import annotations
 

@@ -102,6 +102,7 @@ class MoEContext:
     h: Any                    # [R, I] bf16: silu(gate) * up
     x: Any = None             # [T, H] bf16: the forward's input (device path: for the backward)
     logits: Any = None        # [T, E padded] fp32: the router logits (device path)
+    calls: tuple = ()         # the dispatch and combine plans' call counts after this forward
 
 
 @dataclass
@@ -219,7 +220,7 @@ class MoELayer:
         r = route(logits, cfg, params.bias)
         if self.path == "device":
             y, ctx = self._forward_device(x, params, r)
-            ctx.x, ctx.logits = x, logits
+            ctx.x, ctx.logits, ctx.calls = x, logits, (self._dispatch.epoch, self._combine.epoch)
             if check:
                 worst = int(self._dispatch.status.get()[0])
                 if worst:
@@ -320,6 +321,10 @@ class MoELayer:
         try:
             if ctx.x is None:
                 raise ValueError("ctx is not a device-path forward's context")
+            # ctx points into the plans' arena and combine buffer: only the last forward's, once
+            if ctx.calls != (self._dispatch.epoch, self._combine.epoch):
+                raise ValueError("backward needs the context of this layer's last forward, once: another "
+                                 "forward or backward has run since (its arena and combine buffer are reused)")
             t = int(ctx.x.shape[0])
             dy = check_array(dy, "dy", dtypes=(bfloat16,), device=self.world.device_id, stream=stream)
             if dy.shape != (t, cfg.hidden):
@@ -337,6 +342,10 @@ class MoELayer:
         slot = r.slot.astype(cupy.int64)
         d_weights = (o_rows[slot].reshape(t, k, hid) * dy32[:, None, :]).sum(axis=2) if t else \
             cupy.zeros((0, k), float32)
+        # A forward whose dispatch overflowed moved nothing (its y is NaN): NaN gradients too, decided
+        # on the device (no host sync), rather than finite ones from stale buffers.
+        failed = self._dispatch.status[0] != 0
+        d_weights = cupy.where(failed, cupy.nan, d_weights).astype(float32)
         # 2. the weighted dY rows in dispatch order, to the experts' owners
         order = r.order.astype(cupy.int64)
         w_flat = r.weights.reshape(-1)[order] if t else cupy.zeros(0, float32)
@@ -347,6 +356,8 @@ class MoELayer:
         x_e, a = ctx.x_experts, ctx.h
         dw2 = grouped.grouped_matmul(d_ye, a, rows, "NT", out_dtype=float32)           # [E/P, H, I]
         d_a = bf16_to_f32(grouped.grouped_matmul(d_ye, params.w2, rows, "NN"))        # [cap, I]
+        # recomputed gate/up in bf16 (grouped TN stores bf16; the forward's SwiGLU used the fp32
+        # accumulators: ~2^-9 relative apart)
         pre = bf16_to_f32(grouped.grouped_matmul(x_e, params.w1, rows, "TN"))         # [cap, 2I]: gate, up
         d_pre = f32_to_bf16(_swiglu_backward(pre, d_a))                               # [cap, 2I]
         dw1 = grouped.grouped_matmul(d_pre, x_e, rows, "NT", out_dtype=float32)        # [E/P, 2I, H]
@@ -371,6 +382,8 @@ class MoELayer:
         # 5. the expert rows back to their tokens, summed (weights 1: dY was weighted), plus the rest
         ones = dataclasses.replace(r, weights=cupy.ones_like(r.weights))
         dx = self._combine(d_xe, self._dispatch_bwd, ones, shared=extra if t else None)
+        dw1 = cupy.where(failed, cupy.nan, dw1).astype(float32)
+        dw2 = cupy.where(failed, cupy.nan, dw2).astype(float32)
         return MoEGradients(dx, d_router_w, dw1, dw2, d_sw1, d_sw2)
 
     def _router_backward(self, ctx: MoEContext, d_weights: Any) -> Any:

@@ -28,8 +28,11 @@ def _top(values: np.ndarray, k: int) -> np.ndarray:
     return np.argsort(-values, axis=-1, kind="stable")[..., :k]
 
 
-def route(logits: np.ndarray, cfg: MoEConfig, bias: np.ndarray | None = None) -> Routing:
-    """Route tokens from router logits [T, E] (float64 math whatever comes in)."""
+def route(logits: np.ndarray, cfg: MoEConfig, bias: np.ndarray | None = None,
+          experts: np.ndarray | None = None) -> Routing:
+    """Route tokens from router logits [T, E] (float64 math whatever comes in). `experts` [T, k]: take
+    this choice instead of making it (to compare with a device routing that broke a near-tie the
+    other way); everything else follows from it."""
     logits = np.asarray(logits, dtype=np.float64)
     if logits.ndim != 2 or logits.shape[1] != cfg.experts:
         raise ValueError(f"logits must be [tokens, {cfg.experts}], got {logits.shape}")
@@ -55,7 +58,7 @@ def route(logits: np.ndarray, cfg: MoEConfig, bias: np.ndarray | None = None) ->
         allowed = np.zeros((t, cfg.groups), dtype=bool)
         np.put_along_axis(allowed, keep, True, axis=1)
         choice = np.where(np.repeat(allowed, per, axis=1), choice, -np.inf)
-    experts = _top(choice, cfg.top_k)
+    experts = _top(choice, cfg.top_k) if experts is None else np.asarray(experts, dtype=np.int64)
     weights = np.take_along_axis(scores, experts, axis=1)
     if cfg.normalize:
         weights = weights / weights.sum(axis=1, keepdims=True)
@@ -153,17 +156,17 @@ def _expert_backward(x: np.ndarray, w1: np.ndarray, w2: np.ndarray, d_out: np.nd
 
 def backward(x: np.ndarray, router_w: np.ndarray, w1: np.ndarray, w2: np.ndarray, cfg: MoEConfig, dy: np.ndarray,
              bias: np.ndarray | None = None, shared_w1: np.ndarray | None = None,
-             shared_w2: np.ndarray | None = None) -> Gradients:
+             shared_w2: np.ndarray | None = None, experts: np.ndarray | None = None) -> Gradients:
     """Analytic gradients of the layer of `forward`, in float64. The routing choice (top-k, group
     limit) is piecewise constant: gradients reach the router through the chosen experts' weights,
     the aux loss and the z-loss; the expert bias (a choice-only offset, trained by a rule, not by
-    gradients) gets none."""
+    gradients) gets none. `experts`: a given choice (see route)."""
     x = np.asarray(x, dtype=np.float64)
     dy = np.asarray(dy, dtype=np.float64)
     wr = np.asarray(router_w, dtype=np.float64)
     t, k, e_num = x.shape[0], cfg.top_k, cfg.experts
     logits = x @ wr.T
-    r = route(logits, cfg, bias)
+    r = route(logits, cfg, bias, experts)
     scores = r.scores
     dx = np.zeros_like(x)
     dw1 = np.zeros(np.shape(w1), np.float64)

@@ -1,5 +1,5 @@
 // MXFP8 quantization (OCP MX v1.0, E4M3 elements, one E8M0 scale per 32): the rule of kosmos/mx.py,
-// bit for bit (tests/test_mx_host.py runs these functions on the CPU against it).
+// bit for bit (tests/test_mx.py runs these functions on the CPU against it).
 //   scale 2^k, k = floor(log2 amax) - 8, clamped to [-127, 127] (a zero block: -127);
 //   elements v * 2^-k rounded to nearest even in E4M3, saturating at +-448;
 //   a block with a NaN or an Inf: scale 0xFF (NaN) and every element 0x7F (NaN).
