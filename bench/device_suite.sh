@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One call on a GPU machine: compile check, GPU tests at world sizes 1-4 (one GPU, oversubscribed),
 # the demo, and the mover-loop bench. One log ($OUT/suite.log) plus bench JSON/PNG; a table last.
-#   bash bench/device_suite.sh [tests|demo|bench ...]   (default: all)
+#   bash bench/device_suite.sh [tests|demo|bench|moe ...]   (default: tests demo bench)
+#   moe: the MoE and MXFP8 GPU tests at world sizes 1, 2, 4 (KOSMOS_NPS), then bench/moe.py --quick
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -18,6 +19,12 @@ fi
 if [[ $parts == *demo* ]]; then
   run "demo np=1" timeout 200 python3 -m kosmos.demo --mib 256
   run "demo np=2 (oversubscribed)" timeout 200 $MPIRUN -np 2 python3 -m kosmos.demo --mib 8
+fi
+if [[ $parts == *moe* ]]; then
+  for n in ${KOSMOS_NPS:-1 2 4}; do
+    KOSMOS_PYTEST_ARGS="-k 'moe or mx or runs_arrived'" gpu_tests "$n" 300
+  done
+  run "bench/moe quick" timeout 300 python3 bench/moe.py --quick --out "$OUT"
 fi
 if [[ $parts == *bench* ]]; then
   run "bench/collectives" timeout 300 python3 bench/collectives.py --out "$OUT"
