@@ -5,5 +5,5 @@ from .dispatch import MoEDispatch
 from .layer import MoEContext, MoEGradients, MoELayer, MoEParams, expert_tensors
 from .route import DeviceRouting, route
 
-__all__ = ["DeviceRouting", "MoECombine", "MoEConfig", "MoEContext", "MoEDispatch", "MoEGradients", "MoELayer", "MoEParams", "expert_tensors",
-           "load_models", "route"]
+__all__ = ["DeviceRouting", "MoECombine", "MoEConfig", "MoEContext", "MoEDispatch", "MoEGradients", "MoELayer",
+           "MoEParams", "expert_tensors", "load_models", "route"]

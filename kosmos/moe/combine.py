@@ -24,7 +24,7 @@ from ..dtypes import bfloat16
 from ..exchange import agree_args
 from ..plan import MAX_WORLD, SymmetricPlan
 from ..runtime import PersistentLaunch, load_module, sm_count
-from ..runtime.mirror import StructMirror
+from ..runtime.mirror import StructMirror, address, record
 from ..runtime.status import WAIT_CTX_DTYPE
 from ..runtime.streams import uses_stream
 from ..world import World
@@ -34,9 +34,9 @@ from .route import DeviceRouting
 _u64, _i32 = np.uint64, np.int32
 COMBINE_PARAMS_DTYPE = np.dtype(
     [("peer_bases", _u64), ("wait", WAIT_CTX_DTYPE), ("epoch", _u64), ("flags_off", _u64), ("comb_off", _u64),
-     ("row_bytes", _u64), ("all_counts", _u64), ("dispatch_status", _u64), ("y", _u64), ("run_done", _u64), ("slot", _u64), ("weights", _u64),
-     ("shared", _u64), ("out", _u64), ("rank", _i32), ("world", _i32), ("experts", _i32), ("e_loc", _i32),
-     ("top_k", _i32), ("tokens", _i32), ("item_rows", _i32), ("pad_", _i32)],
+     ("row_bytes", _u64), ("all_counts", _u64), ("dispatch_status", _u64), ("y", _u64), ("run_done", _u64),
+     ("slot", _u64), ("weights", _u64), ("shared", _u64), ("out", _u64), ("rank", _i32), ("world", _i32),
+     ("experts", _i32), ("e_loc", _i32), ("top_k", _i32), ("tokens", _i32), ("item_rows", _i32), ("pad_", _i32)],
     align=True,
 )
 MIRRORS = [StructMirror("kosmos::moe::CombineParams", COMBINE_PARAMS_DTYPE)]
@@ -104,17 +104,12 @@ class MoECombine(SymmetricPlan):
                 raise ValueError(f"out must be [{t}, {self.hidden}] bf16, got {tuple(out.shape)}")
         w = self.world
         epoch, ctx = self._next_call(stream)
-        rec = np.zeros((), COMBINE_PARAMS_DTYPE)
-        ptr = (lambda a: a.data.ptr if a is not None and a.size else 0)  # noqa: E731
-        for name, value in (
-                ("peer_bases", self.heap.peer_bases.data.ptr), ("wait", ctx), ("epoch", epoch),
-                ("flags_off", self.flags.offset), ("comb_off", self.comb.offset), ("row_bytes", self.row_bytes),
-                ("all_counts", dispatch.all_counts.data.ptr), ("dispatch_status", dispatch.status.data.ptr),
-                ("y", y_experts.data.ptr),
-                ("run_done", self.run_done.data.ptr), ("slot", ptr(routing.slot)), ("weights", ptr(routing.weights)),
-                ("shared", ptr(shared)), ("out", ptr(out)), ("rank", w.rank), ("world", w.size),
-                ("experts", self.experts), ("e_loc", self.e_loc), ("top_k", k), ("tokens", t),
-                ("item_rows", self.item_rows)):
-            rec[name] = value
-        self.launch([rec[()]], stream=stream)
+        rec = record(
+            COMBINE_PARAMS_DTYPE, peer_bases=self.heap.peer_bases.data.ptr, wait=ctx, epoch=epoch,
+            flags_off=self.flags.offset, comb_off=self.comb.offset, row_bytes=self.row_bytes,
+            all_counts=dispatch.all_counts.data.ptr, dispatch_status=dispatch.status.data.ptr, y=y_experts.data.ptr,
+            run_done=self.run_done.data.ptr, slot=address(routing.slot), weights=address(routing.weights),
+            shared=address(shared), out=address(out), rank=w.rank, world=w.size, experts=self.experts, e_loc=self.e_loc,
+            top_k=k, tokens=t, item_rows=self.item_rows)
+        self.launch([rec], stream=stream)
         return out

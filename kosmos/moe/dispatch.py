@@ -29,7 +29,7 @@ from ..errors import KosmosError
 from ..exchange import agree_args
 from ..plan import MAX_WORLD, SymmetricPlan
 from ..runtime import PersistentLaunch, load_module, sm_count
-from ..runtime.mirror import StructMirror
+from ..runtime.mirror import StructMirror, address, record
 from ..runtime.status import WAIT_CTX_DTYPE
 from ..runtime.streams import uses_stream
 from ..world import World
@@ -107,21 +107,16 @@ class MoEDispatch(SymmetricPlan):
             refusal, x, start, order, t, k = e, None, None, None, 0, 1
         w = self.world
         epoch, ctx = self._next_call(stream)
-        rec = np.zeros((), DISPATCH_PARAMS_DTYPE)
-        ptr = (lambda a: a.data.ptr if a is not None and a.size else 0)  # noqa: E731
-        for name, value in (
-                ("peer_bases", self.heap.peer_bases.data.ptr), ("wait", ctx), ("epoch", epoch),
-                ("flags_off", self.flags.offset), ("counts_off", self.counts.offset),
-                ("arrived_off", self.arrived.offset), ("arena_off", self.arena.offset),
-                ("row_bytes", self.row_bytes), ("capacity", self.capacity_rows), ("start", ptr(start)),
-                ("order", ptr(order)), ("x", ptr(x)), ("run_done", self.run_done.data.ptr),
-                ("group_rows", self.group_rows.data.ptr), ("run_rows", self.run_rows.data.ptr),
-                ("all_counts", self.all_counts.data.ptr), ("status", self.status.data.ptr), ("rank", w.rank),
-                ("world", w.size), ("experts", self.experts), ("e_loc", self.e_loc), ("top_k", max(k, 1)),
-                ("item_rows", self.item_rows), ("refused", int(refusal is not None)),
-                ("in_order", int(in_order))):
-            rec[name] = value
-        self.launch([rec[()]], stream=stream)
+        rec = record(
+            DISPATCH_PARAMS_DTYPE, peer_bases=self.heap.peer_bases.data.ptr, wait=ctx, epoch=epoch,
+            flags_off=self.flags.offset, counts_off=self.counts.offset, arrived_off=self.arrived.offset,
+            arena_off=self.arena.offset, row_bytes=self.row_bytes, capacity=self.capacity_rows,
+            start=address(start), order=address(order), x=address(x), run_done=self.run_done.data.ptr,
+            group_rows=self.group_rows.data.ptr, run_rows=self.run_rows.data.ptr,
+            all_counts=self.all_counts.data.ptr, status=self.status.data.ptr, rank=w.rank, world=w.size,
+            experts=self.experts, e_loc=self.e_loc, top_k=max(k, 1), item_rows=self.item_rows,
+            refused=int(refusal is not None), in_order=int(in_order))
+        self.launch([rec], stream=stream)
         if refusal is not None:
             raise refusal
         if check:

@@ -42,6 +42,7 @@ from ..world import World
 from .config import MoEConfig
 from .combine import MoECombine
 from .dispatch import MoEDispatch
+from .reference import router_logit_grads
 from .route import DeviceRouting, check_routable, plan_chunks, route
 
 PATHS = ("serial", "device")
@@ -387,43 +388,15 @@ class MoELayer:
         return MoEGradients(dx, d_router_w, dw1, dw2, d_sw1, d_sw2)
 
     def _router_backward(self, ctx: MoEContext, d_weights: Any) -> Any:
-        """d(logits) [T, E] fp32 from the combine weights' gradients and the router's losses."""
+        """d(logits) [T, E] fp32: reference.router_logit_grads, the finite-difference-checked code, on
+        the device."""
         import cupy
 
-        cfg, r = self.cfg, ctx.routing
-        t, k, e = d_weights.shape[0], cfg.top_k, cfg.experts
+        t, e = d_weights.shape[0], self.cfg.experts
         if t == 0:
             return cupy.zeros((0, e), float32)
-        logits = ctx.logits[:, :e]
-        if cfg.score == "softmax":
-            z = cupy.exp(logits - logits.max(axis=1, keepdims=True))
-            scores = z / z.sum(axis=1, keepdims=True)
-        else:
-            scores = 1.0 / (1.0 + cupy.exp(-logits))
-        experts = r.experts.astype(cupy.int64)
-        u = cupy.take_along_axis(scores, experts, axis=1)
-        if cfg.normalize:
-            us = u.sum(axis=1, keepdims=True)
-            d_u = cfg.scaling / us * (d_weights - (d_weights * u).sum(axis=1, keepdims=True) / us)
-        else:
-            d_u = cfg.scaling * d_weights
-        d_scores = cupy.zeros_like(scores)
-        cupy.put_along_axis(d_scores, experts, d_u, axis=1)
-        if cfg.aux_loss_coef:
-            frac = cupy.bincount(experts.ravel(), minlength=e).astype(float32) / (t * k)
-            rows = scores.sum(axis=1, keepdims=True)
-            d_p = cupy.broadcast_to(cfg.aux_loss_coef * e * frac / t, scores.shape)
-            d_scores += (d_p - (d_p * (scores / rows)).sum(axis=1, keepdims=True)) / rows
-        if cfg.score == "softmax":
-            d_logits = scores * (d_scores - (d_scores * scores).sum(axis=1, keepdims=True))
-        else:
-            d_logits = d_scores * scores * (1.0 - scores)
-        if cfg.z_loss_coef:
-            m = logits.max(axis=1, keepdims=True)
-            z = cupy.exp(logits - m)
-            lse = m + cupy.log(z.sum(axis=1, keepdims=True))
-            d_logits += cfg.z_loss_coef * 2.0 * lse / t * (z / z.sum(axis=1, keepdims=True))
-        return d_logits.astype(float32)
+        experts = ctx.routing.experts.astype(cupy.int64)
+        return router_logit_grads(cupy, ctx.logits[:, :e], experts, d_weights, self.cfg).astype(float32)
 
 
 def _silu(g: Any) -> Any:

@@ -154,6 +154,42 @@ def _expert_backward(x: np.ndarray, w1: np.ndarray, w2: np.ndarray, d_out: np.nd
     return d_h @ w1, d_h.T @ x, d_out.T @ a, a @ w2.T
 
 
+def router_logit_grads(xp, logits, experts, d_weights, cfg: MoEConfig):
+    """d(loss)/d(logits) [T, E] from the combine weights' gradients d_weights [T, k] (the chosen
+    `experts` [T, k]) and the router's own losses: through the normalisation and scaling, the score
+    function, the aux loss (over these T tokens) and the z-loss. `xp` is numpy or cupy: the layer's
+    device backward runs this same code (checked here by finite differences)."""
+    t, k, e_num = logits.shape[0], cfg.top_k, cfg.experts
+    if cfg.score == "softmax":
+        z = xp.exp(logits - logits.max(axis=1, keepdims=True))
+        scores = z / z.sum(axis=1, keepdims=True)
+    else:
+        scores = 1.0 / (1.0 + xp.exp(-logits))
+    u = xp.take_along_axis(scores, experts, axis=1)  # w_j = c u_j / sum_i u_i (normalize) or c u_j
+    if cfg.normalize:
+        us = u.sum(axis=1, keepdims=True)
+        d_u = cfg.scaling / us * (d_weights - (d_weights * u).sum(axis=1, keepdims=True) / us)
+    else:
+        d_u = cfg.scaling * d_weights
+    d_scores = xp.zeros_like(scores)
+    xp.put_along_axis(d_scores, experts, d_u, axis=1)  # the k experts of a token are distinct
+    if cfg.aux_loss_coef:  # aux = coef * E * sum_e f_e mean_t p_te, p = scores / rowsum, f constant
+        frac = xp.bincount(experts.ravel(), minlength=e_num) / (t * k)
+        rows = scores.sum(axis=1, keepdims=True)
+        d_p = xp.broadcast_to(cfg.aux_loss_coef * e_num * frac / t, scores.shape)
+        d_scores += (d_p - (d_p * (scores / rows)).sum(axis=1, keepdims=True)) / rows
+    if cfg.score == "softmax":
+        d_logits = scores * (d_scores - (d_scores * scores).sum(axis=1, keepdims=True))
+    else:
+        d_logits = d_scores * scores * (1.0 - scores)
+    if cfg.z_loss_coef:  # z = coef * mean_t lse_t^2
+        m = logits.max(axis=1, keepdims=True)
+        z = xp.exp(logits - m)
+        lse = m + xp.log(z.sum(axis=1, keepdims=True))
+        d_logits += cfg.z_loss_coef * 2.0 * lse / t * (z / z.sum(axis=1, keepdims=True))
+    return d_logits
+
+
 def backward(x: np.ndarray, router_w: np.ndarray, w1: np.ndarray, w2: np.ndarray, cfg: MoEConfig, dy: np.ndarray,
              bias: np.ndarray | None = None, shared_w1: np.ndarray | None = None,
              shared_w2: np.ndarray | None = None, experts: np.ndarray | None = None) -> Gradients:
@@ -167,7 +203,6 @@ def backward(x: np.ndarray, router_w: np.ndarray, w1: np.ndarray, w2: np.ndarray
     t, k, e_num = x.shape[0], cfg.top_k, cfg.experts
     logits = x @ wr.T
     r = route(logits, cfg, bias, experts)
-    scores = r.scores
     dx = np.zeros_like(x)
     dw1 = np.zeros(np.shape(w1), np.float64)
     dw2 = np.zeros(np.shape(w2), np.float64)
@@ -185,30 +220,7 @@ def backward(x: np.ndarray, router_w: np.ndarray, w1: np.ndarray, w2: np.ndarray
         np.add.at(dx, tok, gx)
         dw1[e] += g1
         dw2[e] += g2
-    # weights -> the chosen scores: w_j = c u_j / sum_i u_i (normalize) or c u_j
-    u = np.take_along_axis(scores, r.experts, axis=1)
-    if cfg.normalize:
-        us = u.sum(axis=1, keepdims=True)
-        d_u = cfg.scaling / us * (d_weights - (d_weights * u).sum(axis=1, keepdims=True) / us)
-    else:
-        d_u = cfg.scaling * d_weights
-    d_scores = np.zeros_like(scores)
-    np.put_along_axis(d_scores, r.experts, d_u, axis=1)  # the k experts of a token are distinct
-    if cfg.aux_loss_coef:  # aux = coef * E * sum_e f_e mean_t p_te, p = scores / rowsum, f constant
-        frac = np.bincount(r.experts.ravel(), minlength=e_num) / (t * k)
-        rows = scores.sum(axis=1, keepdims=True)
-        p = scores / rows
-        d_p = np.broadcast_to(cfg.aux_loss_coef * e_num * frac / t, scores.shape)
-        d_scores += (d_p - (d_p * p).sum(axis=1, keepdims=True)) / rows
-    if cfg.score == "softmax":
-        d_logits = scores * (d_scores - (d_scores * scores).sum(axis=1, keepdims=True))
-    else:
-        d_logits = d_scores * scores * (1.0 - scores)
-    if cfg.z_loss_coef:  # z = coef * mean_t lse_t^2
-        m = logits.max(axis=1, keepdims=True)
-        z = np.exp(logits - m)
-        lse = m + np.log(z.sum(axis=1, keepdims=True))
-        d_logits += cfg.z_loss_coef * 2.0 * lse / t * (z / z.sum(axis=1, keepdims=True))
+    d_logits = router_logit_grads(np, logits, r.experts, d_weights, cfg)
     dx += d_logits @ wr
     d_router_w = d_logits.T @ x
     d_sw1 = d_sw2 = None

@@ -45,6 +45,22 @@ def _kind_assert(t: str, path: str, dt: np.dtype) -> str | None:
     return f'static_assert({cond}, "{t}::{path}: {what}");'
 
 
+def record(dtype: np.dtype, **fields) -> np.void:
+    """A zeroed record of a mirrored struct's dtype with `fields` set (a kernel argument, passed by
+    value); a name the dtype lacks raises ValueError."""
+    rec = np.zeros((), dtype)
+    for name, value in fields.items():
+        if name not in dtype.names:
+            raise ValueError(f"{dtype} has no field {name!r}")
+        rec[name] = value
+    return rec[()]
+
+
+def address(a) -> int:
+    """A device array's address for a pointer field: 0 (null) for None or an empty array."""
+    return a.data.ptr if a is not None and a.size else 0
+
+
 def struct_asserts(m: StructMirror) -> list[str]:
     """static_asserts of m.ctype's size, alignment and every (nested) field's offset, size and kind."""
     t, dt = m.ctype, m.dtype

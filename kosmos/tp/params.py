@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..gemm import EPI_DTYPE, PROBLEM_DTYPE
-from ..runtime.mirror import StructMirror
+from ..runtime.mirror import StructMirror, record  # noqa: F401 - record: the ops build their records with it
 from ..runtime.status import WAIT_CTX_DTYPE
 
 _u64, _i32, _u32 = np.uint64, np.int32, np.uint32
@@ -41,13 +41,3 @@ MIRRORS = [
     StructMirror("kosmos::tp::RsParams<kosmos::gemm::EpiStoreBf16>", RS_PARAMS_DTYPE),
     StructMirror("kosmos::tp::RsParams<kosmos::gemm::EpiStoreF32>", RS_PARAMS_DTYPE),
 ]
-
-
-def record(dtype: np.dtype, **fields) -> np.void:
-    """A zeroed record of `dtype` with `fields` set; a name the dtype lacks raises ValueError."""
-    rec = np.zeros((), dtype)
-    for name, value in fields.items():
-        if name not in dtype.names:
-            raise ValueError(f"{dtype} has no field {name!r}")
-        rec[name] = value
-    return rec[()]
