@@ -16,9 +16,7 @@ total rows and the same FLOPs: the upper bound a grouped GEMM aims at). Writes J
 from __future__ import annotations
 
 import argparse
-import json
 import sys
-import time
 from pathlib import Path
 from statistics import geometric_mean
 
@@ -26,12 +24,11 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kosmos import World  # noqa: E402
 from kosmos.dtypes import bf16_to_f32, random_bf16  # noqa: E402
 from kosmos.grouped import get_plan, grouped_matmul, grouped_shape  # noqa: E402
-from kosmos.timing import check_timeable, device_name, git_commit, time_calls  # noqa: E402
+from kosmos.timing import device_name, time_calls  # noqa: E402
+from one_gpu import add_timing_args, one_gpu, write_results  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 # name: (local experts at EP 8, hidden, expert intermediate width)
 MODELS = {"DeepSeek-V3": (32, 7168, 2048), "Qwen3-235B": (16, 4096, 1536), "Qwen3-30B": (16, 2048, 768)}
 
@@ -141,18 +138,10 @@ def main(argv=None):
     ap.add_argument("--models", default=",".join(MODELS))
     ap.add_argument("--sweep", action="store_true",
                     help="instead of the models: E = 8, 32, 128, 256 experts (N 4096, K 2048), every routing")
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--tag", default="")
+    add_timing_args(ap)
     args = ap.parse_args(argv)
     rows_list = [256, 2048] if args.quick else [int(r) for r in args.rows.split(",")]
-    with World() as world:
-        check_timeable(world)
-        if world.size != 1:
-            raise SystemExit("bench/grouped_gemm.py times one GPU: run it without mpirun (world size 1)")
-        commit = git_commit()
-        print(f"bench/grouped_gemm: {device_name()}, commit {commit}", flush=True)
+    with one_gpu("bench/grouped_gemm.py") as (world, commit):
         results = []
         if args.sweep:
             cases = [(f"sweep-E{e}", e, "GEMM", 4096, 2048, ROUTINGS) for e in (8, 32, 128, 256)]
@@ -172,18 +161,12 @@ def main(argv=None):
                           f"ours {rec['ours']['tflops']:6.1f}  loop {rec['loop']['tflops']:6.1f}  "
                           f"dense {rec['dense']['tflops']:6.1f} TF/s  vs dense {rec['vs_dense']:.3f}  "
                           f"vs loop {rec['vs_loop']:.2f}  tile {rec['tile_n']}", flush=True)
-        args.out.mkdir(parents=True, exist_ok=True)
-        date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        stem = f"grouped_gemm_{device_name().replace(' ', '_')}_{date}{('_' + args.tag) if args.tag else ''}"
-        doc = {"gpu": device_name(), "world": 1, "commit": commit, "date": date, "iters": args.iters,
-               "warmup": args.warmup, "timing": "kosmos.timing.time_calls (events behind the stream blocker, "
-               "contenders interleaved, median)", "results": results}
-        (args.out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
+        stem = write_results(args, "grouped_gemm", commit, results)
         try:
-            plot(results, args.out / f"{stem}.png")
+            plot(results, stem.with_suffix(".png"))
         except Exception as e:  # a plot failure must not lose the numbers
             print(f"plot failed: {e}")
-        print(f"\n# summary ({device_name()}, commit {commit}) -> {args.out / stem}.json")
+        print(f"\n# summary ({device_name()}, commit {commit}) -> {stem}.json")
         print(f"{'rows/expert':>11s} {'routing':>8s} {'n':>3s} {'vs dense (geo)':>14s} {'min':>6s} {'vs loop (geo)':>13s}")
         for rows_per in rows_list:
             for kind in ROUTINGS:

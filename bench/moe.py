@@ -18,22 +18,19 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import sys
-import time
 from pathlib import Path
 
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kosmos import World  # noqa: E402
 from kosmos.dtypes import random_bf16  # noqa: E402
 from kosmos.grouped import grouped_matmul  # noqa: E402
 from kosmos.moe import MoEConfig, MoELayer, MoEParams, load_models  # noqa: E402
-from kosmos.timing import check_timeable, device_name, git_commit, time_calls  # noqa: E402
+from kosmos.timing import device_name, time_calls  # noqa: E402
+from one_gpu import add_timing_args, one_gpu, write_results  # noqa: E402
 
-RESULTS = Path(__file__).resolve().parent / "results"
 DEFAULT_MODELS = ("DeepSeek-V3", "Qwen3-235B-A22B", "Qwen3-30B-A3B")
 
 
@@ -98,18 +95,10 @@ def main(argv=None):
     ap.add_argument("--rows", default="256,512,2048")
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS))
     ap.add_argument("--skew", action="store_true", help="also a skewed routing (models with expert_bias)")
-    ap.add_argument("--iters", type=int, default=20)
-    ap.add_argument("--warmup", type=int, default=3)
-    ap.add_argument("--out", type=Path, default=RESULTS)
-    ap.add_argument("--tag", default="")
+    add_timing_args(ap)
     args = ap.parse_args(argv)
     rows_list = [256, 2048] if args.quick else [int(r) for r in args.rows.split(",")]
-    with World() as world:
-        check_timeable(world)
-        if world.size != 1:
-            raise SystemExit("bench/moe.py times one GPU: run it without mpirun (world size 1)")
-        commit = git_commit()
-        print(f"bench/moe: {device_name()}, commit {commit}, world 1", flush=True)
+    with one_gpu("bench/moe.py") as (world, commit):
         results = []
         for name in args.models.split(","):
             cfg = share(name)
@@ -121,14 +110,8 @@ def main(argv=None):
                           f"layer {rec['layer']['ms']:7.3f} ms  experts {rec['experts']['ms']:7.3f}  "
                           f"dense {rec['dense']['ms']:7.3f}  layer/experts {rec['layer_vs_experts']:.3f}  "
                           f"experts/dense {rec['experts_vs_dense']:.3f}", flush=True)
-        args.out.mkdir(parents=True, exist_ok=True)
-        date = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
-        stem = f"moe_{device_name().replace(' ', '_')}_{date}{('_' + args.tag) if args.tag else ''}"
-        doc = {"gpu": device_name(), "world": 1, "commit": commit, "date": date, "iters": args.iters,
-               "warmup": args.warmup, "path": "device", "timing": "kosmos.timing.time_calls (events behind the "
-               "stream blocker, contenders interleaved, median)", "results": results}
-        (args.out / f"{stem}.json").write_text(json.dumps(doc, indent=1))
-        print(f"\n# summary ({device_name()}, commit {commit}) -> {args.out / stem}.json")
+        stem = write_results(args, "moe", commit, results, path="device")
+        print(f"\n# summary ({device_name()}, commit {commit}) -> {stem}.json")
         for r in results:
             print(f"{r['model']:22s} {r['rows_per_expert']:5d} layer/experts {r['layer_vs_experts']:.3f} "
                   f"experts/dense {r['experts_vs_dense']:.3f}")
