@@ -112,7 +112,8 @@ def run_kosmos(args) -> list[float]:
         mine = slice(r * e_loc, (r + 1) * e_loc)
 
         def local(params: dict[str, np.ndarray]) -> dict:  # this rank's share, fp32 on the GPU
-            return {n: cupy.asarray((v[mine] if n in ("w1", "w2") else v).astype(np.float32)) for n, v in params.items()}
+            return {n: cupy.asarray((v[mine] if n in ("w1", "w2") else v).astype(np.float32))
+                    for n, v in params.items()}
 
         def as_params(p: dict) -> MoEParams:
             b = {n: f32_to_bf16(cupy.ascontiguousarray(v)) for n, v in p.items()}
