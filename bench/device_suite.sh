@@ -2,7 +2,8 @@
 # One call on a GPU machine: compile check, GPU tests at world sizes 1-4 (one GPU, oversubscribed),
 # the demo, and the mover-loop bench. One log ($OUT/suite.log) plus bench JSON/PNG; a table last.
 #   bash bench/device_suite.sh [tests|demo|bench|moe ...]   (default: tests demo bench)
-#   moe: the MoE and MXFP8 GPU tests at world sizes 1, 2, 4 (KOSMOS_NPS), then bench/moe.py --quick
+#   moe: the MoE and MXFP8 GPU tests at world sizes 1, 2, 4 (KOSMOS_NPS), the MoE training example at
+#        2 ranks, then bench/moe.py --quick
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -24,6 +25,7 @@ if [[ $parts == *moe* ]]; then
   for n in ${KOSMOS_NPS:-1 2 4}; do
     KOSMOS_PYTEST_ARGS="-k 'moe or mx or runs_arrived'" gpu_tests "$n" 300
   done
+  run "moe_train np=2 (oversubscribed)" timeout 300 $MPIRUN -np 2 python3 launch/examples/moe_train.py --steps 60
   run "bench/moe quick" timeout 300 python3 bench/moe.py --quick --out "$OUT"
 fi
 if [[ $parts == *bench* ]]; then
