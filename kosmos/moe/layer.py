@@ -7,7 +7,9 @@
 Two paths, the same result (both are references for the one-launch megakernel to come):
 - path="device": our kernels as separate launches with nothing on the host: route, MoEDispatch
   (counts through the symmetric heap, rows pushed to their final expert-major place), the grouped
-  GEMMs on its arena, MoECombine (rows back and the fold) — no host round trip, graph-capturable;
+  GEMMs on its arena, MoECombine (rows back and the fold) — no host round trip (not yet CUDA-graph
+  capturable: each launch's record carries its call epoch, which a replay would repeat; the epochs
+  must come from device memory first). Its backward: MoELayer.backward;
 - path="serial" (default until the device path has run on a GPU): the counts cross ranks through
   MPI and the rows through kosmos AllToAll:
 
