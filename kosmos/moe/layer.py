@@ -44,7 +44,7 @@ from ..world import World
 from .config import MoEConfig
 from .combine import MoECombine
 from .dispatch import MoEDispatch
-from .reference import router_logit_grads
+from .reference import router_logit_grads, silu, swiglu_backward
 from .route import DeviceRouting, check_routable, plan_chunks, route
 
 PATHS = ("serial", "device")
@@ -362,7 +362,7 @@ class MoELayer:
         # recomputed gate/up in bf16 (grouped TN stores bf16; the forward's SwiGLU used the fp32
         # accumulators: ~2^-9 relative apart)
         pre = bf16_to_f32(grouped.grouped_matmul(x_e, params.w1, rows, "TN"))         # [cap, 2I]: gate, up
-        d_pre = f32_to_bf16(_swiglu_backward(pre, d_a))                               # [cap, 2I]
+        d_pre = f32_to_bf16(swiglu_backward(cupy, pre, d_a))                               # [cap, 2I]
         dw1 = grouped.grouped_matmul(d_pre, x_e, rows, "NT", out_dtype=float32)        # [E/P, 2I, H]
         d_xe = grouped.grouped_matmul(d_pre, params.w1, rows, "NN")                    # [cap, H]
         # 4. the router: weights -> scores -> logits (fp32), its dx and dWr; the shared experts
@@ -376,10 +376,10 @@ class MoELayer:
             d_sw2 = cupy.zeros((cfg.shared, hid, cfg.shared_width), float32)
             for j in range(cfg.shared if t else 0):
                 pre_s = gemm.matmul(x, params.shared_w1[j], "TN", out_dtype=float32)
-                a_s = f32_to_bf16(_silu(pre_s[:, :cfg.shared_width]) * pre_s[:, cfg.shared_width:])
+                a_s = f32_to_bf16(silu(cupy, pre_s[:, :cfg.shared_width]) * pre_s[:, cfg.shared_width:])
                 d_sw2[j] = gemm.matmul(dy, a_s, "NT", out_dtype=float32)
                 d_as = gemm.matmul(dy, params.shared_w2[j], "NN", out_dtype=float32)
-                d_pre_s = f32_to_bf16(_swiglu_backward(pre_s, d_as))
+                d_pre_s = f32_to_bf16(swiglu_backward(cupy, pre_s, d_as))
                 d_sw1[j] = gemm.matmul(d_pre_s, x, "NT", out_dtype=float32)
                 extra += gemm.matmul(d_pre_s, params.shared_w1[j], "NN", out_dtype=float32)
         # 5. the expert rows back to their tokens, summed (weights 1: dY was weighted), plus the rest
@@ -399,19 +399,3 @@ class MoELayer:
             return cupy.zeros((0, e), float32)
         experts = ctx.routing.experts.astype(cupy.int64)
         return router_logit_grads(cupy, ctx.logits[:, :e], experts, d_weights, self.cfg).astype(float32)
-
-
-def _silu(g: Any) -> Any:
-    import cupy
-
-    return g / (1.0 + cupy.exp(-g))
-
-
-def _swiglu_backward(pre: Any, d_a: Any) -> Any:
-    """d [gate, up] (fp32) of a = silu(gate) * up, from d a; pre: [rows, 2I] fp32."""
-    import cupy
-
-    i = pre.shape[1] // 2
-    g, u = pre[:, :i], pre[:, i:]
-    sg = 1.0 / (1.0 + cupy.exp(-g))
-    return cupy.concatenate([d_a * u * sg * (1.0 + g * (1.0 - sg)), d_a * g * sg], axis=1)

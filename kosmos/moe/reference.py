@@ -86,15 +86,17 @@ def dispatch_order(experts: np.ndarray, num_experts: int) -> tuple[np.ndarray, n
     return np.argsort(flat, kind="stable"), np.bincount(flat, minlength=num_experts)
 
 
-def _silu(x: np.ndarray) -> np.ndarray:
-    return x / (1.0 + np.exp(-x))
+def silu(xp, x):
+    """x * sigmoid(x), numpy or cupy (`xp`)."""
+    return x / (1.0 + xp.exp(-x))
+
 
 
 def expert_mlp(x: np.ndarray, w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
     """SwiGLU expert: w1 [2I, H] holds gate rows then up rows, w2 [H, I]; x [T, H] -> [T, H]."""
     i = w1.shape[0] // 2
     h = x @ w1.T
-    return (_silu(h[:, :i]) * h[:, i:]) @ w2.T
+    return (silu(np, h[:, :i]) * h[:, i:]) @ w2.T
 
 
 def forward(x: np.ndarray, router_w: np.ndarray, w1: np.ndarray, w2: np.ndarray, cfg: MoEConfig,
@@ -136,21 +138,21 @@ class Gradients:
     d_shared_w2: np.ndarray | None = None  # [S, H, Is]
 
 
-def _sigmoid(x: np.ndarray) -> np.ndarray:
-    return 1.0 / (1.0 + np.exp(-x))
+def swiglu_backward(xp, pre, d_a):
+    """d [gate, up] [rows, 2I] of a = silu(gate) * up from d a [rows, I]; pre = [gate, up]. `xp` is
+    numpy or cupy: the layer's device backward runs this same code (finite-difference checked here)."""
+    i = pre.shape[1] // 2
+    g, u = pre[:, :i], pre[:, i:]
+    sg = 1.0 / (1.0 + xp.exp(-g))
+    return xp.concatenate([d_a * u * sg * (1.0 + g * (1.0 - sg)), d_a * g * sg], axis=1)  # silu' = s(1 + g(1 - s))
 
 
 def _expert_backward(x: np.ndarray, w1: np.ndarray, w2: np.ndarray, d_out: np.ndarray):
     """(dx, dw1, dw2, out) of out = expert_mlp(x, w1, w2) for the output gradient d_out."""
     i = w1.shape[0] // 2
     h = x @ w1.T
-    g, u = h[:, :i], h[:, i:]
-    sg = _sigmoid(g)
-    a = g * sg * u
-    d_a = d_out @ w2                                  # [T, I]
-    d_g = d_a * u * sg * (1.0 + g * (1.0 - sg))       # silu'(g) = s (1 + g (1 - s))
-    d_u = d_a * g * sg
-    d_h = np.concatenate([d_g, d_u], axis=1)          # [T, 2I]
+    a = silu(np, h[:, :i]) * h[:, i:]
+    d_h = swiglu_backward(np, h, d_out @ w2)          # [T, 2I]
     return d_h @ w1, d_h.T @ x, d_out.T @ a, a @ w2.T
 
 
