@@ -29,15 +29,12 @@ KOSMOS_DEVICE void count_chunk(const RouteRule& r, const float* logits, i64 ld, 
   double z = 0.0;
   for (i32 t = t0; t < t1; ++t) {
     const float* row = logits + t * ld;
-    const Scorer score = make_scorer(r, row);
+    const RowExp re = row_exp(row, E);  // the scores' normaliser (softmax) and the logsumexp, once
+    const Scorer score = make_scorer(r, row, re);
     float total = 0.0f;  // softmax: 1 up to rounding; sigmoid: the scores' sum (the reference's normaliser)
     for (i32 e = 0; e < E; ++e) total += score(e);
     for (i32 e = 0; e < E; ++e) probs[e] += double(score(e) / total);
-    float m = row[0];
-    for (i32 e = 1; e < E; ++e) m = fmaxf(m, row[e]);
-    float s = 0.0f;
-    for (i32 e = 0; e < E; ++e) s += expf(row[e] - m);
-    const double lse = double(m) + log(double(s));
+    const double lse = double(re.max) + log(double(re.sum));
     z += lse * lse;
   }
   lse_sq[c] = z;

@@ -64,17 +64,25 @@ struct Scorer {
   }
 };
 
+// A logits row's max and sum of exp(l - max): the softmax's normaliser and the logsumexp.
+struct RowExp {
+  float max, sum;
+};
+KOSMOS_DEVICE RowExp row_exp(const float* row, i32 n) {
+  float m = row[0];
+  for (i32 e = 1; e < n; ++e) m = fmaxf(m, row[e]);
+  float sum = 0.0f;
+  for (i32 e = 0; e < n; ++e) sum += expf(row[e] - m);
+  return RowExp{m, sum};
+}
+
+// `re`: row_exp of the row (read only for softmax).
+KOSMOS_DEVICE Scorer make_scorer(const RouteRule& r, const float* row, const RowExp& re) {
+  return r.score == SCORE_SOFTMAX ? Scorer{row, r.score, re.max, 1.0f / re.sum} : Scorer{row, r.score, 0.0f, 1.0f};
+}
+
 KOSMOS_DEVICE Scorer make_scorer(const RouteRule& r, const float* row) {
-  Scorer s{row, r.score, 0.0f, 1.0f};
-  if (r.score == SCORE_SOFTMAX) {
-    float m = row[0];
-    for (i32 e = 1; e < r.experts; ++e) m = fmaxf(m, row[e]);
-    float sum = 0.0f;
-    for (i32 e = 0; e < r.experts; ++e) sum += expf(row[e] - m);
-    s.max = m;
-    s.inv_sum = 1.0f / sum;
-  }
-  return s;
+  return make_scorer(r, row, r.score == SCORE_SOFTMAX ? row_exp(row, r.experts) : RowExp{0.0f, 1.0f});
 }
 
 // Route one token: experts[0..k) best first, weights[0..k) their combine weights.
