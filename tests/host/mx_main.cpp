@@ -1,13 +1,18 @@
 // quantize_block (hipsrc/kosmos/mx/quant.h) on the host. stdin: int32 n; float blocks[n][32].
-// stdout: uint8 data[n][32], then uint8 scales[n].
+// stdout: uint8 data[n][32], then uint8 scales[n]. Argument "ftz": run with the x86 FTZ and DAZ modes
+// on (subnormal operands and results read and written as zero), as GPU code compiled by CuPy does.
+#include <xmmintrin.h>
+
 #include <cstdio>
+#include <cstring>
 #include <vector>
 
 #include "kosmos/mx/quant.h"
 
 using namespace kosmos::mx;
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1 && strcmp(argv[1], "ftz") == 0) _mm_setcsr(_mm_getcsr() | 0x8040);  // FTZ | DAZ
   int n;
   if (fread(&n, 4, 1, stdin) != 1) return 2;
   std::vector<float> v(size_t(n) * kBlock);

@@ -3,8 +3,9 @@
 //   scale 2^k, k = floor(log2 amax) - 8, clamped to [-127, 127] (a zero block: -127);
 //   elements v * 2^-k rounded to nearest even in E4M3, saturating at +-448;
 //   a block with a NaN or an Inf: scale 0xFF (NaN) and every element 0x7F (NaN).
-// Exact in fp32 (2^-k is a power of two; v * 2^-k < 512) unless inputs are fp32 subnormals on a
-// device that flushes them (none of our compile options asks for it).
+// Exact in fp32 (2^-k is a power of two; v * 2^-k < 512), also where the compiler flushes fp32
+// subnormals to zero (CuPy compiles every module with -ftz=true on CUDA and its flush option on HIP):
+// bf16 subnormals are fp32 subnormals, so they are scaled from their bits, never through a multiply.
 #pragma once
 #include "../platform.h"
 
@@ -33,7 +34,19 @@ KOSMOS_DEVICE u8 f32_to_e4m3_sat(float v) {
   return sign | u8(((x + 7) << 3) | m);
 }
 
-// The block's scale exponent from its largest magnitude.
+// v * 2^-k exactly, for any finite v, with or without flush-to-zero. A subnormal v is its integer
+// mantissa times 2^-149; its scaled value is that integer times 2^(-149 - k), normal for the k it can
+// meet at the bottom (k = -127: 2^-22). Where 2^(-149 - k) itself is subnormal (k > -23) it flushes,
+// but then |v * 2^-k| < 2^-103, far below half of E4M3's smallest step (2^-10): zero either way.
+KOSMOS_DEVICE float scale_pow2(float v, int k) {
+  const unsigned bits = __float_as_uint(v);
+  if ((bits & 0x7f800000u) != 0) return v * ldexpf(1.0f, -k);  // k <= 119 for finite fp32: 2^-k normal
+  const float r = float(int(bits & 0x007fffffu)) * ldexpf(1.0f, -149 - k);
+  return (bits >> 31) ? -r : r;
+}
+
+// The block's scale exponent from its largest magnitude (a flushed subnormal amax gives the same
+// -127 as an exact one: floor(log2) of any subnormal is below -126).
 KOSMOS_DEVICE int scale_exponent(float amax) {
   if (amax == 0.0f) return -127;
   int e;
@@ -57,8 +70,7 @@ KOSMOS_DEVICE u8 quantize_block(const Load& v, u8* out, i64 out_stride) {
     return kScaleNaN;
   }
   const int k = scale_exponent(amax);
-  const float inv = ldexpf(1.0f, -k);  // k <= 119 for finite fp32, so 2^-k is normal
-  for (int i = 0; i < kBlock; ++i) out[i * out_stride] = f32_to_e4m3_sat(v(i) * inv);
+  for (int i = 0; i < kBlock; ++i) out[i * out_stride] = f32_to_e4m3_sat(scale_pow2(v(i), k));
   return u8(k + 127);
 }
 
