@@ -9,9 +9,11 @@ rule itself is the model's), as many tokens as give `--rows` rows per expert on 
 adds a linear per-expert bias ramp (models with expert_bias only; each case records its min and max
 rows per expert). Contenders, timed
 interleaved call by call through kosmos.timing (device events behind the stream blocker): layer (the
-whole forward: router GEMM, routing, dispatch, both grouped GEMMs, combine and fold; separate
-launches, no host round trip), experts (the same two grouped GEMMs alone on the same counts), dense
-(two cuBLAS GEMMs of the same total rows and FLOPs). Issue 12's targets: layer within 5 % of experts,
+whole forward: router GEMM, routing, dispatch, both grouped GEMMs, the shared expert, combine and
+fold; separate launches, no host round trip), experts (every expert GEMM of the layer alone: the
+same two grouped GEMMs on the same counts, and the shared expert's), dense (two cuBLAS GEMMs of the
+routed rows and FLOPs). `--phases` also times each part alone (router GEMM + routing, dispatch,
+routed grouped GEMMs, shared expert, combine + fold). Issue 12's targets: layer within 5 % of experts,
 experts >= 0.85 of dense. Writes JSON (GPU, commit, world size).
 """
 from __future__ import annotations
@@ -32,6 +34,7 @@ from kosmos.timing import device_name, time_calls  # noqa: E402
 from one_gpu import add_timing_args, one_gpu, write_results  # noqa: E402
 
 DEFAULT_MODELS = ("DeepSeek-V3", "Qwen3-235B-A22B", "Qwen3-30B-A3B")
+PHASES = ("router", "dispatch", "routed", "shared", "combine")
 
 
 def share(name: str) -> MoEConfig:
@@ -42,7 +45,7 @@ def share(name: str) -> MoEConfig:
                                groups=groups, topk_groups=min(cfg.topk_groups, groups) if groups else 0)
 
 
-def bench_case(world, cfg, rows_per, skew, iters, warmup, seed):
+def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False):
     import cupy
 
     tokens = rows_per * cfg.experts // cfg.top_k
@@ -66,21 +69,35 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed):
         def whole(_):
             layer.forward(x, params)
 
-        def experts(_):
-            grouped_matmul(grouped_matmul(x_e, params.w1, rows, "TN", epilogue="swiglu"), params.w2, rows, "TN")
+        def routed(_):
+            return grouped_matmul(grouped_matmul(x_e, params.w1, rows, "TN", epilogue="swiglu"), params.w2, rows, "TN")
+
+        def experts(_):  # every expert GEMM of the layer: the routed ones and the shared expert's
+            routed(_)
+            layer._shared(x, params)
 
         def dense(_):
             cupy.matmul(dx, dw1.T, out=dh)
             cupy.matmul(da, dw2.T, out=dy)
 
-        t = time_calls(world, {"layer": whole, "experts": experts, "dense": dense}, warmup, iters)
+        fns = {"layer": whole, "experts": experts, "dense": dense}
+        if phases:  # world 1 only: the dispatch and the combine are called apart from each other
+            logits, r = layer._route(x, params)
+            y_e, sh = routed(0), layer._shared(x, params)
+            fns.update({"router": lambda _: layer._route(x, params), "dispatch": lambda _: layer._dispatch(x, r),
+                        "routed": routed, "shared": lambda _: layer._shared(x, params),
+                        "combine": lambda _: layer._combine(y_e, layer._dispatch, r, shared=sh)})
+        t = time_calls(world, fns, warmup, iters)
+        # dense: the routed rows' FLOPs; the layer and experts also run the shared expert on every token
         flops = 2 * total * (2 * i * h + h * i)
+        layer_flops = flops + 2 * tokens * cfg.shared * 3 * h * cfg.shared_width
         rec = {"model": cfg.name, "E": cfg.experts, "top_k": cfg.top_k, "H": h, "I": i, "tokens": tokens,
                "rows_per_expert": rows_per, "skew": skew, "total_rows": total, "max_rows": int(counts.max()),
                "min_rows": int(counts.min())}
         for name, tm in t.items():
-            rec[name] = {"ms": tm.median_ms, "min_ms": tm.min_ms, "host_us": tm.host_us,
-                         "tflops": flops / tm.median_ms / 1e9}
+            rec[name] = {"ms": tm.median_ms, "min_ms": tm.min_ms, "host_us": tm.host_us}
+            if name in ("layer", "experts", "dense"):
+                rec[name]["tflops"] = (flops if name == "dense" else layer_flops) / tm.median_ms / 1e9
         rec["layer_vs_experts"] = rec["experts"]["ms"] / rec["layer"]["ms"]
         rec["experts_vs_dense"] = rec["dense"]["ms"] / rec["experts"]["ms"]
         return rec
@@ -95,6 +112,8 @@ def main(argv=None):
     ap.add_argument("--rows", default="256,512,2048")
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS))
     ap.add_argument("--skew", action="store_true", help="also a skewed routing (models with expert_bias)")
+    ap.add_argument("--phases", action="store_true",
+                    help="also time the layer's parts alone: router, dispatch, routed, shared, combine")
     add_timing_args(ap)
     args = ap.parse_args(argv)
     rows_list = [256, 2048] if args.quick else [int(r) for r in args.rows.split(",")]
@@ -104,12 +123,15 @@ def main(argv=None):
             cfg = share(name)
             for rows_per in rows_list:
                 for skew in (False, True) if args.skew and not args.quick else (False,):
-                    rec = bench_case(world, cfg, rows_per, skew, args.iters, args.warmup, seed=len(results) * 7 + 1)
+                    rec = bench_case(world, cfg, rows_per, skew, args.iters, args.warmup, seed=len(results) * 7 + 1,
+                                     phases=args.phases)
                     results.append(rec)
                     print(f"{cfg.name:22s} rows/exp {rows_per:5d} {'skewed' if skew else 'routed':6s} "
                           f"layer {rec['layer']['ms']:7.3f} ms  experts {rec['experts']['ms']:7.3f}  "
                           f"dense {rec['dense']['ms']:7.3f}  layer/experts {rec['layer_vs_experts']:.3f}  "
                           f"experts/dense {rec['experts_vs_dense']:.3f}", flush=True)
+                    if args.phases:
+                        print("    " + "  ".join(f"{p} {rec[p]['ms']:.3f}" for p in PHASES), flush=True)
         stem = write_results(args, "moe", commit, results, path="device")
         print(f"\n# summary ({device_name()}, commit {commit}) -> {stem}.json")
         for r in results:

@@ -216,11 +216,7 @@ class MoELayer:
         t = int(x.shape[0])
 
         # 1. route
-        wr = cupy.zeros((self._router_pad, cfg.hidden), np.uint16)  # rows past E: zero logits, never read
-        wr[:cfg.experts] = _u16(params.router_w)
-        wr = wr.view(bfloat16)
-        logits = gemm.matmul(x, wr, "TN", out_dtype=float32) if t else cupy.empty((0, self._router_pad), float32)
-        r = route(logits, cfg, params.bias)
+        logits, r = self._route(x, params)
         if self.path == "device":
             y, ctx = self._forward_device(x, params, r)
             ctx.x, ctx.logits, ctx.calls = x, logits, (self._dispatch.epoch, self._combine.epoch)
@@ -282,6 +278,20 @@ class MoELayer:
         y = f32_to_bf16(acc)
         ctx = MoEContext(r, send_counts, np.asarray(recv_counts), group_rows, expert_major, x_e, hmid)
         return y, ctx
+
+    def _route(self, x: Any, params: MoEParams) -> tuple[Any, DeviceRouting]:
+        """The router GEMM (fp32 logits, padded to the builder's 64-column tiles) and the routing."""
+        import cupy
+
+        cfg = self.cfg
+        wr = cupy.zeros((self._router_pad, cfg.hidden), np.uint16)  # rows past E: zero logits, never read
+        wr[:cfg.experts] = _u16(params.router_w)
+        wr = wr.view(bfloat16)
+        if x.shape[0]:
+            logits = gemm.matmul(x, wr, "TN", out_dtype=float32)
+        else:
+            logits = cupy.empty((0, self._router_pad), float32)
+        return logits, route(logits, cfg, params.bias)
 
     def _shared(self, x: Any, params: MoEParams) -> Any:
         """The shared experts' output in fp32 (added to the fold before its one rounding), or None."""
