@@ -80,14 +80,16 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False):
             cupy.matmul(dx, dw1.T, out=dh)
             cupy.matmul(da, dw2.T, out=dy)
 
-        fns = {"layer": whole, "experts": experts, "dense": dense}
+        t = time_calls(world, {"layer": whole, "experts": experts, "dense": dense}, warmup, iters)
         if phases:  # world 1 only: the dispatch and the combine are called apart from each other
+            # (a second round: all of them in one would queue more launches behind the blocker than
+            # the device's launch queue holds, and the host would block on it)
             logits, r = layer._route(x, params)
             y_e, sh = routed(0), layer._shared(x, params)
-            fns.update({"router": lambda _: layer._route(x, params), "dispatch": lambda _: layer._dispatch(x, r),
-                        "routed": routed, "shared": lambda _: layer._shared(x, params),
-                        "combine": lambda _: layer._combine(y_e, layer._dispatch, r, shared=sh)})
-        t = time_calls(world, fns, warmup, iters)
+            t.update(time_calls(world, {
+                "router": lambda _: layer._route(x, params), "dispatch": lambda _: layer._dispatch(x, r),
+                "routed": routed, "shared": lambda _: layer._shared(x, params),
+                "combine": lambda _: layer._combine(y_e, layer._dispatch, r, shared=sh)}, warmup, iters))
         # dense: the routed rows' FLOPs; the layer and experts also run the shared expert on every token
         flops = 2 * total * (2 * i * h + h * i)
         layer_flops = flops + 2 * tokens * cfg.shared * 3 * h * cfg.shared_width
