@@ -25,6 +25,28 @@ KOSMOS_DEVICE void cta_copy(void* dst, const void* src, u64 nbytes, u32 threads)
   for (; i < n; i += stride) st16(d + i, ld16(s + i));
 }
 
+// Gathered (or scattered) rows: row r of `rows` goes from src(r) to dst(r), both 16-byte aligned,
+// row_bytes a multiple of 16, rows * row_bytes / 16 < 2^32. The CTA works over all the rows' vectors
+// at once, so that rows shorter than a round (an MoE token row: 7-14 KB against the 24 KB a CTA
+// keeps in flight) still give every thread kMoverUnroll requests in flight.
+template <class Dst, class Src>
+KOSMOS_DEVICE void cta_copy_rows(const Dst& dst, const Src& src, u32 rows, u32 row_bytes) {
+  const u32 vecs = row_bytes / 16, n = rows * vecs, stride = blockDim.x;
+  for (u32 i = threadIdx.x; i < n; i += kMoverUnroll * stride) {
+    vec16 v[kMoverUnroll];
+#pragma unroll
+    for (int u = 0; u < kMoverUnroll; ++u) {
+      const u32 f = i + u * stride;
+      if (f < n) v[u] = ld16(static_cast<const u8*>(src(f / vecs)) + u64(f % vecs) * 16);
+    }
+#pragma unroll
+    for (int u = 0; u < kMoverUnroll; ++u) {
+      const u32 f = i + u * stride;
+      if (f < n) st16(static_cast<u8*>(dst(f / vecs)) + u64(f % vecs) * 16, v[u]);
+    }
+  }
+}
+
 // The same, spread over the whole grid (CTA-major), for staging a rank's input.
 KOSMOS_DEVICE void grid_copy(void* dst, const void* src, u64 nbytes) {
   const u64 per_cta = (nbytes / 16 + gridDim.x - 1) / gridDim.x * 16;

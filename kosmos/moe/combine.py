@@ -23,7 +23,7 @@ from ..collectives import MOVER_THREADS
 from ..dtypes import bfloat16
 from ..exchange import agree_args
 from ..plan import MAX_WORLD, SymmetricPlan
-from ..runtime import PersistentLaunch, load_module, sm_count
+from ..runtime import PersistentLaunch, load_module, max_resident_blocks
 from ..runtime.mirror import StructMirror, address, record
 from ..runtime.status import WAIT_CTX_DTYPE
 from ..runtime.streams import uses_stream
@@ -69,7 +69,9 @@ class MoECombine(SymmetricPlan):
         smem = 4 * (P * experts + 3 * self.e_loc * P + 1 + P)
         mod = load_module("moe_combine.hip", world=world)
         # Resident, all of it: every CTA folds after waiting for rows other CTAs of this grid push.
-        self.launch = PersistentLaunch.checked(mod.get_function("kosmos_moe_combine"), grid or sm_count(),
+        # As many CTAs as fit (memory-bound copies want requests in flight).
+        fn = mod.get_function("kosmos_moe_combine")
+        self.launch = PersistentLaunch.checked(fn, grid or max_resident_blocks(fn, MOVER_THREADS, smem),
                                                MOVER_THREADS, smem)
         cupy.cuda.runtime.deviceSynchronize()  # the zeroed counters, before a first call on any stream
 

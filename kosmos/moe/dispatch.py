@@ -28,7 +28,7 @@ from ..collectives import MOVER_THREADS
 from ..errors import KosmosError
 from ..exchange import agree_args
 from ..plan import MAX_WORLD, SymmetricPlan
-from ..runtime import PersistentLaunch, load_module, sm_count
+from ..runtime import PersistentLaunch, load_module, max_resident_blocks
 from ..runtime.mirror import StructMirror, address, record
 from ..runtime.status import WAIT_CTX_DTYPE
 from ..runtime.streams import uses_stream
@@ -46,7 +46,7 @@ DISPATCH_PARAMS_DTYPE = np.dtype(
     align=True,
 )
 MIRRORS = [StructMirror("kosmos::moe::DispatchParams", DISPATCH_PARAMS_DTYPE)]
-ITEM_BYTES = 64 * 1024  # bytes an item moves (rows are copied one by one: they are gathered)
+ITEM_BYTES = 64 * 1024  # bytes an item moves (its rows are gathered, then copied together)
 
 
 class MoEDispatch(SymmetricPlan):
@@ -72,6 +72,9 @@ class MoEDispatch(SymmetricPlan):
         if item_rows is not None and (not isinstance(item_rows, int) or not 1 <= item_rows <= 2**20):
             raise ValueError(f"item_rows = {item_rows!r} must be an integer in [1, 2^20]")
         self.item_rows = int(item_rows or max(1, ITEM_BYTES // row_bytes))
+        if self.item_rows * (row_bytes // 16) >= 2**32:
+            raise ValueError(f"item_rows = {self.item_rows} rows of {row_bytes} B: an item must be under 2^32 "
+                             f"16-byte vectors")
         counts_bytes = 2 * MAX_WORLD * experts * 4
         arrived_bytes = self.e_loc * MAX_WORLD * 8
         super().__init__(world, counts_bytes + arrived_bytes + capacity_rows * row_bytes + 3 * 256)
@@ -86,7 +89,9 @@ class MoEDispatch(SymmetricPlan):
         smem = 4 * (P * experts + 2 * experts + 1)
         mod = load_module("moe_dispatch.hip", world=world)
         # Resident, all of it: CTA 0 waits for runs other CTAs of this grid push.
-        self.launch = PersistentLaunch.checked(mod.get_function("kosmos_moe_dispatch"), grid or sm_count(),
+        # As many CTAs as fit (memory-bound copies want requests in flight).
+        fn = mod.get_function("kosmos_moe_dispatch")
+        self.launch = PersistentLaunch.checked(fn, grid or max_resident_blocks(fn, MOVER_THREADS, smem),
                                                MOVER_THREADS, smem)
         cupy.cuda.runtime.deviceSynchronize()  # the zeroed counters, before a first call on any stream
 

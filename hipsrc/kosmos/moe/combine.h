@@ -91,7 +91,9 @@ KOSMOS_DEVICE void combine(const CombineParams& d) {
     const i32 v = run_of(chunk_start, R, item), s = v % P, n = counts[s * E + me * L + v / P];
     const i32 first = (i32(item) - chunk_start[v]) * d.item_rows, rows = min(d.item_rows, n - first);
     u8* dst = reinterpret_cast<u8*>(d.peer_bases[s] + d.comb_off) + u64(run_dest[v] + first) * d.row_bytes;
-    cta_copy(dst, d.y + u64(run_base[v] + first) * d.row_bytes, u64(rows) * d.row_bytes, blockDim.x);
+    const u8* src = d.y + u64(run_base[v] + first) * d.row_bytes;
+    cta_copy_rows([&](u32 r) { return dst + u64(r) * d.row_bytes; },
+                  [&](u32 r) { return src + u64(r) * d.row_bytes; }, u32(rows), u32(d.row_bytes));
     item_done(&d.run_done[i64(d.epoch & 1) * P + s], u64(dest_chunks[s]),
               &flags_of(d.peer_bases, s, d.flags_off)->ready[me], d.epoch);
   }

@@ -13,8 +13,8 @@
 //      parity slot we write was last read in call e-2, which every peer finished before we saw its
 //      counts for e-1;
 //   2. every CTA waits for all ranks' counts (the dispatch's only cross-rank barrier);
-//   3. items (expert g, chunk of item_rows rows) from a per-call queue; rows copied one by one (they
-//      are gathered: row i of the dispatch order is token order[i] / k);
+//   3. items (expert g, chunk of item_rows rows) from a per-call queue; an item's rows are gathered
+//      (row i of the dispatch order is token order[i] / k) and copied together (cta_copy_rows);
 //   4. the owner (standalone kernel) waits for every non-empty run aimed at it before it exits, so
 //      the next launch on its stream reads a complete arena.
 #pragma once
@@ -148,11 +148,14 @@ KOSMOS_DEVICE void dispatch(const DispatchParams& d) {
     if (item >= n_items) break;
     const i32 g = run_of(chunk_start, E, item), o = g / d.e_loc, c = i32(item) - chunk_start[g];
     const i32 first = d.start[g] + c * d.item_rows, last = min(first + d.item_rows, d.start[g + 1]);
-    u8* arena = reinterpret_cast<u8*>(d.peer_bases[o] + d.arena_off);
-    for (i32 i = first; i < last; ++i) {  // gathered rows: token order[i] / k (or row i itself)
-      const u8* src = d.x + u64(d.in_order ? i : d.order[i] / d.top_k) * d.row_bytes;
-      cta_copy(arena + u64(my_base[g] + (i - d.start[g])) * d.row_bytes, src, d.row_bytes, blockDim.x);
-    }
+    // gathered rows (token order[i] / k, or row i itself) to consecutive arena rows
+    u8* dst = reinterpret_cast<u8*>(d.peer_bases[o] + d.arena_off) + u64(my_base[g] + first - d.start[g]) * d.row_bytes;
+    cta_copy_rows([&](u32 r) { return dst + u64(r) * d.row_bytes; },
+                  [&](u32 r) {
+                    const i32 i = first + i32(r);
+                    return d.x + u64(d.in_order ? i : d.order[i] / d.top_k) * d.row_bytes;
+                  },
+                  u32(last - first), u32(d.row_bytes));
     item_done(&d.run_done[i64(d.epoch & 1) * E + g], u64(chunks_of_run(d, g)),
               arrived_flag(d, o, g - o * d.e_loc, me), d.epoch);
   }
