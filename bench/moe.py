@@ -7,13 +7,14 @@ One EP-8 rank's share of each model (kosmos/configs/moe_models.yaml): its E/8 ex
 and I; the tokens route top-max(1, k/8) over those experts (the GEMM work of the share; the routing
 rule itself is the model's), as many tokens as give `--rows` rows per expert on average; `--skew`
 adds a linear per-expert bias ramp (models with expert_bias only; each case records its min and max
-rows per expert). Contenders, timed
-interleaved call by call through kosmos.timing (device events behind the stream blocker): layer (the
-whole forward: router GEMM, routing, dispatch, both grouped GEMMs, the shared expert, combine and
-fold; separate launches, no host round trip), experts (every expert GEMM of the layer alone: the
-same two grouped GEMMs on the same counts, and the shared expert's), dense (two cuBLAS GEMMs of the
-routed rows and FLOPs). `--phases` also times each part alone (router GEMM + routing, dispatch,
-routed grouped GEMMs, shared expert, combine + fold). Issue 12's targets: layer within 5 % of experts,
+rows per expert). Contenders, timed interleaved call by call through kosmos.timing (device
+events behind the stream blocker): layer (path "device": router GEMM, routing, dispatch, both
+grouped GEMMs, the shared expert, combine and fold as separate launches, no host round trip);
+fused m=M (path "fused": the dispatch and GEMM1 in one launch, M movers; `--movers 8,33,auto`);
+experts (every expert GEMM of the layer alone: the two grouped GEMMs on the same counts and the
+shared expert's); dense (cuBLAS on the same FLOPs: the routed rows' two GEMMs and the shared
+experts'). `--phases` also times each part alone (router GEMM + routing, dispatch, routed grouped
+GEMMs, shared expert, combine + fold). Issue 12's targets: layer within 5 % of experts,
 experts >= 0.85 of dense. Writes JSON (GPU, commit, world size).
 """
 from __future__ import annotations
@@ -45,11 +46,12 @@ def share(name: str) -> MoEConfig:
                                groups=groups, topk_groups=min(cfg.topk_groups, groups) if groups else 0)
 
 
-def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False):
+def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, movers=(None,)):
     import cupy
 
     tokens = rows_per * cfg.experts // cfg.top_k
     layer = MoELayer(world, cfg, max_tokens=tokens, path="device")
+    fused = {m: MoELayer(world, cfg, max_tokens=tokens, path="fused", movers=m) for m in movers}
     try:
         params = MoEParams.random(cfg, world, seed)
         if skew and params.bias is not None:  # a linear ramp: the last experts take the most rows
@@ -76,11 +78,22 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False):
             routed(_)
             layer._shared(x, params)
 
-        def dense(_):
+        s_w = cfg.shared_width if cfg.shared else 0
+        sx, sw1, sw2 = random_bf16((tokens, h), seed + 8), random_bf16((2 * s_w, h), seed + 9), random_bf16((h, s_w), seed + 10)
+        sh, sa, so = cupy.empty((tokens, 2 * s_w), dx.dtype), random_bf16((tokens, s_w), seed + 11), cupy.empty((tokens, h), dx.dtype)
+
+        def dense(_):  # cuBLAS on the same FLOPs: the routed rows' two GEMMs, and the shared experts'
             cupy.matmul(dx, dw1.T, out=dh)
             cupy.matmul(da, dw2.T, out=dy)
+            for _j in range(cfg.shared):
+                cupy.matmul(sx, sw1.T, out=sh)
+                cupy.matmul(sa, sw2.T, out=so)
 
-        t = time_calls(world, {"layer": whole, "experts": experts, "dense": dense}, warmup, iters)
+        fns = {"layer": whole}
+        for m, fl in fused.items():
+            fl.forward(x, params, check=True)
+            fns[f"fused m={m or 'auto'}"] = (lambda fl: lambda _: fl.forward(x, params))(fl)
+        t = time_calls(world, {**fns, "experts": experts, "dense": dense}, warmup, iters)
         if phases:  # world 1 only: the dispatch and the combine are called apart from each other
             # (a second round: all of them in one would queue more launches behind the blocker than
             # the device's launch queue holds, and the host would block on it)
@@ -90,21 +103,21 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False):
                 "router": lambda _: layer._route(x, params), "dispatch": lambda _: layer._dispatch(x, r),
                 "routed": routed, "shared": lambda _: layer._shared(x, params),
                 "combine": lambda _: layer._combine(y_e, layer._dispatch, r, shared=sh)}, warmup, iters))
-        # dense: the routed rows' FLOPs; the layer and experts also run the shared expert on every token
-        flops = 2 * total * (2 * i * h + h * i)
-        layer_flops = flops + 2 * tokens * cfg.shared * 3 * h * cfg.shared_width
+        # the routed rows' FLOPs and the shared experts' on every token
+        flops = 2 * total * (2 * i * h + h * i) + 2 * tokens * cfg.shared * 3 * h * s_w
         rec = {"model": cfg.name, "E": cfg.experts, "top_k": cfg.top_k, "H": h, "I": i, "tokens": tokens,
                "rows_per_expert": rows_per, "skew": skew, "total_rows": total, "max_rows": int(counts.max()),
                "min_rows": int(counts.min())}
         for name, tm in t.items():
             rec[name] = {"ms": tm.median_ms, "min_ms": tm.min_ms, "host_us": tm.host_us}
-            if name in ("layer", "experts", "dense"):
-                rec[name]["tflops"] = (flops if name == "dense" else layer_flops) / tm.median_ms / 1e9
+            if name in ("layer", "experts", "dense") or name.startswith("fused"):
+                rec[name]["tflops"] = flops / tm.median_ms / 1e9
         rec["layer_vs_experts"] = rec["experts"]["ms"] / rec["layer"]["ms"]
         rec["experts_vs_dense"] = rec["dense"]["ms"] / rec["experts"]["ms"]
         return rec
     finally:
-        layer.close()
+        for lay in (layer, *fused.values()):
+            lay.close()
         cupy.get_default_memory_pool().free_all_blocks()
 
 
@@ -114,11 +127,14 @@ def main(argv=None):
     ap.add_argument("--rows", default="256,512,2048")
     ap.add_argument("--models", default=",".join(DEFAULT_MODELS))
     ap.add_argument("--skew", action="store_true", help="also a skewed routing (models with expert_bias)")
+    ap.add_argument("--movers", default="auto",
+                    help="path 'fused' layers to time, by movers (comma-separated CTA counts, 'auto' = default)")
     ap.add_argument("--phases", action="store_true",
                     help="also time the layer's parts alone: router, dispatch, routed, shared, combine")
     add_timing_args(ap)
     args = ap.parse_args(argv)
     rows_list = [256, 2048] if args.quick else [int(r) for r in args.rows.split(",")]
+    movers = tuple(None if m == "auto" else int(m) for m in args.movers.split(","))
     with one_gpu("bench/moe.py") as (world, commit):
         results = []
         for name in args.models.split(","):
@@ -126,12 +142,14 @@ def main(argv=None):
             for rows_per in rows_list:
                 for skew in (False, True) if args.skew and not args.quick else (False,):
                     rec = bench_case(world, cfg, rows_per, skew, args.iters, args.warmup, seed=len(results) * 7 + 1,
-                                     phases=args.phases)
+                                     phases=args.phases, movers=movers)
                     results.append(rec)
                     print(f"{cfg.name:22s} rows/exp {rows_per:5d} {'skewed' if skew else 'routed':6s} "
                           f"layer {rec['layer']['ms']:7.3f} ms  experts {rec['experts']['ms']:7.3f}  "
                           f"dense {rec['dense']['ms']:7.3f}  layer/experts {rec['layer_vs_experts']:.3f}  "
                           f"experts/dense {rec['experts_vs_dense']:.3f}", flush=True)
+                    print("    " + "  ".join(f"{k} {v['ms']:.3f}" for k, v in rec.items()
+                                             if k.startswith("fused")), flush=True)
                     if args.phases:
                         print("    " + "  ".join(f"{p} {rec[p]['ms']:.3f}" for p in PHASES), flush=True)
         stem = write_results(args, "moe", commit, results, path="device")

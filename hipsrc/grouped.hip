@@ -16,15 +16,6 @@
 using namespace kosmos;
 using namespace kosmos::gemm;
 
-struct GroupedClaim {
-  u64* head;
-  i32 units;
-  KOSMOS_DEVICE i32 operator()() const {
-    const u64 v = atomic_add_relaxed_dev(head, 1ull);
-    return v < u64(units) ? i32(v) : -1;
-  }
-};
-
 template <int L, class Tile, class Epi, class Ready = AlwaysReady>
 KOSMOS_DEVICE void grouped_gemm(const TensorMap& tma, const TensorMap& tmb, const Problem& p, const Epi& epi,
                                 const i32* group_rows, i32 groups, i32 rows_cap, u64* words,
@@ -39,11 +30,7 @@ KOSMOS_DEVICE void grouped_gemm(const TensorMap& tma, const TensorMap& tmb, cons
     GroupedClaim claim{words, sched.units()};
     run_builder<L>(sched, &tma, &tmb, smem, claim, ready, epi);
   }
-  __syncthreads();
-  if (threadIdx.x == 0 && atomic_add_acq_rel_dev(&words[1], 1ull) == u64(gridDim.x) - 1) {
-    words[0] = 0;  // every CTA has made its last claim: the next launch starts from zero
-    words[1] = 0;
-  }
+  grouped_queue_exit(words);
 }
 
 #define KOSMOS_GROUPED_KERNEL_TILE(NAME, LAYOUT, EPI, MAKE_EPI, TILE)                                      \
@@ -85,5 +72,5 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                                  u64* tiles_done) {
   grouped_gemm<LAYOUT_TN, DefaultTile>(tma, tmb, p, EpiCountDone<EpiStoreBf16Tma>(EpiStoreBf16Tma(epi, &tmc), tiles_done),
                                        group_rows, groups, rows_cap, words,
-                                       RunsArrived<LAYOUT_TN>{run_rows, arrived, target, runs, w});
+                                       RunsArrived<LAYOUT_TN>{run_rows, runs, 1, arrived, runs, target, runs, w});
 }

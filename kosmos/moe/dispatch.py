@@ -93,6 +93,8 @@ class MoEDispatch(SymmetricPlan):
         fn = mod.get_function("kosmos_moe_dispatch")
         self.launch = PersistentLaunch.checked(fn, grid or max_resident_blocks(fn, MOVER_THREADS, smem),
                                                MOVER_THREADS, smem)
+        self._gemm1 = None  # the fused dispatch + GEMM1 launch, built at its first call (swiglu)
+        self._h = None      # its output, reused by every call of one shape
         cupy.cuda.runtime.deviceSynchronize()  # the zeroed counters, before a first call on any stream
 
     @uses_stream
@@ -104,12 +106,34 @@ class MoEDispatch(SymmetricPlan):
 
         A rank whose arguments are refused still launches, sending counts of -1: every rank then
         moves nothing (status -1) instead of waiting out its budget for it, and this rank raises."""
+        self._run(x, routing, in_order, check, stream, None)
+        return self.arena.local, self.group_rows, self.run_rows
+
+    @uses_stream
+    def swiglu(self, x: Any, routing: DeviceRouting, w1: Any, *, movers: int | None = None, check: bool = False,
+               stream: Any = None) -> tuple[Any, Any, Any, Any]:
+        """The dispatch and the local experts' first GEMM in one launch (hipsrc/kosmos/moe/
+        dispatch_gemm.h): (arena, group_rows, run_rows, h) with h [capacity_rows, F] bf16 =
+        silu(gate) * up of the arena's rows, gate and up from w1 [E/P, 2F, H] bf16 (rows past the
+        counts are not written). x: bf16 tokens [T, H]. movers: CTAs that push rows before they
+        build (default: a quarter of the SMs). Tiles wait only for the runs their rows overlap;
+        after an overflow or a refusal nothing moves and h is not written (as __call__)."""
+        from ..dtypes import bfloat16
+
+        self._run(x, routing, False, check, stream, (w1, movers, bfloat16))
+        return self.arena.local, self.group_rows, self.run_rows, self._h
+
+    def _run(self, x: Any, routing: DeviceRouting, in_order: bool, check: bool, stream: Any,
+             fused: tuple | None) -> None:
         self._check_open()
-        refusal = None
+        refusal, gemm1 = None, None
         try:
             x, start, order, t, k = self._checked(x, routing, in_order, stream)
+            if fused is not None:
+                gemm1 = self._gemm1_args(x, *fused, stream=stream)
         except (TypeError, ValueError) as e:
-            refusal, x, start, order, t, k = e, None, None, None, 0, 1
+            # a refusal launches the plain dispatch (its counts of -1 stop the peers' fused launches too)
+            refusal, x, start, order, t, k, gemm1 = e, None, None, None, 0, 1, None
         w = self.world
         epoch, ctx = self._next_call(stream)
         rec = record(
@@ -121,7 +145,11 @@ class MoEDispatch(SymmetricPlan):
             all_counts=self.all_counts.data.ptr, status=self.status.data.ptr, rank=w.rank, world=w.size,
             experts=self.experts, e_loc=self.e_loc, top_k=max(k, 1), item_rows=self.item_rows,
             refused=int(refusal is not None), in_order=int(in_order))
-        self.launch([rec], stream=stream)
+        if gemm1 is None:
+            self.launch([rec], stream=stream)
+        else:
+            launch, head, movers = gemm1
+            launch([*head, rec, np.int32(movers), self._gemm1_words], stream=stream)
         if refusal is not None:
             raise refusal
         if check:
@@ -133,7 +161,38 @@ class MoEDispatch(SymmetricPlan):
             if worst:
                 raise KosmosError(f"MoEDispatch: a rank would receive {worst} rows, past capacity_rows = "
                                   f"{self.capacity_rows}; nothing was moved")
-        return self.arena.local, self.group_rows, self.run_rows
+
+    def _gemm1_args(self, x: Any, w1: Any, movers: int | None, bf16: Any, stream: Any) -> tuple:
+        """(launch, the GEMM's leading arguments, movers) of the fused dispatch + GEMM1 launch."""
+        import cupy
+
+        from .. import gemm, grouped
+        from ..runtime.launch import sm_count
+
+        if self._gemm1 is None:
+            mod = load_module("moe_fused.hip", world=self.world, extra_options=gemm._extra_options)
+            fn = mod.get_function("kosmos_moe_dispatch_swiglu")
+            self._gemm1 = PersistentLaunch.checked(fn, sm_count(), gemm.block_threads(), gemm.shared_mem_bytes())
+            self._gemm1_words = cupy.zeros(3, np.uint64)
+            self._tmaps = {}
+        grid = self._gemm1.grid
+        movers = max(1, grid // 4) if movers is None else movers
+        if not isinstance(movers, (int, np.integer)) or not 1 <= movers <= grid:
+            raise ValueError(f"movers = {movers!r} must be in [1, {grid}] (CTAs of the fused grid)")
+        if x.dtype != bf16:
+            raise ValueError(f"the fused GEMM takes bf16 tokens, got {x.dtype}")
+        hid = self.row_bytes // 2
+        arena = self.arena.local.view(bf16).reshape(self.capacity_rows, hid)
+        w1 = check_array(w1, "w1", dtypes=(bf16,), device=self.world.device_id, stream=stream)
+        shape = grouped.grouped_shape("TN", arena.shape, w1.shape, self.e_loc, "swiglu")
+        if self._h is None or self._h.shape != shape.out_shape:
+            self._h = cupy.empty(shape.out_shape, bf16)
+        h = self._h
+        prob = gemm.problem_record(arena, w1, shape.mo, shape.no, shape.kr, shape.tiles(256), shape.swiglu_f, 1,
+                                   w1.shape[1] * w1.shape[2])
+        epi = gemm.epi_record(h, h.size // h.shape[-1], h.shape[-1])
+        tmaps = gemm.operand_tmaps(self._tmaps, arena, w1, h, gemm.arch_path() == "wgmma", False)
+        return self._gemm1, (*tmaps, prob, epi), movers
 
     def _checked(self, x: Any, routing: DeviceRouting, in_order: bool, stream: Any) -> tuple:
         dev = self.world.device_id

@@ -4,7 +4,9 @@
     params = MoEParams.random(cfg, world, seed=0)           # or your own arrays (shapes below)
     y, ctx = layer.forward(x, params)                       # x: bf16 CuPy [T, H], T <= max_tokens
 
-Two paths, the same result (both are references for the one-launch megakernel to come):
+Three paths, the same result (steps towards the one-launch megakernel):
+- path="fused": as "device", with the dispatch and the experts' first GEMM (SwiGLU) in one launch
+  (MoEDispatch.swiglu: movers push rows, builders start each tile once its rows have landed);
 - path="device": our kernels as separate launches with nothing on the host: route, MoEDispatch
   (counts through the symmetric heap, rows pushed to their final expert-major place), the grouped
   GEMMs on its arena, MoECombine (rows back and the fold) — no host round trip (not yet CUDA-graph
@@ -47,7 +49,7 @@ from .dispatch import MoEDispatch
 from .reference import router_logit_grads, silu, swiglu_backward
 from .route import DeviceRouting, check_routable, plan_chunks, route
 
-PATHS = ("serial", "device")
+PATHS = ("serial", "device", "fused")
 
 
 @dataclass
@@ -125,10 +127,11 @@ def _u16(x: Any) -> Any:
 
 class MoELayer:
     def __init__(self, world: World, cfg: MoEConfig, max_tokens: int, *, capacity_rows: int | None = None,
-                 path: str = "serial"):
+                 path: str = "serial", movers: int | None = None):
         """max_tokens: the most tokens any rank passes to forward. capacity_rows: the most rows a rank
         may receive in one call (default: dropless, P * max_tokens * min(k, E/P)); a routing that would
-        exceed it raises on every rank before anything moves."""
+        exceed it raises on every rank before anything moves. movers (path "fused"): CTAs that push
+        rows before they build (default: MoEDispatch.swiglu's)."""
         world.require_gpu()
         check_routable(cfg)
         agree_args(world.comm, "MoELayer", cfg=repr(cfg), max_tokens=max_tokens, capacity_rows=capacity_rows,
@@ -137,7 +140,7 @@ class MoELayer:
             raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
         if path not in PATHS:
             raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-        self.path = path
+        self.path, self.movers = path, movers
         self.world, self.cfg, self.max_tokens = world, cfg, max_tokens
         self.P = world.size
         self.e_loc = cfg.local_experts(self.P)
@@ -155,7 +158,7 @@ class MoELayer:
             raise ValueError(f"max_tokens = {max_tokens} with top_k {k} and {cfg.experts} experts exceeds the "
                              f"router's int32 indices")
         h = cfg.hidden
-        if path == "device":
+        if path in ("device", "fused"):
             self._dispatch = MoEDispatch(world, cfg.experts, 2 * h, self.capacity_rows)
             self._combine = MoECombine(world, cfg.experts, h, max_tokens, k)
             # the backward's own arena: the forward's (x_experts) must outlive the dY dispatch
@@ -217,7 +220,7 @@ class MoELayer:
 
         # 1. route
         logits, r = self._route(x, params)
-        if self.path == "device":
+        if self.path != "serial":
             y, ctx = self._forward_device(x, params, r)
             ctx.x, ctx.logits, ctx.calls = x, logits, (self._dispatch.epoch, self._combine.epoch)
             if check:
@@ -306,9 +309,13 @@ class MoELayer:
 
     def _forward_device(self, x: Any, params: MoEParams, r: DeviceRouting) -> tuple[Any, MoEContext]:
         """Dispatch, expert GEMMs on the arena, combine + fold: no host round trip."""
-        arena, group_rows, _ = self._dispatch(x, r)
-        x_e = arena.view(bfloat16)  # [capacity, H]: rows past the counts are not read
-        hmid = grouped.grouped_matmul(x_e, params.w1, group_rows, "TN", epilogue="swiglu")
+        if self.path == "fused":
+            arena, group_rows, _, hmid = self._dispatch.swiglu(x, r, params.w1, movers=self.movers)
+            x_e = arena.view(bfloat16)
+        else:
+            arena, group_rows, _ = self._dispatch(x, r)
+            x_e = arena.view(bfloat16)  # [capacity, H]: rows past the counts are not read
+            hmid = grouped.grouped_matmul(x_e, params.w1, group_rows, "TN", epilogue="swiglu")
         y_e = grouped.grouped_matmul(hmid, params.w2, group_rows, "TN")
         y = self._combine(y_e, self._dispatch, r, shared=self._shared(x, params))
         # x_e is the dispatch arena: valid until the next forward
@@ -327,8 +334,8 @@ class MoELayer:
         gradients from the forward's combine buffer (each pair's expert output) in fp32."""
         import cupy
 
-        if self.path != "device":
-            raise ValueError("MoELayer.backward runs on the device path: build the layer with path='device'")
+        if self.path == "serial":
+            raise ValueError("MoELayer.backward runs on the device paths: build the layer with path='device' or 'fused'")
         cfg, k = self.cfg, self.cfg.top_k
         err = None
         try:

@@ -136,3 +136,96 @@ def test_bad_arguments_are_refused(world):
         MoEDispatch(world, 4 * world.size, 24, 64)
     with pytest.raises(ValueError, match="item_rows"):
         MoEDispatch(world, 4 * world.size, 2 * H, 64, item_rows=0)
+
+
+def _bits(a):
+    return cupy.asnumpy(a).view(np.uint16)
+
+
+@pytest.mark.parametrize("movers", [1, None, "all"])
+@pytest.mark.parametrize("width", ["small", "big"])
+def test_swiglu_is_the_dispatch_then_the_grouped_gemm(world, movers, width):
+    """The fused dispatch + GEMM1 launch (MoEDispatch.swiglu): the arena as the plain dispatch lays it
+    out, bitwise; h bitwise equal to kosmos.grouped_matmul (SwiGLU) on that arena and within 2e-2 of
+    float64 (bf16 output of an fp32-accumulated product); back to back calls, a late rank, h poisoned
+    before each call. "big": 8,192 tokens a rank, K = 512, 2F = 512, so every CTA builds several tiles."""
+    from kosmos import grouped
+    from kosmos.runtime import sm_count
+
+    h_dim, f = (H, 64) if width == "small" else (512, 256)
+    cfg = MoEConfig(experts=4 * world.size, top_k=2, hidden=h_dim, intermediate=f)
+    e_loc = cfg.experts // world.size
+    cap = world.size * (8192 if width == "big" else 200) * cfg.top_k
+    disp = MoEDispatch(world, cfg.experts, 2 * h_dim, capacity_rows=cap)
+    w1 = cupy.asarray(rank_input(90, world.rank, (e_loc, 2 * f, h_dim), np.float32).astype(bfloat16) * 0.1)
+    try:
+        def call(seed):
+            t = tokens(world, world.rank) if width == "small" else 8192 - 1000 * (world.rank % 2)
+            x = rank_input(seed, world.rank, (t, h_dim), np.float32).astype(bfloat16)
+            logits = rank_input(seed + 1, world.rank, (t, 64), np.float32)
+            logits[:, 0] += 2.0 * (seed % 2)  # every other call skewed towards expert 0 (rank 0's)
+            rt = route(cupy.asarray(logits), cfg)
+            return cupy.asarray(x), rt, world.comm.allgather((x, cupy.asnumpy(rt.order), cupy.asnumpy(rt.start)))
+
+        m = sm_count() if movers == "all" else movers  # "all": every CTA moves first, then builds
+        snaps = []
+        for c in range(3):
+            x, rt, everyone = call(20 + c)
+            if c == 1 and world.rank == world.size - 1:
+                cupy.cuda.Device().synchronize()
+                time.sleep(0.5)  # a late rank
+            if disp._h is not None:
+                disp._h.view(np.uint16).fill(0xFFFF)  # NaN, on my stream before my launch
+            arena, group_rows, run_rows, h = disp.swiglu(x, rt, w1, movers=m)
+            snaps.append((everyone, arena.copy(), group_rows.copy(), h.copy()))
+        cupy.cuda.Device().synchronize()
+        world.status.raise_if_failed()
+        assert int(disp.status.get()[0]) == 0
+        for c, (everyone, arena, group_rows, h) in enumerate(snaps):
+            want, want_runs = expected_arena(world, cfg, everyone)
+            want = want.reshape(-1, h_dim)
+            got = _bits(arena).reshape(arena.shape[0], h_dim)
+            assert (got[:len(want)] == want).all(), f"call {c}: arena rows differ"
+            assert (cupy.asnumpy(group_rows) == want_runs.sum(axis=1)).all(), c
+            total = len(want)
+            x_e = arena.view(bfloat16).reshape(cap, h_dim)
+            oracle = grouped.grouped_matmul(x_e, w1, group_rows, "TN", epilogue="swiglu")
+            assert (_bits(h)[:total] == _bits(oracle)[:total]).all(), f"call {c}: not bitwise the grouped GEMM"
+            if c > 0:
+                assert not np.isnan(cupy.asnumpy(h[:total]).astype(np.float32)).any(), c
+            a64, w64 = want.view(bfloat16).astype(np.float64), cupy.asnumpy(w1).astype(np.float64)
+            start = np.concatenate([[0], np.cumsum(want_runs.sum(axis=1))])
+            for l in range(e_loc):
+                lo, hi = int(start[l]), int(start[l + 1])
+                if hi == lo:
+                    continue
+                y = a64[lo:hi] @ w64[l].T
+                ref = y[:, :f] / (1.0 + np.exp(-y[:, :f])) * y[:, f:]
+                part = cupy.asnumpy(h[lo:hi]).astype(np.float64)
+                err = np.linalg.norm(part - ref) / np.linalg.norm(ref)
+                assert err < 2e-2, f"call {c}, expert {l}: rel err {err:.2e}"
+        again = disp.swiglu(*call(22)[:2], w1, movers=1)[3]
+        assert (_bits(again)[:total] == _bits(snaps[2][3])[:total]).all(), "a rerun differs"
+    finally:
+        disp.close()
+
+
+def test_swiglu_refusal_stops_every_rank(world):
+    cfg = MoEConfig(experts=4 * world.size, top_k=2, hidden=H, intermediate=64)
+    e_loc = cfg.experts // world.size
+    disp = MoEDispatch(world, cfg.experts, 2 * H, capacity_rows=world.size * 200 * cfg.top_k)
+    try:
+        x, rt, _ = routed(world, cfg, seed=8)
+        w1 = cupy.asarray(rank_input(91, world.rank, (e_loc, 128, H), np.float32).astype(bfloat16))
+        bad = world.rank == 0
+        with pytest.raises(ValueError if bad else KosmosError, match="w1" if bad else "refused"):
+            disp.swiglu(x, rt, w1.astype(np.float32) if bad else w1, check=True)
+        if bad:
+            world.synchronize()
+        assert int(disp.status.get()[0]) == -1
+        x, rt, _ = routed(world, cfg, seed=9)
+        disp.swiglu(x, rt, w1, check=True)  # and the next call works
+        with pytest.raises(ValueError, match="movers"):
+            disp.swiglu(x, rt, w1, movers=0)
+    finally:
+        disp.close()

@@ -1,4 +1,4 @@
-"""GPU tests of kosmos.moe.MoELayer (both paths), at any world size (ranks may share a GPU).
+"""GPU tests of kosmos.moe.MoELayer (every path), at any world size (ranks may share a GPU).
 
 Every rank routes its own tokens (uneven counts, a rank with none); the whole batch's output is
 compared, rank by rank, with the float64 reference forward (kosmos.moe.reference.forward on the
@@ -76,7 +76,7 @@ def run_and_check(world, cfg, base_tokens, seed, params_hook=None, path="serial"
         layer.close()
 
 
-PATHS = ["serial", "device"]
+PATHS = ["serial", "device", "fused"]
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -136,6 +136,31 @@ def test_a_routing_past_capacity_raises_on_every_rank(world, path):
         assert np.isfinite(cupy.asnumpy(y).astype(np.float32)).all()
     finally:
         layer.close()
+
+
+@pytest.mark.parametrize("name", ["deepseek-like", "top1-shared"])
+def test_fused_is_bitwise_the_device_path(world, name):
+    """path="fused" (dispatch + GEMM1 in one launch) against path="device" (separate launches) on the
+    same inputs: the output and every gradient bitwise equal (the same builder computes the same
+    tiles; only the launch around them differs)."""
+    cfg = TINY[name]
+    P, r = world.size, world.rank
+    if cfg.experts % P:
+        pytest.skip(f"{cfg.experts} experts do not divide over {P} ranks")
+    outs = []
+    for path in ("device", "fused"):
+        layer = MoELayer(world, cfg, max_tokens=400 + 37 * P, path=path)
+        try:
+            params = MoEParams.random(cfg, world, 13)
+            x = cupy.asarray(rank_input(13, r, (tokens_of(r, P, 400), cfg.hidden), np.float32).astype(bfloat16))
+            dy = cupy.asarray(rank_input(14, r, x.shape, np.float32).astype(bfloat16))
+            y, ctx = layer.forward(x, params, check=True)
+            g = layer.backward(dy, ctx, params)
+            outs.append([cupy.asnumpy(a).tobytes() for a in (y, g.dx, g.dw1, g.dw2, g.d_router_w)])
+        finally:
+            layer.close()
+    for name_, a, b in zip(("y", "dx", "dw1", "dw2", "d_router_w"), *outs):
+        assert a == b, f"{name_} differs between the fused and the device paths"
 
 
 def backward_case(world, cfg, seed, zero_dy=False):

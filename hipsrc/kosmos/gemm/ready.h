@@ -21,16 +21,19 @@ struct RowFlagsReady {
   }
 };
 
-// Grouped: group e's rows are `runs` consecutive runs of run_rows[e * runs + s] rows (in a MoE
-// receive arena: one run per source rank), and whoever fills run (e, s) releases
-// arrived[e * runs + s] >= target at system scope (it may be a peer GPU) once all its rows are in
-// place. A tile waits for exactly the non-empty runs its rows overlap: TN/NN, the tile's rows of
-// the group; NT (the reduction runs over the group's rows), all of them. Contract (the caller's):
-// the runs of group e sum to its row count; rows past them would be read unwaited.
+// Grouped: group e's rows are `runs` consecutive runs (in a MoE receive arena: one run per source
+// rank) of run_rows[e * rows_group + s * rows_run] rows, and whoever fills run (e, s) releases
+// arrived[e * flags_group + s] >= target at system scope (it may be a peer GPU) once all its rows
+// are in place. (Strides: the MoE dispatch's counts table is source-major, [source][expert].) A
+// tile waits for exactly the non-empty runs its rows overlap: TN/NN, the tile's rows of the group;
+// NT (the reduction runs over the group's rows), all of them. Contract (the caller's): the runs of
+// group e sum to its row count; rows past them would be read unwaited.
 template <int L>
 struct RunsArrived {
   const i32* run_rows;
+  i64 rows_group, rows_run;
   const u64* arrived;
+  i64 flags_group;
   u64 target;
   i32 runs;
   WaitCtx w;
@@ -42,12 +45,13 @@ struct RunsArrived {
       lo = t.tm * kTileM;
       hi = min(lo + kTileM, lo + (t.row_end - t.row0));
     }
-    const i32* rows = run_rows + i64(t.group) * runs;
+    const i32* rows = run_rows + t.group * rows_group;
+    const u64* flags = arrived + t.group * flags_group;
     i32 start = 0;
     for (i32 s = 0; s < runs && start < hi; ++s) {
-      const i32 end = start + rows[s];
-      if (end > start && end > lo && !wait_flag_sys(w, SITE_TILE_READY, arrived + i64(t.group) * runs + s, target))
-        return false;
+      // (relaxed system-scope loads: the counts may be a peer's, written during this kernel)
+      const i32 end = start + i32(ld_relaxed_sys_u32(reinterpret_cast<const u32*>(rows + s * rows_run)));
+      if (end > start && end > lo && !wait_flag_sys(w, SITE_TILE_READY, flags + s, target)) return false;
       start = end;
     }
     return true;

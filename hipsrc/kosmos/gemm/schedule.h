@@ -94,11 +94,13 @@ struct GroupTable {
   i32 bad;                         // 0, or 1 + the first group whose count is negative, or -1: rows overflow
 };
 
-// All threads of the CTA: fill `g` from counts[0, groups) (Hillis-Steele scan, blockDim >= groups).
+// All threads of the CTA: fill `g` from count(0) ... count(groups - 1) (Hillis-Steele scan,
+// blockDim >= groups; `count` is a functor, e.g. a sum over a MoE counts table, or an array).
 // rows_cap: rows of the packed operands. Returns false (g->bad set) on a negative count or a sum
 // past rows_cap (or one count alone past it: the i32 prefix cannot wrap); the host checks that
 // rows_cap / kTileM + groups fits tile_start's u16 and that rows_cap < 2^23.
-KOSMOS_DEVICE bool build_group_table(GroupTable* g, const i32* counts, i32 groups, i32 rows_cap) {
+template <class Count>
+KOSMOS_DEVICE bool build_group_table(GroupTable* g, const Count& count, i32 groups, i32 rows_cap) {
   const i32 e = i32(threadIdx.x);
   i32 n = 0;
   if (e == 0) {
@@ -109,7 +111,7 @@ KOSMOS_DEVICE bool build_group_table(GroupTable* g, const i32* counts, i32 group
   }
   __syncthreads();
   if (e < groups) {
-    n = counts[e];
+    n = count(e);
     if (n < 0) {
       g->bad = 1 + e;  // racing offenders: one of them wins, the host names it
       n = 0;
@@ -137,6 +139,30 @@ KOSMOS_DEVICE bool build_group_table(GroupTable* g, const i32* counts, i32 group
   if (e == 0 && g->bad == 0 && g->row_start[groups] > rows_cap) g->bad = -1;
   __syncthreads();
   return g->bad == 0;
+}
+
+KOSMOS_DEVICE bool build_group_table(GroupTable* g, const i32* counts, i32 groups, i32 rows_cap) {
+  return build_group_table(g, [=](i32 e) { return counts[e]; }, groups, rows_cap);
+}
+
+// The grouped GEMMs' tile queue: words[0] is its head.
+struct GroupedClaim {
+  u64* head;
+  i32 units;
+  KOSMOS_DEVICE i32 operator()() const {
+    const u64 v = atomic_add_relaxed_dev(head, 1ull);
+    return v < u64(units) ? i32(v) : -1;
+  }
+};
+
+// All threads, last thing in the kernel: count this CTA out in words[1]; the last one resets the
+// queue (words[0], words[1]) for the next launch, since only the device knows how many tiles there were.
+KOSMOS_DEVICE void grouped_queue_exit(u64* words) {
+  __syncthreads();
+  if (threadIdx.x == 0 && atomic_add_acq_rel_dev(&words[1], 1ull) == u64(gridDim.x) - 1) {
+    words[0] = 0;
+    words[1] = 0;
+  }
 }
 
 // The group that queue position q (in units of `per_row` tiles per tile row) falls in: the last

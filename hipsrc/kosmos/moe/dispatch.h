@@ -66,58 +66,80 @@ KOSMOS_DEVICE u64* arrived_flag(const DispatchParams& d, int owner, i32 local_ex
   return reinterpret_cast<u64*>(d.peer_bases[owner] + d.arrived_off) + i64(local_expert) * kMaxWorld + source;
 }
 
-KOSMOS_DEVICE void dispatch(const DispatchParams& d) {
-  extern __shared__ __align__(16) u8 dispatch_smem[];
+// A peer's counts slot entry, read after its ready flag was acquired (relaxed system scope: a plain
+// load could hit a stale copy from the slot's previous use).
+KOSMOS_DEVICE i32 peer_count(const i32* slot, i32 v) { return i32(ld_relaxed_sys_u32(reinterpret_cast<const u32*>(slot + v))); }
+
+// 1. CTA 0: my counts to every rank (itself too), then my ready flag there; and the next call's run
+// counters zeroed (the call that last used them has finished).
+KOSMOS_DEVICE void publish_counts(const DispatchParams& d) {
+  const i32 P = d.world, E = d.experts, me = d.rank;
+  for (i32 g = threadIdx.x; g < E; g += blockDim.x) d.run_done[i64((d.epoch + 1) & 1) * E + g] = 0;
+  for (int o = 0; o < P; ++o)
+    for (i32 g = threadIdx.x; g < E; g += blockDim.x)
+      counts_slot(d, o, me)[g] = d.refused ? -1 : d.start[g + 1] - d.start[g];
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    fence_acq_rel_sys();
+    for (int o = 0; o < P; ++o) st_release_sys(&flags_of(d.peer_bases, o, d.flags_off)->ready[me], d.epoch);
+  }
+}
+
+// 2. Every CTA: everybody's counts of this call are in my slot (the dispatch's only cross-rank
+// barrier). False (on every thread): a wait gave up.
+KOSMOS_DEVICE bool wait_counts(const DispatchParams& d) {
   __shared__ int s_ok;
+  OpFlags* mine = flags_of(d.peer_bases, d.rank, d.flags_off);
+  int ok = 1;
+  if (threadIdx.x == 0)
+    for (int s = 0; s < d.world && ok; ++s) ok = wait_flag_sys(d.wait, SITE_PEER_READY, &mine->ready[s], d.epoch);
+  return cta_broadcast(&s_ok, ok);
+}
+
+// The call's verdict from the counts (count(v), v = s * E + g), the same on every rank: 0; -1, a rank
+// refused its input; or the rows an owner would receive past the capacity. All threads.
+template <class Count>
+KOSMOS_DEVICE i64 dispatch_verdict(const DispatchParams& d, const Count& count) {
   __shared__ i64 s_worst;
+  const i32 P = d.world, E = d.experts;
+  i64 worst = 0;
+  if (threadIdx.x == 0) {
+    for (i32 v = 0; v < P * E && worst == 0; ++v)
+      if (count(v) < 0) worst = -1;
+    for (int o = 0; o < P && worst >= 0; ++o) {
+      i64 rows = 0;
+      for (int s = 0; s < P; ++s)
+        for (i32 l = 0; l < d.e_loc; ++l) rows += count(s * E + o * d.e_loc + l);
+      if (rows > i64(d.capacity) && rows > worst) worst = rows;
+    }
+  }
+  return cta_broadcast(&s_worst, worst);
+}
+
+// The dispatch up to its pushes, for CTAs that move (standalone: all of them; fused: the movers):
+// the counts exchange, the verdict, the owner side's outputs (CTA 0), then items until the queue is
+// dry. Shared memory (dynamic, dispatch_smem_bytes): counts[P][E], my_base[E], chunk_start[E + 1].
+// Returns false when a wait gave up or the verdict stopped the call (nothing moved, outputs zeroed).
+KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d) {
+  extern __shared__ __align__(16) u8 dispatch_smem[];
   const i32 P = d.world, E = d.experts, me = d.rank;
   i32* counts = reinterpret_cast<i32*>(dispatch_smem);  // [P][E]
   i32* my_base = counts + P * E;                         // [E]
   i32* chunk_start = my_base + E;                        // [E + 1]
-  OpFlags* mine = flags_of(d.peer_bases, me, d.flags_off);
-  FusedHeads* heads = fused_heads(mine, d.epoch);
-  if (blockIdx.x == 0)  // the next call's run counters (the call that last used them has finished)
-    for (i32 g = threadIdx.x; g < E; g += blockDim.x) d.run_done[i64((d.epoch + 1) & 1) * E + g] = 0;
-
-  // 1. my counts to every rank
-  if (blockIdx.x == 0) {
-    for (int o = 0; o < P; ++o)
-      for (i32 g = threadIdx.x; g < E; g += blockDim.x)
-        counts_slot(d, o, me)[g] = d.refused ? -1 : d.start[g + 1] - d.start[g];
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      fence_acq_rel_sys();
-      for (int o = 0; o < P; ++o) st_release_sys(&flags_of(d.peer_bases, o, d.flags_off)->ready[me], d.epoch);
-    }
-  }
-  // 2. everybody's counts
-  int ok = 1;
-  if (threadIdx.x == 0)
-    for (int s = 0; s < P && ok; ++s) ok = wait_flag_sys(d.wait, SITE_PEER_READY, &mine->ready[s], d.epoch);
-  if (!cta_broadcast(&s_ok, ok)) return;
+  if (blockIdx.x == 0) publish_counts(d);
+  if (!wait_counts(d)) return false;
   const i32* slot = counts_slot(d, me, 0);
-  for (i32 v = threadIdx.x; v < P * E; v += blockDim.x) counts[v] = i32(ld_relaxed_sys_u32(reinterpret_cast<const u32*>(slot + v)));
+  for (i32 v = threadIdx.x; v < P * E; v += blockDim.x) counts[v] = peer_count(slot, v);
   __syncthreads();
-  // A refusal anywhere, or an owner past the capacity: the same decision on every rank (same counts).
-  i64 worst = 0;
-  if (threadIdx.x == 0) {
-    for (i32 v = 0; v < P * E && worst == 0; ++v)
-      if (counts[v] < 0) worst = -1;
-    for (int o = 0; o < P && worst >= 0; ++o) {
-      i64 rows = 0;
-      for (int s = 0; s < P; ++s)
-        for (i32 l = 0; l < d.e_loc; ++l) rows += counts[s * E + o * d.e_loc + l];
-      if (rows > i64(d.capacity) && rows > worst) worst = rows;
-    }
-  }
+  const i64 worst = dispatch_verdict(d, [&](i32 v) { return counts[v]; });
   if (blockIdx.x == 0 && threadIdx.x == 0) d.status[0] = worst;
-  if (cta_broadcast(&s_worst, worst) != 0) {
+  if (worst != 0) {
     if (blockIdx.x == 0) {  // no stale layout for whoever reads these without checking the status
       for (i32 v = threadIdx.x; v < P * E; v += blockDim.x) d.all_counts[v] = 0;
       for (i32 v = threadIdx.x; v < d.e_loc * P; v += blockDim.x) d.run_rows[v] = 0;
       for (i32 v = threadIdx.x; v < d.e_loc; v += blockDim.x) d.group_rows[v] = 0;
     }
-    return;
+    return false;
   }
   // Where my run of each expert starts in its owner's arena (layout.h).
   for (i32 g = threadIdx.x; g < E; g += blockDim.x) my_base[g] = arena_row(counts, P, E, d.e_loc, g, me);
@@ -142,6 +164,7 @@ KOSMOS_DEVICE void dispatch(const DispatchParams& d) {
   __syncthreads();
 
   // 3. push
+  FusedHeads* heads = fused_heads(flags_of(d.peer_bases, me, d.flags_off), d.epoch);
   const i32 n_items = chunk_start[E];
   for (;;) {
     const i64 item = claim_item(heads);
@@ -159,12 +182,21 @@ KOSMOS_DEVICE void dispatch(const DispatchParams& d) {
     item_done(&d.run_done[i64(d.epoch & 1) * E + g], u64(chunks_of_run(d, g)),
               arrived_flag(d, o, g - o * d.e_loc, me), d.epoch);
   }
-  // 4. standalone: the owner leaves only with every non-empty run aimed at it in place
+  return true;
+}
+
+// The standalone dispatch: every CTA pushes; then (4.) the owner leaves only with every non-empty
+// run aimed at it in place, so the next launch on its stream reads a complete arena.
+KOSMOS_DEVICE void dispatch(const DispatchParams& d) {
+  if (!dispatch_push(d)) return;
   if (blockIdx.x == 0 && threadIdx.x == 0) {
+    extern __shared__ __align__(16) u8 dispatch_smem[];
+    const i32* counts = reinterpret_cast<const i32*>(dispatch_smem);
+    int ok = 1;
     for (i32 l = 0; l < d.e_loc && ok; ++l)
-      for (int s = 0; s < P && ok; ++s)
-        if (counts[s * E + me * d.e_loc + l] > 0)
-          ok = wait_flag_sys(d.wait, SITE_PEER_ARRIVED, arrived_flag(d, me, l, s), d.epoch);
+      for (int s = 0; s < d.world && ok; ++s)
+        if (counts[s * d.experts + d.rank * d.e_loc + l] > 0)
+          ok = wait_flag_sys(d.wait, SITE_PEER_ARRIVED, arrived_flag(d, d.rank, l, s), d.epoch);
   }
 }
 

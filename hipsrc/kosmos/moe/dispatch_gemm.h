@@ -1,0 +1,54 @@
+// The MoE dispatch and the experts' first GEMM in one launch (the paper's Dispatch || GEMM1):
+// CTAs [0, movers) push token rows into the owners' arenas (dispatch.h), the other CTAs start
+// building at once, each GEMM1 tile waiting only for the (expert, source) runs its rows overlap
+// (gemm::RunsArrived on the arrival flags); movers become builders once the push queue is dry
+// (one-way). Every non-empty run is waited for by some tile, so at exit the arena is complete.
+//
+// Shared memory: the movers keep the dispatch's copies (counts, layout) in the dynamic shared
+// memory before it becomes the pipeline; builders read the counts from the heap slot instead
+// (the builder leaves too little static shared memory for them beside the GroupTable).
+#pragma once
+#include "../gemm/ready.h"
+#include "../gemm/tile.h"
+#include "dispatch.h"
+
+namespace kosmos {
+namespace moe {
+
+// Grid: one CTA per SM (all resident), gemm::kThreads threads, the builder's shared memory;
+// movers >= 1 (CTA 0 publishes the counts). words: the tile queue (gemm::grouped_queue_exit).
+template <class Tile, class Epi>
+KOSMOS_DEVICE void dispatch_gemm1(const gemm::TensorMap& tma, const gemm::TensorMap& tmb, const gemm::Problem& p, const Epi& epi,
+                                  const DispatchParams& d, i32 movers, u64* words) {
+  extern __shared__ __align__(16) u8 smem[];
+  __shared__ gemm::GroupTable table;
+  const i32* slot = counts_slot(d, d.rank, 0);  // [P][E]: every rank's counts of this call
+  const i32 col = d.rank * d.e_loc;             // my first expert's column
+  bool go;
+  if (i32(blockIdx.x) < movers) go = dispatch_push(d);
+  else go = wait_counts(d) && dispatch_verdict(d, [&](i32 v) { return peer_count(slot, v); }) == 0;
+  if (go) {
+    __syncthreads();  // a mover's shared memory becomes the pipeline
+    gemm::builder_init(smem);
+    const bool ok = gemm::build_group_table(
+        &table,
+        [&](i32 l) {
+          i32 n = 0;
+          for (int s = 0; s < d.world; ++s) n += peer_count(slot, s * d.experts + col + l);
+          return n;
+        },
+        d.e_loc, i32(d.capacity));
+    if (ok) {
+      const gemm::GroupedSchedule<gemm::LAYOUT_TN, Tile> sched{p, &table};
+      gemm::GroupedClaim claim{words, sched.units()};
+      // run (l, s): rows slot[s * E + col + l], flag arrived[l * kMaxWorld + s]
+      const gemm::RunsArrived<gemm::LAYOUT_TN> ready{slot + col, 1, d.experts, arrived_flag(d, d.rank, 0, 0),
+                                                     kMaxWorld, d.epoch, d.world, d.wait};
+      gemm::run_builder<gemm::LAYOUT_TN>(sched, &tma, &tmb, smem, claim, ready, epi);
+    }
+  }
+  gemm::grouped_queue_exit(words);
+}
+
+}  // namespace moe
+}  // namespace kosmos

@@ -1,0 +1,14 @@
+// The MoE layer's fused launches (kosmos/moe/dispatch.py, MoEDispatch.swiglu): the dispatch with the
+// experts' first GEMM and its SwiGLU epilogue (hipsrc/kosmos/moe/dispatch_gemm.h).
+#include "kosmos/moe/dispatch_gemm.h"
+
+using namespace kosmos;
+using namespace kosmos::gemm;
+using namespace kosmos::moe;
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+    kosmos_moe_dispatch_swiglu(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,
+                               const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiSwiGLU epi,
+                               const KOSMOS_GRID_CONSTANT DispatchParams d, i32 movers, u64* words) {
+  dispatch_gemm1<DefaultTile>(tma, tmb, p, epi, d, movers, words);
+}
