@@ -157,7 +157,7 @@ def test_swiglu_is_the_dispatch_then_the_grouped_gemm(world, movers, width):
     e_loc = cfg.experts // world.size
     cap = world.size * (8192 if width == "big" else 200) * cfg.top_k
     disp = MoEDispatch(world, cfg.experts, 2 * h_dim, capacity_rows=cap)
-    w1 = cupy.asarray(rank_input(90, world.rank, (e_loc, 2 * f, h_dim), np.float32).astype(bfloat16) * 0.1)
+    w1 = cupy.asarray((rank_input(90, world.rank, (e_loc, 2 * f, h_dim), np.float32) * 0.1).astype(bfloat16))
     try:
         def call(seed):
             t = tokens(world, world.rank) if width == "small" else 8192 - 1000 * (world.rank % 2)
