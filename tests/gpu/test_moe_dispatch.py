@@ -47,7 +47,8 @@ def routed(world, cfg, seed):
 
 def expected_arena(world, cfg, everyone):
     me, e_loc, k = world.rank, cfg.experts // world.size, cfg.top_k
-    rows, run_rows = [np.zeros((0, H), bfloat16)], np.zeros((e_loc, world.size), np.int32)
+    width = everyone[0][0].shape[1]
+    rows, run_rows = [np.zeros((0, width), bfloat16)], np.zeros((e_loc, world.size), np.int32)
     for l in range(e_loc):
         g = me * e_loc + l
         for s, (x, order, start) in enumerate(everyone):
