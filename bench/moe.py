@@ -93,16 +93,16 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
         for m, fl in fused.items():
             fl.forward(x, params, check=True)
             fns[f"fused m={m or 'auto'}"] = (lambda fl: lambda _: fl.forward(x, params))(fl)
-        t = time_calls(world, {**fns, "experts": experts, "dense": dense}, warmup, iters)
+        # a layer forward is ~20 launches: 4 rounds per hold stay well inside the launch queue
+        t = time_calls(world, {**fns, "experts": experts, "dense": dense}, warmup, iters, rounds_per_hold=4)
         if phases:  # world 1 only: the dispatch and the combine are called apart from each other
-            # (a second round: all of them in one would queue more launches behind the blocker than
-            # the device's launch queue holds, and the host would block on it)
             logits, r = layer._route(x, params)
             y_e, sh = routed(0), layer._shared(x, params)
             t.update(time_calls(world, {
                 "router": lambda _: layer._route(x, params), "dispatch": lambda _: layer._dispatch(x, r),
                 "routed": routed, "shared": lambda _: layer._shared(x, params),
-                "combine": lambda _: layer._combine(y_e, layer._dispatch, r, shared=sh)}, warmup, iters))
+                "combine": lambda _: layer._combine(y_e, layer._dispatch, r, shared=sh)}, warmup, iters,
+                rounds_per_hold=4))
         # the routed rows' FLOPs and the shared experts' on every token
         flops = 2 * total * (2 * i * h + h * i) + 2 * tokens * cfg.shared * 3 * h * s_w
         rec = {"model": cfg.name, "E": cfg.experts, "top_k": cfg.top_k, "H": h, "I": i, "tokens": tokens,

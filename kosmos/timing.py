@@ -81,10 +81,13 @@ def time_call(world: World, fn: Callable[[int], Any], warmup: int = 5, iters: in
 
 
 def time_calls(world: World, fns: dict[str, Callable[[int], Any]], warmup: int = 5,
-               iters: int = 30) -> dict[str, Timing]:
+               iters: int = 30, rounds_per_hold: int | None = None) -> dict[str, Timing]:
     """Time several contenders, interleaved call by call so that clock and thermal drift over
     the run falls on all of them alike; collective. No fn may synchronize the stream: the timed
-    calls are queued behind the stream blocker, released once all are issued."""
+    calls are queued behind the stream blocker, released once all are issued. rounds_per_hold:
+    release (and wait) after this many rounds of every contender and hold again (default: all at
+    once); for contenders of many launches each, whose queued rounds would overflow the device's
+    launch queue (the host then blocks on a launch that the held stream never takes)."""
     import cupy
 
     global _blocker
@@ -96,21 +99,24 @@ def time_calls(world: World, fns: dict[str, Callable[[int], Any]], warmup: int =
         _blocker = StreamBlocker(world=world)
     events = {name: [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(iters)] for name in fns}
     host_s = dict.fromkeys(fns, 0.0)
-    world.barrier()
-    _blocker.hold()
-    for i in range(iters):
-        for name, fn in fns.items():
-            start, stop = events[name][i]
-            t0 = time.perf_counter()
-            start.record()
-            fn(warmup + i)
-            stop.record()
-            host_s[name] += time.perf_counter() - t0
-    _blocker.release()
-    world.synchronize()
-    if world.comm.allreduce(_blocker.gave_up, op=_max()):
-        raise KosmosError(f"queuing {iters * len(fns)} timed calls took over {_blocker.budget_s} s on some "
-                          "rank (does a timed function synchronize?): no timing taken")
+    per_hold = iters if rounds_per_hold is None else max(1, min(rounds_per_hold, iters))
+    for first in range(0, iters, per_hold):
+        world.barrier()
+        _blocker.hold()
+        for i in range(first, min(first + per_hold, iters)):
+            for name, fn in fns.items():
+                start, stop = events[name][i]
+                t0 = time.perf_counter()
+                start.record()
+                fn(warmup + i)
+                stop.record()
+                host_s[name] += time.perf_counter() - t0
+        _blocker.release()
+        world.synchronize()
+        if world.comm.allreduce(_blocker.gave_up, op=_max()):
+            raise KosmosError(f"queuing {per_hold * len(fns)} timed calls took over {_blocker.budget_s} s on some "
+                              "rank (does a timed function synchronize, or do they overflow the launch queue? "
+                              "pass a smaller rounds_per_hold): no timing taken")
     out = {}
     for name, evs in events.items():
         times = [cupy.cuda.get_elapsed_time(a, b) for a, b in evs]
