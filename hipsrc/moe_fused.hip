@@ -6,9 +6,14 @@ using namespace kosmos;
 using namespace kosmos::gemm;
 using namespace kosmos::moe;
 
+// A mover CTA here has the builder's register budget: 16 vectors in flight per thread.
+#ifndef KOSMOS_MOE_PUSH_UNROLL
+#define KOSMOS_MOE_PUSH_UNROLL 16
+#endif
+
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     kosmos_moe_dispatch_swiglu(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,
                                const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiSwiGLU epi,
                                const KOSMOS_GRID_CONSTANT DispatchParams d, i32 movers, u64* words) {
-  dispatch_gemm1<DefaultTile>(tma, tmb, p, epi, d, movers, words);
+  dispatch_gemm1<DefaultTile, KOSMOS_MOE_PUSH_UNROLL>(tma, tmb, p, epi, d, movers, words);
 }

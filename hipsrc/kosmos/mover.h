@@ -29,18 +29,20 @@ KOSMOS_DEVICE void cta_copy(void* dst, const void* src, u64 nbytes, u32 threads)
 // row_bytes a multiple of 16, rows * row_bytes / 16 < 2^32. The CTA works over all the rows' vectors
 // at once, so that rows shorter than a round (an MoE token row: 7-14 KB against the 24 KB a CTA
 // keeps in flight) still give every thread kMoverUnroll requests in flight.
-template <class Dst, class Src>
+// Unroll: vectors in flight per thread (more where the registers are there anyway: a CTA of a
+// fused kernel has the builder's register budget).
+template <int Unroll = kMoverUnroll, class Dst, class Src>
 KOSMOS_DEVICE void cta_copy_rows(const Dst& dst, const Src& src, u32 rows, u32 row_bytes) {
   const u32 vecs = row_bytes / 16, n = rows * vecs, stride = blockDim.x;
-  for (u32 i = threadIdx.x; i < n; i += kMoverUnroll * stride) {
-    vec16 v[kMoverUnroll];
+  for (u32 i = threadIdx.x; i < n; i += Unroll * stride) {
+    vec16 v[Unroll];
 #pragma unroll
-    for (int u = 0; u < kMoverUnroll; ++u) {
+    for (int u = 0; u < Unroll; ++u) {
       const u32 f = i + u * stride;
       if (f < n) v[u] = ld16(static_cast<const u8*>(src(f / vecs)) + u64(f % vecs) * 16);
     }
 #pragma unroll
-    for (int u = 0; u < kMoverUnroll; ++u) {
+    for (int u = 0; u < Unroll; ++u) {
       const u32 f = i + u * stride;
       if (f < n) st16(static_cast<u8*>(dst(f / vecs)) + u64(f % vecs) * 16, v[u]);
     }

@@ -120,6 +120,7 @@ KOSMOS_DEVICE i64 dispatch_verdict(const DispatchParams& d, const Count& count) 
 // the counts exchange, the verdict, the owner side's outputs (CTA 0), then items until the queue is
 // dry. Shared memory (dynamic, dispatch_smem_bytes): counts[P][E], my_base[E], chunk_start[E + 1].
 // Returns false when a wait gave up or the verdict stopped the call (nothing moved, outputs zeroed).
+template <int Unroll = kMoverUnroll>
 KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d) {
   extern __shared__ __align__(16) u8 dispatch_smem[];
   const i32 P = d.world, E = d.experts, me = d.rank;
@@ -173,7 +174,7 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d) {
     const i32 first = d.start[g] + c * d.item_rows, last = min(first + d.item_rows, d.start[g + 1]);
     // gathered rows (token order[i] / k, or row i itself) to consecutive arena rows
     u8* dst = reinterpret_cast<u8*>(d.peer_bases[o] + d.arena_off) + u64(my_base[g] + first - d.start[g]) * d.row_bytes;
-    cta_copy_rows([&](u32 r) { return dst + u64(r) * d.row_bytes; },
+    cta_copy_rows<Unroll>([&](u32 r) { return dst + u64(r) * d.row_bytes; },
                   [&](u32 r) {
                     const i32 i = first + i32(r);
                     return d.x + u64(d.in_order ? i : d.order[i] / d.top_k) * d.row_bytes;

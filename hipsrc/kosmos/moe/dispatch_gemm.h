@@ -17,7 +17,8 @@ namespace moe {
 
 // Grid: one CTA per SM (all resident), gemm::kThreads threads, the builder's shared memory;
 // movers >= 1 (CTA 0 publishes the counts). words: the tile queue (gemm::grouped_queue_exit).
-template <class Tile, class Epi>
+// PushUnroll: the movers' vectors in flight per thread (cta_copy_rows).
+template <class Tile, int PushUnroll, class Epi>
 KOSMOS_DEVICE void dispatch_gemm1(const gemm::TensorMap& tma, const gemm::TensorMap& tmb, const gemm::Problem& p, const Epi& epi,
                                   const DispatchParams& d, i32 movers, u64* words) {
   extern __shared__ __align__(16) u8 smem[];
@@ -25,7 +26,7 @@ KOSMOS_DEVICE void dispatch_gemm1(const gemm::TensorMap& tma, const gemm::Tensor
   const i32* slot = counts_slot(d, d.rank, 0);  // [P][E]: every rank's counts of this call
   const i32 col = d.rank * d.e_loc;             // my first expert's column
   bool go;
-  if (i32(blockIdx.x) < movers) go = dispatch_push(d);
+  if (i32(blockIdx.x) < movers) go = dispatch_push<PushUnroll>(d);
   else go = wait_counts(d) && dispatch_verdict(d, [&](i32 v) { return peer_count(slot, v); }) == 0;
   if (go) {
     __syncthreads();  // a mover's shared memory becomes the pipeline
