@@ -46,7 +46,8 @@ DISPATCH_PARAMS_DTYPE = np.dtype(
     align=True,
 )
 MIRRORS = [StructMirror("kosmos::moe::DispatchParams", DISPATCH_PARAMS_DTYPE)]
-ITEM_BYTES = 64 * 1024  # bytes an item moves (its rows are gathered, then copied together)
+ITEM_BYTES = 256 * 1024  # bytes an item moves (each item ends in a system-scope fence: 64 KB items spent
+# 13 % of the dispatch in them on the H200, 1 MB items balance worse; bench notes in notes/moe.md)
 
 
 class MoEDispatch(SymmetricPlan):
