@@ -13,8 +13,10 @@ grouped GEMMs, the shared expert, combine and fold as separate launches, no host
 fused m=M (path "fused": the dispatch and GEMM1 in one launch, M movers; `--movers 8,33,auto`);
 experts (every expert GEMM of the layer alone: the two grouped GEMMs on the same counts and the
 shared expert's); dense (cuBLAS on the same FLOPs: the routed rows' two GEMMs and the shared
-experts'). `--phases` also times each part alone (router GEMM + routing, dispatch, routed grouped
-GEMMs, shared expert, combine + fold). Issue 12's targets: layer within 5 % of experts,
+experts'); without the stream blocker (host gaps included, as a user sees them): layer unheld
+and baseline (path "baseline": counts over MPI, rows by NCCL, cupy.matmul per expert).
+`--phases` also times each part alone (router GEMM + routing, dispatch, routed grouped GEMMs,
+shared expert, combine + fold). Issue 12's targets: layer within 5 % of experts,
 experts >= 0.85 of dense. Writes JSON (GPU, commit, world size).
 """
 from __future__ import annotations
@@ -46,12 +48,13 @@ def share(name: str) -> MoEConfig:
                                groups=groups, topk_groups=min(cfg.topk_groups, groups) if groups else 0)
 
 
-def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, movers=(None,)):
+def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, movers=(None,), baseline=True):
     import cupy
 
     tokens = rows_per * cfg.experts // cfg.top_k
     layer = MoELayer(world, cfg, max_tokens=tokens, path="device")
     fused = {m: MoELayer(world, cfg, max_tokens=tokens, path="fused", movers=m) for m in movers}
+    base = MoELayer(world, cfg, max_tokens=tokens, path="baseline") if baseline else None
     try:
         params = MoEParams.random(cfg, world, seed)
         if skew and params.bias is not None:  # a linear ramp: the last experts take the most rows
@@ -95,6 +98,12 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
             fns[f"fused m={m or 'auto'}"] = (lambda fl: lambda _: fl.forward(x, params))(fl)
         # a layer forward is ~20 launches: 4 rounds per hold stay well inside the launch queue
         t = time_calls(world, {**fns, "experts": experts, "dense": dense}, warmup, iters, rounds_per_hold=4)
+        if base is not None:  # it synchronizes (counts through the host): timed without the blocker,
+            # beside the device path timed the same way
+            base.forward(x, params)
+            for name, tm in time_calls(world, {"layer unheld": whole, "baseline": lambda _: base.forward(x, params)},
+                                       warmup, iters, hold=False).items():
+                t[name] = tm
         if phases:  # world 1 only: the dispatch and the combine are called apart from each other
             logits, r = layer._route(x, params)
             y_e, sh = routed(0), layer._shared(x, params)
@@ -110,13 +119,13 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
                "min_rows": int(counts.min())}
         for name, tm in t.items():
             rec[name] = {"ms": tm.median_ms, "min_ms": tm.min_ms, "host_us": tm.host_us}
-            if name in ("layer", "experts", "dense") or name.startswith("fused"):
+            if name in ("layer", "experts", "dense", "layer unheld", "baseline") or name.startswith("fused"):
                 rec[name]["tflops"] = flops / tm.median_ms / 1e9
         rec["layer_vs_experts"] = rec["experts"]["ms"] / rec["layer"]["ms"]
         rec["experts_vs_dense"] = rec["dense"]["ms"] / rec["experts"]["ms"]
         return rec
     finally:
-        for lay in (layer, *fused.values()):
+        for lay in (layer, *fused.values(), *([base] if base else [])):
             lay.close()
         cupy.get_default_memory_pool().free_all_blocks()
 
@@ -149,7 +158,8 @@ def main(argv=None):
                           f"dense {rec['dense']['ms']:7.3f}  layer/experts {rec['layer_vs_experts']:.3f}  "
                           f"experts/dense {rec['experts_vs_dense']:.3f}", flush=True)
                     print("    " + "  ".join(f"{k} {v['ms']:.3f}" for k, v in rec.items()
-                                             if k.startswith("fused")), flush=True)
+                                             if k.startswith("fused") or k in ("layer unheld", "baseline")),
+                          flush=True)
                     if args.phases:
                         print("    " + "  ".join(f"{p} {rec[p]['ms']:.3f}" for p in PHASES), flush=True)
         stem = write_results(args, "moe", commit, results, path="device")

@@ -43,8 +43,9 @@ class NcclBaseline:
     def __init__(self, world: World):
         from cupy.cuda import nccl
 
-        if not self.available(world):
-            raise RuntimeError("NCCL needs one rank per GPU and CuPy built with NCCL")
+        why = self.unavailable_reason(world)
+        if why:
+            raise RuntimeError(f"no NCCL baseline: {why}")
         self.world = world
         self.nccl = nccl
         uid = world.comm.bcast(nccl.get_unique_id() if world.rank == 0 else None, root=0)
@@ -81,6 +82,16 @@ class NcclBaseline:
             ro += int(recv_counts[p])
         self.nccl.groupEnd()
         return out
+
+    def all_to_all_rows(self, x: Any, send_counts: Sequence[int], stream: Any = None) -> tuple[Any, np.ndarray]:
+        """all_to_all with the counts exchanged first (over MPI, as an NCCL user would): x holds its
+        rows destination-major; returns (the received rows, source-major; rows per source)."""
+        import cupy
+
+        recv = np.asarray(self.world.comm.alltoall([int(c) for c in send_counts]), np.int64)
+        out = cupy.empty((int(recv.sum()),) + tuple(x.shape[1:]), x.dtype)
+        self.all_to_all(x, send_counts, out, recv, stream)
+        return out, recv
 
     def close(self) -> None:
         self.comm.destroy()

@@ -81,13 +81,15 @@ def time_call(world: World, fn: Callable[[int], Any], warmup: int = 5, iters: in
 
 
 def time_calls(world: World, fns: dict[str, Callable[[int], Any]], warmup: int = 5,
-               iters: int = 30, rounds_per_hold: int | None = None) -> dict[str, Timing]:
+               iters: int = 30, rounds_per_hold: int | None = None, hold: bool = True) -> dict[str, Timing]:
     """Time several contenders, interleaved call by call so that clock and thermal drift over
     the run falls on all of them alike; collective. No fn may synchronize the stream: the timed
     calls are queued behind the stream blocker, released once all are issued. rounds_per_hold:
     release (and wait) after this many rounds of every contender and hold again (default: all at
     once); for contenders of many launches each, whose queued rounds would overflow the device's
-    launch queue (the host then blocks on a launch that the held stream never takes)."""
+    launch queue (the host then blocks on a launch that the held stream never takes).
+    hold=False: no blocker, for contenders that synchronize (a baseline whose counts go through the
+    host): the events then also time the host's gaps inside each call, as its user would see them."""
     import cupy
 
     global _blocker
@@ -102,7 +104,8 @@ def time_calls(world: World, fns: dict[str, Callable[[int], Any]], warmup: int =
     per_hold = iters if rounds_per_hold is None else max(1, min(rounds_per_hold, iters))
     for first in range(0, iters, per_hold):
         world.barrier()
-        _blocker.hold()
+        if hold:
+            _blocker.hold()
         for i in range(first, min(first + per_hold, iters)):
             for name, fn in fns.items():
                 start, stop = events[name][i]
@@ -111,9 +114,10 @@ def time_calls(world: World, fns: dict[str, Callable[[int], Any]], warmup: int =
                 fn(warmup + i)
                 stop.record()
                 host_s[name] += time.perf_counter() - t0
-        _blocker.release()
+        if hold:
+            _blocker.release()
         world.synchronize()
-        if world.comm.allreduce(_blocker.gave_up, op=_max()):
+        if hold and world.comm.allreduce(_blocker.gave_up, op=_max()):
             raise KosmosError(f"queuing {per_hold * len(fns)} timed calls took over {_blocker.budget_s} s on some "
                               "rank (does a timed function synchronize, or do they overflow the launch queue? "
                               "pass a smaller rounds_per_hold): no timing taken")

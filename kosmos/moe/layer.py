@@ -7,6 +7,8 @@
 Three paths, the same result (steps towards the one-launch megakernel):
 - path="fused": as "device", with the dispatch and the experts' first GEMM (SwiGLU) in one launch
   (MoEDispatch.swiglu: movers push rows, builders start each tile once its rows have landed);
+- path="baseline": what one would write without kosmos, for the benchmarks: counts over MPI, rows
+  by NCCL grouped send/recv, cuBLAS (cupy.matmul) per expert; one rank per GPU (NCCL's rule);
 - path="device": our kernels as separate launches with nothing on the host: route, MoEDispatch
   (counts through the symmetric heap, rows pushed to their final expert-major place), the grouped
   GEMMs on its arena, MoECombine (rows back and the fold) — no host round trip (not yet CUDA-graph
@@ -41,6 +43,7 @@ from ..arrays import check_array
 from ..collectives import AllToAll
 from ..dtypes import bf16_to_f32, bfloat16, f32_to_bf16, float32, random_bf16
 from ..exchange import agree_args, all_ok
+from ..reference import NcclBaseline
 from ..runtime.streams import uses_stream
 from ..world import World
 from .config import MoEConfig
@@ -49,7 +52,7 @@ from .dispatch import MoEDispatch
 from .reference import router_logit_grads, silu, swiglu_backward
 from .route import DeviceRouting, check_routable, plan_chunks, route
 
-PATHS = ("serial", "device", "fused")
+PATHS = ("serial", "device", "fused", "baseline")
 
 
 @dataclass
@@ -163,13 +166,16 @@ class MoELayer:
             self._combine = MoECombine(world, cfg.experts, h, max_tokens, k)
             # the backward's own arena: the forward's (x_experts) must outlive the dY dispatch
             self._dispatch_bwd = MoEDispatch(world, cfg.experts, 2 * h, self.capacity_rows)
+        elif path == "baseline":  # NCCL rows (one rank per GPU), cuBLAS per expert
+            self._nccl = NcclBaseline(world)
+            self._dispatch = self._combine = None
         else:
             self._dispatch = AllToAll(world, self.capacity_rows, (h,), bfloat16)
             self._combine = AllToAll(world, max_tokens * k, (h,), bfloat16)
         self._router_pad = -(-cfg.experts // 64) * 64  # the router GEMM's output columns (tile multiple)
 
     def close(self) -> None:
-        for plan in (self._dispatch, self._combine, getattr(self, "_dispatch_bwd", None)):
+        for plan in (self._dispatch, self._combine, getattr(self, "_dispatch_bwd", None), getattr(self, "_nccl", None)):
             if plan is not None:
                 plan.close()
 
@@ -220,7 +226,7 @@ class MoELayer:
 
         # 1. route
         logits, r = self._route(x, params)
-        if self.path != "serial":
+        if self.path in ("device", "fused"):
             y, ctx = self._forward_device(x, params, r)
             ctx.x, ctx.logits, ctx.calls = x, logits, (self._dispatch.epoch, self._combine.epoch)
             if check:
@@ -243,7 +249,8 @@ class MoELayer:
                              f"nothing was moved (raise capacity_rows, or route more evenly)")
         tokens = (r.order // k).astype(cupy.int64)
         x_sent = _u16(x)[tokens].view(bfloat16) if t else cupy.empty((0, cfg.hidden), bfloat16)
-        x_recv, recv_counts = self._dispatch(x_sent, send_counts.tolist())
+        rows_a2a = self._nccl.all_to_all_rows if self.path == "baseline" else self._dispatch
+        x_recv, recv_counts = rows_a2a(x_sent, send_counts.tolist())
 
         # expert-major at the owner: expert e's rows from source 0, then 1, ...
         src_start = np.concatenate([[0], np.cumsum(mine.sum(axis=1))])        # [P + 1] in x_recv
@@ -260,8 +267,11 @@ class MoELayer:
             x_e = cupy.empty((self.capacity_rows, hid), np.uint16)
             x_e[:received] = _u16(x_recv)[expert_major]
             x_e = x_e.view(bfloat16)
-            hmid = grouped.grouped_matmul(x_e, params.w1, group_rows, "TN", epilogue="swiglu")
-            y_e = grouped.grouped_matmul(hmid, params.w2, group_rows, "TN")
+            if self.path == "baseline":
+                hmid, y_e = self._experts_per_expert(x_e, params, mine.sum(axis=0))
+            else:
+                hmid = grouped.grouped_matmul(x_e, params.w1, group_rows, "TN", epilogue="swiglu")
+                y_e = grouped.grouped_matmul(hmid, params.w2, group_rows, "TN")
             y_recv = cupy.empty((received, hid), bfloat16)
             _u16(y_recv)[expert_major] = _u16(y_e)[:received]
         else:
@@ -270,7 +280,8 @@ class MoELayer:
             y_recv = cupy.empty((0, hid), bfloat16)
 
         # 4. combine and fold
-        y_back, _ = self._combine(y_recv, recv_counts.tolist())  # rows in this rank's dispatch order
+        y_back, _ = (self._nccl.all_to_all_rows if self.path == "baseline" else self._combine)(
+            y_recv, recv_counts.tolist())  # rows in this rank's dispatch order
         acc = cupy.zeros((t, hid), float32)
         if t:
             rows = bf16_to_f32(_u16(y_back)[r.slot.astype(cupy.int64)].view(bfloat16)).reshape(t, k, hid)
@@ -281,6 +292,22 @@ class MoELayer:
         y = f32_to_bf16(acc)
         ctx = MoEContext(r, send_counts, np.asarray(recv_counts), group_rows, expert_major, x_e, hmid)
         return y, ctx
+
+    def _experts_per_expert(self, x_e: Any, params: MoEParams, rows: np.ndarray) -> tuple[Any, Any]:
+        """The baseline's expert GEMMs: cuBLAS (cupy.matmul) per expert, SwiGLU in fp32 between."""
+        import cupy
+
+        f, hid = self.cfg.intermediate, self.cfg.hidden
+        hmid = cupy.empty((x_e.shape[0], f), bfloat16)
+        y_e = cupy.empty((x_e.shape[0], hid), bfloat16)
+        lo = 0
+        for e, n in enumerate(int(v) for v in rows):
+            if n:
+                pre = bf16_to_f32(cupy.matmul(x_e[lo:lo + n], params.w1[e].T))
+                _u16(hmid)[lo:lo + n] = _u16(f32_to_bf16(silu(cupy, pre[:, :f]) * pre[:, f:]))
+                cupy.matmul(hmid[lo:lo + n], params.w2[e].T, out=y_e[lo:lo + n])
+            lo += n
+        return hmid, y_e
 
     def _route(self, x: Any, params: MoEParams) -> tuple[Any, DeviceRouting]:
         """The router GEMM (fp32 logits, padded to the builder's 64-column tiles) and the routing."""
@@ -334,7 +361,7 @@ class MoELayer:
         gradients from the forward's combine buffer (each pair's expert output) in fp32."""
         import cupy
 
-        if self.path == "serial":
+        if self.path in ("serial", "baseline"):
             raise ValueError("MoELayer.backward runs on the device paths: build the layer with path='device' or 'fused'")
         cfg, k = self.cfg, self.cfg.top_k
         err = None

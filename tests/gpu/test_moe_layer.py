@@ -19,6 +19,7 @@ cupy = pytest.importorskip("cupy")
 from kosmos.dtypes import bfloat16  # noqa: E402
 from kosmos.errors import KosmosError  # noqa: E402
 from kosmos.moe import MoEConfig, MoELayer, MoEParams, expert_tensors, reference  # noqa: E402
+from kosmos.reference import NcclBaseline  # noqa: E402
 
 from .conftest import rank_input  # noqa: E402
 
@@ -44,6 +45,8 @@ def run_and_check(world, cfg, base_tokens, seed, params_hook=None, path="serial"
     P, r = world.size, world.rank
     if cfg.experts % P:
         pytest.skip(f"{cfg.experts} experts do not divide over {P} ranks")
+    if path == "baseline" and not NcclBaseline.available(world):
+        pytest.skip(f"the NCCL baseline cannot run here: {NcclBaseline.unavailable_reason(world)}")
     layer = MoELayer(world, cfg, max_tokens=base_tokens + 37 * P, path=path)
     try:
         params = MoEParams.random(cfg, world, seed)
@@ -76,7 +79,7 @@ def run_and_check(world, cfg, base_tokens, seed, params_hook=None, path="serial"
         layer.close()
 
 
-PATHS = ["serial", "device", "fused"]
+PATHS = ["serial", "device", "fused", "baseline"]
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -125,6 +128,8 @@ def test_a_routing_past_capacity_raises_on_every_rank(world, path):
     cfg = TINY["softmax"]
     if cfg.experts % world.size or world.size > 8:
         pytest.skip("8 experts over this world")
+    if path == "baseline" and not NcclBaseline.available(world):
+        pytest.skip(f"the NCCL baseline cannot run here: {NcclBaseline.unavailable_reason(world)}")
     layer = MoELayer(world, cfg, max_tokens=64, capacity_rows=16, path=path)
     try:
         params = MoEParams.random(cfg, world, 2)
