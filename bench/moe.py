@@ -16,8 +16,9 @@ shared expert's); dense (cuBLAS on the same FLOPs: the routed rows' two GEMMs an
 experts'); without the stream blocker (host gaps included, as a user sees them): layer unheld
 and baseline (path "baseline": counts over MPI, rows by NCCL, cupy.matmul per expert).
 `--phases` also times each part alone (router GEMM + routing, dispatch, routed grouped GEMMs,
-shared expert, combine + fold). Issue 12's targets: layer within 5 % of experts,
-experts >= 0.85 of dense. Writes JSON (GPU, commit, world size).
+shared expert, combine + fold). `--backward` times the backward instead (bench_backward).
+Issue 12's targets: layer within 5 % of experts, experts >= 0.85 of dense; issue 13's: the
+backward within 5 % of its GEMMs alone, its GEMMs >= 0.85 of dense. Writes JSON (GPU, commit, world size).
 """
 from __future__ import annotations
 
@@ -130,6 +131,82 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
         cupy.get_default_memory_pool().free_all_blocks()
 
 
+def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
+    """The backward (path "device"): step (forward + backward; a backward needs its own forward's
+    context) and forward, so backward = step - forward; bwd gemms (the backward's expert GEMMs
+    alone: grouped NT/NN for wgrad2/dgrad2, the TN recompute of GEMM1, NT/NN for wgrad1/dgrad1, and
+    the shared experts'); bwd dense (cuBLAS on the same FLOPs)."""
+    import cupy
+
+    tokens = rows_per * cfg.experts // cfg.top_k
+    layer = MoELayer(world, cfg, max_tokens=tokens, path="device")
+    try:
+        params = MoEParams.random(cfg, world, seed)
+        if skew and params.bias is not None:
+            params.bias[:] = cupy.asarray(np.linspace(-0.5, 0.5, cfg.experts, dtype=np.float32))
+        x, dy = random_bf16((tokens, cfg.hidden), seed + 3), random_bf16((tokens, cfg.hidden), seed + 4)
+        y, ctx = layer.forward(x, params, check=True)
+        layer.backward(dy, ctx, params)
+        rows = ctx.group_rows
+        total = int(rows.sum())
+        h, i, s_w = cfg.hidden, cfg.intermediate, cfg.shared_width if cfg.shared else 0
+        x_e, a = ctx.x_experts, ctx.h
+        d_ye, d_pre = random_bf16(x_e.shape, seed + 5), random_bf16((x_e.shape[0], 2 * i), seed + 6)
+        if cfg.shared:  # the shared experts' backward operands (their own forward's are not kept)
+            sx, sd = random_bf16((tokens, h), seed + 7), random_bf16((tokens, 2 * s_w), seed + 8)
+            sa, sw1 = random_bf16((tokens, s_w), seed + 9), random_bf16((2 * s_w, h), seed + 10)
+
+        def step(_):
+            _y, c = layer.forward(x, params)
+            layer.backward(dy, c, params)
+
+        def gemms(_):
+            grouped_matmul(d_ye, a, rows, "NT", out_dtype=np.float32)
+            grouped_matmul(d_ye, params.w2, rows, "NN")
+            grouped_matmul(x_e, params.w1, rows, "TN")
+            grouped_matmul(d_pre, x_e, rows, "NT", out_dtype=np.float32)
+            grouped_matmul(d_pre, params.w1, rows, "NN")
+            shared_gemms()
+
+        dyr, ar, xr = random_bf16((total, h), seed + 11), random_bf16((total, i), seed + 12), random_bf16((total, h), seed + 13)
+        dpr = random_bf16((total, 2 * i), seed + 14)
+        w1, w2 = params.w1[0], params.w2[0]
+
+        def dense(_):  # cuBLAS, the same GEMM shapes over all the routed rows as one group
+            cupy.matmul(dyr.T, ar)      # wgrad2 [H, I]
+            cupy.matmul(dyr, w2)        # dgrad2 [R, I]
+            cupy.matmul(xr, w1.T)       # recompute [R, 2I]
+            cupy.matmul(dpr.T, xr)      # wgrad1 [2I, H]
+            cupy.matmul(dpr, w1)        # dgrad1 [R, H]
+            shared_gemms()
+
+        def shared_gemms():  # recompute, wgrad2, dgrad2, wgrad1, dgrad1 of each shared expert
+            for j in range(cfg.shared):
+                cupy.matmul(sx, sw1.T)
+                cupy.matmul(dy.T, sa)
+                cupy.matmul(dy, params.shared_w2[j])
+                cupy.matmul(sd.T, sx)
+                cupy.matmul(sd, sw1)
+
+        t = time_calls(world, {"step": step, "forward": lambda _: layer.forward(x, params), "bwd gemms": gemms,
+                               "bwd dense": dense}, warmup, iters, rounds_per_hold=2)
+        flops = 16 * h * (total * i + tokens * cfg.shared * s_w)  # 2 + 2 + 4 + 4 + 4 (x R H I) per expert
+        rec = {"model": cfg.name, "E": cfg.experts, "top_k": cfg.top_k, "H": h, "I": i, "tokens": tokens,
+               "rows_per_expert": rows_per, "skew": skew, "total_rows": total}
+        for name, tm in t.items():
+            rec[name] = {"ms": tm.median_ms, "min_ms": tm.min_ms, "host_us": tm.host_us}
+        bwd = rec["step"]["ms"] - rec["forward"]["ms"]
+        rec["backward"] = {"ms": bwd, "tflops": flops / bwd / 1e9}
+        for name in ("bwd gemms", "bwd dense"):
+            rec[name]["tflops"] = flops / rec[name]["ms"] / 1e9
+        rec["backward_vs_gemms"] = rec["bwd gemms"]["ms"] / bwd
+        rec["gemms_vs_dense"] = rec["bwd dense"]["ms"] / rec["bwd gemms"]["ms"]
+        return rec
+    finally:
+        layer.close()
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="rows per expert 256 and 2048, no skew")
@@ -138,6 +215,8 @@ def main(argv=None):
     ap.add_argument("--skew", action="store_true", help="also a skewed routing (models with expert_bias)")
     ap.add_argument("--movers", default="auto",
                     help="path 'fused' layers to time, by movers (comma-separated CTA counts, 'auto' = default)")
+    ap.add_argument("--backward", action="store_true",
+                    help="time the backward instead (step = forward + backward, its GEMMs alone, dense)")
     ap.add_argument("--phases", action="store_true",
                     help="also time the layer's parts alone: router, dispatch, routed, shared, combine")
     add_timing_args(ap)
@@ -150,6 +229,15 @@ def main(argv=None):
             cfg = share(name)
             for rows_per in rows_list:
                 for skew in (False, True) if args.skew and not args.quick else (False,):
+                    if args.backward:
+                        rec = bench_backward(world, cfg, rows_per, skew, args.iters, args.warmup, len(results) * 7 + 1)
+                        results.append(rec)
+                        print(f"{cfg.name:22s} rows/exp {rows_per:5d} {'skewed' if skew else 'routed':6s} "
+                              f"backward {rec['backward']['ms']:7.3f} ms (step {rec['step']['ms']:.3f} - forward "
+                              f"{rec['forward']['ms']:.3f})  gemms {rec['bwd gemms']['ms']:7.3f}  dense "
+                              f"{rec['bwd dense']['ms']:7.3f}  backward/gemms {rec['backward_vs_gemms']:.3f}  "
+                              f"gemms/dense {rec['gemms_vs_dense']:.3f}", flush=True)
+                        continue
                     rec = bench_case(world, cfg, rows_per, skew, args.iters, args.warmup, seed=len(results) * 7 + 1,
                                      phases=args.phases, movers=movers)
                     results.append(rec)
@@ -162,9 +250,9 @@ def main(argv=None):
                           flush=True)
                     if args.phases:
                         print("    " + "  ".join(f"{p} {rec[p]['ms']:.3f}" for p in PHASES), flush=True)
-        stem = write_results(args, "moe", commit, results, path="device")
+        stem = write_results(args, "moe_backward" if args.backward else "moe", commit, results, path="device")
         print(f"\n# summary ({device_name()}, commit {commit}) -> {stem}.json")
-        for r in results:
+        for r in results if not args.backward else []:
             print(f"{r['model']:22s} {r['rows_per_expert']:5d} layer/experts {r['layer_vs_experts']:.3f} "
                   f"experts/dense {r['experts_vs_dense']:.3f}")
 
