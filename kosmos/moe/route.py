@@ -1,5 +1,6 @@
 """MoE routing on the device: router logits in, each token's experts and weights and the dispatch
-plan out, in four small launches (hipsrc/moe_route.hip; the forward megakernel runs the same code).
+plan out, in four small launches (hipsrc/moe_route.hip: a thread per token, then a CTA per chunk of
+32 tokens; the forward megakernel runs the same code).
 
     r = route(logits, cfg, bias=None)        # logits: float32 CuPy [T, L], L >= cfg.experts
     r.experts [T, k] int32 (best first), r.weights [T, k] float32,
@@ -130,13 +131,13 @@ def route(logits: Any, cfg: MoEConfig, bias: Any = None, *, stream: Any = None) 
     mod = _module()
     blocks = lambda n: (-(-n // _THREADS),)  # noqa: E731
     mod.get_function("kosmos_moe_route")(blocks(t), (_THREADS,), (rule, logits, ld, np.int32(t), experts, weights))
-    mod.get_function("kosmos_moe_count")(blocks(chunks), (_THREADS,), (
+    mod.get_function("kosmos_moe_count")((chunks,), (_THREADS,), (
         rule, logits, ld, np.int32(t), experts, counts, null if prob_sums is None else prob_sums,
         null if lse_sq is None else lse_sq))
     mod.get_function("kosmos_moe_scan")((1,), (_SCAN_THREADS,), (
         np.int32(e), np.int32(t), np.int32(k), counts, offsets, start, null if prob_sums is None else prob_sums,
         null if lse_sq is None else lse_sq, null if mean_prob is None else mean_prob,
         np.float32(cfg.aux_loss_coef), np.float32(cfg.z_loss_coef), losses))
-    mod.get_function("kosmos_moe_place")(blocks(chunks), (_THREADS,), (experts, np.int32(t), np.int32(k),
+    mod.get_function("kosmos_moe_place")((chunks,), (_THREADS,), (experts, np.int32(t), np.int32(k),
                                          np.int32(e), offsets, order, slot))
     return DeviceRouting(experts, weights, order, slot, start, losses, mean_prob)

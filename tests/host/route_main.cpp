@@ -31,8 +31,18 @@ int main() {
   const int chunks = chunks_of(T);
   std::vector<int> counts(size_t(chunks) * E), offsets(size_t(chunks) * E);
   std::vector<double> prob_sums(size_t(chunks) * E), lse_sq(chunks);
-  for (int c = 0; c < chunks; ++c)
-    count_chunk(rule, logits.data(), L, T, experts.data(), c, counts.data(), prob_sums.data(), lse_sq.data());
+  for (int c = 0; c < chunks; ++c) {  // kosmos_moe_count's lanes
+    const int t0 = c * kChunk, t1 = std::min(t0 + kChunk, T), n = (t1 - t0) * k;
+    const int* ex = experts.data() + size_t(t0) * k;
+    for (int e = 0; e < E; ++e) counts[size_t(c) * E + e] = chunk_count(ex, n, e);
+    std::vector<TokenNorm> norms(t1 - t0);
+    for (int t = t0; t < t1; ++t) norms[t - t0] = token_norm(rule, logits.data() + size_t(t) * L);
+    for (int e = 0; e < E; ++e)
+      prob_sums[size_t(c) * E + e] = chunk_prob_sum(rule, logits.data(), L, t0, t1, norms.data(), e);
+    double z = 0.0;
+    for (int t = t0; t < t1; ++t) z += norms[t - t0].lse2;
+    lse_sq[c] = z;
+  }
   for (int e = 0; e < E; ++e)
     start[e + 1] = scan_expert(e, E, chunks, T, counts.data(), offsets.data(), prob_sums.data(), mean_prob.data());
   for (int e = 0; e < E; ++e) start[e + 1] += start[e];
@@ -41,7 +51,15 @@ int main() {
   losses[1] = l.z;
   for (int e = 0; e < E; ++e)
     for (int c = 0; c < chunks; ++c) offsets[size_t(c) * E + e] += start[e];
-  for (int c = 0; c < chunks; ++c) place_chunk(c, experts.data(), T, k, E, offsets.data(), order.data(), slot.data());
+  for (int c = 0; c < chunks; ++c) {  // kosmos_moe_place's lanes
+    const int t0 = c * kChunk, n = (std::min(t0 + kChunk, T) - t0) * k;
+    const int* ex = experts.data() + size_t(t0) * k;
+    for (int i = 0; i < n; ++i) {
+      const int row = offsets[size_t(c) * E + ex[i]] + rank_in_chunk(ex, i);
+      order[row] = size_t(t0) * k + i;
+      slot[size_t(t0) * k + i] = row;
+    }
+  }
   put(experts), put(weights), put(order), put(slot), put(start), put(mean_prob), put(losses);
   return 0;
 }

@@ -1,11 +1,15 @@
 // The dispatch plan: the stable counting sort of (token, j) pairs by expert (expert-major, then
-// token, then j), and the router's losses, as per-thread steps with no atomics (the same result on
-// every run). hipsrc/moe_route.hip launches them; the forward megakernel runs them as phases.
+// token, then j), and the router's losses, as steps with no atomics (the same result on every run).
+// hipsrc/moe_route.hip runs each step with one CTA per chunk of kChunk tokens, a lane per expert,
+// token or pair of the chunk (tests/host/route_main.cpp runs the lanes one after another).
 //
-//   count_chunk  one thread per chunk of kChunk tokens: its pairs per expert, and (with losses)
-//                its tokens' normalised scores summed per expert and their logsumexp^2 summed
-//   scan_expert  one thread per expert: its rows before each chunk, its total, its mean score
-//   place_chunk  one thread per chunk: order[row] = t * k + j, slot[t * k + j] = row
+//   chunk_count     lane per expert: the chunk's pairs routed to it
+//   token_norm      lane per token (losses only): its scores' normaliser, their sum, its logsumexp^2
+//   chunk_prob_sum  lane per expert (losses only): its normalised scores summed over the chunk's
+//                   tokens, in token order
+//   scan_expert     one thread per expert: its rows before each chunk, its total, its mean score
+//   rank_in_chunk   lane per pair: its rank among the chunk's earlier pairs of its expert; with the
+//                   scanned offsets: order[row] = t * k + j, slot[t * k + j] = row
 #pragma once
 #include "route.h"
 
@@ -14,30 +18,45 @@ namespace moe {
 
 KOSMOS_DEVICE i32 chunks_of(i32 tokens) { return (tokens + kChunk - 1) / kChunk; }
 
-// counts: [chunks][E] (this chunk's row only). prob_sums ([chunks][E] doubles) and lse_sq
-// ([chunks]) are written when non-null, from the logits (the scores are recomputed: cheap, and
-// the route step keeps no per-expert state).
-KOSMOS_DEVICE void count_chunk(const RouteRule& r, const float* logits, i64 ld, i32 tokens, const i32* experts,
-                               i32 c, i32* counts, double* prob_sums, double* lse_sq) {
-  const i32 E = r.experts, t0 = c * kChunk, t1 = min(t0 + kChunk, tokens);
-  i32* mine = counts + i64(c) * E;
-  for (i32 e = 0; e < E; ++e) mine[e] = 0;
-  for (i64 p = i64(t0) * r.top_k; p < i64(t1) * r.top_k; ++p) ++mine[experts[p]];
-  if (!prob_sums) return;
-  double* probs = prob_sums + i64(c) * E;
-  for (i32 e = 0; e < E; ++e) probs[e] = 0.0;
-  double z = 0.0;
+// ex: the experts of the chunk's n pairs (experts[c * kChunk * k ...]).
+KOSMOS_DEVICE i32 chunk_count(const i32* ex, i32 n, i32 e) {
+  i32 count = 0;
+  for (i32 i = 0; i < n; ++i) count += ex[i] == e;
+  return count;
+}
+
+KOSMOS_DEVICE i32 rank_in_chunk(const i32* ex, i32 i) {
+  i32 rank = 0;
+  for (i32 q = 0; q < i; ++q) rank += ex[q] == ex[i];
+  return rank;
+}
+
+struct TokenNorm {
+  RowExp re;    // the softmax normaliser and the logsumexp's parts (row_exp)
+  float total;  // the scores' sum: 1 up to rounding (softmax), the reference's normaliser (sigmoid)
+  double lse2;  // logsumexp^2, for the z-loss
+};
+
+KOSMOS_DEVICE TokenNorm token_norm(const RouteRule& r, const float* row) {
+  TokenNorm n;
+  n.re = row_exp(row, r.experts);  // once, for the scores and the logsumexp
+  const Scorer score = make_scorer(r, row, n.re);
+  n.total = 0.0f;
+  for (i32 e = 0; e < r.experts; ++e) n.total += score(e);
+  const double lse = double(n.re.max) + log(double(n.re.sum));
+  n.lse2 = lse * lse;
+  return n;
+}
+
+// norms[t - t0]: token_norm of the chunk's tokens [t0, t1).
+KOSMOS_DEVICE double chunk_prob_sum(const RouteRule& r, const float* logits, i64 ld, i32 t0, i32 t1,
+                                    const TokenNorm* norms, i32 e) {
+  double p = 0.0;
   for (i32 t = t0; t < t1; ++t) {
-    const float* row = logits + t * ld;
-    const RowExp re = row_exp(row, E);  // the scores' normaliser (softmax) and the logsumexp, once
-    const Scorer score = make_scorer(r, row, re);
-    float total = 0.0f;  // softmax: 1 up to rounding; sigmoid: the scores' sum (the reference's normaliser)
-    for (i32 e = 0; e < E; ++e) total += score(e);
-    for (i32 e = 0; e < E; ++e) probs[e] += double(score(e) / total);
-    const double lse = double(re.max) + log(double(re.sum));
-    z += lse * lse;
+    const TokenNorm& n = norms[t - t0];
+    p += double(make_scorer(r, logits + t * ld, n.re)(e) / n.total);
   }
-  lse_sq[c] = z;
+  return p;
 }
 
 // Expert e's offsets[c][e] = rows of e in chunks before c (start[e] is added by the caller once the
@@ -54,18 +73,6 @@ KOSMOS_DEVICE i32 scan_expert(i32 e, i32 E, i32 chunks, i32 tokens, const i32* c
   }
   if (prob_sums) mean_prob[e] = float(p / tokens);
   return run;
-}
-
-// next: this chunk's row of the offsets (start[e] already added); advanced in place.
-KOSMOS_DEVICE void place_chunk(i32 c, const i32* experts, i32 tokens, i32 top_k, i32 E, i32* offsets, i32* order,
-                               i32* slot) {
-  i32* next = offsets + i64(c) * E;
-  const i64 lo = i64(c) * kChunk * top_k, hi = i64(min((c + 1) * kChunk, tokens)) * top_k;
-  for (i64 p = lo; p < hi; ++p) {
-    const i32 row = next[experts[p]]++;
-    order[row] = i32(p);
-    slot[p] = row;
-  }
 }
 
 // The losses from the scanned totals (start[E + 1]) and mean scores: what reference.route returns.
