@@ -1,6 +1,8 @@
-// The MoE layer's fused launches (kosmos/moe/dispatch.py, MoEDispatch.swiglu): the dispatch with the
-// experts' first GEMM and its SwiGLU epilogue (hipsrc/kosmos/moe/dispatch_gemm.h).
+// The MoE layer's fused launches: the dispatch with the experts' first GEMM and its SwiGLU epilogue
+// (MoEDispatch.swiglu, hipsrc/kosmos/moe/dispatch_gemm.h); the experts' second GEMM with the
+// combine and the fold (MoECombine.gemm2, hipsrc/kosmos/moe/gemm_combine.h).
 #include "kosmos/moe/dispatch_gemm.h"
+#include "kosmos/moe/gemm_combine.h"
 
 using namespace kosmos;
 using namespace kosmos::gemm;
@@ -16,4 +18,13 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                                const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiSwiGLU epi,
                                const KOSMOS_GRID_CONSTANT DispatchParams d, i32 movers, u64* words) {
   dispatch_gemm1<DefaultTile, KOSMOS_MOE_PUSH_UNROLL>(tma, tmb, p, epi, d, movers, words);
+}
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+    kosmos_moe_gemm2_combine(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,
+                             const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiStoreBf16 epi,
+                             const KOSMOS_GRID_CONSTANT CombineParams d, i32 movers, i32 rows_cap, u64* words,
+                             u64* rows_done, i32 rows_done_len) {
+  gemm2_combine<DefaultTile, KOSMOS_MOE_PUSH_UNROLL>(tma, tmb, p, EpiStoreBf16Tma(epi, &tmc), d, movers, rows_cap,
+                                                     words, rows_done, rows_done_len);
 }

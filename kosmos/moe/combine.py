@@ -73,23 +73,82 @@ class MoECombine(SymmetricPlan):
         fn = mod.get_function("kosmos_moe_combine")
         self.launch = PersistentLaunch.checked(fn, grid or max_resident_blocks(fn, MOVER_THREADS, smem),
                                                MOVER_THREADS, smem)
+        self._gemm2 = self._y_e = None  # the fused GEMM2 + combine launch and its output, at its first call
         cupy.cuda.runtime.deviceSynchronize()  # the zeroed counters, before a first call on any stream
 
     @uses_stream
     def __call__(self, y_experts: Any, dispatch: MoEDispatch, routing: DeviceRouting, shared: Any = None,
                  out: Any = None, stream: Any = None) -> Any:
-        import cupy
-
         self._check_open()
         dev = self.world.device_id
         y_experts = check_array(y_experts, "y_experts", dtypes=(bfloat16,), device=dev, stream=stream)
         if y_experts.ndim != 2 or y_experts.shape[1] != self.hidden:
             raise ValueError(f"y_experts must be [rows, {self.hidden}] bf16, got {tuple(y_experts.shape)}")
-        if dispatch.experts != self.experts or dispatch.world is not self.world:
-            raise ValueError("the dispatch plan is for other experts or another world")
+        self._check_dispatch(dispatch)
         if y_experts.shape[0] < dispatch.capacity_rows:
             raise ValueError(f"y_experts needs the dispatch arena's {dispatch.capacity_rows} rows "
                              f"(rows past the counts are not read), got {y_experts.shape[0]}")
+        rec, out = self._record(y_experts, dispatch, routing, shared, out, stream)
+        self.launch([rec], stream=stream)
+        return out
+
+    @uses_stream
+    def gemm2(self, h: Any, w2: Any, dispatch: MoEDispatch, routing: DeviceRouting, shared: Any = None,
+              out: Any = None, *, movers: int | None = None, stream: Any = None) -> Any:
+        """The local experts' second GEMM (y_e = h W2^T, grouped over dispatch.group_rows) and the
+        combine in one launch (hipsrc/kosmos/moe/gemm_combine.h): movers push each run's rows home as
+        soon as the tile rows under them are done, builders join them when the tiles are; then the
+        fold. h: [capacity_rows, F] bf16 (MoEDispatch.swiglu's), w2: [E/P, H, F] bf16. movers: CTAs
+        that push from the start (default: an eighth of the SMs). Returns y [T, H] bf16."""
+        import cupy
+
+        from .. import gemm, grouped
+        from ..runtime.launch import sm_count
+
+        self._check_open()
+        dev = self.world.device_id
+        self._check_dispatch(dispatch)
+        h = check_array(h, "h", dtypes=(bfloat16,), device=dev, stream=stream)
+        w2 = check_array(w2, "w2", dtypes=(bfloat16,), device=dev, stream=stream)
+        cap = dispatch.capacity_rows
+        if h.ndim != 2 or h.shape[0] != cap:
+            raise ValueError(f"h must be [{cap}, F] bf16 (the dispatch arena's rows), got {tuple(h.shape)}")
+        shape = grouped.grouped_shape("TN", h.shape, w2.shape, self.e_loc, "store")
+        if shape.out_shape != (cap, self.hidden):
+            raise ValueError(f"w2 must be [{self.e_loc}, {self.hidden}, {h.shape[1]}] bf16, got {tuple(w2.shape)}")
+        if self._gemm2 is None:
+            mod = load_module("moe_fused.hip", world=self.world, extra_options=gemm._extra_options)
+            fn = mod.get_function("kosmos_moe_gemm2_combine")
+            self._gemm2 = PersistentLaunch.checked(fn, sm_count(), gemm.block_threads(), gemm.shared_mem_bytes())
+            self._gemm2_words = cupy.zeros(3, np.uint64)
+            self._rows_done_len = cap // gemm.tile_shape()[0] + self.e_loc + 1
+            self._rows_done = cupy.zeros((2, self._rows_done_len), np.uint64)
+            self._tmaps = {}
+        grid = self._gemm2.grid
+        movers = max(1, grid // 8) if movers is None else movers
+        if not isinstance(movers, (int, np.integer)) or not 1 <= movers <= grid:
+            raise ValueError(f"movers = {movers!r} must be in [1, {grid}] (CTAs of the fused grid)")
+        if self._y_e is None or self._y_e.shape != (cap, self.hidden):
+            self._y_e = cupy.empty((cap, self.hidden), bfloat16)
+        y_e = self._y_e
+        rec, out = self._record(y_e, dispatch, routing, shared, out, stream)
+        prob = gemm.problem_record(h, w2, shape.mo, shape.no, shape.kr, shape.tiles(256), 0, 1,
+                                   w2.shape[1] * w2.shape[2])
+        epi = gemm.epi_record(y_e, cap, self.hidden)
+        tmaps = gemm.operand_tmaps(self._tmaps, h, w2, y_e, gemm.arch_path() == "wgmma", gemm.arch_path() == "wgmma")
+        self._gemm2([*tmaps, prob, epi, rec, np.int32(movers), np.int32(cap), self._gemm2_words, self._rows_done,
+                     np.int32(self._rows_done_len)], stream=stream)
+        return out
+
+    def _check_dispatch(self, dispatch: MoEDispatch) -> None:
+        if dispatch.experts != self.experts or dispatch.world is not self.world:
+            raise ValueError("the dispatch plan is for other experts or another world")
+
+    def _record(self, y_experts: Any, dispatch: MoEDispatch, routing: DeviceRouting, shared: Any, out: Any,
+                stream: Any) -> tuple[np.void, Any]:
+        import cupy
+
+        dev = self.world.device_id
         t, k = int(routing.experts.shape[0]), int(routing.experts.shape[1])
         if k != self.top_k or t > self.max_tokens:
             raise ValueError(f"the routing has {t} tokens x top_k {k}; this plan takes <= {self.max_tokens} x "
@@ -113,5 +172,4 @@ class MoECombine(SymmetricPlan):
             run_done=self.run_done.data.ptr, slot=address(routing.slot), weights=address(routing.weights),
             shared=address(shared), out=address(out), rank=w.rank, world=w.size, experts=self.experts, e_loc=self.e_loc,
             top_k=k, tokens=t, item_rows=self.item_rows)
-        self.launch([rec], stream=stream)
-        return out
+        return rec, out

@@ -5,8 +5,10 @@
     y, ctx = layer.forward(x, params)                       # x: bf16 CuPy [T, H], T <= max_tokens
 
 Three paths, the same result (steps towards the one-launch megakernel):
-- path="fused": as "device", with the dispatch and the experts' first GEMM (SwiGLU) in one launch
-  (MoEDispatch.swiglu: movers push rows, builders start each tile once its rows have landed);
+- path="fused": as "device" in two launches after the routing: the dispatch with the experts' first
+  GEMM (MoEDispatch.swiglu: movers push rows, builders start each tile once its rows have landed),
+  and the second GEMM with the combine and the fold (MoECombine.gemm2: rows go home as soon as
+  their tiles are done);
 - path="baseline": what one would write without kosmos, for the benchmarks: counts over MPI, rows
   by NCCL grouped send/recv, cuBLAS (cupy.matmul) per expert; one rank per GPU (NCCL's rule);
 - path="device": our kernels as separate launches with nothing on the host: route, MoEDispatch
@@ -343,8 +345,12 @@ class MoELayer:
             arena, group_rows, _ = self._dispatch(x, r)
             x_e = arena.view(bfloat16)  # [capacity, H]: rows past the counts are not read
             hmid = grouped.grouped_matmul(x_e, params.w1, group_rows, "TN", epilogue="swiglu")
-        y_e = grouped.grouped_matmul(hmid, params.w2, group_rows, "TN")
-        y = self._combine(y_e, self._dispatch, r, shared=self._shared(x, params))
+        shared = self._shared(x, params)
+        if self.path == "fused":
+            y = self._combine.gemm2(hmid, params.w2, self._dispatch, r, shared=shared)
+        else:
+            y_e = grouped.grouped_matmul(hmid, params.w2, group_rows, "TN")
+            y = self._combine(y_e, self._dispatch, r, shared=shared)
         # x_e is the dispatch arena: valid until the next forward
         return y, MoEContext(r, None, None, group_rows, None, x_e, hmid)
 

@@ -143,21 +143,26 @@ def test_a_routing_past_capacity_raises_on_every_rank(world, path):
         layer.close()
 
 
-@pytest.mark.parametrize("name", ["deepseek-like", "top1-shared"])
+BIG = MoEConfig(experts=8, top_k=2, hidden=512, intermediate=256, name="big")  # several tiles per CTA
+
+
+@pytest.mark.parametrize("name", ["deepseek-like", "top1-shared", "big"])
 def test_fused_is_bitwise_the_device_path(world, name):
-    """path="fused" (dispatch + GEMM1 in one launch) against path="device" (separate launches) on the
-    same inputs: the output and every gradient bitwise equal (the same builder computes the same
-    tiles; only the launch around them differs)."""
-    cfg = TINY[name]
+    """path="fused" (dispatch + GEMM1, then GEMM2 + combine + fold, two launches) against
+    path="device" (separate launches) on the same inputs: the output and every gradient bitwise
+    equal (the same builder computes the same tiles; only the launches around them differ). "big":
+    4,096+ tokens a rank, so every CTA builds several tiles and movers wait for tile rows."""
+    cfg = BIG if name == "big" else TINY[name]
     P, r = world.size, world.rank
     if cfg.experts % P:
         pytest.skip(f"{cfg.experts} experts do not divide over {P} ranks")
+    base = 4096 if name == "big" else 400
     outs = []
     for path in ("device", "fused"):
-        layer = MoELayer(world, cfg, max_tokens=400 + 37 * P, path=path)
+        layer = MoELayer(world, cfg, max_tokens=base + 37 * P, path=path)
         try:
             params = MoEParams.random(cfg, world, 13)
-            x = cupy.asarray(rank_input(13, r, (tokens_of(r, P, 400), cfg.hidden), np.float32).astype(bfloat16))
+            x = cupy.asarray(rank_input(13, r, (tokens_of(r, P, base), cfg.hidden), np.float32).astype(bfloat16))
             dy = cupy.asarray(rank_input(14, r, x.shape, np.float32).astype(bfloat16))
             y, ctx = layer.forward(x, params, check=True)
             g = layer.backward(dy, ctx, params)
@@ -166,6 +171,34 @@ def test_fused_is_bitwise_the_device_path(world, name):
             layer.close()
     for name_, a, b in zip(("y", "dx", "dw1", "dw2", "d_router_w"), *outs):
         assert a == b, f"{name_} differs between the fused and the device paths"
+
+
+@pytest.mark.parametrize("movers", [1, "all"])
+def test_fused_gemm2_combine_with_any_crew(world, movers):
+    """MoECombine.gemm2 with one mover or with every CTA moving first: y bitwise the device path's
+    (world 1 only: a second combine of one dispatch is only safe without peers)."""
+    from kosmos.runtime import sm_count
+
+    if world.size > 1:
+        pytest.skip("a second combine of one dispatch races with peers' folds")
+    cfg = BIG
+    ref_layer = MoELayer(world, cfg, max_tokens=5000, path="device")
+    layer = MoELayer(world, cfg, max_tokens=5000, path="fused")
+    try:
+        params = MoEParams.random(cfg, world, 17)
+        x = cupy.asarray(rank_input(17, 0, (4999, cfg.hidden), np.float32).astype(bfloat16))
+        want, _ = ref_layer.forward(x, params, check=True)
+        _, ctx = layer.forward(x, params, check=True)
+        m = sm_count() if movers == "all" else movers
+        out = cupy.empty_like(want)
+        out.view(np.uint16).fill(0xFFFF)
+        got = layer._combine.gemm2(ctx.h, params.w2, layer._dispatch, ctx.routing, out=out, movers=m)
+        assert cupy.asnumpy(got).tobytes() == cupy.asnumpy(want).tobytes()
+        with pytest.raises(ValueError, match="movers"):
+            layer._combine.gemm2(ctx.h, params.w2, layer._dispatch, ctx.routing, movers=0)
+    finally:
+        layer.close()
+        ref_layer.close()
 
 
 def backward_case(world, cfg, seed, zero_dy=False):

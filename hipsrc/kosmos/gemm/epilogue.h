@@ -91,5 +91,20 @@ struct EpiCountDone : Base {
   }
 };
 
+// The same per tile row of a grouped GEMM: tile (group, tm) counts rows_done[tile_start[group] + tm],
+// so a consumer of rows (a MoE mover) waits for its rows' tile rows to reach tiles_n.
+template <class Base>
+struct EpiTileRowDone : Base {
+  u64* rows_done;
+  const GroupTable* table;
+  static constexpr bool kHasDone = true;
+  KOSMOS_DEVICE EpiTileRowDone(const Base& b, u64* counters, const GroupTable* t)
+      : Base(b), rows_done(counters), table(t) {}
+  KOSMOS_DEVICE void done(const TileCoord& t) const {
+    fence_acq_rel_dev();
+    atomic_add_acq_rel_dev(&rows_done[table->tile_start[t.group] + t.tm], 1ull);
+  }
+};
+
 }  // namespace gemm
 }  // namespace kosmos

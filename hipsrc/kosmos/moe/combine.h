@@ -46,67 +46,78 @@ KOSMOS_DEVICE u64 combine_smem_bytes(i32 world, i32 experts, i32 e_loc) {
   return u64(world * experts + 3 * e_loc * world + 1 + world) * 4;
 }
 
-KOSMOS_DEVICE void combine(const CombineParams& d) {
+struct CombineTables {
+  i32 *counts, *run_base, *run_dest, *chunk_start, *dest_chunks;
+};
+
+// All threads: the layout of this call from the dispatch's counts, into the dynamic shared memory.
+KOSMOS_DEVICE CombineTables combine_tables(const CombineParams& d) {
   extern __shared__ __align__(16) u8 combine_smem[];
-  __shared__ int s_ok;
   const i32 P = d.world, E = d.experts, L = d.e_loc, me = d.rank, R = L * P;
-  i32* counts = reinterpret_cast<i32*>(combine_smem);
-  i32* run_base = counts + P * E;
-  i32* run_dest = run_base + R;
-  i32* chunk_start = run_dest + R;
-  i32* dest_chunks = chunk_start + R + 1;
-  OpFlags* mine = flags_of(d.peer_bases, me, d.flags_off);
-  FusedHeads* heads = fused_heads(mine, d.epoch);
-  if (blockIdx.x == 0)
-    for (i32 s = threadIdx.x; s < P; s += blockDim.x) d.run_done[i64((d.epoch + 1) & 1) * P + s] = 0;
-  if (*d.dispatch_status != 0) {  // the dispatch moved nothing (the same on every rank): NaN, no waits
-    const i64 n = i64(d.tokens) * i64(d.row_bytes / 2);
-    for (i64 v = i64(blockIdx.x) * blockDim.x + threadIdx.x; v < n; v += i64(gridDim.x) * blockDim.x) d.out[v] = 0x7FC0;
-    return;
-  }
-  for (i32 v = threadIdx.x; v < P * E; v += blockDim.x) counts[v] = d.all_counts[v];
+  CombineTables m;
+  m.counts = reinterpret_cast<i32*>(combine_smem);
+  m.run_base = m.counts + P * E;
+  m.run_dest = m.run_base + R;
+  m.chunk_start = m.run_dest + R;
+  m.dest_chunks = m.chunk_start + R + 1;
+  for (i32 v = threadIdx.x; v < P * E; v += blockDim.x) m.counts[v] = d.all_counts[v];
   __syncthreads();
   // Run v = l * P + s: local expert l (global g), source s.
   for (i32 v = threadIdx.x; v < R; v += blockDim.x) {
     const i32 g = me * L + v / P, s = v % P;
-    run_base[v] = arena_row(counts, P, E, L, g, s);  // y is in the arena's order (layout.h)
-    run_dest[v] = source_row(counts, E, g, s);
+    m.run_base[v] = arena_row(m.counts, P, E, L, g, s);  // y is in the arena's order (layout.h)
+    m.run_dest[v] = source_row(m.counts, E, g, s);
   }
   if (threadIdx.x == 0) {
-    chunk_start[0] = 0;
-    for (i32 s = 0; s < P; ++s) dest_chunks[s] = 0;
+    m.chunk_start[0] = 0;
+    for (i32 s = 0; s < P; ++s) m.dest_chunks[s] = 0;
     for (i32 v = 0; v < R; ++v) {
-      const i32 n = counts[(v % P) * E + me * L + v / P], c = (n + d.item_rows - 1) / d.item_rows;
-      chunk_start[v + 1] = chunk_start[v] + c;
-      dest_chunks[v % P] += c;
+      const i32 n = m.counts[(v % P) * E + me * L + v / P], c = (n + d.item_rows - 1) / d.item_rows;
+      m.chunk_start[v + 1] = m.chunk_start[v] + c;
+      m.dest_chunks[v % P] += c;
     }
   }
   __syncthreads();
+  return m;
+}
 
-  // push
-  const i32 n_items = chunk_start[R];
+// The push: items (a chunk of a run) from this call's queue until it is dry. ready(l, row, rows):
+// the CTA waits until y's rows [row, row + rows) (of local expert l) are final (false: a wait gave
+// up; stop).
+template <int Unroll, class Ready>
+KOSMOS_DEVICE bool combine_push(const CombineParams& d, const CombineTables& m, const Ready& ready) {
+  const i32 P = d.world, E = d.experts, L = d.e_loc, me = d.rank, R = L * P;
+  FusedHeads* heads = fused_heads(flags_of(d.peer_bases, me, d.flags_off), d.epoch);
+  const i32 n_items = m.chunk_start[R];
   for (;;) {
     const i64 item = claim_item(heads);
-    if (item >= n_items) break;
-    const i32 v = run_of(chunk_start, R, item), s = v % P, n = counts[s * E + me * L + v / P];
-    const i32 first = (i32(item) - chunk_start[v]) * d.item_rows, rows = min(d.item_rows, n - first);
-    u8* dst = reinterpret_cast<u8*>(d.peer_bases[s] + d.comb_off) + u64(run_dest[v] + first) * d.row_bytes;
-    const u8* src = d.y + u64(run_base[v] + first) * d.row_bytes;
-    cta_copy_rows([&](u32 r) { return dst + u64(r) * d.row_bytes; },
-                  [&](u32 r) { return src + u64(r) * d.row_bytes; }, u32(rows), u32(d.row_bytes));
-    item_done(&d.run_done[i64(d.epoch & 1) * P + s], u64(dest_chunks[s]),
+    if (item >= n_items) return true;
+    const i32 v = run_of(m.chunk_start, R, item), s = v % P, n = m.counts[s * E + me * L + v / P];
+    const i32 first = (i32(item) - m.chunk_start[v]) * d.item_rows, rows = min(d.item_rows, n - first);
+    if (!ready(v / P, m.run_base[v] + first, rows)) return false;
+    u8* dst = reinterpret_cast<u8*>(d.peer_bases[s] + d.comb_off) + u64(m.run_dest[v] + first) * d.row_bytes;
+    const u8* src = d.y + u64(m.run_base[v] + first) * d.row_bytes;
+    cta_copy_rows<Unroll>([&](u32 r) { return dst + u64(r) * d.row_bytes; },
+                          [&](u32 r) { return src + u64(r) * d.row_bytes; }, u32(rows), u32(d.row_bytes));
+    item_done(&d.run_done[i64(d.epoch & 1) * P + s], u64(m.dest_chunks[s]),
               &flags_of(d.peer_bases, s, d.flags_off)->ready[me], d.epoch);
   }
+}
 
-  // fold: wait for every owner that sends this rank rows
+// The fold: wait for every owner that sends this rank rows, then y[t] = sum_j w[t, j] row(t, j)
+// (+ shared[t]) in fp32, rounded once. False: a wait gave up.
+KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) {
+  __shared__ int s_ok;
+  const i32 E = d.experts, L = d.e_loc, me = d.rank;
+  OpFlags* mine = flags_of(d.peer_bases, me, d.flags_off);
   int ok = 1;
   if (threadIdx.x == 0)
-    for (int o = 0; o < P && ok; ++o) {
+    for (int o = 0; o < d.world && ok; ++o) {
       i32 rows = 0;
-      for (i32 l = 0; l < L; ++l) rows += counts[me * E + o * L + l];
+      for (i32 l = 0; l < L; ++l) rows += m.counts[me * E + o * L + l];
       if (rows > 0) ok = wait_flag_sys(d.wait, SITE_PEER_ARRIVED, &mine->ready[o], d.epoch);
     }
-  if (!cta_broadcast(&s_ok, ok)) return;
+  if (!cta_broadcast(&s_ok, ok)) return false;
   const u8* comb = reinterpret_cast<const u8*>(d.peer_bases[me] + d.comb_off);
   const i32 vecs = i32(d.row_bytes / 16);  // 8 bf16 per 16-byte vector
   for (i64 w = i64(blockIdx.x) * blockDim.x + threadIdx.x; w < i64(d.tokens) * vecs; w += i64(gridDim.x) * blockDim.x) {
@@ -133,6 +144,26 @@ KOSMOS_DEVICE void combine(const CombineParams& d) {
     o.w = pack_bf16x2(acc[6], acc[7]);
     *reinterpret_cast<vec16*>(d.out + t * (d.row_bytes / 2) + c * 8) = o;
   }
+  return true;
+}
+
+// All threads, first: the next call's destination counters zeroed (CTA 0); after a dispatch that
+// moved nothing (the same on every rank), the output NaN and true (nothing else to do, no waits).
+KOSMOS_DEVICE bool combine_skipped(const CombineParams& d) {
+  if (blockIdx.x == 0)
+    for (i32 s = threadIdx.x; s < d.world; s += blockDim.x) d.run_done[i64((d.epoch + 1) & 1) * d.world + s] = 0;
+  if (*d.dispatch_status == 0) return false;
+  const i64 n = i64(d.tokens) * i64(d.row_bytes / 2);
+  for (i64 v = i64(blockIdx.x) * blockDim.x + threadIdx.x; v < n; v += i64(gridDim.x) * blockDim.x) d.out[v] = 0x7FC0;
+  return true;
+}
+
+// The standalone combine: y is final before the launch.
+KOSMOS_DEVICE void combine(const CombineParams& d) {
+  if (combine_skipped(d)) return;
+  const CombineTables m = combine_tables(d);
+  combine_push<kMoverUnroll>(d, m, [](i32, i32, i32) { return true; });
+  combine_fold(d, m);
 }
 
 }  // namespace moe

@@ -1,0 +1,67 @@
+// The experts' second GEMM and the combine in one launch (the paper's GEMM2 || combine): builder
+// CTAs compute y = h W2^T over the local experts (grouped TN, bf16, in the arena's order), counting
+// each tile row's finished tiles (gemm::EpiTileRowDone); mover CTAs push each item of an (expert,
+// source) run home as soon as the tile rows under it are done (combine.h), and builders join the
+// movers once the tile queue is dry (their shared memory turns from the pipeline into the movers'
+// tables: one-way); then every CTA folds.
+#pragma once
+#include "../gemm/ready.h"
+#include "../gemm/tile.h"
+#include "combine.h"
+
+namespace kosmos {
+namespace moe {
+
+// Grid: one CTA per SM (all resident), gemm::kThreads threads, the builder's shared memory; CTAs
+// [0, movers) push from the start. words: the tile queue; rows_done [2][rows_done_len]: finished
+// tiles per tile row, call parity (the next parity zeroed by CTA 0; rows_done_len >= the most tile
+// rows the arena can hold). PushUnroll: the movers' vectors in flight per thread.
+template <class Tile, int PushUnroll, class Epi>
+KOSMOS_DEVICE void gemm2_combine(const gemm::TensorMap& tma, const gemm::TensorMap& tmb, const gemm::Problem& p,
+                                 const Epi& epi, const CombineParams& d, i32 movers, i32 rows_cap, u64* words,
+                                 u64* rows_done, i32 rows_done_len) {
+  extern __shared__ __align__(16) u8 smem[];
+  __shared__ gemm::GroupTable table;
+  __shared__ int s_ok;
+  u64* done_now = rows_done + i64(d.epoch & 1) * rows_done_len;
+  if (blockIdx.x == 0)
+    for (i32 v = threadIdx.x; v < rows_done_len; v += blockDim.x) rows_done[i64((d.epoch + 1) & 1) * rows_done_len + v] = 0;
+  if (!combine_skipped(d)) {
+    const i32 P = d.world, E = d.experts, col = d.rank * d.e_loc;
+    const bool ok = gemm::build_group_table(
+        &table,
+        [&](i32 l) {
+          i32 n = 0;
+          for (int s = 0; s < P; ++s) n += d.all_counts[s * E + col + l];
+          return n;
+        },
+        d.e_loc, rows_cap);
+    if (ok) {
+      bool go = true;
+      if (i32(blockIdx.x) >= movers) {
+        gemm::builder_init(smem);
+        const gemm::GroupedSchedule<gemm::LAYOUT_TN, Tile> sched{p, &table};
+        gemm::GroupedClaim claim{words, sched.units()};
+        go = gemm::run_builder<gemm::LAYOUT_TN>(sched, &tma, &tmb, smem, claim, gemm::AlwaysReady{},
+                                                gemm::EpiTileRowDone<Epi>(epi, done_now, &table));
+        __syncthreads();  // the pipeline's shared memory becomes the movers' tables
+      }
+      const CombineTables m = combine_tables(d);
+      // an item's rows are final once every tile row under them has all its tiles
+      const auto ready = [&](i32 l, i32 row, i32 rows) {
+        int fine = 1;
+        if (threadIdx.x == 0) {
+          const i32 off = row - table.row_start[l], base = table.tile_start[l];
+          for (i32 tr = off / gemm::kTileM; tr <= (off + rows - 1) / gemm::kTileM && fine; ++tr)
+            fine = wait_flag_dev(d.wait, SITE_TILE_READY, &done_now[base + tr], u64(p.tiles_n));
+        }
+        return cta_broadcast(&s_ok, fine) != 0;
+      };
+      if (go && combine_push<PushUnroll>(d, m, ready)) combine_fold(d, m);
+    }
+  }
+  gemm::grouped_queue_exit(words);
+}
+
+}  // namespace moe
+}  // namespace kosmos
