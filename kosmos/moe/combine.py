@@ -126,8 +126,9 @@ class MoECombine(SymmetricPlan):
             self._tmaps = {}
         grid = self._gemm2.grid
         movers = max(1, grid // 8) if movers is None else movers
-        if not isinstance(movers, (int, np.integer)) or not 1 <= movers <= grid:
-            raise ValueError(f"movers = {movers!r} must be in [1, {grid}] (CTAs of the fused grid)")
+        if not isinstance(movers, (int, np.integer)) or not 1 <= movers < grid:
+            raise ValueError(f"movers = {movers!r} must be in [1, {grid - 1}] (CTAs of the fused grid that push "
+                             f"from the start; the others build first)")
         if self._y_e is None or self._y_e.shape != (cap, self.hidden):
             self._y_e = cupy.empty((cap, self.hidden), bfloat16)
         y_e = self._y_e
