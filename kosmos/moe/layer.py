@@ -126,6 +126,14 @@ class MoEGradients:
     d_shared_w2: Any = None   # [S, H, Is] fp32
 
 
+def _nan_if_failed(status: Any, a: Any) -> None:
+    """NaN into the fp32 array `a` when the dispatch status is nonzero, decided on the device."""
+    from ..runtime.module import load_module
+
+    load_module("moe_combine.hip").get_function("kosmos_moe_nan_if_failed")(
+        (264,), (256,), (status, a, np.uint64(a.size)))
+
+
 def _u16(x: Any) -> Any:
     return x.view(np.uint16)
 
@@ -435,8 +443,8 @@ class MoELayer:
         # 5. the expert rows back to their tokens, summed (weights 1: dY was weighted), plus the rest
         ones = dataclasses.replace(r, weights=cupy.ones_like(r.weights))
         dx = self._combine(d_xe, self._dispatch_bwd, ones, shared=extra if t else None)
-        dw1 = cupy.where(failed, cupy.nan, dw1).astype(float32)
-        dw2 = cupy.where(failed, cupy.nan, dw2).astype(float32)
+        for dw in (dw1, dw2):  # NaN after a failed dispatch, in place (a where + astype was 3 passes over GBs)
+            _nan_if_failed(self._dispatch.status, dw)
         return MoEGradients(dx, d_router_w, dw1, dw2, d_sw1, d_sw2)
 
     def _router_backward(self, ctx: MoEContext, d_weights: Any) -> Any:
