@@ -126,6 +126,13 @@ class MoEGradients:
     d_shared_w2: Any = None   # [S, H, Is] fp32
 
 
+def _backward_kernels(world: World) -> Any:
+    """name -> the kernel of hipsrc/moe_backward.hip (the backward's elementwise steps)."""
+    from ..runtime.module import load_module
+
+    return load_module("moe_backward.hip", world=world).get_function
+
+
 def _nan_if_failed(status: Any, a: Any) -> None:
     """NaN into the fp32 array `a` when the dispatch status is nonzero, decided on the device."""
     from ..runtime.module import load_module
@@ -395,32 +402,30 @@ class MoELayer:
             err = e
         all_ok(self.world.comm, err)
         r, x, hid, i = ctx.routing, ctx.x, cfg.hidden, cfg.intermediate
-        dy32 = bf16_to_f32(dy)
+        bwd = _backward_kernels(self.world)
+        status = self._dispatch.status
         # 1. each pair's combine weight gradient, from the forward's combine buffer (its expert output)
-        #    -- before anything else reuses that buffer
-        o_rows = bf16_to_f32(self._combine.comb.local[:t * k].view(np.uint16).view(bfloat16)) if t else \
-            cupy.zeros((0, hid), float32)
-        slot = r.slot.astype(cupy.int64)
-        d_weights = (o_rows[slot].reshape(t, k, hid) * dy32[:, None, :]).sum(axis=2) if t else \
-            cupy.zeros((0, k), float32)
-        # A forward whose dispatch overflowed moved nothing (its y is NaN): NaN gradients too, decided
-        # on the device (no host sync), rather than finite ones from stale buffers.
-        failed = self._dispatch.status[0] != 0
-        d_weights = cupy.where(failed, cupy.nan, d_weights).astype(float32)
-        # 2. the weighted dY rows in dispatch order, to the experts' owners
-        order = r.order.astype(cupy.int64)
-        w_flat = r.weights.reshape(-1)[order] if t else cupy.zeros(0, float32)
-        d_out = f32_to_bf16(dy32[order // k] * w_flat[:, None]) if t else cupy.empty((0, hid), bfloat16)
+        #    -- before anything else reuses that buffer. A forward whose dispatch overflowed moved
+        #    nothing (its y is NaN): NaN gradients too, decided on the device (no host sync).
+        d_weights = cupy.empty((t, k), float32)
+        d_out = cupy.empty((t * k, hid), bfloat16)
+        if t:
+            bwd("kosmos_moe_weight_grads")((-(-t * k // 8),), (256,), (
+                self._combine.comb.local, r.slot, dy, np.int64(t * k), np.int32(k), np.int32(hid), status, d_weights))
+            # 2. the weighted dY rows in dispatch order, to the experts' owners
+            bwd("kosmos_moe_weighted_rows")((1024,), (256,), (
+                dy, r.order, r.weights, np.int64(t * k), np.int32(k), np.int32(hid), d_out))
         arena, rows, _ = self._dispatch_bwd(d_out, r, in_order=True)
         d_ye = arena.view(bfloat16)                                                   # [cap, H]
         # 3. the experts' backward, expert-major over the arena
         x_e, a = ctx.x_experts, ctx.h
         dw2 = grouped.grouped_matmul(d_ye, a, rows, "NT", out_dtype=float32)           # [E/P, H, I]
-        d_a = bf16_to_f32(grouped.grouped_matmul(d_ye, params.w2, rows, "NN"))        # [cap, I]
+        d_a = grouped.grouped_matmul(d_ye, params.w2, rows, "NN")                      # [cap, I]
         # recomputed gate/up in bf16 (grouped TN stores bf16; the forward's SwiGLU used the fp32
         # accumulators: ~2^-9 relative apart)
-        pre = bf16_to_f32(grouped.grouped_matmul(x_e, params.w1, rows, "TN"))         # [cap, 2I]: gate, up
-        d_pre = f32_to_bf16(swiglu_backward(cupy, pre, d_a))                               # [cap, 2I]
+        pre = grouped.grouped_matmul(x_e, params.w1, rows, "TN")                       # [cap, 2I]: gate, up
+        d_pre = cupy.empty(pre.shape, bfloat16)  # rows past the groups' are not written (nor read)
+        bwd("kosmos_moe_swiglu_bwd")((1024,), (256,), (pre, d_a, rows, np.int32(self.e_loc), np.int32(i), d_pre))
         dw1 = grouped.grouped_matmul(d_pre, x_e, rows, "NT", out_dtype=float32)        # [E/P, 2I, H]
         d_xe = grouped.grouped_matmul(d_pre, params.w1, rows, "NN")                    # [cap, H]
         # 4. the router: weights -> scores -> logits (fp32), its dx and dWr; the shared experts

@@ -1,0 +1,101 @@
+// The MoE backward's elementwise steps as kernels (kosmos/moe/layer.py, MoELayer.backward): each
+// reads bf16 and writes its result once, instead of chains of CuPy passes over fp32 temporaries.
+//
+//   kosmos_moe_weight_grads   32 threads per (token, j): d w[t, j] = <row(t, j), dy[t]> in fp32, where
+//                             row(t, j) is the pair's expert output in the combine buffer; NaN after a
+//                             failed dispatch
+//   kosmos_moe_weighted_rows  dispatch-order rows of dy times their router weights, rounded to bf16
+//   kosmos_moe_swiglu_bwd     d [gate, up] from d a and the recomputed [gate, up] (bf16 in and out),
+//                             over the rows the groups hold (their counts read on the device)
+#include "kosmos/platform.h"
+
+using namespace kosmos;
+
+KOSMOS_DEVICE void unpack8(const vec16& v, float* f) {
+  const u32 p[4] = {v.x, v.y, v.z, v.w};
+  for (int u = 0; u < 4; ++u) {
+    f[2 * u] = bf16_to_f32(u16(p[u] & 0xffffu));
+    f[2 * u + 1] = bf16_to_f32(u16(p[u] >> 16));
+  }
+}
+
+KOSMOS_DEVICE vec16 pack8(const float* f) {
+  vec16 o;
+  o.x = pack_bf16x2(f[0], f[1]);
+  o.y = pack_bf16x2(f[2], f[3]);
+  o.z = pack_bf16x2(f[4], f[5]);
+  o.w = pack_bf16x2(f[6], f[7]);
+  return o;
+}
+
+// h: row length (multiple of 8). 256 threads: 8 pairs a CTA, 32 threads a pair, reduced in shared
+// memory in a fixed order (the same sum on every run, and no warp-width assumption).
+extern "C" __global__ void __launch_bounds__(256) kosmos_moe_weight_grads(
+    const u16* __restrict__ comb, const i32* __restrict__ slot, const u16* __restrict__ dy, i64 pairs, i32 top_k,
+    i32 h, const i64* __restrict__ status, float* __restrict__ d_weights) {
+  __shared__ float part[256];
+  const i64 p = i64(blockIdx.x) * 8 + threadIdx.x / 32;
+  const i32 lane = i32(threadIdx.x % 32);
+  float acc = 0.0f;
+  if (p < pairs) {
+    const u16* a = comb + i64(slot[p]) * h;
+    const u16* b = dy + (p / top_k) * h;
+    for (i32 c = lane * 8; c < h; c += 32 * 8) {
+      float fa[8], fb[8];
+      unpack8(ld16(a + c), fa);
+      unpack8(ld16(b + c), fb);
+      for (int u = 0; u < 8; ++u) acc += fa[u] * fb[u];
+    }
+  }
+  part[threadIdx.x] = acc;
+  __syncthreads();
+  for (int off = 16; off > 0; off >>= 1) {
+    if (lane < off) part[threadIdx.x] += part[threadIdx.x + off];
+    __syncthreads();
+  }
+  if (lane == 0 && p < pairs) d_weights[p] = *status != 0 ? __uint_as_float(0x7FC00000u) : part[threadIdx.x];
+}
+
+// out[row] = bf16(dy[order[row] / k] * weights[order[row]]), rows [0, rows), 8 elements a thread.
+extern "C" __global__ void kosmos_moe_weighted_rows(const u16* __restrict__ dy, const i32* __restrict__ order,
+                                                    const float* __restrict__ weights, i64 rows, i32 top_k, i32 h,
+                                                    u16* __restrict__ out) {
+  const i32 vecs = h / 8;
+  for (i64 v = i64(blockIdx.x) * blockDim.x + threadIdx.x; v < rows * vecs; v += i64(gridDim.x) * blockDim.x) {
+    const i64 row = v / vecs, c = (v % vecs) * 8;
+    const i32 pair = order[row];
+    const float w = weights[pair];
+    float f[8];
+    unpack8(ld16(dy + i64(pair / top_k) * h + c), f);
+    for (int u = 0; u < 8; ++u) f[u] *= w;
+    st16(out + row * h + c, pack8(f));
+  }
+}
+
+// pre [*, 2f] (gate | up), d_a [*, f], d_pre [*, 2f]: rows [0, sum of group_rows).
+extern "C" __global__ void kosmos_moe_swiglu_bwd(const u16* __restrict__ pre, const u16* __restrict__ d_a,
+                                                 const i32* __restrict__ group_rows, i32 groups, i32 f,
+                                                 u16* __restrict__ d_pre) {
+  __shared__ i64 s_rows;
+  if (threadIdx.x == 0) {
+    i64 n = 0;
+    for (i32 g = 0; g < groups; ++g) n += group_rows[g];
+    s_rows = n;
+  }
+  __syncthreads();
+  const i32 vecs = f / 8;
+  for (i64 v = i64(blockIdx.x) * blockDim.x + threadIdx.x; v < s_rows * vecs; v += i64(gridDim.x) * blockDim.x) {
+    const i64 row = v / vecs, c = (v % vecs) * 8;
+    float g[8], u[8], da[8], dg[8], du[8];
+    unpack8(ld16(pre + row * 2 * f + c), g);
+    unpack8(ld16(pre + row * 2 * f + f + c), u);
+    unpack8(ld16(d_a + row * f + c), da);
+    for (int e = 0; e < 8; ++e) {  // a = silu(g) u; silu'(g) = s (1 + g (1 - s))
+      const float s = 1.0f / (1.0f + expf(-g[e]));
+      dg[e] = da[e] * u[e] * s * (1.0f + g[e] * (1.0f - s));
+      du[e] = da[e] * g[e] * s;
+    }
+    st16(d_pre + row * 2 * f + c, pack8(dg));
+    st16(d_pre + row * 2 * f + f + c, pack8(du));
+  }
+}
