@@ -11,23 +11,6 @@
 
 using namespace kosmos;
 
-KOSMOS_DEVICE void unpack8(const vec16& v, float* f) {
-  const u32 p[4] = {v.x, v.y, v.z, v.w};
-  for (int u = 0; u < 4; ++u) {
-    f[2 * u] = bf16_to_f32(u16(p[u] & 0xffffu));
-    f[2 * u + 1] = bf16_to_f32(u16(p[u] >> 16));
-  }
-}
-
-KOSMOS_DEVICE vec16 pack8(const float* f) {
-  vec16 o;
-  o.x = pack_bf16x2(f[0], f[1]);
-  o.y = pack_bf16x2(f[2], f[3]);
-  o.z = pack_bf16x2(f[4], f[5]);
-  o.w = pack_bf16x2(f[6], f[7]);
-  return o;
-}
-
 // h: row length (multiple of 8). 256 threads: 8 pairs a CTA, 32 threads a pair, reduced in shared
 // memory in a fixed order (the same sum on every run, and no warp-width assumption).
 extern "C" __global__ void __launch_bounds__(256) kosmos_moe_weight_grads(
@@ -42,8 +25,8 @@ extern "C" __global__ void __launch_bounds__(256) kosmos_moe_weight_grads(
     const u16* b = dy + (p / top_k) * h;
     for (i32 c = lane * 8; c < h; c += 32 * 8) {
       float fa[8], fb[8];
-      unpack8(ld16(a + c), fa);
-      unpack8(ld16(b + c), fb);
+      bf16x8_to_f32(ld16(a + c), fa);
+      bf16x8_to_f32(ld16(b + c), fb);
       for (int u = 0; u < 8; ++u) acc += fa[u] * fb[u];
     }
   }
@@ -66,9 +49,9 @@ extern "C" __global__ void kosmos_moe_weighted_rows(const u16* __restrict__ dy, 
     const i32 pair = order[row];
     const float w = weights[pair];
     float f[8];
-    unpack8(ld16(dy + i64(pair / top_k) * h + c), f);
+    bf16x8_to_f32(ld16(dy + i64(pair / top_k) * h + c), f);
     for (int u = 0; u < 8; ++u) f[u] *= w;
-    st16(out + row * h + c, pack8(f));
+    st16(out + row * h + c, f32_to_bf16x8(f));
   }
 }
 
@@ -87,15 +70,15 @@ extern "C" __global__ void kosmos_moe_swiglu_bwd(const u16* __restrict__ pre, co
   for (i64 v = i64(blockIdx.x) * blockDim.x + threadIdx.x; v < s_rows * vecs; v += i64(gridDim.x) * blockDim.x) {
     const i64 row = v / vecs, c = (v % vecs) * 8;
     float g[8], u[8], da[8], dg[8], du[8];
-    unpack8(ld16(pre + row * 2 * f + c), g);
-    unpack8(ld16(pre + row * 2 * f + f + c), u);
-    unpack8(ld16(d_a + row * f + c), da);
+    bf16x8_to_f32(ld16(pre + row * 2 * f + c), g);
+    bf16x8_to_f32(ld16(pre + row * 2 * f + f + c), u);
+    bf16x8_to_f32(ld16(d_a + row * f + c), da);
     for (int e = 0; e < 8; ++e) {  // a = silu(g) u; silu'(g) = s (1 + g (1 - s))
       const float s = 1.0f / (1.0f + expf(-g[e]));
       dg[e] = da[e] * u[e] * s * (1.0f + g[e] * (1.0f - s));
       du[e] = da[e] * g[e] * s;
     }
-    st16(d_pre + row * 2 * f + c, pack8(dg));
-    st16(d_pre + row * 2 * f + f + c, pack8(du));
+    st16(d_pre + row * 2 * f + c, f32_to_bf16x8(dg));
+    st16(d_pre + row * 2 * f + f + c, f32_to_bf16x8(du));
   }
 }

@@ -196,6 +196,23 @@ KOSMOS_DEVICE void fence_acq_rel_dev() {
 KOSMOS_DEVICE vec16 ld16(const void* p) { return *reinterpret_cast<const vec16*>(p); }
 KOSMOS_DEVICE void st16(void* p, const vec16& v) { *reinterpret_cast<vec16*>(p) = v; }
 
+// Eight bf16 (one 16-byte vector, element 0 in the low half of .x) to and from fp32.
+KOSMOS_DEVICE void bf16x8_to_f32(const vec16& v, float* f) {
+  const u32 p[4] = {v.x, v.y, v.z, v.w};
+  for (int u = 0; u < 4; ++u) {
+    f[2 * u] = bf16_to_f32(u16(p[u] & 0xffffu));
+    f[2 * u + 1] = bf16_to_f32(u16(p[u] >> 16));
+  }
+}
+KOSMOS_DEVICE vec16 f32_to_bf16x8(const float* f) {
+  vec16 o;
+  o.x = pack_bf16x2(f[0], f[1]);
+  o.y = pack_bf16x2(f[2], f[3]);
+  o.z = pack_bf16x2(f[4], f[5]);
+  o.w = pack_bf16x2(f[6], f[7]);
+  return o;
+}
+
 // A load that always goes to memory (peer data polled for a sentinel).
 KOSMOS_DEVICE vec16 ld16_volatile(const void* p) {
   vec16 v;

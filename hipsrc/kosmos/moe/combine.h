@@ -126,23 +126,15 @@ KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) 
     for (int u = 0; u < 8; ++u) acc[u] = 0.0f;
     for (i32 j = 0; j < d.top_k; ++j) {
       const float wt = d.weights[t * d.top_k + j];
-      const vec16 v = ld16_volatile(comb + u64(d.slot[t * d.top_k + j]) * d.row_bytes + c * 16);
-      const u32 p[4] = {v.x, v.y, v.z, v.w};
-      for (int u = 0; u < 4; ++u) {
-        acc[2 * u] += wt * bf16_to_f32(u16(p[u] & 0xffffu));
-        acc[2 * u + 1] += wt * bf16_to_f32(u16(p[u] >> 16));
-      }
+      float r[8];
+      bf16x8_to_f32(ld16_volatile(comb + u64(d.slot[t * d.top_k + j]) * d.row_bytes + c * 16), r);
+      for (int u = 0; u < 8; ++u) acc[u] += wt * r[u];
     }
     if (d.shared) {
       const float* sh = d.shared + t * (d.row_bytes / 2) + c * 8;
       for (int u = 0; u < 8; ++u) acc[u] += sh[u];
     }
-    vec16 o;
-    o.x = pack_bf16x2(acc[0], acc[1]);
-    o.y = pack_bf16x2(acc[2], acc[3]);
-    o.z = pack_bf16x2(acc[4], acc[5]);
-    o.w = pack_bf16x2(acc[6], acc[7]);
-    *reinterpret_cast<vec16*>(d.out + t * (d.row_bytes / 2) + c * 8) = o;
+    st16(d.out + t * (d.row_bytes / 2) + c * 8, f32_to_bf16x8(acc));
   }
   return true;
 }
