@@ -115,3 +115,30 @@ def quantize_both(x, stream=None) -> tuple[DeviceMX, DeviceMX]:
         kernel(((rows // BLOCK) * (cols // BLOCK),), (2 * BLOCK,),
                (x, np.int64(rows), np.int64(cols), row.data, row.scales, col.data, col.scales))
     return row, col
+
+
+def dequantize_device(t: DeviceMX, stream=None):
+    """bf16 CuPy [rows, cols] from a DeviceMX (hipsrc/kosmos/mx/dequant.h): each element times its
+    block's scale, rounded once to bf16; bit for bit dequantize(...).astype(bfloat16)."""
+    import cupy
+
+    from .arrays import check_array
+    from .runtime.module import load_module
+
+    dev = cupy.cuda.Device().id
+    data = check_array(t.data, "t.data", dtypes=(np.dtype(np.uint8),), device=dev, stream=stream)
+    scales = check_array(t.scales, "t.scales", dtypes=(np.dtype(np.uint8),), device=dev, stream=stream)
+    if data.ndim != 2 or data.shape[0] % BLOCK or data.shape[1] % BLOCK or t.axis not in (0, 1, -1):
+        raise ValueError(f"t.data must be [rows, cols] with both multiples of {BLOCK} and t.axis 0 or -1, "
+                         f"got {tuple(data.shape)}, axis {t.axis}")
+    rows, cols = data.shape
+    along_rows = t.axis in (1, -1)
+    want = (rows, cols // BLOCK) if along_rows else (rows // BLOCK, cols)
+    if scales.shape != want:
+        raise ValueError(f"t.scales must be {want} for blocks along axis {t.axis}, got {tuple(scales.shape)}")
+    with (stream if stream is not None else cupy.cuda.get_current_stream()):
+        out = cupy.empty((rows, cols), np.uint16)
+        load_module("mx.hip").get_function("kosmos_mx_dequantize_bf16")(
+            (min(-(-rows * cols // 256), 4096),), (256,),
+            (data, scales, np.int64(rows), np.int64(cols), np.int32(along_rows), out))
+    return out.view(bfloat16)

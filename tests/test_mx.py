@@ -102,3 +102,26 @@ def test_the_device_rule_is_the_reference_bit_for_bit(mx_host, mode):
     want_data, want_scales = codes(want)
     bad = np.flatnonzero((data != want_data).any(axis=1) | (scales != want_scales.ravel()))
     assert bad.size == 0, f"{bad.size} blocks differ, first {bad[:5]}: {blocks[bad[0]]}"
+
+
+def test_dequantize_to_bf16_is_the_reference_bit_for_bit(mx_host):
+    """hipsrc/kosmos/mx/dequant.h on every (E4M3 code, E8M0 scale) pair against
+    kosmos.mx.dequantize(...).astype(bfloat16): the same bits, NaN where either is NaN."""
+    codes = np.repeat(np.arange(256, dtype=np.uint8), 256)
+    scales = np.tile(np.arange(256, dtype=np.uint8), 256)
+    n = codes.size
+    out = subprocess.run([str(mx_host), "dequant"], input=struct.pack("<i", n) + codes.tobytes() + scales.tobytes(),
+                         capture_output=True, check=True).stdout
+    got = np.frombuffer(out, np.uint16)
+    # the reference, one block per (code, scale): 32 copies of the code under that scale
+    t = mx.MXTensor(np.repeat(codes, 32).reshape(n, 32).view(float8_e4m3),
+                    scales.reshape(n, 1).view(mx.float8_e8m0), 1)
+    with np.errstate(over="ignore"):  # products past fp32 (and bf16): Inf, as the device gives
+        want = mx.dequantize(t)[:, 0].astype(bfloat16).view(np.uint16)
+    nan_got = (got & 0x7FFF) > 0x7F80
+    nan_want = (want & 0x7FFF) > 0x7F80
+    assert (nan_got == nan_want).all(), f"{(nan_got != nan_want).sum()} NaN mismatches"
+    bad = np.flatnonzero((got != want) & ~nan_want)
+    assert bad.size == 0, (f"{bad.size} pairs differ, first code {codes[bad[0]]:#04x} scale {scales[bad[0]]}: "
+                           f"got {got[bad[0]]:#06x}, want {want[bad[0]]:#06x}")
+    assert nan_want.sum() == 2 * 256 + 254  # NaN codes 0x7F/0xFF at every scale, the NaN scale for the rest

@@ -1,5 +1,7 @@
 // quantize_block (hipsrc/kosmos/mx/quant.h) on the host. stdin: int32 n; float blocks[n][32].
-// stdout: uint8 data[n][32], then uint8 scales[n]. Argument "ftz": run with the x86 FTZ and DAZ modes
+// stdout: uint8 data[n][32], then uint8 scales[n]. Argument "dequant": e4m3_to_bf16_scaled
+// (hipsrc/kosmos/mx/dequant.h) instead; stdin int32 n, uint8 codes[n], uint8 scales[n]; stdout
+// uint16 bf16[n]. Argument "ftz": run with the x86 FTZ and DAZ modes
 // on (subnormal operands and results read and written as zero), as GPU code compiled by CuPy does.
 #include <xmmintrin.h>
 
@@ -7,6 +9,7 @@
 #include <cstring>
 #include <vector>
 
+#include "kosmos/mx/dequant.h"
 #include "kosmos/mx/quant.h"
 
 using namespace kosmos::mx;
@@ -15,6 +18,14 @@ int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "ftz") == 0) _mm_setcsr(_mm_getcsr() | 0x8040);  // FTZ | DAZ
   int n;
   if (fread(&n, 4, 1, stdin) != 1) return 2;
+  if (argc > 1 && strcmp(argv[1], "dequant") == 0) {
+    std::vector<unsigned char> codes(n), scales(n);
+    if (fread(codes.data(), 1, n, stdin) != size_t(n) || fread(scales.data(), 1, n, stdin) != size_t(n)) return 2;
+    std::vector<unsigned short> out(n);
+    for (int i = 0; i < n; ++i) out[i] = e4m3_to_bf16_scaled(codes[i], scales[i]);
+    fwrite(out.data(), 2, out.size(), stdout);
+    return 0;
+  }
   std::vector<float> v(size_t(n) * kBlock);
   if (fread(v.data(), 4, v.size(), stdin) != v.size()) return 2;
   std::vector<unsigned char> data(v.size()), scales(n);
