@@ -4,21 +4,17 @@
     params = MoEParams.random(cfg, world, seed=0)           # or your own arrays (shapes below)
     y, ctx = layer.forward(x, params)                       # x: bf16 CuPy [T, H], T <= max_tokens
 
-Three paths, the same result (steps towards the one-launch megakernel):
+Four paths, the same result (the fused and device paths bitwise so, output and gradients):
+- path="device" (the default: correct at 1-4 ranks on the H200, and the fastest at world 1): our
+  kernels as separate launches with nothing on the host: route, MoEDispatch (counts through the
+  symmetric heap, rows pushed to their final expert-major place), the grouped GEMMs on its arena,
+  MoECombine (rows back and the fold). Not yet CUDA-graph capturable: each launch's record carries
+  its call epoch, which a replay would repeat; the epochs must come from device memory first.
 - path="fused": as "device" in two launches after the routing: the dispatch with the experts' first
   GEMM (MoEDispatch.swiglu: movers push rows, builders start each tile once its rows have landed),
   and the second GEMM with the combine and the fold (MoECombine.gemm2: rows go home as soon as
-  their tiles are done);
-- path="baseline": what one would write without kosmos, for the benchmarks: counts over MPI, rows
-  by NCCL grouped send/recv, cuBLAS (cupy.matmul) per expert; one rank per GPU (NCCL's rule);
-- path="device": our kernels as separate launches with nothing on the host: route, MoEDispatch
-  (counts through the symmetric heap, rows pushed to their final expert-major place), the grouped
-  GEMMs on its arena, MoECombine (rows back and the fold) — no host round trip (not yet CUDA-graph
-  capturable: each launch's record carries its call epoch, which a replay would repeat; the epochs
-  must come from device memory first). Its backward: MoELayer.backward;
-- path="serial" (default until the device path has run on a GPU): the counts cross ranks through
-  MPI and the rows through kosmos AllToAll:
-
+  their tiles are done). Steps towards the one-launch megakernel; slower than "device" at world 1.
+- path="serial": the counts cross ranks through MPI and the rows through kosmos AllToAll:
   1. router logits X Wr^T (fp32, kosmos.matmul) and kosmos.moe.route: experts, weights, the
      dispatch order (expert-major, so owner-major);
   2. the rows in dispatch order to their experts' owners (kosmos AllToAll), then expert-major at
@@ -26,6 +22,9 @@ Three paths, the same result (steps towards the one-launch megakernel):
   3. the expert GEMMs (kosmos.grouped_matmul: TN with the SwiGLU epilogue, then TN);
   4. the rows back to their tokens' ranks (AllToAll), and the fold: each token's k rows weighted
      by its fp32 router weights and summed in fp32 with the shared experts' output, rounded once.
+- path="baseline": what one would write without kosmos, for the benchmarks: as "serial" with the
+  rows moved by NCCL grouped send/recv and cuBLAS (cupy.matmul) per expert; one rank per GPU.
+The backward (MoELayer.backward) runs on the "device" and "fused" paths.
 
 Shapes (bf16 unless said): router_w [E, H]; w1 [E/P, 2I, H] (gate rows, then up rows) and
 w2 [E/P, H, I] of this rank's experts (global experts r*E/P ... (r+1)*E/P - 1); bias [E] fp32
@@ -147,7 +146,7 @@ def _u16(x: Any) -> Any:
 
 class MoELayer:
     def __init__(self, world: World, cfg: MoEConfig, max_tokens: int, *, capacity_rows: int | None = None,
-                 path: str = "serial", movers: int | None = None):
+                 path: str = "device", movers: int | None = None):
         """max_tokens: the most tokens any rank passes to forward. capacity_rows: the most rows a rank
         may receive in one call (default: dropless, P * max_tokens * min(k, E/P)); a routing that would
         exceed it raises on every rank before anything moves. movers (path "fused"): CTAs that push
