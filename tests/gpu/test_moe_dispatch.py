@@ -97,16 +97,23 @@ def test_a_capacity_too_small_moves_nothing_on_any_rank(world):
     cfg = config(world)
     disp = MoEDispatch(world, cfg.experts, 2 * H, capacity_rows=8)
     try:
+        one = cupy.asarray(rank_input(4, world.rank, (1, H), np.float32).astype(bfloat16))
+        rt1 = route(cupy.asarray(rank_input(5, world.rank, (1, 64), np.float32)), cfg)
+        fits = world.size <= 4  # world.size * k = 2 rows per owner at most: they fit in 8
+        if fits:  # good calls first: the failed one must still reset the next call's queue heads
+            for _ in range(2):
+                disp(one, rt1, check=True)
         x, rt, _ = routed(world, cfg, seed=3)
         disp.arena.local.view(np.uint8).fill(0xFF)
         with pytest.raises(KosmosError, match="capacity_rows = 8"):
             disp(x, rt, check=True)
         assert (cupy.asnumpy(disp.arena.local) == 0xFF).all()
         assert int(disp.group_rows.sum()) == 0 and int(disp.run_rows.sum()) == 0
-        one = cupy.asarray(rank_input(4, world.rank, (1, H), np.float32).astype(bfloat16))
-        rt1 = route(cupy.asarray(rank_input(5, world.rank, (1, 64), np.float32)), cfg)
-        if world.size <= 4:  # world.size * k = 2 rows per owner at most: they fit in 8
-            disp(one, rt1, check=True)  # the next call works
+        if fits:
+            for _ in range(2):  # the next calls work and move their rows
+                disp(one, rt1, check=True)
+                moved = world.comm.allreduce(int(disp.group_rows.sum()))
+                assert moved == world.size * cfg.top_k, moved  # every rank's token, k rows each
     finally:
         disp.close()
 

@@ -139,9 +139,10 @@ KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) 
   return true;
 }
 
-// All threads, first: the next call's destination counters zeroed (CTA 0); after a dispatch that
-// moved nothing (the same on every rank), the output NaN and true (nothing else to do, no waits).
+// All threads, first (whatever follows): the next call's queue heads and destination counters
+// zeroed (CTA 0); after a dispatch that moved nothing (the same on every rank), the output NaN and true (nothing else to do, no waits).
 KOSMOS_DEVICE bool combine_skipped(const CombineParams& d) {
+  fused_heads(flags_of(d.peer_bases, d.rank, d.flags_off), d.epoch);  // CTA 0 zeroes the next call's heads
   if (blockIdx.x == 0)
     for (i32 s = threadIdx.x; s < d.world; s += blockDim.x) d.run_done[i64((d.epoch + 1) & 1) * d.world + s] = 0;
   if (*d.dispatch_status == 0) return false;

@@ -127,6 +127,8 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d) {
   i32* counts = reinterpret_cast<i32*>(dispatch_smem);  // [P][E]
   i32* my_base = counts + P * E;                         // [E]
   i32* chunk_start = my_base + E;                        // [E + 1]
+  // First, whatever the verdict: CTA 0 zeroes the next call's queue heads here (flags.h)
+  FusedHeads* heads = fused_heads(flags_of(d.peer_bases, me, d.flags_off), d.epoch);
   if (blockIdx.x == 0) publish_counts(d);
   if (!wait_counts(d)) return false;
   const i32* slot = counts_slot(d, me, 0);
@@ -165,7 +167,6 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d) {
   __syncthreads();
 
   // 3. push
-  FusedHeads* heads = fused_heads(flags_of(d.peer_bases, me, d.flags_off), d.epoch);
   const i32 n_items = chunk_start[E];
   for (;;) {
     const i64 item = claim_item(heads);
