@@ -24,7 +24,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     kosmos_moe_gemm2_combine(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,
                              const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiStoreBf16 epi,
                              const KOSMOS_GRID_CONSTANT CombineParams d, i32 movers, i32 rows_cap, u64* words,
-                             u64* rows_done, i32 rows_done_len) {
+                             u64* rows_done) {
   gemm2_combine<DefaultTile, KOSMOS_MOE_PUSH_UNROLL>(tma, tmb, p, EpiStoreBf16Tma(epi, &tmc), d, movers, rows_cap,
-                                                     words, rows_done, rows_done_len);
+                                                     words, rows_done);
 }

@@ -32,6 +32,11 @@ from .dispatch import ITEM_BYTES, MoEDispatch
 from .route import DeviceRouting
 
 _u64, _i32 = np.uint64, np.int32
+
+
+def combine_smem_bytes(world: int, experts: int, e_loc: int) -> int:
+    """The combine's shared-memory tables (hipsrc/kosmos/moe/combine.h: combine_smem_bytes)."""
+    return 4 * (world * experts + 3 * e_loc * world + 1 + world)
 COMBINE_PARAMS_DTYPE = np.dtype(
     [("peer_bases", _u64), ("wait", WAIT_CTX_DTYPE), ("epoch", _u64), ("flags_off", _u64), ("comb_off", _u64),
      ("row_bytes", _u64), ("all_counts", _u64), ("dispatch_status", _u64), ("y", _u64), ("run_done", _u64),
@@ -66,7 +71,7 @@ class MoECombine(SymmetricPlan):
         super().__init__(world, max_tokens * top_k * self.row_bytes + 256)
         self.comb = self.heap.alloc((max_tokens * top_k, self.row_bytes), np.uint8)
         self.run_done = cupy.zeros((2, P), np.uint64)
-        smem = 4 * (P * experts + 3 * self.e_loc * P + 1 + P)
+        smem = combine_smem_bytes(P, experts, self.e_loc)
         mod = load_module("moe_combine.hip", world=world)
         # Resident, all of it: every CTA folds after waiting for rows other CTAs of this grid push.
         # As many CTAs as fit (memory-bound copies want requests in flight).
@@ -116,13 +121,17 @@ class MoECombine(SymmetricPlan):
         shape = grouped.grouped_shape("TN", h.shape, w2.shape, self.e_loc, "store")
         if shape.out_shape != (cap, self.hidden):
             raise ValueError(f"w2 must be [{self.e_loc}, {self.hidden}, {h.shape[1]}] bf16, got {tuple(w2.shape)}")
+        if combine_smem_bytes(self.world.size, self.experts, self.e_loc) > gemm.shared_mem_bytes():
+            raise ValueError(f"{self.world.size} ranks x {self.experts} experts: the combine's tables do not fit "
+                             f"the fused launch's shared memory; use MoECombine.__call__")
         if self._gemm2 is None:
             mod = load_module("moe_fused.hip", world=self.world, extra_options=gemm._extra_options)
             fn = mod.get_function("kosmos_moe_gemm2_combine")
             self._gemm2 = PersistentLaunch.checked(fn, sm_count(), gemm.block_threads(), gemm.shared_mem_bytes())
             self._gemm2_words = cupy.zeros(3, np.uint64)
-            self._rows_done_len = cap // gemm.tile_shape()[0] + self.e_loc + 1
-            self._rows_done = cupy.zeros((2, self._rows_done_len), np.uint64)
+            # finished tiles per tile row: zeroed on the stream before each launch (a parity scheme
+            # on the plan's epoch would break: the standalone combine advances it too)
+            self._rows_done = cupy.zeros(cap // gemm.tile_shape()[0] + self.e_loc + 1, np.uint64)
             self._tmaps = {}
         grid = self._gemm2.grid
         movers = max(1, grid // 8) if movers is None else movers
@@ -132,13 +141,15 @@ class MoECombine(SymmetricPlan):
         if self._y_e is None or self._y_e.shape != (cap, self.hidden):
             self._y_e = cupy.empty((cap, self.hidden), bfloat16)
         y_e = self._y_e
-        rec, out = self._record(y_e, dispatch, routing, shared, out, stream)
         prob = gemm.problem_record(h, w2, shape.mo, shape.no, shape.kr, shape.tiles(256), 0, 1,
                                    w2.shape[1] * w2.shape[2])
         epi = gemm.epi_record(y_e, cap, self.hidden)
         tmaps = gemm.operand_tmaps(self._tmaps, h, w2, y_e, gemm.arch_path() == "wgmma", gemm.arch_path() == "wgmma")
-        self._gemm2([*tmaps, prob, epi, rec, np.int32(movers), np.int32(cap), self._gemm2_words, self._rows_done,
-                     np.int32(self._rows_done_len)], stream=stream)
+        rec, out = self._record(y_e, dispatch, routing, shared, out, stream)  # last: it takes this call's epoch
+        with stream if stream is not None else cupy.cuda.get_current_stream():
+            self._rows_done.fill(0)
+        self._gemm2([*tmaps, prob, epi, rec, np.int32(movers), np.int32(cap), self._gemm2_words, self._rows_done],
+                    stream=stream)
         return out
 
     def _check_dispatch(self, dispatch: MoEDispatch) -> None:

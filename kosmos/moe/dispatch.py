@@ -46,6 +46,11 @@ DISPATCH_PARAMS_DTYPE = np.dtype(
     align=True,
 )
 MIRRORS = [StructMirror("kosmos::moe::DispatchParams", DISPATCH_PARAMS_DTYPE)]
+
+
+def dispatch_smem_bytes(world: int, experts: int) -> int:
+    """The dispatch's shared-memory tables (hipsrc/kosmos/moe/dispatch.h: dispatch_smem_bytes)."""
+    return 4 * (world * experts + 2 * experts + 1)
 ITEM_BYTES = 256 * 1024  # bytes an item moves (each item ends in a system-scope fence: 64 KB items spent
 # 13 % of the dispatch in them on the H200, 1 MB items balance worse; bench notes in notes/moe.md)
 
@@ -73,9 +78,9 @@ class MoEDispatch(SymmetricPlan):
         if item_rows is not None and (not isinstance(item_rows, int) or not 1 <= item_rows <= 2**20):
             raise ValueError(f"item_rows = {item_rows!r} must be an integer in [1, 2^20]")
         self.item_rows = int(item_rows or max(1, ITEM_BYTES // row_bytes))
-        if self.item_rows * (row_bytes // 16) >= 2**32:
-            raise ValueError(f"item_rows = {self.item_rows} rows of {row_bytes} B: an item must be under 2^32 "
-                             f"16-byte vectors")
+        if self.item_rows * (row_bytes // 16) >= 2**31:
+            raise ValueError(f"item_rows = {self.item_rows} rows of {row_bytes} B: an item must be under 2^31 "
+                             f"16-byte vectors (the movers' 32-bit indices)")
         counts_bytes = 2 * MAX_WORLD * experts * 4
         arrived_bytes = self.e_loc * MAX_WORLD * 8
         super().__init__(world, counts_bytes + arrived_bytes + capacity_rows * row_bytes + 3 * 256)
@@ -87,7 +92,7 @@ class MoEDispatch(SymmetricPlan):
         self.run_rows = cupy.zeros((self.e_loc, P), np.int32)
         self.all_counts = cupy.zeros((P, experts), np.int32)  # every rank's counts of the last call
         self.status = cupy.zeros(1, np.int64)
-        smem = 4 * (P * experts + 2 * experts + 1)
+        smem = dispatch_smem_bytes(P, experts)
         mod = load_module("moe_dispatch.hip", world=world)
         # Resident, all of it: CTA 0 waits for runs other CTAs of this grid push.
         # As many CTAs as fit (memory-bound copies want requests in flight).
@@ -170,6 +175,9 @@ class MoEDispatch(SymmetricPlan):
         from .. import gemm, grouped
         from ..runtime.launch import sm_count
 
+        if dispatch_smem_bytes(self.world.size, self.experts) > gemm.shared_mem_bytes():
+            raise ValueError(f"{self.world.size} ranks x {self.experts} experts: the dispatch's tables do not fit "
+                             f"the fused launch's shared memory; use MoEDispatch.__call__")
         if self._gemm1 is None:
             mod = load_module("moe_fused.hip", world=self.world, extra_options=gemm._extra_options)
             fn = mod.get_function("kosmos_moe_dispatch_swiglu")

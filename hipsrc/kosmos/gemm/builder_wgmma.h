@@ -47,6 +47,9 @@ KOSMOS_DEVICE PipelineState* pipeline_of(u8* smem_raw) {
 // All threads, once per kernel, before the first run_builder_arch.
 KOSMOS_DEVICE void builder_init_arch(u8* smem_raw) {
   PipelineState* ps = pipeline_of(smem_raw);
+  // The shared memory may have held a mover's tables (generic writes) before it becomes the ring
+  // the TMA writes: order those before any async-proxy access.
+  sm90::fence_proxy_async_shared();
   if (threadIdx.x == 0) {
     for (int i = 0; i < kMaxStages; ++i) {  // every tile configuration's ring
       sm90::mbar_init(&ps->full[i], 1);

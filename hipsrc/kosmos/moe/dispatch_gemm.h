@@ -4,9 +4,9 @@
 // (gemm::RunsArrived on the arrival flags); movers become builders once the push queue is dry
 // (one-way). Every non-empty run is waited for by some tile, so at exit the arena is complete.
 //
-// Shared memory: the movers keep the dispatch's copies (counts, layout) in the dynamic shared
-// memory before it becomes the pipeline; builders read the counts from the heap slot instead
-// (the builder leaves too little static shared memory for them beside the GroupTable).
+// Shared memory: every CTA keeps this call's counts (movers: and the layout) in the dynamic shared
+// memory until the group table is built; then it becomes the pipeline. The tiles' readiness hook
+// reads its runs' counts from the heap slot (a few per tile).
 #pragma once
 #include "../gemm/ready.h"
 #include "../gemm/tile.h"
@@ -25,20 +25,29 @@ KOSMOS_DEVICE void dispatch_gemm1(const gemm::TensorMap& tma, const gemm::Tensor
   __shared__ gemm::GroupTable table;
   const i32* slot = counts_slot(d, d.rank, 0);  // [P][E]: every rank's counts of this call
   const i32 col = d.rank * d.e_loc;             // my first expert's column
+  // Movers leave the counts at the start of the dynamic shared memory (dispatch_push); builders copy
+  // them there (it is free until builder_init), so neither reads the heap one value at a time.
+  const i32* counts = reinterpret_cast<const i32*>(smem);
   bool go;
-  if (i32(blockIdx.x) < movers) go = dispatch_push<PushUnroll>(d);
-  else go = wait_counts(d) && dispatch_verdict(d, [&](i32 v) { return peer_count(slot, v); }) == 0;
+  if (i32(blockIdx.x) < movers) {
+    go = dispatch_push<PushUnroll>(d);
+  } else if ((go = wait_counts(d))) {
+    i32* mine = reinterpret_cast<i32*>(smem);
+    for (i32 v = threadIdx.x; v < d.world * d.experts; v += blockDim.x) mine[v] = peer_count(slot, v);
+    __syncthreads();
+    go = dispatch_verdict(d, [&](i32 v) { return counts[v]; }) == 0;
+  }
   if (go) {
-    __syncthreads();  // a mover's shared memory becomes the pipeline
-    gemm::builder_init(smem);
     const bool ok = gemm::build_group_table(
         &table,
         [&](i32 l) {
           i32 n = 0;
-          for (int s = 0; s < d.world; ++s) n += peer_count(slot, s * d.experts + col + l);
+          for (int s = 0; s < d.world; ++s) n += counts[s * d.experts + col + l];
           return n;
         },
         d.e_loc, i32(d.capacity));
+    __syncthreads();  // the counts' shared memory becomes the pipeline
+    gemm::builder_init(smem);
     if (ok) {
       const gemm::GroupedSchedule<gemm::LAYOUT_TN, Tile> sched{p, &table};
       gemm::GroupedClaim claim{words, sched.units()};

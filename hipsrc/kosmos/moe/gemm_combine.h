@@ -13,19 +13,16 @@ namespace kosmos {
 namespace moe {
 
 // Grid: one CTA per SM (all resident), gemm::kThreads threads, the builder's shared memory; CTAs
-// [0, movers) push from the start. words: the tile queue; rows_done [2][rows_done_len]: finished
-// tiles per tile row, call parity (the next parity zeroed by CTA 0; rows_done_len >= the most tile
-// rows the arena can hold). PushUnroll: the movers' vectors in flight per thread.
+// [0, movers) push from the start. words: the tile queue; rows_done: finished tiles per tile row,
+// zeroed on the stream before each launch (at least as many as the tile rows the arena can hold).
+// PushUnroll: the movers' vectors in flight per thread.
 template <class Tile, int PushUnroll, class Epi>
 KOSMOS_DEVICE void gemm2_combine(const gemm::TensorMap& tma, const gemm::TensorMap& tmb, const gemm::Problem& p,
                                  const Epi& epi, const CombineParams& d, i32 movers, i32 rows_cap, u64* words,
-                                 u64* rows_done, i32 rows_done_len) {
+                                 u64* done_now) {
   extern __shared__ __align__(16) u8 smem[];
   __shared__ gemm::GroupTable table;
   __shared__ int s_ok;
-  u64* done_now = rows_done + i64(d.epoch & 1) * rows_done_len;
-  if (blockIdx.x == 0)
-    for (i32 v = threadIdx.x; v < rows_done_len; v += blockDim.x) rows_done[i64((d.epoch + 1) & 1) * rows_done_len + v] = 0;
   if (!combine_skipped(d)) {
     const i32 P = d.world, E = d.experts, col = d.rank * d.e_loc;
     const bool ok = gemm::build_group_table(
