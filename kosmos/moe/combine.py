@@ -28,7 +28,7 @@ from ..runtime.mirror import StructMirror, address, record
 from ..runtime.status import WAIT_CTX_DTYPE
 from ..runtime.streams import uses_stream
 from ..world import World
-from .dispatch import ITEM_BYTES, MoEDispatch
+from .dispatch import ITEM_BYTES, MoEDispatch, fused_launch
 from .route import DeviceRouting
 
 _u64, _i32 = np.uint64, np.int32
@@ -108,7 +108,6 @@ class MoECombine(SymmetricPlan):
         import cupy
 
         from .. import gemm, grouped
-        from ..runtime.launch import sm_count
 
         self._check_open()
         dev = self.world.device_id
@@ -121,14 +120,10 @@ class MoECombine(SymmetricPlan):
         shape = grouped.grouped_shape("TN", h.shape, w2.shape, self.e_loc, "store")
         if shape.out_shape != (cap, self.hidden):
             raise ValueError(f"w2 must be [{self.e_loc}, {self.hidden}, {h.shape[1]}] bf16, got {tuple(w2.shape)}")
-        if combine_smem_bytes(self.world.size, self.experts, self.e_loc) > gemm.shared_mem_bytes():
-            raise ValueError(f"{self.world.size} ranks x {self.experts} experts: the combine's tables do not fit "
-                             f"the fused launch's shared memory; use MoECombine.__call__")
         if self._gemm2 is None:
-            mod = load_module("moe_fused.hip", world=self.world, extra_options=gemm._extra_options)
-            fn = mod.get_function("kosmos_moe_gemm2_combine")
-            self._gemm2 = PersistentLaunch.checked(fn, sm_count(), gemm.block_threads(), gemm.shared_mem_bytes())
-            self._gemm2_words = cupy.zeros(3, np.uint64)
+            self._gemm2, self._gemm2_words = fused_launch(
+                self.world, "kosmos_moe_gemm2_combine", combine_smem_bytes(self.world.size, self.experts, self.e_loc),
+                "MoECombine.__call__")
             # finished tiles per tile row: zeroed on the stream before each launch (a parity scheme
             # on the plan's epoch would break: the standalone combine advances it too)
             self._rows_done = cupy.zeros(cap // gemm.tile_shape()[0] + self.e_loc + 1, np.uint64)

@@ -48,6 +48,22 @@ DISPATCH_PARAMS_DTYPE = np.dtype(
 MIRRORS = [StructMirror("kosmos::moe::DispatchParams", DISPATCH_PARAMS_DTYPE)]
 
 
+def fused_launch(world: World, kernel: str, table_bytes: int, instead: str) -> tuple[PersistentLaunch, Any]:
+    """One of hipsrc/moe_fused.hip's launches (the builder's grid, block and shared memory) and its
+    tile-queue words; refused where the movers' tables (table_bytes) would not fit that shared memory."""
+    import cupy
+
+    from .. import gemm
+    from ..runtime.launch import sm_count
+
+    if table_bytes > gemm.shared_mem_bytes():
+        raise ValueError(f"{world.size} ranks x these experts: the movers' tables ({table_bytes} B) do not fit the "
+                         f"fused launch's shared memory ({gemm.shared_mem_bytes()} B); use {instead}")
+    fn = load_module("moe_fused.hip", world=world, extra_options=gemm._extra_options).get_function(kernel)
+    return PersistentLaunch.checked(fn, sm_count(), gemm.block_threads(), gemm.shared_mem_bytes()), \
+        cupy.zeros(3, np.uint64)
+
+
 def dispatch_smem_bytes(world: int, experts: int) -> int:
     """The dispatch's shared-memory tables (hipsrc/kosmos/moe/dispatch.h: dispatch_smem_bytes)."""
     return 4 * (world * experts + 2 * experts + 1)
@@ -173,16 +189,11 @@ class MoEDispatch(SymmetricPlan):
         import cupy
 
         from .. import gemm, grouped
-        from ..runtime.launch import sm_count
 
-        if dispatch_smem_bytes(self.world.size, self.experts) > gemm.shared_mem_bytes():
-            raise ValueError(f"{self.world.size} ranks x {self.experts} experts: the dispatch's tables do not fit "
-                             f"the fused launch's shared memory; use MoEDispatch.__call__")
         if self._gemm1 is None:
-            mod = load_module("moe_fused.hip", world=self.world, extra_options=gemm._extra_options)
-            fn = mod.get_function("kosmos_moe_dispatch_swiglu")
-            self._gemm1 = PersistentLaunch.checked(fn, sm_count(), gemm.block_threads(), gemm.shared_mem_bytes())
-            self._gemm1_words = cupy.zeros(3, np.uint64)
+            self._gemm1, self._gemm1_words = fused_launch(self.world, "kosmos_moe_dispatch_swiglu",
+                                                          dispatch_smem_bytes(self.world.size, self.experts),
+                                                          "MoEDispatch.__call__")
             self._tmaps = {}
         grid = self._gemm1.grid
         movers = max(1, grid // 4) if movers is None else movers
