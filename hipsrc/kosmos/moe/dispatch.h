@@ -66,10 +66,6 @@ KOSMOS_DEVICE u64* arrived_flag(const DispatchParams& d, int owner, i32 local_ex
   return reinterpret_cast<u64*>(d.peer_bases[owner] + d.arrived_off) + i64(local_expert) * kMaxWorld + source;
 }
 
-// A peer's counts slot entry, read after its ready flag was acquired (relaxed system scope: a plain
-// load could hit a stale copy from the slot's previous use).
-KOSMOS_DEVICE i32 peer_count(const i32* slot, i32 v) { return i32(ld_relaxed_sys_u32(reinterpret_cast<const u32*>(slot + v))); }
-
 // 1. CTA 0: my counts to every rank (itself too), then my ready flag there; and the next call's run
 // counters zeroed (the call that last used them has finished).
 KOSMOS_DEVICE void publish_counts(const DispatchParams& d) {
@@ -96,20 +92,24 @@ KOSMOS_DEVICE bool wait_counts(const DispatchParams& d) {
   return cta_broadcast(&s_ok, ok);
 }
 
-// The call's verdict from the counts (count(v), v = s * E + g), the same on every rank: 0; -1, a rank
-// refused its input; or the rows an owner would receive past the capacity. All threads.
-template <class Count>
-KOSMOS_DEVICE i64 dispatch_verdict(const DispatchParams& d, const Count& count) {
+// All threads, after wait_counts: this call's counts [P][E] (counts[s * E + g]: rows s sends to g)
+// from my heap slot into `counts` (shared memory), and their verdict, the same on every rank: 0;
+// -1, a rank refused its input; or the rows an owner would receive past the capacity. (Relaxed
+// system-scope loads: a plain load could hit a stale copy from the slot's previous use.)
+KOSMOS_DEVICE i64 load_counts(const DispatchParams& d, i32* counts) {
   __shared__ i64 s_worst;
   const i32 P = d.world, E = d.experts;
+  const i32* slot = counts_slot(d, d.rank, 0);
+  for (i32 v = threadIdx.x; v < P * E; v += blockDim.x)
+    counts[v] = i32(ld_relaxed_sys_u32(reinterpret_cast<const u32*>(slot + v)));
+  __syncthreads();
   i64 worst = 0;
   if (threadIdx.x == 0) {
     for (i32 v = 0; v < P * E && worst == 0; ++v)
-      if (count(v) < 0) worst = -1;
+      if (counts[v] < 0) worst = -1;
     for (int o = 0; o < P && worst >= 0; ++o) {
       i64 rows = 0;
-      for (int s = 0; s < P; ++s)
-        for (i32 l = 0; l < d.e_loc; ++l) rows += count(s * E + o * d.e_loc + l);
+      for (i32 l = 0; l < d.e_loc; ++l) rows += expert_rows(counts, P, E, d.e_loc, o, l);
       if (rows > i64(d.capacity) && rows > worst) worst = rows;
     }
   }
@@ -131,10 +131,7 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d) {
   FusedHeads* heads = fused_heads(flags_of(d.peer_bases, me, d.flags_off), d.epoch);
   if (blockIdx.x == 0) publish_counts(d);
   if (!wait_counts(d)) return false;
-  const i32* slot = counts_slot(d, me, 0);
-  for (i32 v = threadIdx.x; v < P * E; v += blockDim.x) counts[v] = peer_count(slot, v);
-  __syncthreads();
-  const i64 worst = dispatch_verdict(d, [&](i32 v) { return counts[v]; });
+  const i64 worst = load_counts(d, counts);
   if (blockIdx.x == 0 && threadIdx.x == 0) d.status[0] = worst;
   if (worst != 0) {
     if (blockIdx.x == 0) {  // no stale layout for whoever reads these without checking the status
@@ -157,11 +154,7 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d) {
     for (i32 v = threadIdx.x; v < d.e_loc * P; v += blockDim.x) {
       const i32 l = v / P, s = v % P;
       d.run_rows[v] = counts[s * E + me * d.e_loc + l];
-      if (s == 0) {
-        i32 rows = 0;
-        for (int q = 0; q < P; ++q) rows += counts[q * E + me * d.e_loc + l];
-        d.group_rows[l] = rows;
-      }
+      if (s == 0) d.group_rows[l] = i32(expert_rows(counts, P, E, d.e_loc, me, l));  // <= capacity
     }
   }
   __syncthreads();

@@ -23,37 +23,24 @@ KOSMOS_DEVICE void dispatch_gemm1(const gemm::TensorMap& tma, const gemm::Tensor
                                   const DispatchParams& d, i32 movers, u64* words) {
   extern __shared__ __align__(16) u8 smem[];
   __shared__ gemm::GroupTable table;
-  const i32* slot = counts_slot(d, d.rank, 0);  // [P][E]: every rank's counts of this call
-  const i32 col = d.rank * d.e_loc;             // my first expert's column
-  // Movers leave the counts at the start of the dynamic shared memory (dispatch_push); builders copy
+  // Movers leave the counts at the start of the dynamic shared memory (dispatch_push); builders load
   // them there (it is free until builder_init), so neither reads the heap one value at a time.
-  const i32* counts = reinterpret_cast<const i32*>(smem);
-  bool go;
-  if (i32(blockIdx.x) < movers) {
-    go = dispatch_push<PushUnroll>(d);
-  } else if ((go = wait_counts(d))) {
-    i32* mine = reinterpret_cast<i32*>(smem);
-    for (i32 v = threadIdx.x; v < d.world * d.experts; v += blockDim.x) mine[v] = peer_count(slot, v);
-    __syncthreads();
-    go = dispatch_verdict(d, [&](i32 v) { return counts[v]; }) == 0;
-  }
+  i32* counts = reinterpret_cast<i32*>(smem);
+  const bool go = i32(blockIdx.x) < movers ? dispatch_push<PushUnroll>(d) : wait_counts(d) && load_counts(d, counts) == 0;
   if (go) {
     const bool ok = gemm::build_group_table(
-        &table,
-        [&](i32 l) {
-          i32 n = 0;
-          for (int s = 0; s < d.world; ++s) n += counts[s * d.experts + col + l];
-          return n;
-        },
-        d.e_loc, i32(d.capacity));
+        &table, [&](i32 l) { return i32(expert_rows(counts, d.world, d.experts, d.e_loc, d.rank, l)); }, d.e_loc,
+        i32(d.capacity));
     __syncthreads();  // the counts' shared memory becomes the pipeline
     gemm::builder_init(smem);
     if (ok) {
       const gemm::GroupedSchedule<gemm::LAYOUT_TN, Tile> sched{p, &table};
       gemm::GroupedClaim claim{words, sched.units()};
-      // run (l, s): rows slot[s * E + col + l], flag arrived[l * kMaxWorld + s]
-      const gemm::RunsArrived<gemm::LAYOUT_TN> ready{slot + col, 1, d.experts, arrived_flag(d, d.rank, 0, 0),
-                                                     kMaxWorld, d.epoch, d.world, d.wait};
+      // run (l, s): rows slot[s * E + col + l] (the heap slot: the pipeline has the shared memory
+      // now), flag arrived[l * kMaxWorld + s]
+      const gemm::RunsArrived<gemm::LAYOUT_TN> ready{counts_slot(d, d.rank, 0) + d.rank * d.e_loc, 1, d.experts,
+                                                     arrived_flag(d, d.rank, 0, 0), kMaxWorld, d.epoch, d.world,
+                                                     d.wait};
       gemm::run_builder<gemm::LAYOUT_TN>(sched, &tma, &tmb, smem, claim, ready, epi);
     }
   }

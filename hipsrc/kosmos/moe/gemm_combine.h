@@ -24,15 +24,9 @@ KOSMOS_DEVICE void gemm2_combine(const gemm::TensorMap& tma, const gemm::TensorM
   __shared__ gemm::GroupTable table;
   __shared__ int s_ok;
   if (!combine_skipped(d)) {
-    const i32 P = d.world, E = d.experts, col = d.rank * d.e_loc;
     const bool ok = gemm::build_group_table(
-        &table,
-        [&](i32 l) {
-          i32 n = 0;
-          for (int s = 0; s < P; ++s) n += d.all_counts[s * E + col + l];
-          return n;
-        },
-        d.e_loc, rows_cap);
+        &table, [&](i32 l) { return i32(expert_rows(d.all_counts, d.world, d.experts, d.e_loc, d.rank, l)); }, d.e_loc,
+        rows_cap);
     if (ok) {
       bool go = true;
       if (i32(blockIdx.x) >= movers) {

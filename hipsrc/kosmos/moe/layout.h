@@ -21,6 +21,14 @@ KOSMOS_DEVICE i32 arena_row(const i32* counts, i32 P, i32 E, i32 e_loc, i32 g, i
   return row;
 }
 
+// The rows owner o receives for its local expert l, from every source (i64: the dispatch's verdict
+// sums counts no capacity has bounded yet).
+KOSMOS_DEVICE i64 expert_rows(const i32* counts, i32 P, i32 E, i32 e_loc, i32 o, i32 l) {
+  i64 rows = 0;
+  for (i32 q = 0; q < P; ++q) rows += counts[q * E + o * e_loc + l];
+  return rows;
+}
+
 // The first row of expert g in source s's dispatch order (= its combine buffer).
 KOSMOS_DEVICE i32 source_row(const i32* counts, i32 E, i32 g, i32 s) {
   i32 row = 0;
