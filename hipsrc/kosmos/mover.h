@@ -26,7 +26,7 @@ KOSMOS_DEVICE void cta_copy(void* dst, const void* src, u64 nbytes, u32 threads)
 }
 
 // Gathered (or scattered) rows: row r of `rows` goes from src(r) to dst(r), both 16-byte aligned,
-// row_bytes a multiple of 16, rows * row_bytes / 16 < 2^32. The CTA works over all the rows' vectors
+// row_bytes a multiple of 16, rows * row_bytes / 16 < 2^31 (32-bit indices that must not wrap). The CTA works over all the rows' vectors
 // at once, so that rows shorter than a round (an MoE token row: 7-14 KB against the 24 KB a CTA
 // keeps in flight) still give every thread kMoverUnroll requests in flight.
 // Unroll: vectors in flight per thread (more where the registers are there anyway: a CTA of a

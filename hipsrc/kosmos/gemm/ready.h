@@ -1,5 +1,5 @@
 // Readiness hooks: what a builder tile waits for before its first K-slab is loaded. The builder
-// calls its hook once per unit (the producer, before the unit's first load) and fences the async
+// calls its hook once per unit (the producer, before the unit's first load, kb = tile.kb0) and fences the async
 // proxy after a non-trivial hook, so the TMA loads see what the wait acquired. A hook returning
 // false (a bounded wait gave up) stops the builder; the grid drains and the host names the site.
 #pragma once
@@ -15,8 +15,7 @@ struct RowFlagsReady {
   u64 target;
   WaitCtx w;
   static constexpr bool kTrivial = false;
-  KOSMOS_DEVICE bool operator()(const TileCoord& t, i32 kb) const {
-    if (kb != t.kb0) return true;
+  KOSMOS_DEVICE bool operator()(const TileCoord& t, i32 /*kb*/) const {
     return wait_flag_dev(w, SITE_TILE_READY, flags + t.tm, target);
   }
 };
@@ -38,8 +37,7 @@ struct RunsArrived {
   i32 runs;
   WaitCtx w;
   static constexpr bool kTrivial = false;
-  KOSMOS_DEVICE bool operator()(const TileCoord& t, i32 kb) const {
-    if (kb != t.kb0) return true;
+  KOSMOS_DEVICE bool operator()(const TileCoord& t, i32 /*kb*/) const {
     i32 lo = 0, hi = t.k_end - t.k_off;  // NT: the whole group
     if (L != LAYOUT_NT) {                // TN/NN: rows [row0, row0 + kTileM) of the group, clipped
       lo = t.tm * kTileM;
