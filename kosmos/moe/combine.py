@@ -136,15 +136,11 @@ class MoECombine(SymmetricPlan):
         if self._y_e is None or self._y_e.shape != (cap, self.hidden):
             self._y_e = cupy.empty((cap, self.hidden), bfloat16)
         y_e = self._y_e
-        prob = gemm.problem_record(h, w2, shape.mo, shape.no, shape.kr, shape.tiles(256), 0, 1,
-                                   w2.shape[1] * w2.shape[2])
-        epi = gemm.epi_record(y_e, cap, self.hidden)
-        tmaps = gemm.operand_tmaps(self._tmaps, h, w2, y_e, gemm.arch_path() == "wgmma", gemm.arch_path() == "wgmma")
+        head = grouped.kernel_head(shape, h, w2, y_e, self._tmaps, 256, gemm.arch_path() == "wgmma")
         rec, out = self._record(y_e, dispatch, routing, shared, out, stream)  # last: it takes this call's epoch
         with stream if stream is not None else cupy.cuda.get_current_stream():
             self._rows_done.fill(0)
-        self._gemm2([*tmaps, prob, epi, rec, np.int32(movers), np.int32(cap), self._gemm2_words, self._rows_done],
-                    stream=stream)
+        self._gemm2([*head, rec, np.int32(movers), np.int32(cap), self._gemm2_words, self._rows_done], stream=stream)
         return out
 
     def _check_dispatch(self, dispatch: MoEDispatch) -> None:

@@ -207,12 +207,8 @@ class MoEDispatch(SymmetricPlan):
         shape = grouped.grouped_shape("TN", arena.shape, w1.shape, self.e_loc, "swiglu")
         if self._h is None or self._h.shape != shape.out_shape:
             self._h = cupy.empty(shape.out_shape, bf16)
-        h = self._h
-        prob = gemm.problem_record(arena, w1, shape.mo, shape.no, shape.kr, shape.tiles(256), shape.swiglu_f, 1,
-                                   w1.shape[1] * w1.shape[2])
-        epi = gemm.epi_record(h, h.size // h.shape[-1], h.shape[-1])
-        tmaps = gemm.operand_tmaps(self._tmaps, arena, w1, h, gemm.arch_path() == "wgmma", False)
-        return self._gemm1, (*tmaps, prob, epi), movers
+        head = grouped.kernel_head(shape, arena, w1, self._h, self._tmaps, 256, gemm.arch_path() == "wgmma")
+        return self._gemm1, head, movers
 
     def _checked(self, x: Any, routing: DeviceRouting, in_order: bool, stream: Any) -> tuple:
         dev = self.world.device_id
