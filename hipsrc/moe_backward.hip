@@ -7,6 +7,7 @@
 //   kosmos_moe_weighted_rows  dispatch-order rows of dy times their router weights, rounded to bf16
 //   kosmos_moe_swiglu_bwd     d [gate, up] from d a and the recomputed [gate, up] (bf16 in and out),
 //                             over the rows the groups hold (their counts read on the device)
+//   kosmos_moe_nan_if_failed  the weight gradients NaN after a failed dispatch
 #include "kosmos/platform.h"
 
 using namespace kosmos;
@@ -81,4 +82,12 @@ extern "C" __global__ void kosmos_moe_swiglu_bwd(const u16* __restrict__ pre, co
     st16(d_pre + row * 2 * f + c, f32_to_bf16x8(dg));
     st16(d_pre + row * 2 * f + f + c, f32_to_bf16x8(du));
   }
+}
+
+// After a dispatch that moved nothing (status != 0: an overflow or a refusal, the same on every
+// rank), NaN into n fp32 words (the backward's weight gradients); otherwise nothing is read or
+// written past the status word, so the common case costs a launch and not a pass over the data.
+extern "C" __global__ void kosmos_moe_nan_if_failed(const i64* status, u32* data, u64 n) {
+  if (*status == 0) return;
+  for (u64 i = u64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += u64(gridDim.x) * blockDim.x) data[i] = 0x7FC00000u;
 }

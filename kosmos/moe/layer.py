@@ -132,14 +132,6 @@ def _backward_kernels(world: World) -> Any:
     return load_module("moe_backward.hip", world=world).get_function
 
 
-def _nan_if_failed(status: Any, a: Any) -> None:
-    """NaN into the fp32 array `a` when the dispatch status is nonzero, decided on the device."""
-    from ..runtime.module import load_module
-
-    load_module("moe_combine.hip").get_function("kosmos_moe_nan_if_failed")(
-        (264,), (256,), (status, a, np.uint64(a.size)))
-
-
 def _u16(x: Any) -> Any:
     return x.view(np.uint16)
 
@@ -448,7 +440,7 @@ class MoELayer:
         ones = dataclasses.replace(r, weights=cupy.ones_like(r.weights))
         dx = self._combine(d_xe, self._dispatch_bwd, ones, shared=extra if t else None)
         for dw in (dw1, dw2):  # NaN after a failed dispatch, in place (a where + astype was 3 passes over GBs)
-            _nan_if_failed(self._dispatch.status, dw)
+            bwd("kosmos_moe_nan_if_failed")((264,), (256,), (status, dw, np.uint64(dw.size)))
         return MoEGradients(dx, d_router_w, dw1, dw2, d_sw1, d_sw2)
 
     def _router_backward(self, ctx: MoEContext, d_weights: Any) -> Any:

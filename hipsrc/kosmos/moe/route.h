@@ -13,7 +13,7 @@ namespace moe {
 
 constexpr int kMaxTopK = 16;
 constexpr int kMaxGroups = 16;  // group-limited routing: groups of experts (DeepSeek-V3: 8)
-constexpr int kChunk = 32;      // tokens one thread of the dispatch plan's count and place steps walks
+constexpr int kChunk = 32;      // tokens per CTA of the dispatch plan's count and place steps
 
 enum Score : i32 { SCORE_SOFTMAX = 0, SCORE_SIGMOID = 1 };
 
