@@ -49,17 +49,30 @@ def share(name: str) -> MoEConfig:
                                groups=groups, topk_groups=min(cfg.topk_groups, groups) if groups else 0)
 
 
+def tokens_of(cfg, rows_per):
+    """Tokens that give rows_per rows per expert on average."""
+    return rows_per * cfg.experts // cfg.top_k
+
+
+def case_params(world, cfg, skew, seed):
+    """The case's parameters; skew: a linear bias ramp (the last experts take the most rows)."""
+    import cupy
+
+    params = MoEParams.random(cfg, world, seed)
+    if skew and params.bias is not None:
+        params.bias[:] = cupy.asarray(np.linspace(-0.5, 0.5, cfg.experts, dtype=np.float32))
+    return params
+
+
 def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, movers=(None,), baseline=True):
     import cupy
 
-    tokens = rows_per * cfg.experts // cfg.top_k
+    tokens = tokens_of(cfg, rows_per)
     layer = MoELayer(world, cfg, max_tokens=tokens, path="device")
     fused = {m: MoELayer(world, cfg, max_tokens=tokens, path="fused", movers=m) for m in movers}
     base = MoELayer(world, cfg, max_tokens=tokens, path="baseline") if baseline else None
     try:
-        params = MoEParams.random(cfg, world, seed)
-        if skew and params.bias is not None:  # a linear ramp: the last experts take the most rows
-            params.bias[:] = cupy.asarray(np.linspace(-0.5, 0.5, cfg.experts, dtype=np.float32))
+        params = case_params(world, cfg, skew, seed)
         x = random_bf16((tokens, cfg.hidden), seed + 3)
         y, ctx = layer.forward(x, params, check=True)
         counts = cupy.asnumpy(ctx.group_rows)
@@ -138,12 +151,10 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
     the shared experts'); bwd dense (cuBLAS on the same FLOPs)."""
     import cupy
 
-    tokens = rows_per * cfg.experts // cfg.top_k
+    tokens = tokens_of(cfg, rows_per)
     layer = MoELayer(world, cfg, max_tokens=tokens, path="device")
     try:
-        params = MoEParams.random(cfg, world, seed)
-        if skew and params.bias is not None:
-            params.bias[:] = cupy.asarray(np.linspace(-0.5, 0.5, cfg.experts, dtype=np.float32))
+        params = case_params(world, cfg, skew, seed)
         x, dy = random_bf16((tokens, cfg.hidden), seed + 3), random_bf16((tokens, cfg.hidden), seed + 4)
         y, ctx = layer.forward(x, params, check=True)
         layer.backward(dy, ctx, params)
