@@ -77,7 +77,7 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
         y, ctx = layer.forward(x, params, check=True)
         counts = cupy.asnumpy(ctx.group_rows)
         total = int(counts.sum())
-        x_e, hmid, rows = ctx.x_experts, ctx.h, ctx.group_rows
+        x_e, rows = ctx.x_experts, ctx.group_rows
         h, i = cfg.hidden, cfg.intermediate
         dx = random_bf16((total, h), seed + 4)
         dw1, dw2 = random_bf16((2 * i, h), seed + 5), random_bf16((h, i), seed + 6)

@@ -150,12 +150,12 @@ class MoEDispatch(SymmetricPlan):
         self._check_open()
         refusal, gemm1 = None, None
         try:
-            x, start, order, t, k = self._checked(x, routing, in_order, stream)
+            x, start, order, k = self._checked(x, routing, in_order, stream)
             if fused is not None:
                 gemm1 = self._gemm1_args(x, *fused, stream=stream)
         except (TypeError, ValueError) as e:
             # a refusal launches the plain dispatch (its counts of -1 stop the peers' fused launches too)
-            refusal, x, start, order, t, k, gemm1 = e, None, None, None, 0, 1, None
+            refusal, x, start, order, k, gemm1 = e, None, None, None, 1, None
         w = self.world
         epoch, ctx = self._next_call(stream)
         rec = record(
@@ -228,4 +228,4 @@ class MoEDispatch(SymmetricPlan):
             raise ValueError(f"routing.order must be [{t * k}], got {order.shape}")
         if t:
             order = check_array(order, "routing.order", dtypes=(np.dtype(np.int32),), device=dev, stream=stream)
-        return x, start, order, t, k
+        return x, start, order, k
