@@ -8,8 +8,8 @@ rows per expert `--rows`, balanced (every expert the same rows) and skewed (the 
 expert loads from a geometric ramp whose largest is about 4x its smallest); --sweep: E = 8...256
 experts with also half of them empty and every row on one expert. Contenders, timed
 interleaved call by call through kosmos.timing (device events behind the stream blocker; --iters
-timed calls after warm-up, in rounds short enough for the driver's launch queue, median of the
-rounds' medians): ours (one launch, counts read on the device); the loop (one
+timed calls after warm-up, the blocker held for rounds short enough for the driver's launch queue,
+median of all of them): ours (one launch, counts read on the device); the loop (one
 cupy.matmul per expert, counts known to the host for free); dense (one cuBLAS GEMM of the same
 total rows and the same FLOPs: the upper bound a grouped GEMM aims at). Writes JSON and a PNG.
 """
@@ -87,13 +87,10 @@ def bench_case(world, experts, rows_per, n, k, kind, iters, warmup, seed):
 
     # The loop queues one launch per expert (cuBLAS may add one): while the blocker holds the stream
     # the driver's launch queue must not fill (it would block the host until the blocker gives up),
-    # so the timed calls are issued in rounds of at most ~400 launches; each round is interleaved,
-    # and a contender's time is the median of its rounds' medians.
+    # so the blocker holds at most ~400 launches at a time (time_calls' rounds_per_hold).
     per_round = max(1, min(iters, 400 // (2 * experts + 4)))
-    rounds = [time_calls(world, {"ours": ours, "loop": loop, "dense": dense}, warmup if r == 0 else 1, per_round)
-              for r in range(-(-iters // per_round))]
-    t = {name: (float(np.median([rd[name].median_ms for rd in rounds])), min(rd[name].min_ms for rd in rounds),
-                float(np.mean([rd[name].host_us for rd in rounds]))) for name in rounds[0]}
+    t = {name: (v.median_ms, v.min_ms, v.host_us) for name, v in time_calls(
+        world, {"ours": ours, "loop": loop, "dense": dense}, warmup, iters, rounds_per_hold=per_round).items()}
     # Sanity (not a test): ours against the loop on the same operands.
     o32, r32 = bf16_to_f32(out), bf16_to_f32(out_loop)
     diff = float(cupy.linalg.norm(o32 - r32) / cupy.linalg.norm(r32))
@@ -101,7 +98,7 @@ def bench_case(world, experts, rows_per, n, k, kind, iters, warmup, seed):
     rec = {"E": experts, "rows_per_expert": rows_per, "routing": kind, "N": n, "K": k, "total_rows": total,
            "max_rows": int(counts.max()), "rel_diff_vs_loop": diff,
            "tile_n": get_plan(grouped_shape("TN", x.shape, w.shape, experts), x.dtype).tile_n}
-    rec["rounds"], rec["iters_per_round"] = len(rounds), per_round
+    rec["rounds"], rec["iters_per_round"] = -(-iters // per_round), per_round
     for name, (ms, lo, host_us) in t.items():
         rec[name] = {"ms": ms, "min_ms": lo, "host_us": host_us, "tflops": flops / ms / 1e9}
     rec["vs_dense"] = rec["ours"]["tflops"] / rec["dense"]["tflops"]
