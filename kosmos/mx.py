@@ -23,6 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .dtypes import bfloat16, float8_e4m3, float8_e8m0, float32
+from .runtime.streams import uses_stream
 
 BLOCK = 32
 E4M3_MAX = 448.0
@@ -95,6 +96,7 @@ class DeviceMX:
     axis: int
 
 
+@uses_stream
 def quantize_both(x, stream=None) -> tuple[DeviceMX, DeviceMX]:
     """The row-wise (blocks along a row) and column-wise (blocks along a column) MXFP8 copies of a bf16
     CuPy matrix, both from x itself, in one kernel pass (hipsrc/mx.hip); rows and cols multiples of 32."""
@@ -108,15 +110,15 @@ def quantize_both(x, stream=None) -> tuple[DeviceMX, DeviceMX]:
         raise ValueError(f"x must be a non-empty [rows, cols] matrix with both multiples of {BLOCK}, "
                          f"got {tuple(x.shape)}")
     rows, cols = x.shape
-    with (stream if stream is not None else cupy.cuda.get_current_stream()):
-        row = DeviceMX(cupy.empty((rows, cols), np.uint8), cupy.empty((rows, cols // BLOCK), np.uint8), 1)
-        col = DeviceMX(cupy.empty((rows, cols), np.uint8), cupy.empty((rows // BLOCK, cols), np.uint8), 0)
-        kernel = load_module("mx.hip").get_function("kosmos_mx_quantize_bf16")
-        kernel(((rows // BLOCK) * (cols // BLOCK),), (2 * BLOCK,),
-               (x, np.int64(rows), np.int64(cols), row.data, row.scales, col.data, col.scales))
+    row = DeviceMX(cupy.empty((rows, cols), np.uint8), cupy.empty((rows, cols // BLOCK), np.uint8), 1)
+    col = DeviceMX(cupy.empty((rows, cols), np.uint8), cupy.empty((rows // BLOCK, cols), np.uint8), 0)
+    kernel = load_module("mx.hip").get_function("kosmos_mx_quantize_bf16")
+    kernel(((rows // BLOCK) * (cols // BLOCK),), (2 * BLOCK,),
+           (x, np.int64(rows), np.int64(cols), row.data, row.scales, col.data, col.scales))
     return row, col
 
 
+@uses_stream
 def dequantize_device(t: DeviceMX, stream=None):
     """bf16 CuPy [rows, cols] from a DeviceMX (hipsrc/kosmos/mx/dequant.h): each element times its
     block's scale, rounded once to bf16; bit for bit dequantize(...).astype(bfloat16)."""
@@ -136,9 +138,8 @@ def dequantize_device(t: DeviceMX, stream=None):
     want = (rows, cols // BLOCK) if along_rows else (rows // BLOCK, cols)
     if scales.shape != want:
         raise ValueError(f"t.scales must be {want} for blocks along axis {t.axis}, got {tuple(scales.shape)}")
-    with (stream if stream is not None else cupy.cuda.get_current_stream()):
-        out = cupy.empty((rows, cols), np.uint16)
-        load_module("mx.hip").get_function("kosmos_mx_dequantize_bf16")(
-            (min(-(-rows * cols // 256), 4096),), (256,),
-            (data, scales, np.int64(rows), np.int64(cols), np.int32(along_rows), out))
+    out = cupy.empty((rows, cols), np.uint16)
+    load_module("mx.hip").get_function("kosmos_mx_dequantize_bf16")(
+        (min(-(-rows * cols // 256), 4096),), (256,),
+        (data, scales, np.int64(rows), np.int64(cols), np.int32(along_rows), out))
     return out.view(bfloat16)

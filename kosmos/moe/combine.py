@@ -138,8 +138,7 @@ class MoECombine(SymmetricPlan):
         y_e = self._y_e
         head = grouped.kernel_head(shape, h, w2, y_e, self._tmaps, 256, gemm.arch_path() == "wgmma")
         rec, out = self._record(y_e, dispatch, routing, shared, out, stream)  # last: it takes this call's epoch
-        with stream if stream is not None else cupy.cuda.get_current_stream():
-            self._rows_done.fill(0)
+        self._rows_done.fill(0)  # on the call's stream (uses_stream made it current)
         self._gemm2([*head, rec, np.int32(movers), np.int32(cap), self._gemm2_words, self._rows_done], stream=stream)
         return out
 
