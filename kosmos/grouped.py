@@ -154,6 +154,20 @@ def _module():
     return load_module("grouped.hip", extra_options=gemm._extra_options)
 
 
+def stores_through_tma(shape: GroupedShape, out_dtype: Any, uses_tma: bool) -> bool:
+    return uses_tma and not shape.swiglu_f and np.dtype(out_dtype) == gemm._bf16()
+
+
+def kernel_head(shape: GroupedShape, a, b, out, tmaps: dict, tile_n: int, uses_tma: bool) -> tuple:
+    """The arguments every grouped kernel starts with, the fused MoE launches' too: the (a, b, out)
+    tensor maps (cached in `tmaps`), the Problem and the epilogue's records."""
+    prob = gemm.problem_record(a, b, shape.mo, shape.no, shape.kr, shape.tiles(tile_n), shape.swiglu_f, 1,
+                               b.shape[1] * b.shape[2] if b.ndim == 3 else 0)
+    epi = gemm.epi_record(out, out.size // out.shape[-1], out.shape[-1])
+    tma_store = stores_through_tma(shape, out.dtype, uses_tma)
+    return (*gemm.operand_tmaps(tmaps, a, b, out, uses_tma, tma_store), prob, epi)
+
+
 @dataclass
 class GroupedPlan:
     """One compiled, launch-checked grouped GEMM for a (layout, epilogue, out dtype, shape, grid)."""
@@ -179,20 +193,6 @@ class GroupedPlan:
         s = self.shape
         return (*kernel_head(s, a, b, out, self._tmaps, self.tile_n, self.uses_tma), group_rows, np.int32(s.groups),
                 np.int32(s.rows), self.words)
-
-
-def stores_through_tma(shape: GroupedShape, out_dtype: Any, uses_tma: bool) -> bool:
-    return uses_tma and not shape.swiglu_f and np.dtype(out_dtype) == gemm._bf16()
-
-
-def kernel_head(shape: GroupedShape, a, b, out, tmaps: dict, tile_n: int, uses_tma: bool) -> tuple:
-    """The arguments every grouped kernel starts with, the fused MoE launches' too: the (a, b, out)
-    tensor maps (cached in `tmaps`), the Problem and the epilogue's records."""
-    prob = gemm.problem_record(a, b, shape.mo, shape.no, shape.kr, shape.tiles(tile_n), shape.swiglu_f, 1,
-                               b.shape[1] * b.shape[2] if b.ndim == 3 else 0)
-    epi = gemm.epi_record(out, out.size // out.shape[-1], out.shape[-1])
-    tma_store = stores_through_tma(shape, out.dtype, uses_tma)
-    return (*gemm.operand_tmaps(tmaps, a, b, out, uses_tma, tma_store), prob, epi)
 
     def __call__(self, a, b, group_rows, out, stream=None) -> None:
         with self._order.lock:
