@@ -21,7 +21,6 @@ import math
 import sys
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -71,7 +70,14 @@ def cublas_fn(layout, a, b, out):
     return lambda: cupy.matmul(a.T, b, out=out)
 
 
-def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1):
+def mx_copies(layout, a, b):
+    """a and b as MXFP8 (kosmos.mx.quantize_both), each with blocks along its contracting axis."""
+    from kosmos import mx
+
+    return tuple(mx.quantize_both(x)[0 if gemm.contracting_axis(layout, i) == 1 else 1] for i, x in enumerate((a, b)))
+
+
+def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=False):
     a_shape, b_shape, out_shape = s.operand_shapes()
     set_bytes = 2 * (math.prod(a_shape) + math.prod(b_shape))
     nsets = max(2, min(8, math.ceil(3 * L2_BYTES / set_bytes)))
@@ -94,6 +100,12 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1):
                 a, b = sets[i % nsets]
                 gemm.matmul(a, b, s.layout, out=out, split_k=split_k, tile_n=width)
             fns[f"w{width}"] = run_w
+    if mxfp8:  # dequantize both operands (exact) + our bf16 GEMM: the H200's MXFP8 path
+        mx_sets = [mx_copies(s.layout, a, b) for a, b in sets]
+
+        def run_mx(i):
+            gemm.matmul(*mx_sets[i % nsets], s.layout, out=out, split_k=split_k)
+        fns["mxfp8"] = run_mx
     t = time_calls(world, fns, warmup, reps)
     rec["cublas"] = {"ms": t["cublas"].median_ms, "min_ms": t["cublas"].min_ms,
                      "tflops": flop / t["cublas"].median_ms / 1e9}
@@ -108,7 +120,10 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1):
     rec["rel_diff_vs_cublas"] = float(cupy.linalg.norm(o32 - r32) / cupy.linalg.norm(r32))
     full = rec["ours"][str(sms)]["tflops"]
     rec["ratio"] = full / rec["cublas"]["tflops"]
-    rec["cap_retention"] = {k: v["tflops"] / full for k, v in rec["ours"].items() if not k.startswith("w")}
+    rec["cap_retention"] = {k: v["tflops"] / full for k, v in rec["ours"].items() if not k.startswith("w")
+                            and k != "mxfp8"}
+    if mxfp8:
+        rec["mxfp8_vs_bf16"] = rec["ours"]["mxfp8"]["tflops"] / full
     del sets, out, ref, o32, r32
     cupy.get_default_memory_pool().free_all_blocks()
     return rec
@@ -164,6 +179,8 @@ def main(argv=None):
     ap.add_argument("--tag", default="")
     ap.add_argument("--define", action="append", default=[], help="compile define for the gemm module, NAME=VALUE")
     ap.add_argument("--split-k", default="1", help="1 (default), auto, or a factor")
+    ap.add_argument("--precision", default="bf16", choices=("bf16", "mxfp8"),
+                    help="mxfp8: also time matmul on MXFP8 operands (dequantize + our bf16 GEMM) against ours in bf16")
     args = ap.parse_args(argv)
 
     caps = [int(c) for c in args.caps.split(",") if c]
@@ -188,13 +205,14 @@ def main(argv=None):
             do_caps = args.caps_all or any(m in s.name and b in s.name for m, b in FIG2) or (
                 args.quick and "MBS8" in s.name)
             split = None if args.split_k == "auto" else int(args.split_k)
-            rec = bench_shape(world, s, caps, args.reps, args.warmup, do_caps, sms, split)
+            rec = bench_shape(world, s, caps, args.reps, args.warmup, do_caps, sms, split, args.precision == "mxfp8")
             results.append(rec)
             capstr = " ".join(f"{k}:{v:.2f}" for k, v in rec["cap_retention"].items() if k != str(sms))
             print(f"{s.kernel:11s} {s.layout} {s.name:20s} {s.m:6d} {s.n:6d} {s.k:6d}  cuBLAS {rec['cublas']['tflops']:6.1f}"
                   f"  ours {rec['ours'][str(sms)]['tflops']:6.1f}  ratio {rec['ratio']:.3f}  diff {rec['rel_diff_vs_cublas']:.1e}"
                   f"  split {rec['split_k']}  tile {rec['tile_n']}"
                   + "".join(f"  w{w} {rec['ours'][f'w{w}']['tflops']:6.1f}" for w in gemm.TILE_WIDTHS if f"w{w}" in rec["ours"])
+                  + (f"  mxfp8/bf16 {rec['mxfp8_vs_bf16']:.3f}" if "mxfp8_vs_bf16" in rec else "")
                   + f"  {capstr}", flush=True)
 
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -203,7 +221,7 @@ def main(argv=None):
     stem = f"gemm_{gpu.replace(' ', '_')}_{date}{('_' + args.tag) if args.tag else ''}"
     doc = {"gpu": gpu, "sms": sms, "world": 1, "commit": commit, "date": date, "path": gemm.arch_path(),
            "defines": args.define, "split_k": args.split_k, "reps": args.reps, "warmup": args.warmup,
-           "quick": args.quick, "set": args.set,
+           "quick": args.quick, "set": args.set, "precision": args.precision,
            "timing": "kosmos.timing.time_calls: contenders interleaved, events behind the stream blocker, median",
            "results": results}
     (out_dir / f"{stem}.json").write_text(json.dumps(doc, indent=1))
@@ -222,7 +240,8 @@ def main(argv=None):
         ret = [r["cap_retention"]["116"] for r in rs if "116" in r["cap_retention"]]
         print(f"{g:14s} {len(rs):3d} {geomean([r['ratio'] for r in rs]):8.3f} {min(r['ratio'] for r in rs):6.3f} "
               f"{geomean([r['ours'][str(sms)]['tflops'] for r in rs]):8.1f} {geomean([r['cublas']['tflops'] for r in rs]):9.1f}"
-              f"  {('%.3f' % geomean(ret)) if ret else '-'}")
+              f"  {('%.3f' % geomean(ret)) if ret else '-'}"
+              + (f"  mxfp8/bf16 {geomean([r['mxfp8_vs_bf16'] for r in rs]):.3f}" if args.precision == "mxfp8" else ""))
 
 
 if __name__ == "__main__":

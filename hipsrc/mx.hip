@@ -33,12 +33,10 @@ extern "C" __global__ void kosmos_mx_quantize_bf16(const u16* __restrict__ x, i6
 }
 
 // kosmos_mx_dequantize_bf16: an MXFP8 copy (data [rows, cols]; scales [rows, cols / 32] for blocks
-// along a row, row_blocks = 1, or [rows / 32, cols] for blocks along a column) -> bf16 [rows, cols].
+// along a row, blocks = kRowBlocks, or [rows / 32, cols] for kColBlocks) -> bf16 [rows, cols]; each
+// CTA takes a contiguous range of 32-row bands (grid_dequant_rows: the movers' loop; the host keeps
+// a CTA's share under 2^32 vectors).
 extern "C" __global__ void kosmos_mx_dequantize_bf16(const u8* __restrict__ data, const u8* __restrict__ scales,
-                                                     i64 rows, i64 cols, i32 row_blocks, u16* __restrict__ out) {
-  for (i64 v = i64(blockIdx.x) * blockDim.x + threadIdx.x; v < rows * cols; v += i64(gridDim.x) * blockDim.x) {
-    const i64 r = v / cols, c = v % cols;
-    const u8 s = row_blocks ? scales[r * (cols / kBlock) + c / kBlock] : scales[(r / kBlock) * cols + c];
-    out[v] = e4m3_to_bf16_scaled(data[v], s);
-  }
+                                                     i64 rows, i64 cols, i32 blocks, u16* __restrict__ out) {
+  grid_dequant_rows(out, data, scales, u64(rows), u32(cols), blocks);
 }

@@ -86,12 +86,13 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const AgP
   const int rank = c.rank, world = c.world;
   const u64 epoch = c.epoch;
   extern __shared__ __align__(1024) u8 smem[];
-  const Gathered g{c.peer_bases, a.shard_off, a.gathered, a.m, a.row_bytes, a.items_per_chunk};
+  const Gathered g{c.peer_bases, a.shard_off, a.gathered, a.m, a.row_bytes, a.items_per_chunk, a.scales_off,
+                   a.mx_blocks};
   // Before any early exit: CTA 0 zeroes the next call's heads here.
   FusedHeads* heads = fused_heads(c.mine, epoch);
   // Peers must have finished pulling our shard from the last call before we overwrite it.
   if (!wait_peers_done(wait, c.mine, rank, world, epoch)) return;
-  stage_shard(g, rank, world, epoch, c.mine, c.flags_off, a.arrived, a.x);
+  stage_shard(g, rank, world, epoch, c.mine, c.flags_off, a.arrived, a.x, a.x_scales);
 
   const bool mover = i32(blockIdx.x) < c.movers;
   const TableQueue q{&heads->mover, a.mover_order, a.n_mover_items, 2};

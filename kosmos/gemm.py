@@ -500,6 +500,24 @@ def output_array(out, shape: tuple[int, ...], dt: np.dtype, **inputs):
     return out
 
 
+def contracting_axis(layout: str, operand: int) -> int:
+    """The reduction axis of operand 0 (a) or 1 (b) in `layout` (see the module docstring)."""
+    if layout not in LAYOUTS:
+        raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
+    return {"TN": (1, 1), "NN": (1, 0), "NT": (0, 0)}[layout][operand]
+
+
+def dequantized_operand(t: Any, name: str, layout: str, operand: int, stream: Any = None) -> Any:
+    """t itself, or, for an MXFP8 operand (kosmos.mx.DeviceMX), its exact bf16 dequantization after
+    checking that its blocks run along its contracting axis in `layout`."""
+    from . import mx
+
+    if not isinstance(t, mx.DeviceMX):
+        return t
+    t = mx.check_mx(t, name, axis=contracting_axis(layout, operand), stream=stream)
+    return mx.dequantize_device(t, stream=stream)
+
+
 @uses_stream
 def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | None = None, *,
            epilogue: str = "store", split_k: int | None = 1, tile_n: int | None = None, stream=None):
@@ -511,6 +529,11 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     from a wave model (choose_split_k) when the tiles alone would leave SMs idle. ``tile_n``: the
     tile width, 256 or 128 (Hopper, store epilogues), None = choose_tile_n's wave model. Results are
     bitwise reproducible for a given (shape, sm_cap, split_k, tile width); different splits round differently.
+
+    ``a`` and ``b`` are bf16, or MXFP8 (kosmos.mx.DeviceMX, blocks along the operand's contracting
+    axis): an MXFP8 operand is dequantized exactly to bf16 on the stream and the bf16 builder runs
+    on it (the H200 has no block-scaled MMA: notes/mxfp8.md), so the result is bitwise the bf16
+    GEMM of the dequantized operands.
     """
     import cupy
 
@@ -518,6 +541,7 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
         layout = layout.upper()
     dev = cupy.cuda.Device().id
     bf16 = _bf16()
+    a, b = (dequantized_operand(t, name, layout, i, stream) for i, (t, name) in enumerate(((a, "a"), (b, "b"))))
     a = check_array(a, "a", dtypes=(bf16,), device=dev, stream=stream)
     b = check_array(b, "b", dtypes=(bf16,), device=dev, stream=stream)
     shape = gemm_shape(layout, a.shape, b.shape, epilogue)

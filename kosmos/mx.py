@@ -19,6 +19,7 @@ The device kernels (hipsrc/kosmos/mx/quant.h) reproduce this bit for bit (tests/
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -95,6 +96,19 @@ class DeviceMX:
     scales: object  # uint8 [rows, cols / 32] (axis=-1) or [rows / 32, cols] (axis=0)
     axis: int
 
+    @property
+    def shape(self) -> tuple[int, ...]:
+        return tuple(self.data.shape)
+
+
+def to_device(t: MXTensor) -> DeviceMX:
+    """A NumPy MXTensor (quantize's result) on the current GPU, as a DeviceMX (2-D)."""
+    import cupy
+
+    if t.data.ndim != 2:
+        raise ValueError(f"to_device takes a 2-D MXTensor, got shape {t.data.shape}")
+    return DeviceMX(cupy.asarray(t.data.view(np.uint8)), cupy.asarray(t.scales.view(np.uint8)), t.axis % 2)
+
 
 @uses_stream
 def quantize_both(x, stream=None) -> tuple[DeviceMX, DeviceMX]:
@@ -118,28 +132,64 @@ def quantize_both(x, stream=None) -> tuple[DeviceMX, DeviceMX]:
     return row, col
 
 
-@uses_stream
-def dequantize_device(t: DeviceMX, stream=None):
-    """bf16 CuPy [rows, cols] from a DeviceMX (hipsrc/kosmos/mx/dequant.h): each element times its
-    block's scale, rounded once to bf16; bit for bit dequantize(...).astype(bfloat16)."""
+def check_mx(t: Any, name: str, shape: tuple[int, int] | None = None, axis: int | None = None,
+             stream: Any = None) -> DeviceMX:
+    """t checked as this GPU's MXFP8 matrix: uint8 data [rows, cols] (both multiples of 32, or of
+    `shape` when given), its scales in the shape its axis fixes, blocks along `axis` when given (the
+    GEMM's contracting axis: 1 for blocks along a row, 0 along a column)."""
     import cupy
 
     from .arrays import check_array
+
+    if not isinstance(t, DeviceMX):
+        raise TypeError(f"{name} must be a kosmos.mx.DeviceMX (quantize_both makes them), got {type(t).__name__}")
+    dev = cupy.cuda.Device().id
+    u8 = (np.dtype(np.uint8),)
+    data = check_array(t.data, f"{name}.data", dtypes=u8, device=dev, stream=stream)
+    scales = check_array(t.scales, f"{name}.scales", dtypes=u8, device=dev, stream=stream)
+    along = t.axis % 2 if t.axis in (0, 1, -1) else None
+    if data.ndim != 2 or data.shape[0] % BLOCK or data.shape[1] % BLOCK or along is None:
+        raise ValueError(f"{name}.data must be [rows, cols] with both multiples of {BLOCK} and {name}.axis 0 or 1, "
+                         f"got {tuple(data.shape)}, axis {t.axis}")
+    if shape is not None and tuple(data.shape) != tuple(shape):
+        raise ValueError(f"{name} must be {tuple(shape)}, got {tuple(data.shape)}")
+    if axis is not None and along != axis % 2:
+        what = {1: "along its rows (axis 1)", 0: "along its columns (axis 0)"}
+        raise ValueError(f"{name} must have its MX blocks {what[axis % 2]}, the GEMM's contracting axis; "
+                         f"it has them {what[along]}: quantize it the other way (quantize_both gives both)")
+    rows, cols = data.shape
+    want = (rows, cols // BLOCK) if along == 1 else (rows // BLOCK, cols)
+    if scales.shape != want:
+        raise ValueError(f"{name}.scales must be {want} for blocks along axis {along}, got {tuple(scales.shape)}")
+    return DeviceMX(data, scales, along)
+
+
+def blocks_code(t: DeviceMX) -> int:
+    """The kernels' Blocks enum (hipsrc/kosmos/mx/dequant.h): 1 blocks along rows, 2 along columns."""
+    return 1 if t.axis % 2 == 1 else 2
+
+
+@uses_stream
+def dequantize_device(t: DeviceMX, out: Any = None, stream: Any = None):
+    """bf16 CuPy [rows, cols] from a DeviceMX (hipsrc/kosmos/mx/dequant.h), into `out` when given:
+    each element times its block's scale, rounded once to bf16; bit for bit
+    dequantize(...).astype(bfloat16)."""
+    import cupy
+
+    from .arrays import check_array
+    from .runtime.launch import sm_count
     from .runtime.module import load_module
 
-    dev = cupy.cuda.Device().id
-    data = check_array(t.data, "t.data", dtypes=(np.dtype(np.uint8),), device=dev, stream=stream)
-    scales = check_array(t.scales, "t.scales", dtypes=(np.dtype(np.uint8),), device=dev, stream=stream)
-    if data.ndim != 2 or data.shape[0] % BLOCK or data.shape[1] % BLOCK or t.axis not in (0, 1, -1):
-        raise ValueError(f"t.data must be [rows, cols] with both multiples of {BLOCK} and t.axis 0 or -1, "
-                         f"got {tuple(data.shape)}, axis {t.axis}")
-    rows, cols = data.shape
-    along_rows = t.axis in (1, -1)
-    want = (rows, cols // BLOCK) if along_rows else (rows // BLOCK, cols)
-    if scales.shape != want:
-        raise ValueError(f"t.scales must be {want} for blocks along axis {t.axis}, got {tuple(scales.shape)}")
-    out = cupy.empty((rows, cols), np.uint16)
+    t = check_mx(t, "t", stream=stream)
+    rows, cols = t.data.shape
+    if out is None:
+        out = cupy.empty((rows, cols), bfloat16)
+    else:
+        out = check_array(out, "out", dtypes=(bfloat16,), device=cupy.cuda.Device().id, stream=stream, writable=True)
+        if out.shape != (rows, cols):
+            raise ValueError(f"out must be {(rows, cols)} bf16, got {tuple(out.shape)}")
+    bands = rows // BLOCK
+    grid = max(min(bands, 8 * sm_count()), -(-rows * cols // (16 * 2**31)))  # a CTA's share < 2^32 vectors
     load_module("mx.hip").get_function("kosmos_mx_dequantize_bf16")(
-        (min(-(-rows * cols // 256), 4096),), (256,),
-        (data, scales, np.int64(rows), np.int64(cols), np.int32(along_rows), out))
-    return out.view(bfloat16)
+        (grid,), (256,), (t.data, t.scales, np.int64(rows), np.int64(cols), np.int32(blocks_code(t)), out))
+    return out

@@ -125,3 +125,23 @@ def test_dequantize_to_bf16_is_the_reference_bit_for_bit(mx_host):
     assert bad.size == 0, (f"{bad.size} pairs differ, first code {codes[bad[0]]:#04x} scale {scales[bad[0]]}: "
                            f"got {got[bad[0]]:#06x}, want {want[bad[0]]:#06x}")
     assert nan_want.sum() == 2 * 256 + 254  # NaN codes 0x7F/0xFF at every scale, the NaN scale for the rest
+
+
+@pytest.mark.parametrize("axis", [1, 0])
+@pytest.mark.parametrize("rows,cols,ctas", [(32, 32, 1), (96, 160, 2), (256, 64, 5)])
+def test_the_grid_loop_reads_each_elements_own_scale(mx_host, axis, rows, cols, ctas):
+    """grid_dequant_rows (hipsrc/kosmos/mx/dequant.h: the movers' and the dequantize kernel's
+    loop) against the reference, blocks along rows and along columns, with CTAs that get unequal
+    shares of the bands (and none): every element must read its own block's scale."""
+    rng = np.random.default_rng([rows, cols, axis])
+    data = rng.integers(0, 256, (rows, cols), dtype=np.uint8)
+    data[data & 0x7F == 0x7F] = 0x3C  # no NaN codes: compare every bit
+    sshape = (rows, cols // 32) if axis == 1 else (rows // 32, cols)
+    scales = rng.integers(100, 150, sshape, dtype=np.uint8)
+    head = struct.pack("<4i", rows, cols, 1 if axis == 1 else 2, ctas)
+    out = subprocess.run([str(mx_host), "grid"], input=head + data.tobytes() + scales.tobytes(),
+                         capture_output=True, check=True).stdout
+    got = np.frombuffer(out, np.uint16).reshape(rows, cols)
+    t = mx.MXTensor(data.view(float8_e4m3), scales.view(mx.float8_e8m0), axis)
+    want = mx.dequantize(t).astype(bfloat16).view(np.uint16)
+    np.testing.assert_array_equal(got, want)

@@ -3,6 +3,7 @@
 #pragma once
 #include "flags.h"
 #include "mover.h"
+#include "mx/dequant.h"
 #include "protocol.h"
 #include "sentinel.h"
 #include "wait.h"
@@ -27,27 +28,50 @@ struct TableQueue {
 // Where a gathered operand lives: every rank stages its shard (m rows of row_bytes) in its heap,
 // where peers pull it from, and gathers all P shards into `out`, a plain device array of P*m
 // rows that is the GEMM's A operand and, when the caller keeps it, the gathered result.
+// MXFP8 (blocks != kNone): the staged shard is E4M3 codes (a byte per element: rows of
+// row_bytes / 2) with its E8M0 scales at scales_off, and `out` is bf16: movers dequantize.
 struct Gathered {
   const u64* peer_bases;
   u64 shard_off;  // offset of the staged shard [m rows] in every rank's heap
-  u8* out;        // this rank's gathered array [P*m rows]
+  u8* out;        // this rank's gathered array [P*m rows of row_bytes]
   u64 m, row_bytes;
   i32 items_per_chunk;
+  u64 scales_off;
+  int blocks;     // mx::Blocks
   KOSMOS_DEVICE const u8* shard(int peer, u64 row) const {
     return reinterpret_cast<const u8*>(peer_bases[peer] + shard_off) + row * row_bytes;
   }
+  KOSMOS_DEVICE const u8* scales(int peer) const { return reinterpret_cast<const u8*>(peer_bases[peer] + scales_off); }
   KOSMOS_DEVICE u8* rows(int chunk, u64 row) const { return out + (u64(chunk) * m + row) * row_bytes; }
+  KOSMOS_DEVICE u32 cols() const { return u32(row_bytes / 2); }
+  // Rows [row0, row0 + rows) of peer's shard into its chunk of out (`threads` of the CTA).
+  KOSMOS_DEVICE void pull(int peer, u64 row0, u64 rows, u32 threads) const {
+    if (blocks == mx::kNone) {
+      cta_copy(this->rows(peer, row0), shard(peer, row0), rows * row_bytes, threads);
+    } else {
+      mx::cta_dequant_rows(reinterpret_cast<u16*>(this->rows(peer, row0)), shard(peer, 0), scales(peer), row0,
+                           u32(rows), cols(), blocks, threads);
+    }
+  }
 };
 
 // Stage this rank's shard into its heap (for peers) and its chunk of the gathered array (all
 // CTAs); the last CTA marks the local chunk's items arrived and tells every peer the shard can
 // be pulled. Alone (world 1) nothing is staged or flagged: the builders read x itself.
 KOSMOS_DEVICE void stage_shard(const Gathered& g, int rank, int world, u64 epoch, OpFlags* mine, u64 flags_off,
-                               u64* arrived, const u8* x) {
+                               u64* arrived, const u8* x, const u8* x_scales) {
   if (world == 1) return;
-  const u64 bytes = g.m * g.row_bytes;
-  grid_copy(reinterpret_cast<u8*>(g.peer_bases[rank] + g.shard_off), x, bytes);
-  grid_copy(g.rows(rank, 0), x, bytes);
+  u8* staged = reinterpret_cast<u8*>(g.peer_bases[rank] + g.shard_off);
+  if (g.blocks == mx::kNone) {
+    const u64 bytes = g.m * g.row_bytes;
+    grid_copy(staged, x, bytes);
+    grid_copy(g.rows(rank, 0), x, bytes);
+  } else {  // codes and scales for the peers (a scale per 32 elements either way); bf16 for us
+    const u64 codes = g.m * g.cols();
+    grid_copy(staged, x, codes);
+    grid_copy(reinterpret_cast<u8*>(g.peer_bases[rank] + g.scales_off), x_scales, codes / 32);
+    mx::grid_dequant_rows(reinterpret_cast<u16*>(g.rows(rank, 0)), x, x_scales, g.m, g.cols(), g.blocks);
+  }
   __syncthreads();
   if (threadIdx.x == 0 && arrive_last(&mine->staged, epoch, gridDim.x)) {
     for (int i = 0; i < g.items_per_chunk; ++i) st_release_sys(&arrived[rank * g.items_per_chunk + i], epoch);
@@ -70,7 +94,7 @@ KOSMOS_DEVICE bool gather_items(const Gathered& g, int rank, u64 epoch, OpFlags*
     if (!cta_broadcast(&s_ok, ok)) return false;
     const u64 row0 = item * kTileRow;
     const u64 rows = row0 + kTileRow > g.m ? g.m - row0 : kTileRow;
-    cta_copy(g.rows(peer, row0), g.shard(peer, row0), rows * g.row_bytes, threads);
+    g.pull(peer, row0, rows, threads);
     __syncthreads();
     if (threadIdx.x == 0) {
       fence_acq_rel_sys();

@@ -38,6 +38,12 @@ struct AgParams {
   const i32* mover_order; // (peer, item) pairs in the movers' order
   i32 items_per_chunk, tiles_m_per_chunk, n_mover_items;
   u32 mover_threads;      // threads of a mover CTA that copy (the warps-per-mover ablation)
+  // MXFP8 gathers (mx_blocks = mx::kRowBlocks or kColBlocks; kNone: bf16): the shard is E4M3 codes
+  // [m, row_bytes / 2] at shard_off plus its E8M0 scales at scales_off; movers dequantize into the
+  // bf16 gathered array.
+  u64 scales_off;
+  const u8* x_scales;     // this rank's scales
+  i32 mx_blocks, pad_;
 };
 
 // TN+RS and bulk RS || NT; Epi is the builders' epilogue record (bf16 or fp32 store).

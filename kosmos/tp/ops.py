@@ -11,6 +11,14 @@
 m is the rows (tokens) per rank and must be a multiple of 128 (the GEMM tile); n and k are
 multiples of 64. Every call is collective: all ranks call the same op in the same order.
 
+MXFP8 (`precision="mxfp8"`, the all-gather ops): the gathered operand is a kosmos.mx.DeviceMX
+(E4M3 codes + E8M0 scales, blocks along the gathered row for AG+TN / AG+NN, along its columns
+for the bulk gather that feeds the wgrad); 33/64 of the bf16 bytes cross the links and movers
+dequantize into the bf16 gathered array the bf16 builders read. Any operand may also be a DeviceMX
+whose blocks run along its contracting axis: local ones are dequantized on the stream first. The
+reduce-scatters move bf16 in both precisions, so they take DeviceMX local operands the same way.
+Results are bitwise the bf16 op's on the dequantized operands (notes/mxfp8.md).
+
 Streams and SMs: every op of a World runs after the World's previous op on the device, whatever
 stream each is issued on (kosmos.runtime.streams.DeviceOrder), so two kosmos grids never overlap.
 `sm_cap` limits an op's grid to that many SMs; work of other libraries that waits across ranks
@@ -25,7 +33,7 @@ from typing import Any, Callable
 
 import numpy as np
 
-from .. import gemm
+from .. import gemm, mx
 from ..arrays import refuse_overlap
 from ..dtypes import bfloat16, copy_into, float32
 from ..errors import KosmosError
@@ -41,11 +49,19 @@ from .queues import (AG_ORDERS, RS_ORDERS, TILE_ROW, BandGrid, GatherGrid, ag_mo
                      rs_reducer_order, rs_tile_order, tile_indices)
 
 POLICIES = {"one_way": 0, "fixed": 1, "two_way": 2}  # two_way: the AG kernels only
+PRECISIONS = ("bf16", "mxfp8")  # of the gathered operand
 
 
 def _ptr(arr: Any) -> np.uint64:
     """A device pointer kernel argument that does not keep the array alive."""
     return np.uint64(arr.data.ptr)
+
+
+def _arrays(x: Any) -> dict[str, Any]:
+    """An operand's device arrays by name: a bf16 array, or an MXFP8 one's codes and scales."""
+    if isinstance(x, mx.DeviceMX):
+        return {"x_codes": x.data, "x_scales": x.scales}
+    return {"x": x}
 
 
 def _slice_cols(cols: int) -> int:
@@ -188,6 +204,8 @@ class _AllGatherBase(_FusedOp):
         return m * row * 2 + world.size * (m // TILE_ROW + 1) * 8 + 4096
 
     def _validate(self, switches: dict[str, Any]) -> None:
+        if switches.get("precision", "bf16") not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {switches['precision']!r}")
         if switches.get("layout", "TN") not in ("TN", "NN"):
             raise ValueError(f"AllGatherMatmul layout is 'TN' (fprop) or 'NN' (dgrad), got {switches['layout']!r}")
         threads = gemm.block_threads()
@@ -200,13 +218,21 @@ class _AllGatherBase(_FusedOp):
         if kx is not None and (not isinstance(kx, (int, np.integer)) or kx < 64 or kx % 64):
             raise ValueError(f"kx = {kx!r} must be a positive multiple of 64")
 
-    def _setup_gather(self, row_elems: int, ag_order: str, mover_threads: int | None) -> None:
+    def _setup_gather(self, row_elems: int, ag_order: str, mover_threads: int | None, precision: str,
+                      mx_axis: int) -> None:
+        """mx_axis: the axis an MXFP8 gathered operand has its blocks along (1: rows, 0: columns)."""
         import cupy
 
         P, m = self.P, self.m
         self.row_elems = row_elems
         self.grid_g = GatherGrid(P, self.world.rank, m, gemm.tile_shape()[0], 1)
-        self.shard = self.heap.alloc((m, row_elems), bfloat16)
+        self.precision, self.mx_axis = precision, mx_axis
+        if precision == "mxfp8":  # codes and scales (row_elems >= 64: both fit the bf16 shard's bytes)
+            self.shard = self.heap.alloc((m, row_elems), np.uint8)
+            self.shard_scales = self.heap.alloc((m, row_elems // mx.BLOCK) if mx_axis else (m // mx.BLOCK, row_elems),
+                                                np.uint8)
+        else:
+            self.shard = self.heap.alloc((m, row_elems), bfloat16)
         self.arrived = self.heap.alloc((P * self.grid_g.items_per_chunk,), np.uint64)
         self.mover_order = cupy.asarray(ag_mover_order(self.grid_g))
         self.ag_order = ag_order
@@ -225,30 +251,42 @@ class _AllGatherBase(_FusedOp):
         refuse_overlap(name, keep, **inputs)
         return keep
 
+    def _gather_input(self, x: Any, name: str, stream: Any) -> Any:
+        """The operand to gather, checked: a bf16 [m, row] array, or (mxfp8) a DeviceMX of that shape
+        with its blocks along mx_axis."""
+        if self.precision == "mxfp8":
+            return mx.check_mx(x, name, (self.m, self.row_elems), axis=self.mx_axis, stream=stream)
+        return self._check(x, name, (self.m, self.row_elems), stream=stream)
+
     def _gathered(self, x: Any, keep: Any, stream: Any) -> Any:
-        """The array the movers fill: the caller's (checked) `keep`, else the plan's scratch; x itself
-        alone (where `keep` gets a copy)."""
+        """The array the movers fill: the caller's (checked) `keep`, else the plan's scratch. Alone
+        there is nothing to gather: x itself (where `keep` gets a copy), or x dequantized (mxfp8)."""
         import cupy
 
-        if keep is not None:
-            if self.P == 1:
+        if self.P == 1 and self.precision == "bf16":
+            if keep is not None:
                 copy_into(keep, x, stream)
-                return x
-            return keep
-        if self.P == 1:
             return x
-        if self._scratch is None:
-            self._scratch = cupy.empty(self.gathered_shape, bfloat16)
-        return self._scratch
+        if keep is not None:
+            target = keep
+        else:
+            if self._scratch is None:
+                self._scratch = cupy.empty(self.gathered_shape, bfloat16)
+            target = self._scratch
+        if self.P == 1:
+            mx.dequantize_device(x, out=target, stream=stream)
+        return target
 
     def _gather_args(self, a: Any, b: Any, out: Any, x: Any, gathered: Any) -> list:
         g = self.grid_g
+        is_mx = isinstance(x, mx.DeviceMX)
         return self._kernel_args(
             a, b, out, AG_PARAMS_DTYPE, epi=self._epi(out, *out.shape), shard_off=self.shard.offset,
-            gathered=_ptr(gathered), arrived=_ptr(self.arrived.local), x=_ptr(x), m=self.m,
+            gathered=_ptr(gathered), arrived=_ptr(self.arrived.local), x=_ptr(x.data if is_mx else x), m=self.m,
             row_bytes=self.row_elems * 2, mover_order=_ptr(self.mover_order), items_per_chunk=g.items_per_chunk,
             tiles_m_per_chunk=g.tiles_m_per_chunk, n_mover_items=len(self.mover_order),
-            mover_threads=self.mover_threads)
+            mover_threads=self.mover_threads, scales_off=self.shard_scales.offset if is_mx else 0,
+            x_scales=_ptr(x.scales) if is_mx else 0, mx_blocks=mx.blocks_code(x) if is_mx else 0)
 
 
 class AllGatherMatmul(_AllGatherBase):
@@ -258,14 +296,15 @@ class AllGatherMatmul(_AllGatherBase):
 
     def __init__(self, world: World, m: int, n: int, k: int, *, layout: str = "TN", sm_cap: int | None = None,
                  policy: str = "one_way", movers: int | None = None, ag_order: str = "local_first",
-                 mover_threads: int | None = None):
+                 mover_threads: int | None = None, precision: str = "bf16"):
         self.kind = "ag_tn" if layout == "TN" else "ag_nn"
         self.layout = layout
         row = k if layout == "TN" else n  # gathered operand: X[m, k] or dY[m, n]
         super().__init__(world, m, n, k, sm_cap=sm_cap, policy=policy, movers=movers,
                          heap_bytes=lambda: self._heap_bytes(world, m, row),
-                         switches=dict(layout=layout, ag_order=ag_order, mover_threads=mover_threads))
-        self._setup_gather(row, ag_order, mover_threads)
+                         switches=dict(layout=layout, ag_order=ag_order, mover_threads=mover_threads,
+                                       precision=precision))
+        self._setup_gather(row, ag_order, mover_threads, precision, mx_axis=1)  # blocks along the reduction
         P = self.P
         a_shape = (P * m, row)
         b_shape = (n, k)
@@ -282,15 +321,17 @@ class AllGatherMatmul(_AllGatherBase):
 
     @uses_stream
     def __call__(self, x: Any, w: Any, out: Any = None, *, gathered: Any = None, stream: Any = None) -> Any:
-        """Returns out. gathered: an optional [P*m, row] array that receives (and keeps) the
-        gathered operand; without it the plan's scratch array is used and overwritten next call."""
-        x = self._check(x, "x" if self.layout == "TN" else "dy", (self.m, self.row_elems), stream=stream)
-        w = self._check(w, "w", (self.n, self.k), stream=stream)
+        """Returns out. gathered: an optional [P*m, row] bf16 array that receives (and keeps) the
+        gathered operand (dequantized, mxfp8); without it the plan's scratch array is used and
+        overwritten next call. w: bf16, or a DeviceMX with blocks along its contracting axis."""
+        x = self._gather_input(x, "x" if self.layout == "TN" else "dy", stream)
+        w = self._check(gemm.dequantized_operand(w, "w", self.layout, 1, stream), "w", (self.n, self.k), stream=stream)
+        xs = _arrays(x)
         out = self._output(out, self.out_shape, bfloat16, stream)
-        gathered = self._keep(gathered, "gathered", stream, x=x, w=w)
-        refuse_overlap("out", out, x=x, w=w, gathered=gathered)
+        gathered = self._keep(gathered, "gathered", stream, **xs, w=w)
+        refuse_overlap("out", out, **xs, w=w, gathered=gathered)
         a = self._gathered(x, gathered, stream)
-        self._run((x, w, out, a), lambda: self._gather_args(a, w, out, x, a), stream)
+        self._run((*xs.values(), w, out, a), lambda: self._gather_args(a, w, out, x, a), stream)
         return out
 
 
@@ -304,12 +345,14 @@ class BulkAllGatherMatmul(_AllGatherBase):
     kind = "bulk_ag_nn"
 
     def __init__(self, world: World, m: int, n: int, k: int, *, kx: int | None = None, sm_cap: int | None = None,
-                 policy: str = "one_way", movers: int | None = None, mover_threads: int | None = None):
-        switches = dict(kx=kx, mover_threads=mover_threads)
+                 policy: str = "one_way", movers: int | None = None, mover_threads: int | None = None,
+                 precision: str = "bf16"):
+        switches = dict(kx=kx, mover_threads=mover_threads, precision=precision)
         kx = k if kx is None else kx
         super().__init__(world, m, n, k, sm_cap=sm_cap, policy=policy, movers=movers,
                          heap_bytes=lambda: self._heap_bytes(world, m, kx), switches=switches)
-        self._setup_gather(kx, "local_first", mover_threads)
+        # X_full feeds the wgrad dW = dY^T X_full, which reduces over rows: MX blocks along columns
+        self._setup_gather(kx, "local_first", mover_threads, precision, mx_axis=0)
         P = self.P
         self._set_gemm(gemm.gemm_shape("NN", (P * m, n), (n, k)))
         self.tiles = self._tile_table(self.shape, None)
@@ -318,22 +361,24 @@ class BulkAllGatherMatmul(_AllGatherBase):
     @uses_stream
     def __call__(self, x: Any, dy: Any, w: Any, dx: Any = None, x_full: Any = None,
                  stream: Any = None) -> tuple[Any, Any]:
-        """Returns (X_full, dX). The movers write X_full (a new array unless given); at P = 1 the
-        gather is the identity and, unless x_full is given, X_full is x itself (no copy)."""
+        """Returns (X_full, dX). The movers write X_full (a new array unless given; bf16, dequantized
+        for mxfp8); at P = 1 in bf16 the gather is the identity and, unless x_full is given, X_full
+        is x itself (no copy). dy and w: bf16, or DeviceMX with blocks along their contracting axes."""
         import cupy
 
         P, m = self.P, self.m
-        x = self._check(x, "x", (m, self.row_elems), stream=stream)
-        dy = self._check(dy, "dy", (P * m, self.n), stream=stream)
-        w = self._check(w, "w", (self.n, self.k), stream=stream)
+        x = self._gather_input(x, "x", stream)
+        dy = self._check(gemm.dequantized_operand(dy, "dy", "NN", 0, stream), "dy", (P * m, self.n), stream=stream)
+        w = self._check(gemm.dequantized_operand(w, "w", "NN", 1, stream), "w", (self.n, self.k), stream=stream)
+        xs = _arrays(x)
         dx = self._output(dx, self.shape.out_shape, bfloat16, stream, name="dx")
         if x_full is None:
-            x_full = x if P == 1 else cupy.empty(self.gathered_shape, bfloat16)
+            x_full = x if P == 1 and self.precision == "bf16" else cupy.empty(self.gathered_shape, bfloat16)
         else:
-            x_full = self._keep(x_full, "x_full", stream, x=x, dy=dy, w=w)
-        refuse_overlap("dx", dx, x=x, dy=dy, w=w, x_full=None if x_full is x else x_full)
+            x_full = self._keep(x_full, "x_full", stream, **xs, dy=dy, w=w)
+        refuse_overlap("dx", dx, **xs, dy=dy, w=w, x_full=None if x_full is x else x_full)
         gathered = x if x_full is x else self._gathered(x, x_full, stream)
-        self._run((x, dy, w, dx, gathered), lambda: self._gather_args(dy, w, dx, x, gathered), stream)
+        self._run((*xs.values(), dy, w, dx, gathered), lambda: self._gather_args(dy, w, dx, x, gathered), stream)
         return x_full, dx
 
 
@@ -420,8 +465,8 @@ class MatmulReduceScatter(_ReduceScatterBase):
     @uses_stream
     def __call__(self, x: Any, w: Any, out: Any = None, stream: Any = None) -> Any:
         P, m, n = self.P, self.m, self.n
-        x = self._check(x, "x", (P * m, self.k), stream=stream)
-        w = self._check(w, "w", (n, self.k), stream=stream)
+        x = self._check(gemm.dequantized_operand(x, "x", "TN", 0, stream), "x", (P * m, self.k), stream=stream)
+        w = self._check(gemm.dequantized_operand(w, "w", "TN", 1, stream), "w", (n, self.k), stream=stream)
         out = self._output(out, (m, n), bfloat16, stream)
         refuse_overlap("out", out, x=x, w=w)
         # Partials go to the staging buffer of this call's epoch parity (alone: straight to out).
@@ -454,8 +499,9 @@ class BulkReduceScatterMatmul(_ReduceScatterBase):
                  stream: Any = None) -> tuple[Any, Any]:
         P, m, n, k = self.P, self.m, self.n, self.k
         dx_partial = self._check(dx_partial, "dx_partial", (P * m, k), stream=stream)
-        dy = self._check(dy, "dy", (P * m, n), stream=stream)
-        x_full = self._check(x_full, "x_full", (P * m, k), stream=stream)
+        dy = self._check(gemm.dequantized_operand(dy, "dy", "NT", 0, stream), "dy", (P * m, n), stream=stream)
+        x_full = self._check(gemm.dequantized_operand(x_full, "x_full", "NT", 1, stream), "x_full", (P * m, k),
+                             stream=stream)
         # Alone the reduce-scatter is the identity: without a dx to fill, dx is dx_partial itself.
         dx = dx_partial if dx is None and P == 1 else self._output(dx, (m, k), bfloat16, stream, name="dx")
         dw = self._output(dw, (n, k), self.dw_dtype, stream, name="dw")

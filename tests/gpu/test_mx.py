@@ -51,3 +51,58 @@ def test_device_dequantize_is_the_reference(shape):
         nan = (want & 0x7FFF) > 0x7F80
         assert (((out & 0x7FFF) > 0x7F80) == nan).all(), axis
         assert (out[~nan] == want[~nan]).all(), axis
+
+
+def test_device_dequantize_every_code_and_scale():
+    """All 65,536 (E4M3 code, E8M0 scale) pairs through the kernel's vector path (on NVIDIA sm_89+
+    the hardware conversions): bit for bit the reference, NaN where it is NaN. Row r holds every
+    code under scale r; its column-block twin (the transpose) reads 16 scales per vector."""
+    codes = np.tile(np.arange(256, dtype=np.uint8), (256, 1))                 # [scale, code]
+    row = mx.DeviceMX(cupy.asarray(codes), cupy.asarray(np.repeat(np.arange(256, dtype=np.uint8)[:, None], 8, 1)), 1)
+    col = mx.DeviceMX(cupy.asarray(codes.T.copy()), cupy.asarray(np.repeat(np.arange(256, dtype=np.uint8)[None], 8, 0)), 0)
+    for t in (row, col):
+        host = mx.MXTensor(cupy.asnumpy(t.data).view(mx.float8_e4m3), cupy.asnumpy(t.scales).view(mx.float8_e8m0),
+                           t.axis)
+        with np.errstate(over="ignore"):
+            want = mx.dequantize(host).astype(bfloat16).view(np.uint16)
+        out = poisoned_bf16(t.data.shape)
+        got = cupy.asnumpy(mx.dequantize_device(t, out=out)).view(np.uint16)
+        nan = (want & 0x7FFF) > 0x7F80
+        assert (((got & 0x7FFF) > 0x7F80) == nan).all(), t.axis
+        bad = np.argwhere((got != want) & ~nan)
+        assert bad.size == 0, f"axis {t.axis}: {len(bad)} pairs differ, first {bad[:3].tolist()}"
+
+
+def poisoned_bf16(shape):
+    out = cupy.empty(shape, np.uint16)
+    out.fill(0xFFFF)
+    return out.view(bfloat16)
+
+
+@pytest.mark.parametrize("layout", ["TN", "NN", "NT"])
+def test_matmul_on_mxfp8_operands(layout):
+    """kosmos.matmul on DeviceMX operands (blocks along each one's contracting axis) is bitwise
+    the bf16 GEMM of the reference-dequantized operands, and within bf16 rounding of float64."""
+    from kosmos import gemm
+    from kosmos.reference import rel_error
+
+    # odd tile counts; M of TN/NN a multiple of 32 only (NT's output rows must be multiples of 64)
+    m, n, k = (320 if layout == "NT" else 352), 192, 320
+    rng = np.random.default_rng(len(layout))
+    a_shape, b_shape, _ = gemm.PaperShape("", "", m, n, k, layout).operand_shapes()
+    ops = []
+    for i, shape in enumerate((a_shape, b_shape)):
+        x = (rng.standard_normal(shape) + 0.05).astype(bfloat16)
+        t = mx.quantize(x, axis=gemm.contracting_axis(layout, i))
+        ops.append((mx.to_device(t), mx.dequantize(t).astype(bfloat16)))
+    (a_mx, a), (b_mx, b) = ops
+    out = poisoned_bf16((m, n))
+    got = gemm.matmul(a_mx, b_mx, layout, out=out)
+    want = gemm.matmul(cupy.asarray(a), cupy.asarray(b), layout)
+    np.testing.assert_array_equal(cupy.asnumpy(got).view(np.uint16), cupy.asnumpy(want).view(np.uint16))
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    ref = {"TN": lambda: a64 @ b64.T, "NN": lambda: a64 @ b64, "NT": lambda: a64.T @ b64}[layout]()
+    assert rel_error(cupy.asnumpy(got), ref) < 1e-2
+    with pytest.raises(ValueError, match="contracting axis"):
+        wrong = mx.to_device(mx.quantize(a, axis=1 - gemm.contracting_axis(layout, 0)))
+        gemm.matmul(wrong, b_mx, layout)

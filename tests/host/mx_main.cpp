@@ -3,6 +3,9 @@
 // (hipsrc/kosmos/mx/dequant.h) instead; stdin int32 n, uint8 codes[n], uint8 scales[n]; stdout
 // uint16 bf16[n]. Argument "ftz": run with the x86 FTZ and DAZ modes
 // on (subnormal operands and results read and written as zero), as GPU code compiled by CuPy does.
+// Argument "grid": grid_dequant_rows (the movers' and the dequantize kernel's loop) run by CTAs of
+// 3 threads in a grid of `ctas`, one thread after another; stdin int32 rows, cols, blocks, ctas,
+// uint8 codes[rows][cols], uint8 scales[rows * cols / 32]; stdout uint16 bf16[rows][cols].
 #include <xmmintrin.h>
 
 #include <cstdio>
@@ -16,6 +19,23 @@ using namespace kosmos::mx;
 
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "ftz") == 0) _mm_setcsr(_mm_getcsr() | 0x8040);  // FTZ | DAZ
+  if (argc > 1 && strcmp(argv[1], "grid") == 0) {
+    int head[4];
+    if (fread(head, 4, 4, stdin) != 4) return 2;
+    const size_t rows = head[0], cols = head[1];
+    std::vector<unsigned char> codes(rows * cols), scales(rows * cols / 32);
+    if (fread(codes.data(), 1, codes.size(), stdin) != codes.size() ||
+        fread(scales.data(), 1, scales.size(), stdin) != scales.size())
+      return 2;
+    std::vector<unsigned short> out(rows * cols, 0xFFFFu);
+    blockDim.x = 3;
+    gridDim.x = head[3];
+    for (blockIdx.x = 0; blockIdx.x < gridDim.x; ++blockIdx.x)
+      for (threadIdx.x = 0; threadIdx.x < blockDim.x; ++threadIdx.x)
+        grid_dequant_rows(out.data(), codes.data(), scales.data(), rows, cols, head[2]);
+    fwrite(out.data(), 2, out.size(), stdout);
+    return 0;
+  }
   int n;
   if (fread(&n, 4, 1, stdin) != 1) return 2;
   if (argc > 1 && strcmp(argv[1], "dequant") == 0) {

@@ -5,6 +5,10 @@
 // Exact wherever bf16 holds the product (it holds every E4M3 mantissa; only magnitudes past
 // bf16's range overflow to Inf, and those under 2^-130 lose low bits). NaN element or NaN scale:
 // NaN. The same as kosmos.mx.dequantize(t).astype(bfloat16), bit for bit (tests/test_mx.py).
+//
+// Below it, the vector forms the movers and the dequantize kernel use (16 elements per thread):
+// on NVIDIA sm_89+ the hardware conversions, bit for bit the same function (tests/gpu/test_mx.py
+// runs all 65,536 (code, scale) pairs through them).
 #pragma once
 #include "../platform.h"
 
@@ -40,6 +44,101 @@ KOSMOS_DEVICE u16 e4m3_to_bf16_scaled(u8 code, u8 scale) {
   const u32 q = big >> r, rem = big & ((1u << r) - 1u), half = 1u << (r - 1);
   const u32 mant = q + ((rem > half || (rem == half && (q & 1u))) ? 1u : 0u);
   return u16(sign | mant);
+}
+
+// E8M0 scale code -> 2^(s - 127) as f32 bits, built without a float operation (2^-127 is an f32
+// subnormal, which a flush-to-zero multiply would lose); the NaN code gives NaN.
+KOSMOS_DEVICE float e8m0_to_f32(u32 s) {
+  return __uint_as_float(s == 0u ? 0x00400000u : (s == 0xFFu ? 0x7FC00000u : s << 23));
+}
+
+// Two codes (the first in bits 0-7) and their scales -> a bf16 pair (the first in the low half).
+// NVIDIA sm_89+: E4M3 -> f16 (exact: every E4M3 value is an f16 normal or zero) -> f32 (exact) ->
+// times 2^k (exact: the product's lowest bit is >= 2^-139, inside f32's subnormal grid) -> bf16,
+// one round-to-nearest-even. Written in PTX so that no step is flushed to zero (CuPy compiles with
+// -ftz=true; it changes the compiler's own f32 instructions, not these). NaN code or NaN scale:
+// NaN (0 x NaN too); past bf16's range: Inf, as the integer form.
+KOSMOS_DEVICE u32 e4m3x2_to_bf16x2_scaled(u32 codes2, u32 s0, u32 s1) {
+#if KOSMOS_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  u32 out;
+  asm("{\n\t.reg .b32 h;\n\t.reg .b16 lo, hi;\n\t.reg .f32 a, b;\n\t"
+      "cvt.rn.f16x2.e4m3x2 h, %1;\n\t"
+      "mov.b32 {lo, hi}, h;\n\t"
+      "cvt.f32.f16 a, lo;\n\t"
+      "cvt.f32.f16 b, hi;\n\t"
+      "mul.rn.f32 a, a, %2;\n\t"
+      "mul.rn.f32 b, b, %3;\n\t"
+      "cvt.rn.bf16x2.f32 %0, b, a;\n\t}"
+      : "=r"(out)
+      : "h"(u16(codes2)), "f"(e8m0_to_f32(s0)), "f"(e8m0_to_f32(s1)));
+  return out;
+#else
+  return u32(e4m3_to_bf16_scaled(u8(codes2), u8(s0))) | (u32(e4m3_to_bf16_scaled(u8(codes2 >> 8), u8(s1))) << 16);
+#endif
+}
+
+KOSMOS_DEVICE u32 byte_of(const vec16& v, int i) { return ((&v.x)[i / 4] >> (8 * (i % 4))) & 0xFFu; }
+
+// Where an MXFP8 matrix keeps its scales: one per 32 elements of a row (kRowBlocks: scales
+// [rows, cols / 32]) or of a column (kColBlocks: [rows / 32, cols]). kNone: not MXFP8.
+enum Blocks : int { kNone = 0, kRowBlocks = 1, kColBlocks = 2 };
+
+// 16 consecutive codes of one row (the 16 bytes at data + r * cols + c, c a multiple of 16) and
+// their scales: one code for row blocks (the 16 share a block), 16 for column blocks.
+struct Codes16 {
+  vec16 codes, scales;
+};
+KOSMOS_DEVICE Codes16 load_codes16(const u8* data, const u8* scales, u64 r, u32 c, u32 cols, int blocks) {
+  Codes16 v;
+  v.codes = ld16(data + r * cols + c);
+  if (blocks == kRowBlocks) v.scales.x = scales[r * (cols / 32) + c / 32];
+  else v.scales = ld16(scales + (r / 32) * cols + c);
+  return v;
+}
+
+// ... and their 16 bf16 values stored at dst (32 bytes, 16-byte aligned).
+KOSMOS_DEVICE void store_bf16x16(u16* dst, const Codes16& v, int blocks) {
+  u32 w[8];
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    const u32 pair = ((&v.codes.x)[j / 2] >> (16 * (j % 2))) & 0xFFFFu;
+    const u32 s0 = blocks == kRowBlocks ? v.scales.x : byte_of(v.scales, 2 * j);
+    const u32 s1 = blocks == kRowBlocks ? v.scales.x : byte_of(v.scales, 2 * j + 1);
+    w[j] = e4m3x2_to_bf16x2_scaled(pair, s0, s1);
+  }
+  st16(dst, vec16{w[0], w[1], w[2], w[3]});
+  st16(dst + 8, vec16{w[4], w[5], w[6], w[7]});
+}
+
+// Rows [row0, row0 + rows) of an MXFP8 matrix [.., cols] (data and scales at the matrix's first
+// row; cols a multiple of 32) into bf16 rows at dst (the range's first row), by the CTA's first
+// `threads` threads, Unroll vectors in flight per thread (either side may be peer memory).
+template <int Unroll = 4>
+KOSMOS_DEVICE void cta_dequant_rows(u16* dst, const u8* data, const u8* scales, u64 row0, u32 rows, u32 cols,
+                                    int blocks, u32 threads) {
+  if (threadIdx.x >= threads) return;
+  const u32 per_row = cols / 16, n = rows * per_row;
+  for (u32 i = threadIdx.x; i < n; i += Unroll * threads) {
+    Codes16 v[Unroll];
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) {
+      const u32 f = i + u * threads;
+      if (f < n) v[u] = load_codes16(data, scales, row0 + f / per_row, (f % per_row) * 16, cols, blocks);
+    }
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) {
+      const u32 f = i + u * threads;
+      if (f < n) store_bf16x16(dst + u64(f / per_row) * cols + (f % per_row) * 16, v[u], blocks);
+    }
+  }
+}
+
+// The same over the whole grid, each CTA a contiguous range of 32-row bands (rows a multiple of
+// 32; a CTA's share under 2^32 vectors).
+KOSMOS_DEVICE void grid_dequant_rows(u16* dst, const u8* data, const u8* scales, u64 rows, u32 cols, int blocks) {
+  const u64 bands = rows / 32, per_cta = (bands + gridDim.x - 1) / gridDim.x;
+  const u64 b0 = per_cta * blockIdx.x, b1 = b0 + per_cta < bands ? b0 + per_cta : bands;
+  if (b0 < b1) cta_dequant_rows(dst + b0 * 32 * cols, data, scales, b0 * 32, u32((b1 - b0) * 32), cols, blocks, blockDim.x);
 }
 
 }  // namespace mx

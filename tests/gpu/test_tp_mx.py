@@ -1,0 +1,102 @@
+"""The TP+SP ops with MXFP8 operands (precision="mxfp8"): movers gather E4M3 codes and E8M0 scales
+and dequantize into the bf16 gathered array. Exact oracles: the bf16 op on the reference-dequantized
+operands (kosmos.mx.dequantize, NumPy) must give the same bits, and the gathered array must be
+bitwise the dequantized shards; plus a float64 check."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from kosmos import mx
+from kosmos.dtypes import bfloat16
+from kosmos.reference import rel_error
+from kosmos.tp.ops import AllGatherMatmul, BulkAllGatherMatmul, BulkReduceScatterMatmul, MatmulReduceScatter
+
+from .conftest import cupy, poisoned
+from .test_tp import SHAPES, arr, bits, f64
+
+TOL = 1e-2  # vs float64 of the dequantized operands: bf16 output, fp32 accumulation
+
+
+def quantized(tag, rank, shape, axis, scale=1.0):
+    """(rank's MXFP8 copy on the GPU, its exact bf16 dequantization on the host)."""
+    t = mx.quantize(arr(tag, rank, shape, scale), axis=axis)
+    return mx.to_device(t), mx.dequantize(t).astype(bfloat16)
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("layout", ["TN", "NN"])
+def test_all_gather_matmul_mxfp8(world, m, n, k, layout):
+    P, r = world.size, world.rank
+    row = k if layout == "TN" else n
+    shards = [quantized(("mxagx", layout), p, (m, row), axis=1) for p in range(P)]
+    w_mx, w = quantized(("mxagw", layout), 0, (n, k), axis=1 if layout == "TN" else 0, scale=0.1)
+    full = np.concatenate([s[1] for s in shards])
+    op = AllGatherMatmul(world, m, n, k, layout=layout, precision="mxfp8")
+    oracle = AllGatherMatmul(world, m, n, k, layout=layout)
+    out, kept = poisoned(op.out_shape, bfloat16), poisoned(op.gathered_shape, bfloat16)
+    op(shards[r][0], w_mx, out, gathered=kept)
+    want = oracle(cupy.asarray(shards[r][1]), cupy.asarray(w))
+    world.synchronize()
+    np.testing.assert_array_equal(bits(kept), full.view(np.uint16))  # the gather dequantized exactly
+    np.testing.assert_array_equal(bits(out), bits(want))
+    ref = f64(full) @ (f64(w).T if layout == "TN" else f64(w))
+    assert rel_error(cupy.asnumpy(out), ref) < TOL
+    out2 = poisoned(op.out_shape, bfloat16)
+    op(shards[r][0], cupy.asarray(w), out2)  # a bf16 weight, the plan's own gathered array
+    world.synchronize()
+    np.testing.assert_array_equal(bits(out2), bits(out))
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES[:2])
+def test_bulk_all_gather_mxfp8_gathers_column_blocks(world, m, n, k):
+    P, r = world.size, world.rank
+    shards = [quantized("mxbagx", p, (m, k), axis=0) for p in range(P)]  # for the wgrad: blocks along M
+    dy = arr("mxbagdy", r, (P * m, n))
+    w = arr("mxbagw", 0, (n, k), 0.1)
+    op = BulkAllGatherMatmul(world, m, n, k, precision="mxfp8")
+    x_full, dx = op(shards[r][0], cupy.asarray(dy), cupy.asarray(w), dx=poisoned((P * m, k), bfloat16),
+                    x_full=poisoned((P * m, k), bfloat16))
+    _, dx_bf16 = BulkAllGatherMatmul(world, m, n, k)(cupy.asarray(shards[r][1]), cupy.asarray(dy), cupy.asarray(w))
+    world.synchronize()
+    np.testing.assert_array_equal(bits(x_full), np.concatenate([s[1] for s in shards]).view(np.uint16))
+    np.testing.assert_array_equal(bits(dx), bits(dx_bf16))
+    x_full2, _ = op(shards[r][0], cupy.asarray(dy), cupy.asarray(w))  # a new X_full, at P = 1 too
+    world.synchronize()
+    np.testing.assert_array_equal(bits(x_full2), bits(x_full))
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES[1:])
+def test_reduce_scatters_take_mxfp8_local_operands(world, m, n, k):
+    """The RS moves bf16 in both precisions: MXFP8 operands are dequantized, bitwise the bf16 op."""
+    P, r = world.size, world.rank
+    x_mx, x = quantized("mxrsx", r, (P * m, k), axis=1)
+    w_mx, w = quantized("mxrsw", r, (n, k), axis=1, scale=0.1)
+    rs = MatmulReduceScatter(world, m, n, k)
+    got, want = rs(x_mx, w_mx), rs(cupy.asarray(x), cupy.asarray(w))
+    dy_mx, dy = quantized("mxbrsdy", r, (P * m, n), axis=0)
+    xf_mx, xf = quantized("mxbrsx", r, (P * m, k), axis=0)
+    dxp = cupy.asarray(arr("mxbrsdxp", r, (P * m, k)))
+    brs = BulkReduceScatterMatmul(world, m, n, k)
+    _, dw = brs(dxp, dy_mx, xf_mx, dx=poisoned((m, k), bfloat16))
+    _, dw_want = brs(dxp, cupy.asarray(dy), cupy.asarray(xf), dx=poisoned((m, k), bfloat16))
+    world.synchronize()
+    np.testing.assert_array_equal(bits(got), bits(want))
+    np.testing.assert_array_equal(bits(dw), bits(dw_want))
+
+
+def test_mxfp8_operands_are_checked_on_every_rank(world):
+    m, n, k = 128, 64, 64
+    op = AllGatherMatmul(world, m, n, k, precision="mxfp8")
+    x_cols, _ = quantized("mxbad", world.rank, (m, k), axis=0)
+    w = cupy.asarray(arr("mxbadw", 0, (n, k)))
+    with pytest.raises(ValueError, match="blocks along its rows"):
+        op(x_cols, w)  # blocks along the wrong axis for X W^T
+    with pytest.raises(TypeError, match="DeviceMX"):
+        op(cupy.asarray(arr("mxbadx", world.rank, (m, k))), w)  # bf16 into an mxfp8 plan
+    with pytest.raises(ValueError, match="precision"):
+        AllGatherMatmul(world, m, n, k, precision="fp8")
+    x_rows, _ = quantized("mxbad", world.rank, (m, k), axis=1)
+    out = op(x_rows, w)  # the plan still works after the refusals
+    world.synchronize()
+    assert not cupy.isnan(out.astype(cupy.float32)).any()
