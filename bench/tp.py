@@ -3,6 +3,7 @@
     python3 bench/tp.py [--quick] [--kernels ag_tn,tn_rs] [--iters 20]       # world size 1: overhead
     mpirun -np 8 python3 bench/tp.py                                          # the real thing
     mpirun -np 8 python3 bench/tp.py --ablate                                 # role policies, queue orders
+    mpirun -np 8 python3 bench/tp.py --precision mxfp8                        # MXFP8 operands
 
 Shapes: kosmos/configs/llama3_shapes.yaml (the paper's Tables C.3-C.12, M tokens in total, TP 8
 widths); each rank holds M / world tokens. Per shape and kernel: the fused op (one launch), the
@@ -12,6 +13,11 @@ timed calls after warm-up, the contenders interleaved call by call (device time:
 queued behind a blocking kernel; the host's cost per call is reported beside it). At world size
 1 nothing moves, and the comparison that matters is fused vs our plain GEMM (the cost of the
 queues and flags). Writes JSON and a PNG.
+
+--precision mxfp8: the operands are MXFP8 (quantized once before the timed calls, each along its
+GEMM's contracting axis); the all-gathers move E4M3 codes + E8M0 scales, and the baseline and
+"unfused" gather those bytes (NCCL / our collective) before our MXFP8 GEMM (dequantize + bf16
+builder); the reduce-scatters move bf16 in both precisions. Bytes moved per call are recorded.
 """
 from __future__ import annotations
 
@@ -24,7 +30,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from kosmos import World, gemm  # noqa: E402
+from kosmos import World, gemm, mx  # noqa: E402
 from kosmos.collectives import AllGather, ReduceScatter  # noqa: E402
 from kosmos.dtypes import bfloat16, random_bf16  # noqa: E402
 from kosmos.reference import NcclBaseline  # noqa: E402
@@ -114,10 +120,93 @@ class Case:
         self.op = op
         self.plans = [op, ag if kernel in ("ag_tn", "ag_nn", "bulk_ag_nn") else rs]
 
+        self.link_bytes = (P - 1) * m * (k if kernel in ("ag_tn", "bulk_ag_nn") else n) * 2 if P > 1 else 0
+        if kernel in ("tn_rs", "bulk_rs_nt"):
+            self.link_bytes = (P - 1) * m * (n if kernel == "tn_rs" else k) * 2
+
     def close(self) -> None:
         """Collective: free the plans' symmetric heaps now (the bench builds hundreds of plans)."""
         for plan in self.plans:
             plan.close()
+
+
+class MxCase(Case):
+    """The same contenders with MXFP8 operands (the fused ops' precision="mxfp8")."""
+
+    def __init__(self, world: World, kernel: str, m: int, n: int, k: int, nccl, switches: dict | None = None):
+        import cupy
+
+        P, self.kernel = world.size, kernel
+        s = 1000 * world.rank
+        sw = switches or {}
+        q = mx.quantize_both  # (blocks along rows, blocks along columns)
+
+        def gather_mx(t, ag_codes, ag_scales, full, gather_fn=None):
+            """An MXFP8 shard gathered as bytes (codes, scales) by our collective or NCCL."""
+            if gather_fn is None:
+                return mx.DeviceMX(ag_codes(t.data, full[0]), ag_scales(t.scales, full[1]), t.axis)
+            return mx.DeviceMX(gather_fn(t.data, full[0]), gather_fn(t.scales, full[1]), t.axis)
+
+        def gathered_like(t):
+            return (cupy.zeros((P * t.data.shape[0], t.data.shape[1]), cupy.uint8),
+                    cupy.zeros((P * t.scales.shape[0], t.scales.shape[1]), cupy.uint8))
+
+        if kernel in ("ag_tn", "ag_nn", "bulk_ag_nn"):
+            bulk = kernel == "bulk_ag_nn"
+            layout = "TN" if kernel == "ag_tn" else "NN"
+            row = n if kernel == "ag_nn" else k
+            x = q(random_bf16((m, row), s + 1))[1 if bulk else 0]  # bulk: X for the wgrad, blocks along M
+            w = q(random_bf16((n, k), 2, 0.05))[0 if layout == "TN" else 1]
+            full = gathered_like(x)
+            ag_c, ag_s = AllGather(world, x.data.shape, cupy.uint8), AllGather(world, x.scales.shape, cupy.uint8)
+            self.plans = [ag_c, ag_s]
+            if bulk:
+                dy = q(random_bf16((P * m, n), s + 3))[0]
+                op = BulkAllGatherMatmul(world, m, n, k, precision="mxfp8", **sw)
+                dx = cupy.empty((P * m, k), bfloat16)
+                self.fused = lambda i: op(x, dy, w, dx)
+                self.unfused = lambda i: (gather_mx(x, ag_c, ag_s, full), gemm.matmul(dy, w, "NN", out=dx))
+                self.gemm = lambda i: gemm.matmul(dy, w, "NN", out=dx)
+                if nccl:
+                    self.base = lambda i: (gather_mx(x, None, None, full, nccl.all_gather), gemm.matmul(dy, w, "NN", out=dx))
+            else:
+                op = AllGatherMatmul(world, m, n, k, layout=layout, precision="mxfp8", **sw)
+                out = cupy.empty(op.out_shape, bfloat16)
+                x_full = mx.DeviceMX(*full, x.axis)
+                self.fused = lambda i: op(x, w, out)
+                self.unfused = lambda i: gemm.matmul(gather_mx(x, ag_c, ag_s, full), w, layout, out=out)
+                self.gemm = lambda i: gemm.matmul(x_full, w, layout, out=out)
+                if nccl:
+                    self.base = lambda i: gemm.matmul(gather_mx(x, None, None, full, nccl.all_gather), w, layout, out=out)
+            self.link_bytes = (P - 1) * (x.data.size + x.scales.size)
+        elif kernel == "tn_rs":
+            x, w = q(random_bf16((P * m, k), s + 1))[0], q(random_bf16((n, k), s + 2, 0.05))[0]
+            op = MatmulReduceScatter(world, m, n, k, **sw)
+            part, out = cupy.empty((P * m, n), bfloat16), cupy.empty((m, n), bfloat16)
+            rs = ReduceScatter(world, (P * m, n), bfloat16)
+            self.plans = [rs]
+            self.fused = lambda i: op(x, w, out)
+            self.unfused = lambda i: rs(gemm.matmul(x, w, "TN", out=part), out)
+            self.gemm = lambda i: gemm.matmul(x, w, "TN", out=part)
+            if nccl:
+                self.base = lambda i: nccl.reduce_scatter(gemm.matmul(x, w, "TN", out=part), out)
+            self.link_bytes = (P - 1) * m * n * 2
+        else:
+            dxp = random_bf16((P * m, k), s + 1)
+            dy, xf = q(random_bf16((P * m, n), s + 3))[1], q(random_bf16((P * m, k), s + 4))[1]
+            op = BulkReduceScatterMatmul(world, m, n, k, **sw)
+            dx, dw = cupy.empty((m, k), bfloat16), cupy.empty((n, k), bfloat16)
+            rs = ReduceScatter(world, (P * m, k), bfloat16)
+            self.plans = [rs]
+            self.fused = lambda i: op(dxp, dy, xf, dw=dw)
+            self.unfused = lambda i: (rs(dxp, dx), gemm.matmul(dy, xf, "NT", out=dw))
+            self.gemm = lambda i: gemm.matmul(dy, xf, "NT", out=dw)
+            if nccl:
+                self.base = lambda i: (nccl.reduce_scatter(dxp, dx), gemm.matmul(dy, xf, "NT", out=dw))
+            self.link_bytes = (P - 1) * m * k * 2
+        self.op = op
+        self.plans.insert(0, op)
+        self.flops = 2 * P * m * n * k
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -130,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ablate", action="store_true", help="also time each ablation switch")
     ap.add_argument("--allow-oversubscribed", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS)
+    ap.add_argument("--precision", default="bf16", choices=("bf16", "mxfp8"))
     args = ap.parse_args(argv)
     import cupy
 
@@ -152,13 +242,13 @@ def main(argv: list[str] | None = None) -> int:
             variants = [("shipped", {})] + ([(",".join(f"{a}={b}" for a, b in sw.items()), sw)
                                              for sw in ABLATIONS[s.kernel]] if args.ablate else [])
             for label, sw in variants:
-                case = Case(world, s.kernel, m, n, k, nccl, sw)
+                case = (MxCase if args.precision == "mxfp8" else Case)(world, s.kernel, m, n, k, nccl, sw)
                 contenders = {"fused": case.fused}
                 if label == "shipped":
                     contenders.update(unfused=case.unfused, gemm=case.gemm, **({"base": case.base} if nccl else {}))
                 t = time_calls(world, contenders, args.warmup, args.iters)
                 row = {"kernel": s.kernel, "shape": s.name, "m": m, "n": n, "k": k, "variant": label,
-                       "crew": case.op.describe(), **{f"{a}_ms": b.median_ms for a, b in t.items()},
+                       "precision": args.precision, "link_bytes_per_rank": case.link_bytes, "crew": case.op.describe(), **{f"{a}_ms": b.median_ms for a, b in t.items()},
                        **{f"{a}_host_us": b.host_us for a, b in t.items()}}
                 rows.append(row)
                 say(f"{s.kernel:11s} {s.name:16s} {label:22s} " + "  ".join(f"{a} {b.median_ms:8.3f}" for a, b in t.items())
@@ -167,10 +257,11 @@ def main(argv: list[str] | None = None) -> int:
                 del case
                 cupy.get_default_memory_pool().free_all_blocks()
         result = {"gpu": device_name(), "world_size": P, "oversubscribed": world.oversubscribed,
+                  "precision": args.precision,
                   "commit": git_commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}
         if world.rank == 0 and rows:
             args.out.mkdir(parents=True, exist_ok=True)
-            stem = f"tp_w{P}" + ("_ablate" if args.ablate else "")
+            stem = f"tp_w{P}" + ("_ablate" if args.ablate else "") + ("_mxfp8" if args.precision == "mxfp8" else "")
             (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1))
             summarize(result, args.out / f"{stem}.png")
         if nccl:

@@ -127,7 +127,8 @@ def quantize_both(x, stream=None) -> tuple[DeviceMX, DeviceMX]:
     row = DeviceMX(cupy.empty((rows, cols), np.uint8), cupy.empty((rows, cols // BLOCK), np.uint8), 1)
     col = DeviceMX(cupy.empty((rows, cols), np.uint8), cupy.empty((rows // BLOCK, cols), np.uint8), 0)
     kernel = load_module("mx.hip").get_function("kosmos_mx_quantize_bf16")
-    kernel(((rows // BLOCK) * (cols // BLOCK),), (2 * BLOCK,),
+    strips = -(-cols // 256)  # the kernel's 32 x 256 tiles (hipsrc/mx.hip kStrip)
+    kernel(((rows // BLOCK) * strips,), (256,),
            (x, np.int64(rows), np.int64(cols), row.data, row.scales, col.data, col.scales))
     return row, col
 

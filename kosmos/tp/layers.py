@@ -11,16 +11,25 @@ Shapes, for P ranks and m tokens per rank (sequence parallel: activations betwee
 sharded by token):
     ColumnParallelLinear(in K, out N): x[m, K] -> y[P*m, N/P]; weight shard [N/P, K]
     RowParallelLinear(in K, out N):    x[P*m, K/P] -> y[m, N]; weight shard [N, K/P]
+
+precision="mxfp8" (inputs, weights and gradients stay bf16 at the layer's boundary): every GEMM
+operand is quantized to MXFP8 from its bf16 source along that GEMM's contracting axis, both
+orientations of a tensor from the same source (kosmos.mx.quantize_both), as the MXFP8 training
+recipe asks; the all-gathers move MXFP8 (33/64 of the bf16 bytes), the reduce-scatters bf16:
+    Column  fwd  AG+TN(x rows, W rows)    bwd  bulk AG(x cols) || NN(dY rows, W cols), RS || NT(dY cols, X_full)
+    Row     fwd  TN+RS(x rows, W rows)    bwd  AG+NN(dY rows, W cols), all-gather of dY cols, NT(dY_full cols, x cols)
+The row backward's second gather is a separate collective here: the fused AG+NN(+NT) kernel that
+gathers both copies of dY is not built yet (notes/mxfp8.md).
 """
 from __future__ import annotations
 
 from typing import Any
 
-from .. import gemm
+from .. import gemm, mx
 from ..arrays import as_cupy
 from ..dtypes import bfloat16, random_bf16
 from ..world import World
-from .ops import AllGatherMatmul, BulkAllGatherMatmul, BulkReduceScatterMatmul, MatmulReduceScatter
+from .ops import PRECISIONS, AllGatherMatmul, BulkAllGatherMatmul, BulkReduceScatterMatmul, MatmulReduceScatter
 
 
 def _shard(total: int, world: World, what: str) -> int:
@@ -32,9 +41,12 @@ def _shard(total: int, world: World, what: str) -> int:
 class _Linear:
     """Inputs, gradients and weights may be any GPU array (CuPy, CAI or DLPack); results are CuPy arrays."""
 
-    def __init__(self, world: World, weight: Any, **op_options: Any):
+    def __init__(self, world: World, weight: Any, precision: str, **op_options: Any):
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision must be one of {PRECISIONS}, got {precision!r}")
         self.world = world
         self.weight = weight
+        self.precision = precision
         self.op_options = op_options
         self._plans: dict[tuple, Any] = {}
         self._saved: Any = None
@@ -45,27 +57,39 @@ class _Linear:
             self._plans[key] = cls(self.world, m, n, k, **self.op_options, **kw)
         return self._plans[key]
 
+    @property
+    def _mx(self) -> bool:
+        return self.precision == "mxfp8"
+
+    def _gather_precision(self) -> dict[str, str]:
+        return {"precision": "mxfp8"} if self._mx else {}
+
 
 class ColumnParallelLinear(_Linear):
     """y = allgather(x) @ W^T with W split by output rows. weight: this rank's [N/P, K] shard."""
 
     def __init__(self, world: World, in_features: int, out_features: int, weight: Any = None, seed: int = 0,
-                 **op_options: Any):
+                 precision: str = "bf16", **op_options: Any):
         n_local = _shard(out_features, world, "out_features")
         if weight is None:
             weight = random_bf16((n_local, in_features), seed * 1000 + world.rank, in_features ** -0.5)
         weight = as_cupy(weight, "weight")
         if tuple(weight.shape) != (n_local, in_features):
             raise ValueError(f"weight shard must be ({n_local}, {in_features}), got {tuple(weight.shape)}")
-        super().__init__(world, weight, **op_options)
+        super().__init__(world, weight, precision, **op_options)
         self.in_features, self.out_features, self.n_local = in_features, out_features, n_local
 
     def forward(self, x: Any) -> Any:
         """x: this rank's tokens [m, K] -> y: every token's local output columns [P*m, N/P]."""
         x = as_cupy(x, "x")
         m = x.shape[0]
-        self._saved = x
-        return self._plan(AllGatherMatmul, m, self.n_local, self.in_features, layout="TN")(x, self.weight)
+        op = self._plan(AllGatherMatmul, m, self.n_local, self.in_features, layout="TN", **self._gather_precision())
+        if not self._mx:
+            self._saved = x
+            return op(x, self.weight)
+        (x_rows, x_cols), (w_rows, w_cols) = mx.quantize_both(x), mx.quantize_both(self.weight)
+        self._saved = (x_cols, w_cols)  # the backward's: X gathered for the wgrad, W^T for the dgrad
+        return op(x_rows, w_rows)
 
     def backward(self, dy: Any) -> tuple[Any, Any]:
         """dy [P*m, N/P] -> (dx [m, K] for this rank's tokens, dW [N/P, K])."""
@@ -73,9 +97,16 @@ class ColumnParallelLinear(_Linear):
         if x is None:
             raise RuntimeError("backward before forward")
         dy = as_cupy(dy, "dy")
-        m, k, n = x.shape[0], self.in_features, self.n_local
-        x_full, dx_partial = self._plan(BulkAllGatherMatmul, m, n, k)(x, dy, self.weight)
-        dx, dw = self._plan(BulkReduceScatterMatmul, m, n, k)(dx_partial, dy, x_full)
+        k, n = self.in_features, self.n_local
+        gather = self._plan(BulkAllGatherMatmul, x[0].shape[0] if self._mx else x.shape[0], n, k,
+                            **self._gather_precision())
+        if self._mx:
+            (x_cols, w_cols), (dy_rows, dy_cols) = x, mx.quantize_both(dy)
+            x_full, dx_partial = gather(x_cols, dy_rows, w_cols)
+            dy = dy_cols
+        else:
+            x_full, dx_partial = gather(x, dy, self.weight)
+        dx, dw = self._plan(BulkReduceScatterMatmul, gather.m, n, k)(dx_partial, dy, x_full)
         self._saved = None
         return dx, dw
 
@@ -84,22 +115,27 @@ class RowParallelLinear(_Linear):
     """y = reduce_scatter(x @ W^T) with W split by input columns. weight: this rank's [N, K/P] shard."""
 
     def __init__(self, world: World, in_features: int, out_features: int, weight: Any = None, seed: int = 0,
-                 **op_options: Any):
+                 precision: str = "bf16", **op_options: Any):
         k_local = _shard(in_features, world, "in_features")
         if weight is None:
             weight = random_bf16((out_features, k_local), seed * 1000 + world.rank, in_features ** -0.5)
         weight = as_cupy(weight, "weight")
         if tuple(weight.shape) != (out_features, k_local):
             raise ValueError(f"weight shard must be ({out_features}, {k_local}), got {tuple(weight.shape)}")
-        super().__init__(world, weight, **op_options)
+        super().__init__(world, weight, precision, **op_options)
         self.in_features, self.out_features, self.k_local = in_features, out_features, k_local
 
     def forward(self, x: Any) -> Any:
         """x: every token's local input columns [P*m, K/P] -> y: this rank's tokens [m, N]."""
         x = as_cupy(x, "x")
         m = _shard(x.shape[0], self.world, "tokens")
-        self._saved = x
-        return self._plan(MatmulReduceScatter, m, self.out_features, self.k_local)(x, self.weight)
+        op = self._plan(MatmulReduceScatter, m, self.out_features, self.k_local)
+        if not self._mx:
+            self._saved = x
+            return op(x, self.weight)
+        (x_rows, x_cols), (w_rows, w_cols) = mx.quantize_both(x), mx.quantize_both(self.weight)
+        self._saved = (x_cols, w_cols)
+        return op(x_rows, w_rows)
 
     def backward(self, dy: Any) -> tuple[Any, Any]:
         """dy [m, N] (this rank's tokens) -> (dx [P*m, K/P], dW [N, K/P])."""
@@ -110,10 +146,19 @@ class RowParallelLinear(_Linear):
         m = dy.shape[0]
         import cupy
 
-        op = self._plan(AllGatherMatmul, m, self.out_features, self.k_local, layout="NN")
-        dy_full = cupy.empty(op.gathered_shape, bfloat16)
-        dx = op(dy, self.weight, gathered=dy_full)
-        dw = gemm.matmul(dy_full, x, "NT")  # dW[N, K/P] = dY_full^T @ x
+        from ..collectives import all_gather
+
+        op = self._plan(AllGatherMatmul, m, self.out_features, self.k_local, layout="NN", **self._gather_precision())
+        if self._mx:
+            (x_cols, w_cols), (dy_rows, dy_cols) = x, mx.quantize_both(dy)
+            dx = op(dy_rows, w_cols)
+            # the wgrad reduces over tokens: dY quantized along them, gathered in MXFP8 too
+            dy_full = mx.DeviceMX(all_gather(self.world, dy_cols.data), all_gather(self.world, dy_cols.scales), 0)
+            dw = gemm.matmul(dy_full, x_cols, "NT")
+        else:
+            dy_full = cupy.empty(op.gathered_shape, bfloat16)
+            dx = op(dy, self.weight, gathered=dy_full)
+            dw = gemm.matmul(dy_full, x, "NT")  # dW[N, K/P] = dY_full^T @ x
         self._saved = None
         return dx, dw
 

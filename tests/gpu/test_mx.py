@@ -11,7 +11,7 @@ from kosmos import mx  # noqa: E402
 from kosmos.dtypes import bfloat16  # noqa: E402
 
 
-@pytest.mark.parametrize("shape", [(32, 32), (96, 160), (512, 1024)])
+@pytest.mark.parametrize("shape", [(32, 32), (96, 160), (64, 352), (512, 1024)])
 def test_both_orientations_match_the_reference(shape):
     rng = np.random.default_rng(shape)
     rows, cols = shape

@@ -55,23 +55,50 @@ KOSMOS_DEVICE int scale_exponent(float amax) {
   return k < -127 ? -127 : (k > 127 ? 127 : k);
 }
 
-// Quantize the block v(0) ... v(31) into out[0], out[out_stride], ...; returns its E8M0 scale.
+// Two finite values, already scaled, to E4M3 codes (a's in bits 0-7): one instruction on NVIDIA
+// sm_89+ (round to nearest even, saturating at +-448: the rule above), else f32_to_e4m3_sat.
+KOSMOS_DEVICE u32 f32x2_to_e4m3x2_sat(float a, float b) {
+#if KOSMOS_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+  u16 r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(b), "f"(a));
+  return r;
+#else
+  return u32(f32_to_e4m3_sat(a)) | (u32(f32_to_e4m3_sat(b)) << 8);
+#endif
+}
+
+// Quantize the block v(0) ... v(31) into codes (element i in byte i % 4 of word i / 4); returns
+// its E8M0 scale.
 template <class Load>
-KOSMOS_DEVICE u8 quantize_block(const Load& v, u8* out, i64 out_stride) {
+KOSMOS_DEVICE u8 quantize_block_packed(const Load& v, u32 (&codes)[8]) {
   float amax = 0.0f;
   bool finite = true;
+#pragma unroll
   for (int i = 0; i < kBlock; ++i) {
     const float x = v(i);
     finite = finite && finite_f32(x);
     amax = fmaxf(amax, fabsf(x));
   }
   if (!finite) {
-    for (int i = 0; i < kBlock; ++i) out[i * out_stride] = kElementNaN;
+#pragma unroll
+    for (int j = 0; j < 8; ++j) codes[j] = 0x7F7F7F7Fu;  // kElementNaN x 4
     return kScaleNaN;
   }
   const int k = scale_exponent(amax);
-  for (int i = 0; i < kBlock; ++i) out[i * out_stride] = f32_to_e4m3_sat(scale_pow2(v(i), k));
+#pragma unroll
+  for (int j = 0; j < 8; ++j)
+    codes[j] = f32x2_to_e4m3x2_sat(scale_pow2(v(4 * j), k), scale_pow2(v(4 * j + 1), k)) |
+               (f32x2_to_e4m3x2_sat(scale_pow2(v(4 * j + 2), k), scale_pow2(v(4 * j + 3), k)) << 16);
   return u8(k + 127);
+}
+
+// The same, the codes stored at out[0], out[out_stride], ...
+template <class Load>
+KOSMOS_DEVICE u8 quantize_block(const Load& v, u8* out, i64 out_stride) {
+  u32 codes[8];
+  const u8 scale = quantize_block_packed(v, codes);
+  for (int i = 0; i < kBlock; ++i) out[i * out_stride] = u8(codes[i / 4] >> (8 * (i % 4)));
+  return scale;
 }
 
 }  // namespace mx
