@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kosmos import World, mx  # noqa: E402
-from kosmos.dtypes import bf16_to_f32, f32_to_bf16, random_bf16  # noqa: E402
+from kosmos.dtypes import bf16_to_f32, bfloat16, f32_to_bf16, random_bf16  # noqa: E402
 from kosmos.reference import rel_error  # noqa: E402
 from kosmos.tp.layers import ColumnParallelLinear, RowParallelLinear  # noqa: E402
 
@@ -68,19 +68,22 @@ def mxfp8(a, axis):
 def reference(xs, w1s, w2s, douts, P, f_local, q=exact):
     """The whole block in float64 on the host: per-rank outputs and gradients. q(operand, axis):
     what each GEMM operand goes through first (its contracting axis given); the global view
-    quantizes in the same blocks as the ranks do (every shard a multiple of 32 wide)."""
+    quantizes in the same blocks as the ranks do (every shard a multiple of 32 wide). With a
+    quantizer, the activations are also rounded to bf16 where the kernels store them (the GEMM
+    outputs, the SwiGLU and its backward), so that both quantize the same values."""
+    rb = exact if q is exact else (lambda a: a.astype(bfloat16).astype(np.float64))
     X = np.concatenate(xs).astype(np.float64)                      # [P*m, H]
     W1g = np.concatenate([w[:f_local] for w in w1s]).astype(np.float64)   # [F, H]
     W1u = np.concatenate([w[f_local:] for w in w1s]).astype(np.float64)
     W2 = np.concatenate(w2s, axis=1).astype(np.float64)            # [H, F]
-    G, U = q(X, 1) @ q(W1g, 1).T, q(X, 1) @ q(W1u, 1).T
+    G, U = rb(q(X, 1) @ q(W1g, 1).T), rb(q(X, 1) @ q(W1u, 1).T)
     S = 1 / (1 + np.exp(-G))
-    Hh = G * S * U
+    Hh = rb(G * S * U)
     OUT = q(Hh, 1) @ q(W2, 1).T                                    # [P*m, H]
     D = np.concatenate(douts).astype(np.float64)
     dW2 = q(D, 0).T @ q(Hh, 0)
-    dH = q(D, 1) @ q(W2, 0)
-    dG, dU = dH * U * S * (1 + G * (1 - S)), dH * G * S
+    dH = rb(q(D, 1) @ q(W2, 0))
+    dG, dU = rb(dH * U * S * (1 + G * (1 - S))), rb(dH * G * S)
     dX = q(dG, 1) @ q(W1g, 0) + q(dU, 1) @ q(W1u, 0)
     dW1g, dW1u = q(dG, 0).T @ q(X, 0), q(dU, 0).T @ q(X, 0)
     m = xs[0].shape[0]
