@@ -17,7 +17,9 @@ queues and flags). Writes JSON and a PNG.
 --precision mxfp8: the operands are MXFP8 (quantized once before the timed calls, each along its
 GEMM's contracting axis); the all-gathers move E4M3 codes + E8M0 scales, and the baseline and
 "unfused" gather those bytes (NCCL / our collective) before our MXFP8 GEMM (dequantize + bf16
-builder); the reduce-scatters move bf16 in both precisions. Bytes moved per call are recorded.
+builder); the reduce-scatters move bf16 in both precisions. The row dgrad (ag_nn) is the MXFP8
+AG+NN(+NT) kernel: both copies of dY gathered, the dgrad and the wgrad (its contenders run both
+GEMMs too, and the flops count both). Bytes moved per call are recorded.
 """
 from __future__ import annotations
 
@@ -35,8 +37,8 @@ from kosmos.collectives import AllGather, ReduceScatter  # noqa: E402
 from kosmos.dtypes import bfloat16, random_bf16  # noqa: E402
 from kosmos.reference import NcclBaseline  # noqa: E402
 from kosmos.timing import check_timeable, device_name, git_commit, time_calls  # noqa: E402
-from kosmos.tp.ops import (AllGatherMatmul, BulkAllGatherMatmul, BulkReduceScatterMatmul,  # noqa: E402
-                           MatmulReduceScatter)
+from kosmos.tp.ops import (AllGatherMatmul, AllGatherMatmulNNNT, BulkAllGatherMatmul,  # noqa: E402
+                           BulkReduceScatterMatmul, MatmulReduceScatter)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 QUICK = {"8B-QKV-MBS1", "8B-FC1-MBS1", "70B-FC1-MBS2", "70B-QKV-MBS2", "405B-FC1-MBS1", "8B-Down-MBS1",
@@ -151,11 +153,33 @@ class MxCase(Case):
             return (cupy.zeros((P * t.data.shape[0], t.data.shape[1]), cupy.uint8),
                     cupy.zeros((P * t.scales.shape[0], t.scales.shape[1]), cupy.uint8))
 
-        if kernel in ("ag_tn", "ag_nn", "bulk_ag_nn"):
+        self.flops = 2 * P * m * n * k
+        if kernel == "ag_nn":
+            dy_rows, dy_cols = q(random_bf16((m, n), s + 1))
+            w = q(random_bf16((n, k), 2, 0.05))[1]
+            x = q(random_bf16((P * m, k), s + 4))[1]
+            op = AllGatherMatmulNNNT(world, m, n, k, **sw)
+            dx, dw = cupy.empty((P * m, k), bfloat16), cupy.empty((n, k), bfloat16)
+            full_r, full_c = gathered_like(dy_rows), gathered_like(dy_cols)
+            gs = [AllGather(world, t.shape, cupy.uint8) for t in (dy_rows.data, dy_rows.scales, dy_cols.scales)]
+            self.plans = gs
+
+            def gemms(rows_full, cols_full):
+                gemm.matmul(rows_full, w, "NN", out=dx)
+                gemm.matmul(cols_full, x, "NT", out=dw)
+
+            self.fused = lambda i: op(dy_rows, dy_cols, w, x, dx, dw)
+            self.unfused = lambda i: gemms(gather_mx(dy_rows, gs[0], gs[1], full_r), gather_mx(dy_cols, gs[0], gs[2], full_c))
+            self.gemm = lambda i: gemms(mx.DeviceMX(*full_r, 1), mx.DeviceMX(*full_c, 0))
+            if nccl:
+                self.base = lambda i: gemms(gather_mx(dy_rows, None, None, full_r, nccl.all_gather),
+                                            gather_mx(dy_cols, None, None, full_c, nccl.all_gather))
+            self.link_bytes = (P - 1) * 2 * (dy_rows.data.size + dy_rows.scales.size)
+            self.flops *= 2
+        elif kernel in ("ag_tn", "bulk_ag_nn"):
             bulk = kernel == "bulk_ag_nn"
-            layout = "TN" if kernel == "ag_tn" else "NN"
-            row = n if kernel == "ag_nn" else k
-            x = q(random_bf16((m, row), s + 1))[1 if bulk else 0]  # bulk: X for the wgrad, blocks along M
+            layout = "NN" if bulk else "TN"
+            x = q(random_bf16((m, k), s + 1))[1 if bulk else 0]  # bulk: X for the wgrad, blocks along M
             w = q(random_bf16((n, k), 2, 0.05))[0 if layout == "TN" else 1]
             full = gathered_like(x)
             ag_c, ag_s = AllGather(world, x.data.shape, cupy.uint8), AllGather(world, x.scales.shape, cupy.uint8)
@@ -206,7 +230,6 @@ class MxCase(Case):
             self.link_bytes = (P - 1) * m * k * 2
         self.op = op
         self.plans.insert(0, op)
-        self.flops = 2 * P * m * n * k
 
 
 def main(argv: list[str] | None = None) -> int:

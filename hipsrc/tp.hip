@@ -77,6 +77,27 @@ struct PoisonedReady {
   const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,                     \
       const KOSMOS_GRID_CONSTANT TensorMap tmc
 
+// A wgrad tile (NT: it reduces over every gathered row) waits for all of its gather's items.
+struct AllGatheredReady {
+  static constexpr bool kTrivial = false;
+  const u64* arrived;
+  u64 epoch;
+  i32 n_items;
+  bool alone;
+  WaitCtx wait;
+  KOSMOS_DEVICE bool operator()(const TileCoord&, i32 kb) const {
+    if (kb != 0 || alone) return true;
+    for (i32 i = 0; i < n_items; ++i)
+      if (!wait_flag_sys(wait, SITE_TILE_READY, &arrived[i], epoch)) return false;
+    return true;
+  }
+};
+
+KOSMOS_DEVICE Gathered gathered_of(const TpCommon& c, const AgParams& a) {
+  return Gathered{c.peer_bases, a.shard_off, a.gathered, a.m, a.row_bytes, a.items_per_chunk,
+                  a.scales_off, a.mx_blocks, a.arrived, a.x, a.x_scales};
+}
+
 // ---------------------------------------------------------------------------------------
 // AG+GEMM (fused: tiles wait for their rows; bulk: the GEMM is independent of the gather).
 template <int L, bool kBulk, class Tile, class Epi>
@@ -86,18 +107,17 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const AgP
   const int rank = c.rank, world = c.world;
   const u64 epoch = c.epoch;
   extern __shared__ __align__(1024) u8 smem[];
-  const Gathered g{c.peer_bases, a.shard_off, a.gathered, a.m, a.row_bytes, a.items_per_chunk, a.scales_off,
-                   a.mx_blocks};
+  const Gathered g = gathered_of(c, a);
   // Before any early exit: CTA 0 zeroes the next call's heads here.
   FusedHeads* heads = fused_heads(c.mine, epoch);
   // Peers must have finished pulling our shard from the last call before we overwrite it.
   if (!wait_peers_done(wait, c.mine, rank, world, epoch)) return;
-  stage_shard(g, rank, world, epoch, c.mine, c.flags_off, a.arrived, a.x, a.x_scales);
+  stage_shards(&g, 1, rank, world, epoch, c.mine, c.flags_off);
 
   const bool mover = i32(blockIdx.x) < c.movers;
   const TableQueue q{&heads->mover, a.mover_order, a.n_mover_items, 2};
   auto gather = [&]() {
-    return gather_items(g, rank, epoch, c.mine, c.flags_off, a.arrived, q, a.mover_threads, wait);
+    return gather_items(&g, 1, rank, epoch, c.mine, c.flags_off, q, a.mover_threads, wait);
   };
   if (mover && !gather()) return;
   if (!mover || c.policy != kFixed) {
@@ -140,6 +160,53 @@ typedef TileConfig<128> NarrowTile;
 TP_KERNELS(TP_AG_KERNEL, kosmos_tp_ag_tn, LAYOUT_TN, false)
 TP_KERNELS(TP_AG_KERNEL, kosmos_tp_ag_nn, LAYOUT_NN, false)
 TP_KERNELS(TP_AG_KERNEL, kosmos_tp_bulk_ag_nn, LAYOUT_NN, true)
+
+// ---------------------------------------------------------------------------------------
+// AG+NN(+NT), the MXFP8 row-parallel backward in one launch: dX = allgather(dY) W (NN, over the
+// row-wise copy of dY: a.c.p) and dW = allgather(dY)^T X (NT, over the column-wise copy: p2).
+// Movers gather both copies (the table's third column picks the gather; the row-wise items come
+// first, the dgrad needs them first); builders run every dgrad tile, each waiting for its rows,
+// then the wgrad tiles, each waiting for the whole column-wise gather (it reduces over all rows).
+template <class Tile>
+KOSMOS_DEVICE void ag_nn_nt(const TensorMap& tma, const TensorMap& tmb, const TensorMap& tmc, const AgNtParams& P,
+                            const TensorMap& tma2, const TensorMap& tmb2, const TensorMap& tmc2) {
+  const AgParams& a = P.a;
+  const TpCommon& c = a.c;
+  const WaitCtx& wait = c.wait;
+  const int rank = c.rank, world = c.world;
+  const u64 epoch = c.epoch;
+  extern __shared__ __align__(1024) u8 smem[];
+  const Gathered gs[2] = {gathered_of(c, a),
+                          Gathered{c.peer_bases, P.shard_off2, P.gathered2, a.m, a.row_bytes, a.items_per_chunk,
+                                   P.scales_off2, P.mx_blocks2, P.arrived2, P.x2, P.x_scales2}};
+  FusedHeads* heads = fused_heads(c.mine, epoch);  // tile: the dgrad's queue, join: the wgrad's
+  if (!wait_peers_done(wait, c.mine, rank, world, epoch)) return;
+  stage_shards(gs, 2, rank, world, epoch, c.mine, c.flags_off);
+  const bool mover = i32(blockIdx.x) < c.movers;
+  const TableQueue q{&heads->mover, a.mover_order, a.n_mover_items, 3};
+  if (mover && !gather_items(gs, 2, rank, epoch, c.mine, c.flags_off, q, a.mover_threads, wait)) return;
+  if (mover && c.policy == kFixed) return;
+  builder_init(smem);
+  TableClaim dgrad_claim{&heads->tile, c.tile_order, c.n_tiles, nullptr, 0};
+  const GatherReady dgrad_ready{a.arrived, epoch, a.m, a.tiles_m_per_chunk, a.items_per_chunk, world == 1, wait};
+  if (!run_builder<LAYOUT_NN>(DenseSchedule<Tile>{c.p}, &tma, &tmb, smem, dgrad_claim, dgrad_ready,
+                              EpiStoreBf16Tma(a.epi, &tmc)))
+    return;
+  TableClaim wgrad_claim{&heads->join, nullptr, P.n_tiles2, nullptr, 0};
+  const AllGatheredReady wgrad_ready{P.arrived2, epoch, world * a.items_per_chunk, world == 1, wait};
+  run_builder<LAYOUT_NT>(DenseSchedule<Tile>{P.p2}, &tma2, &tmb2, smem, wgrad_claim, wgrad_ready,
+                         EpiStoreBf16Tma(P.epi2, &tmc2));
+}
+
+// (The six maps first: the launch packs arguments at their NumPy alignment, and every map must
+// sit on a 64-byte boundary.)
+#define TP_AG_NN_NT_KERNEL(NAME, TILE, ...)                                                              \
+  extern "C" __global__ void __launch_bounds__(kThreads, 1)                                             \
+      NAME(TP_MAPS, const KOSMOS_GRID_CONSTANT TensorMap tma2, const KOSMOS_GRID_CONSTANT TensorMap tmb2, \
+           const KOSMOS_GRID_CONSTANT TensorMap tmc2, const KOSMOS_GRID_CONSTANT AgNtParams p) {          \
+    ag_nn_nt<TILE>(tma, tmb, tmc, p, tma2, tmb2, tmc2);                                                   \
+  }
+TP_KERNELS(TP_AG_NN_NT_KERNEL, kosmos_tp_ag_nn_nt)
 
 // ---------------------------------------------------------------------------------------
 // GEMM+RS. Fused (TN+RS): builders write partial tiles band-major into this call's staging

@@ -30,6 +30,8 @@ struct TableQueue {
 // rows that is the GEMM's A operand and, when the caller keeps it, the gathered result.
 // MXFP8 (blocks != kNone): the staged shard is E4M3 codes (a byte per element: rows of
 // row_bytes / 2) with its E8M0 scales at scales_off, and `out` is bf16: movers dequantize.
+// A kernel may gather two operands (AG+NN(+NT): both MXFP8 copies of dY); each has its own
+// arrival counters, the peers' done flags count the items of all of them.
 struct Gathered {
   const u64* peer_bases;
   u64 shard_off;  // offset of the staged shard [m rows] in every rank's heap
@@ -38,6 +40,9 @@ struct Gathered {
   i32 items_per_chunk;
   u64 scales_off;
   int blocks;     // mx::Blocks
+  u64* arrived;   // per-(chunk, item) arrival counters
+  const u8* x;    // this rank's shard (codes, for MXFP8)
+  const u8* x_scales;
   KOSMOS_DEVICE const u8* shard(int peer, u64 row) const {
     return reinterpret_cast<const u8*>(peer_bases[peer] + shard_off) + row * row_bytes;
   }
@@ -55,33 +60,41 @@ struct Gathered {
   }
 };
 
-// Stage this rank's shard into its heap (for peers) and its chunk of the gathered array (all
-// CTAs); the last CTA marks the local chunk's items arrived and tells every peer the shard can
-// be pulled. Alone (world 1) nothing is staged or flagged: the builders read x itself.
-KOSMOS_DEVICE void stage_shard(const Gathered& g, int rank, int world, u64 epoch, OpFlags* mine, u64 flags_off,
-                               u64* arrived, const u8* x, const u8* x_scales) {
+// Stage this rank's shards (of the n gathers) into its heap (for peers) and its chunks of the
+// gathered arrays (all CTAs); the last CTA marks the local chunks' items arrived and tells every
+// peer the shards can be pulled. Alone (world 1) nothing is staged or flagged: the builders read
+// the operands themselves.
+KOSMOS_DEVICE void stage_shards(const Gathered* gs, int n, int rank, int world, u64 epoch, OpFlags* mine,
+                                u64 flags_off) {
   if (world == 1) return;
-  u8* staged = reinterpret_cast<u8*>(g.peer_bases[rank] + g.shard_off);
-  if (g.blocks == mx::kNone) {
-    const u64 bytes = g.m * g.row_bytes;
-    grid_copy(staged, x, bytes);
-    grid_copy(g.rows(rank, 0), x, bytes);
-  } else {  // codes and scales for the peers (a scale per 32 elements either way); bf16 for us
-    const u64 codes = g.m * g.cols();
-    grid_copy(staged, x, codes);
-    grid_copy(reinterpret_cast<u8*>(g.peer_bases[rank] + g.scales_off), x_scales, codes / 32);
-    mx::grid_dequant_rows(reinterpret_cast<u16*>(g.rows(rank, 0)), x, x_scales, g.m, g.cols(), g.blocks);
+  for (int j = 0; j < n; ++j) {
+    const Gathered& g = gs[j];
+    u8* staged = reinterpret_cast<u8*>(g.peer_bases[rank] + g.shard_off);
+    if (g.blocks == mx::kNone) {
+      const u64 bytes = g.m * g.row_bytes;
+      grid_copy(staged, g.x, bytes);
+      grid_copy(g.rows(rank, 0), g.x, bytes);
+    } else {  // codes and scales for the peers (a scale per 32 elements either way); bf16 for us
+      const u64 codes = g.m * g.cols();
+      grid_copy(staged, g.x, codes);
+      grid_copy(reinterpret_cast<u8*>(g.peer_bases[rank] + g.scales_off), g.x_scales, codes / 32);
+      mx::grid_dequant_rows(reinterpret_cast<u16*>(g.rows(rank, 0)), g.x, g.x_scales, g.m, g.cols(), g.blocks);
+    }
   }
   __syncthreads();
   if (threadIdx.x == 0 && arrive_last(&mine->staged, epoch, gridDim.x)) {
-    for (int i = 0; i < g.items_per_chunk; ++i) st_release_sys(&arrived[rank * g.items_per_chunk + i], epoch);
-    signal_peers(g.peer_bases, flags_off, rank, world, epoch, /*ready=*/true);
+    for (int j = 0; j < n; ++j)
+      for (int i = 0; i < gs[j].items_per_chunk; ++i)
+        st_release_sys(&gs[j].arrived[rank * gs[j].items_per_chunk + i], epoch);
+    signal_peers(gs[0].peer_bases, flags_off, rank, world, epoch, /*ready=*/true);
   }
 }
 
-// The movers' loop: pull (peer, item) pairs in table order into this rank's gathered array and
-// release each item's arrival counter. `threads` of the CTA copy (the warps-per-mover ablation).
-KOSMOS_DEVICE bool gather_items(const Gathered& g, int rank, u64 epoch, OpFlags* mine, u64 flags_off, u64* arrived,
+// The movers' loop: pull (peer, item[, gather]) entries in table order (a third column picks one
+// of n gathers) into this rank's gathered arrays and release each item's arrival counter; a peer
+// is told its shards are pulled once all n gathers' items of it are. `threads` of the CTA copy
+// (the warps-per-mover ablation).
+KOSMOS_DEVICE bool gather_items(const Gathered* gs, int n, int rank, u64 epoch, OpFlags* mine, u64 flags_off,
                                 const TableQueue& q, u32 threads, const WaitCtx& wait) {
   __shared__ i32 s_idx;
   __shared__ int s_ok;
@@ -90,6 +103,7 @@ KOSMOS_DEVICE bool gather_items(const Gathered& g, int rank, u64 epoch, OpFlags*
     if (idx < 0) return true;
     const int peer = q.at(idx)[0];
     const u64 item = u64(q.at(idx)[1]);
+    const Gathered& g = gs[q.width > 2 ? q.at(idx)[2] : 0];
     const int ok = threadIdx.x == 0 ? wait_flag_sys(wait, SITE_PEER_READY, &mine->ready[peer], epoch) : 1;
     if (!cta_broadcast(&s_ok, ok)) return false;
     const u64 row0 = item * kTileRow;
@@ -98,8 +112,8 @@ KOSMOS_DEVICE bool gather_items(const Gathered& g, int rank, u64 epoch, OpFlags*
     __syncthreads();
     if (threadIdx.x == 0) {
       fence_acq_rel_sys();
-      st_release_sys(&arrived[peer * g.items_per_chunk + item], epoch);
-      if (atomic_add_acq_rel_dev(&mine->items[peer], 1) + 1 == epoch * u64(g.items_per_chunk))
+      st_release_sys(&g.arrived[peer * g.items_per_chunk + item], epoch);
+      if (atomic_add_acq_rel_dev(&mine->items[peer], 1) + 1 == epoch * u64(n * g.items_per_chunk))
         st_release_sys(&flags_of(g.peer_bases, peer, flags_off)->done[rank], epoch);
     }
   }

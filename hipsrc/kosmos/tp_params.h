@@ -46,6 +46,20 @@ struct AgParams {
   i32 mx_blocks, pad_;
 };
 
+// AG+NN(+NT): the dgrad's gather and GEMM (a: the row-wise copy of dY, NN) and the wgrad's (the
+// column-wise copy, gathered the same way into gathered2; p2: NT over it and X; epi2: dW, bf16).
+struct AgNtParams {
+  AgParams a;
+  gemm::Problem p2;
+  gemm::EpiStoreBf16 epi2;
+  u64 shard_off2, scales_off2;
+  u8* gathered2;
+  u64* arrived2;
+  const u8* x2;
+  const u8* x_scales2;
+  i32 mx_blocks2, n_tiles2;
+};
+
 // TN+RS and bulk RS || NT; Epi is the builders' epilogue record (bf16 or fp32 store).
 template <class Epi>
 struct RsParams {

@@ -17,9 +17,7 @@ operand is quantized to MXFP8 from its bf16 source along that GEMM's contracting
 orientations of a tensor from the same source (kosmos.mx.quantize_both), as the MXFP8 training
 recipe asks; the all-gathers move MXFP8 (33/64 of the bf16 bytes), the reduce-scatters bf16:
     Column  fwd  AG+TN(x rows, W rows)    bwd  bulk AG(x cols) || NN(dY rows, W cols), RS || NT(dY cols, X_full)
-    Row     fwd  TN+RS(x rows, W rows)    bwd  AG+NN(dY rows, W cols), all-gather of dY cols, NT(dY_full cols, x cols)
-The row backward's second gather is a separate collective here: the fused AG+NN(+NT) kernel that
-gathers both copies of dY is not built yet (notes/mxfp8.md).
+    Row     fwd  TN+RS(x rows, W rows)    bwd  AG+NN(+NT)(dY rows and dY cols gathered, W cols, x cols)
 """
 from __future__ import annotations
 
@@ -29,7 +27,8 @@ from .. import gemm, mx
 from ..arrays import as_cupy
 from ..dtypes import bfloat16, random_bf16
 from ..world import World
-from .ops import PRECISIONS, AllGatherMatmul, BulkAllGatherMatmul, BulkReduceScatterMatmul, MatmulReduceScatter
+from .ops import (PRECISIONS, AllGatherMatmul, AllGatherMatmulNNNT, BulkAllGatherMatmul, BulkReduceScatterMatmul,
+                  MatmulReduceScatter)
 
 
 def _shard(total: int, world: World, what: str) -> int:
@@ -146,16 +145,11 @@ class RowParallelLinear(_Linear):
         m = dy.shape[0]
         import cupy
 
-        from ..collectives import all_gather
-
-        op = self._plan(AllGatherMatmul, m, self.out_features, self.k_local, layout="NN", **self._gather_precision())
-        if self._mx:
+        if self._mx:  # one launch: both copies of dY gathered, the dgrad and the wgrad (over tokens)
             (x_cols, w_cols), (dy_rows, dy_cols) = x, mx.quantize_both(dy)
-            dx = op(dy_rows, w_cols)
-            # the wgrad reduces over tokens: dY quantized along them, gathered in MXFP8 too
-            dy_full = mx.DeviceMX(all_gather(self.world, dy_cols.data), all_gather(self.world, dy_cols.scales), 0)
-            dw = gemm.matmul(dy_full, x_cols, "NT")
+            dx, dw = self._plan(AllGatherMatmulNNNT, m, self.out_features, self.k_local)(dy_rows, dy_cols, w_cols, x_cols)
         else:
+            op = self._plan(AllGatherMatmul, m, self.out_features, self.k_local, layout="NN")
             dy_full = cupy.empty(op.gathered_shape, bfloat16)
             dx = op(dy, self.weight, gathered=dy_full)
             dw = gemm.matmul(dy_full, x, "NT")  # dW[N, K/P] = dY_full^T @ x

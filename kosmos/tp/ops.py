@@ -1,10 +1,12 @@
-"""The five TP+SP fused ops: plans built once per shape, then called like functions.
+"""The TP+SP fused ops (the paper's five and the MXFP8 row backward): plans built once per shape,
+then called like functions.
 
     ag = AllGatherMatmul(world, m, n, k)            # Y[P*m, n] = allgather(X[m, k]) @ W[n, k]^T
     y = ag(x_shard, w)
     rs = MatmulReduceScatter(world, m, n, k)        # Y[m, n] = reduce_scatter(X[P*m, k] @ W[n, k]^T)
     y_shard = rs(x, w)
-    dg = AllGatherMatmulNN(world, m, n, k)          # dX[P*m, k] = allgather(dY[m, n]) @ W[n, k]
+    dg = AllGatherMatmul(world, m, n, k, layout="NN")  # dX[P*m, k] = allgather(dY[m, n]) @ W[n, k]
+    nnt = AllGatherMatmulNNNT(world, m, n, k)       # MXFP8: that dX and dW = allgather(dY)^T X, one launch
     bag = BulkAllGatherMatmul(world, m, n, k)       # X_full = allgather(X[m, k]) || dX = dY[P*m, n] @ W[n, k]
     brs = BulkReduceScatterMatmul(world, m, n, k)   # dX[m, k] = reduce_scatter(dXp[P*m, k]) || dW = dY^T X
 
@@ -44,7 +46,7 @@ from ..runtime.streams import uses_stream
 from ..timing import device_name
 from ..world import World
 from .heuristics import Crew, crew_for, hardware
-from .params import AG_PARAMS_DTYPE, RS_PARAMS_DTYPE, TP_COMMON_DTYPE, record
+from .params import AG_NT_PARAMS_DTYPE, AG_PARAMS_DTYPE, RS_PARAMS_DTYPE, TP_COMMON_DTYPE, record
 from .queues import (AG_ORDERS, RS_ORDERS, TILE_ROW, BandGrid, GatherGrid, ag_mover_order, ag_tile_order,
                      rs_reducer_order, rs_tile_order, tile_indices)
 
@@ -143,8 +145,12 @@ class _FusedOp(SymmetricPlan):
             if len(self._args) >= 16:
                 self._args.clear()
             args = self._args[key] = build()
-        args[3]["c"]["epoch"], _ = self._next_call(stream)
+        self._set_epoch(args, self._next_call(stream)[0])
         self.launch(args, stream=stream)
+
+    @staticmethod
+    def _set_epoch(args: list, epoch: np.uint64) -> None:
+        args[3]["c"]["epoch"] = epoch
 
     def _problem(self, shape: gemm.GemmShape, a: Any, b: Any) -> np.void:
         return gemm.problem_record(a, b, shape.mo, shape.no, shape.kr, gemm.tile_counts(shape, self.tile_n))
@@ -333,6 +339,94 @@ class AllGatherMatmul(_AllGatherBase):
         a = self._gathered(x, gathered, stream)
         self._run((*xs.values(), w, out, a), lambda: self._gather_args(a, w, out, x, a), stream)
         return out
+
+
+class AllGatherMatmulNNNT(_AllGatherBase):
+    """AG+NN(+NT), the MXFP8 row-parallel backward in one launch (the paper's MXFP8-only kernel):
+
+        dX[P*m, k] = allgather(dY[m, n]) @ W[n, k]      over dY's row-wise copy (blocks along n)
+        dW[n, k]   = allgather(dY)^T @ X[P*m, k]        over its column-wise copy (blocks along tokens)
+
+    Both MXFP8 copies of dY (kosmos.mx.quantize_both) are gathered, 33/64 of the bf16 bytes each,
+    and dequantized by the movers; the builders run the dgrad tiles as their rows arrive, then the
+    wgrad tiles once the column-wise copy is complete. W and X: bf16, or DeviceMX with blocks along
+    their contracting axes (W along n, X along the tokens), dequantized on the stream first.
+    Bitwise the bf16 AG+NN and NT GEMM on the dequantized copies.
+    """
+
+    kind = "ag_nn"  # the crew rules of the AG+NN it extends
+
+    def __init__(self, world: World, m: int, n: int, k: int, *, sm_cap: int | None = None, policy: str = "one_way",
+                 movers: int | None = None, mover_threads: int | None = None):
+        import cupy
+
+        if policy == "two_way":  # every rank has the same arguments: every rank raises
+            raise ValueError("AllGatherMatmulNNNT runs policy 'one_way' or 'fixed' (two_way is not built for it)")
+        super().__init__(world, m, n, k, sm_cap=sm_cap, policy=policy, movers=movers,
+                         heap_bytes=lambda: 2 * self._heap_bytes(world, m, n),
+                         switches=dict(mover_threads=mover_threads, precision="mxfp8"))
+        P = self.P
+        self._setup_gather(n, "local_first", mover_threads, "mxfp8", mx_axis=1)  # the dgrad's copy
+        self.shard2 = self.heap.alloc((m, n), np.uint8)                           # the wgrad's copy
+        self.shard2_scales = self.heap.alloc((m // mx.BLOCK, n), np.uint8)
+        self.arrived2 = self.heap.alloc((P * self.grid_g.items_per_chunk,), np.uint64)
+        pairs = ag_mover_order(self.grid_g)  # the row-wise copy's items first: the dgrad needs them first
+        self.mover_order = cupy.asarray(np.concatenate(
+            [np.c_[pairs, np.full(len(pairs), j, np.int32)] for j in (0, 1)]).astype(np.int32))
+        self._set_gemm(gemm.gemm_shape("NN", (P * m, n), (n, k)))
+        tm, tn, _ = gemm.tile_counts(self.shape, self.tile_n)
+        g = GatherGrid(P, world.rank, m, gemm.tile_shape()[0], tn)
+        self.tiles = self._tile_table(self.shape, ag_tile_order(g, "local_first") if P > 1 else None)
+        self.wgrad_shape = gemm.gemm_shape("NT", (P * m, n), (P * m, k))
+        wm, wn, _ = gemm.tile_counts(self.wgrad_shape, self.tile_n)
+        self.n_tiles2 = wm * wn
+        self._scratch2: Any = None
+        self.launch = self._launch("kosmos_tp_ag_nn_nt")
+
+    @staticmethod
+    def _set_epoch(args: list, epoch: np.uint64) -> None:
+        args[6]["a"]["c"]["epoch"] = epoch
+
+    @uses_stream
+    def __call__(self, dy_rows: Any, dy_cols: Any, w: Any, x: Any, dx: Any = None, dw: Any = None, *,
+                 gathered: Any = None, stream: Any = None) -> tuple[Any, Any]:
+        """Returns (dX, dW), both bf16. gathered: an optional [P*m, n] bf16 array that receives the
+        dequantized row-wise copy of the gathered dY."""
+        import cupy
+
+        P, m, n, k = self.P, self.m, self.n, self.k
+        dy_rows = self._gather_input(dy_rows, "dy_rows", stream)
+        dy_cols = mx.check_mx(dy_cols, "dy_cols", (m, n), axis=0, stream=stream)
+        w = self._check(gemm.dequantized_operand(w, "w", "NN", 1, stream), "w", (n, k), stream=stream)
+        x = self._check(gemm.dequantized_operand(x, "x", "NT", 1, stream), "x", (P * m, k), stream=stream)
+        dx = self._output(dx, (P * m, k), bfloat16, stream, name="dx")
+        dw = self._output(dw, (n, k), bfloat16, stream, name="dw")
+        ins = dict(dy_rows=dy_rows.data, dy_rows_scales=dy_rows.scales, dy_cols=dy_cols.data,
+                   dy_cols_scales=dy_cols.scales, w=w, x=x)
+        gathered = self._keep(gathered, "gathered", stream, **ins)
+        refuse_overlap("dx", dx, **ins, gathered=gathered)
+        refuse_overlap("dw", dw, **ins, gathered=gathered, dx=dx)
+        g1 = self._gathered(dy_rows, gathered, stream)
+        if self._scratch2 is None:
+            self._scratch2 = cupy.empty(self.gathered_shape, bfloat16)
+        g2 = self._scratch2
+        if P == 1:  # nothing to gather: the wgrad reads the column-wise copy dequantized
+            mx.dequantize_device(dy_cols, out=g2, stream=stream)
+        self._run((*ins.values(), dx, dw, g1), lambda: self._nn_nt_args(dy_rows, dy_cols, w, x, dx, dw, g1, g2),
+                  stream)
+        return dx, dw
+
+    def _nn_nt_args(self, dy_rows: Any, dy_cols: Any, w: Any, x: Any, dx: Any, dw: Any, g1: Any, g2: Any) -> list:
+        """[dgrad maps (g1, w, dx), wgrad maps (g2, x, dw), AgNtParams] (hipsrc/tp.hip ag_nn_nt)."""
+        ag = self._gather_args(g1, w, dx, dy_rows, g1)
+        ws = self.wgrad_shape
+        rec = record(AG_NT_PARAMS_DTYPE, a=ag[3],
+                     p2=gemm.problem_record(g2, x, ws.mo, ws.no, ws.kr, gemm.tile_counts(ws, self.tile_n)),
+                     epi2=self._epi(dw, *dw.shape), shard_off2=self.shard2.offset,
+                     scales_off2=self.shard2_scales.offset, gathered2=_ptr(g2), arrived2=_ptr(self.arrived2.local),
+                     x2=_ptr(dy_cols.data), x_scales2=_ptr(dy_cols.scales), mx_blocks2=mx.blocks_code(dy_cols),
+                     n_tiles2=self.n_tiles2)
+        return [*ag[:3], self._tmap(g2), self._tmap(x), self._out_tmap(dw), rec]
 
 
 class BulkAllGatherMatmul(_AllGatherBase):

@@ -29,6 +29,13 @@ AG_PARAMS_DTYPE = np.dtype(
     align=True,
 )
 
+AG_NT_PARAMS_DTYPE = np.dtype(
+    [("a", AG_PARAMS_DTYPE), ("p2", PROBLEM_DTYPE), ("epi2", EPI_DTYPE), ("shard_off2", _u64), ("scales_off2", _u64),
+     ("gathered2", _u64), ("arrived2", _u64), ("x2", _u64), ("x_scales2", _u64), ("mx_blocks2", _i32),
+     ("n_tiles2", _i32)],
+    align=True,
+)
+
 RS_PARAMS_DTYPE = np.dtype(
     [("c", TP_COMMON_DTYPE), ("epi", EPI_DTYPE), ("staging_off", _u64), ("buffer_bytes", _u64), ("m", _u64),
      ("cols", _u64), ("x", _u64), ("out", _u64), ("reduce_order", _u64), ("band_rows", _u64),
@@ -39,6 +46,7 @@ RS_PARAMS_DTYPE = np.dtype(
 MIRRORS = [
     StructMirror("kosmos::tp::TpCommon", TP_COMMON_DTYPE),
     StructMirror("kosmos::tp::AgParams", AG_PARAMS_DTYPE),
+    StructMirror("kosmos::tp::AgNtParams", AG_NT_PARAMS_DTYPE),
     StructMirror("kosmos::tp::RsParams<kosmos::gemm::EpiStoreBf16>", RS_PARAMS_DTYPE),
     StructMirror("kosmos::tp::RsParams<kosmos::gemm::EpiStoreF32>", RS_PARAMS_DTYPE),
 ]

@@ -10,7 +10,9 @@ import pytest
 from kosmos import mx
 from kosmos.dtypes import bfloat16
 from kosmos.reference import rel_error
-from kosmos.tp.ops import AllGatherMatmul, BulkAllGatherMatmul, BulkReduceScatterMatmul, MatmulReduceScatter
+from kosmos import gemm
+from kosmos.tp.ops import (AllGatherMatmul, AllGatherMatmulNNNT, BulkAllGatherMatmul, BulkReduceScatterMatmul,
+                           MatmulReduceScatter)
 
 from .conftest import cupy, poisoned
 from .test_tp import SHAPES, arr, bits, f64
@@ -46,6 +48,41 @@ def test_all_gather_matmul_mxfp8(world, m, n, k, layout):
     op(shards[r][0], cupy.asarray(w), out2)  # a bf16 weight, the plan's own gathered array
     world.synchronize()
     np.testing.assert_array_equal(bits(out2), bits(out))
+
+
+@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("movers", [None, 1])
+def test_ag_nn_nt_is_the_dgrad_and_the_wgrad(world, m, n, k, movers):
+    """AG+NN(+NT): dX bitwise the bf16 AG+NN on the dequantized row-wise dY shards, dW bitwise our
+    NT GEMM on the gathered, dequantized column-wise copy; both copies' gathers exact."""
+    P, r = world.size, world.rank
+    src = [arr("mxnnt_dy", p, (m, n)) for p in range(P)]
+    rows = [quantize_pair(s, 1) for s in src]
+    cols = [quantize_pair(s, 0) for s in src]
+    w_mx, w = quantized("mxnnt_w", 0, (n, k), axis=0, scale=0.1)
+    x_mx, x = quantized("mxnnt_x", r, (P * m, k), axis=0)
+    op = AllGatherMatmulNNNT(world, m, n, k, movers=None if P == 1 else movers)
+    kept = poisoned((P * m, n), bfloat16)
+    dx, dw = op(rows[r][0], cols[r][0], w_mx, x_mx, dx=poisoned((P * m, k), bfloat16),
+                dw=poisoned((n, k), bfloat16), gathered=kept)
+    want_dx = AllGatherMatmul(world, m, n, k, layout="NN")(cupy.asarray(rows[r][1]), cupy.asarray(w))
+    full_cols = np.concatenate([c[1] for c in cols])
+    want_dw = gemm.matmul(cupy.asarray(full_cols), cupy.asarray(x), "NT")
+    world.synchronize()
+    np.testing.assert_array_equal(bits(kept), np.concatenate([q[1] for q in rows]).view(np.uint16))
+    np.testing.assert_array_equal(bits(op._scratch2), full_cols.view(np.uint16))
+    np.testing.assert_array_equal(bits(dx), bits(want_dx))
+    np.testing.assert_array_equal(bits(dw), bits(want_dw))
+    assert rel_error(cupy.asnumpy(dw), f64(full_cols).T @ f64(x)) < TOL
+    dx2, dw2 = op(rows[r][0], cols[r][0], cupy.asarray(w), cupy.asarray(x))  # bf16 W and X, new outputs
+    world.synchronize()
+    np.testing.assert_array_equal(bits(dx2), bits(dx))
+    np.testing.assert_array_equal(bits(dw2), bits(dw))
+
+
+def quantize_pair(x, axis):
+    t = mx.quantize(x, axis=axis)
+    return mx.to_device(t), mx.dequantize(t).astype(bfloat16)
 
 
 @pytest.mark.parametrize("m,n,k", SHAPES[:2])
@@ -96,7 +133,16 @@ def test_mxfp8_operands_are_checked_on_every_rank(world):
         op(cupy.asarray(arr("mxbadx", world.rank, (m, k))), w)  # bf16 into an mxfp8 plan
     with pytest.raises(ValueError, match="precision"):
         AllGatherMatmul(world, m, n, k, precision="fp8")
+    nnt = AllGatherMatmulNNNT(world, m, n, k)
+    with pytest.raises(ValueError, match="blocks along its columns"):
+        nnt(x_rows_of(world, m, n), x_rows_of(world, m, n), w, cupy.asarray(arr("mxbadx2", 0, (world.size * m, k))))
     x_rows, _ = quantized("mxbad", world.rank, (m, k), axis=1)
-    out = op(x_rows, w)  # the plan still works after the refusals
+    out = op(x_rows, w)  # the plans still work after the refusals
+    nnt(x_rows_of(world, m, n), quantized("mxbad3", world.rank, (m, n), axis=0)[0], cupy.asarray(arr("mxbadw2", 0, (n, k))),
+        cupy.asarray(arr("mxbadx2", 0, (world.size * m, k))))
     world.synchronize()
     assert not cupy.isnan(out.astype(cupy.float32)).any()
+
+
+def x_rows_of(world, m, n):
+    return quantized("mxbad2", world.rank, (m, n), axis=1)[0]
