@@ -162,7 +162,7 @@ class MxCase(Case):
             dx, dw = cupy.empty((P * m, k), bfloat16), cupy.empty((n, k), bfloat16)
             full_r, full_c = gathered_like(dy_rows), gathered_like(dy_cols)
             gs = [AllGather(world, t.shape, cupy.uint8) for t in (dy_rows.data, dy_rows.scales, dy_cols.scales)]
-            self.plans = gs
+            self.plans = list(gs)
 
             def gemms(rows_full, cols_full):
                 gemm.matmul(rows_full, w, "NN", out=dx)

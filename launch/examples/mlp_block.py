@@ -71,7 +71,8 @@ def reference(xs, w1s, w2s, douts, P, f_local, q=exact):
     quantizes in the same blocks as the ranks do (every shard a multiple of 32 wide). With a
     quantizer, the activations are also rounded to bf16 where the kernels store them (the GEMM
     outputs, the SwiGLU and its backward), so that both quantize the same values."""
-    rb = exact if q is exact else (lambda a: a.astype(bfloat16).astype(np.float64))
+    def rb(a):
+        return a if q is exact else a.astype(bfloat16).astype(np.float64)
     X = np.concatenate(xs).astype(np.float64)                      # [P*m, H]
     W1g = np.concatenate([w[:f_local] for w in w1s]).astype(np.float64)   # [F, H]
     W1u = np.concatenate([w[f_local:] for w in w1s]).astype(np.float64)
