@@ -50,7 +50,7 @@ from ..world import World
 from .config import MoEConfig
 from .combine import MoECombine
 from .dispatch import MoEDispatch
-from .reference import router_logit_grads, silu, swiglu_backward
+from .reference import router_logit_grads, silu
 from .route import DeviceRouting, check_routable, plan_chunks, route
 
 PATHS = ("serial", "device", "fused", "baseline")
@@ -428,14 +428,18 @@ class MoELayer:
         if cfg.shared:
             d_sw1 = cupy.zeros((cfg.shared, 2 * cfg.shared_width, hid), float32)
             d_sw2 = cupy.zeros((cfg.shared, hid, cfg.shared_width), float32)
-            for j in range(cfg.shared if t else 0):
-                pre_s = gemm.matmul(x, params.shared_w1[j], "TN", out_dtype=float32)
-                a_s = f32_to_bf16(silu(cupy, pre_s[:, :cfg.shared_width]) * pre_s[:, cfg.shared_width:])
+            all_rows = cupy.full((1,), t, cupy.int32)  # the shared experts see every token: one group
+            for j in range(cfg.shared if t else 0):  # the routed experts' kernels, on one group
+                w1_s = params.shared_w1[j]
+                a_s = gemm.matmul(x, w1_s, "TN", epilogue="swiglu")                  # the forward's h
+                pre_s = gemm.matmul(x, w1_s, "TN")                                   # [T, 2S] bf16
                 d_sw2[j] = gemm.matmul(dy, a_s, "NT", out_dtype=float32)
-                d_as = gemm.matmul(dy, params.shared_w2[j], "NN", out_dtype=float32)
-                d_pre_s = f32_to_bf16(swiglu_backward(cupy, pre_s, d_as))
+                d_as = gemm.matmul(dy, params.shared_w2[j], "NN")                    # [T, S] bf16
+                d_pre_s = cupy.empty(pre_s.shape, bfloat16)
+                bwd("kosmos_moe_swiglu_bwd")((1024,), (256,), (pre_s, d_as, all_rows, np.int32(1),
+                                                                np.int32(cfg.shared_width), d_pre_s))
                 d_sw1[j] = gemm.matmul(d_pre_s, x, "NT", out_dtype=float32)
-                extra += gemm.matmul(d_pre_s, params.shared_w1[j], "NN", out_dtype=float32)
+                extra += gemm.matmul(d_pre_s, w1_s, "NN", out_dtype=float32)
         # 5. the expert rows back to their tokens, summed (weights 1: dY was weighted), plus the rest
         ones = dataclasses.replace(r, weights=cupy.ones_like(r.weights))
         dx = self._combine(d_xe, self._dispatch_bwd, ones, shared=extra if t else None)
