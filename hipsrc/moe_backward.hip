@@ -8,6 +8,8 @@
 //   kosmos_moe_swiglu_bwd     d [gate, up] from d a and the recomputed [gate, up] (bf16 in and out),
 //                             over the rows the groups hold (their counts read on the device)
 //   kosmos_moe_nan_if_failed  the weight gradients NaN after a failed dispatch
+//   kosmos_moe_router_bwd     d logits from the combine weights' gradients, a CTA per token row
+#include "kosmos/moe/route.h"
 #include "kosmos/platform.h"
 
 using namespace kosmos;
@@ -90,4 +92,97 @@ extern "C" __global__ void kosmos_moe_swiglu_bwd(const u16* __restrict__ pre, co
 extern "C" __global__ void kosmos_moe_nan_if_failed(const i64* status, u32* data, u64 n) {
   if (*status == 0) return;
   for (u64 i = u64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += u64(gridDim.x) * blockDim.x) data[i] = 0x7FC00000u;
+}
+
+// ---- the router's backward: kosmos/moe/reference.py router_logit_grads, one CTA (64 threads) a
+// token row, fp32, sums in a fixed tree order (the same bits on every run) ----
+constexpr int kRouterThreads = 64;
+
+KOSMOS_DEVICE float cta_reduce(float v, float* s, bool take_max) {
+  s[threadIdx.x] = v;
+  __syncthreads();
+  for (int w = kRouterThreads / 2; w > 0; w >>= 1) {
+    if (int(threadIdx.x) < w) s[threadIdx.x] = take_max ? fmaxf(s[threadIdx.x], s[threadIdx.x + w])
+                                                        : s[threadIdx.x] + s[threadIdx.x + w];
+    __syncthreads();
+  }
+  const float r = s[0];
+  __syncthreads();
+  return r;
+}
+
+// logits [T, ld] (the first E columns are the experts'), chosen [T, k] (distinct experts),
+// d_weights [T, k], frac [E] (the chosen share per expert, bincount / (T k): the aux loss's
+// constant) -> d_logits [T, E]. The terms, per token: the normalisation w_j = c u_j / sum u (or
+// c u_j), the score (softmax or sigmoid), the aux loss coef E sum_e frac_e mean_t p_te with p the
+// row-normalised scores, the z-loss coef mean_t lse_t^2.
+extern "C" __global__ void __launch_bounds__(kRouterThreads) kosmos_moe_router_bwd(
+    const float* __restrict__ logits, i64 ld, const i32* __restrict__ chosen, const float* __restrict__ d_weights,
+    const float* __restrict__ frac, i64 tokens, i32 experts, i32 top_k, i32 softmax, i32 normalize, float scaling,
+    float aux_coef, float z_coef, float* __restrict__ d_logits) {
+  __shared__ float red[kRouterThreads];
+  __shared__ float du[moe::kMaxTopK];
+  __shared__ i32 ex[moe::kMaxTopK];
+  const int tid = threadIdx.x;
+  for (i64 t = blockIdx.x; t < tokens; t += gridDim.x) {
+    const float* l = logits + t * ld;
+    float m = -__int_as_float(0x7f800000), sumz = 0.0f;
+    if (softmax || z_coef != 0.0f) {
+      for (i32 e = tid; e < experts; e += kRouterThreads) m = fmaxf(m, l[e]);
+      m = cta_reduce(m, red, true);
+      float z = 0.0f;
+      for (i32 e = tid; e < experts; e += kRouterThreads) z += expf(l[e] - m);
+      sumz = cta_reduce(z, red, false);
+    }
+    auto score = [&](i32 e) { return softmax ? expf(l[e] - m) / sumz : 1.0f / (1.0f + expf(-l[e])); };
+    if (tid == 0) {  // the k chosen: d u_j through the normalisation
+      float us = 0.0f, dwu = 0.0f;
+      for (i32 j = 0; j < top_k; ++j) {
+        ex[j] = chosen[t * top_k + j];
+        const float u = score(ex[j]);
+        us += u;
+        dwu += d_weights[t * top_k + j] * u;
+      }
+      for (i32 j = 0; j < top_k; ++j) {
+        const float dw = d_weights[t * top_k + j];
+        du[j] = normalize ? scaling / us * (dw - dwu / us) : scaling * dw;
+      }
+    }
+    __syncthreads();
+    auto d_chosen = [&](i32 e) {
+      float d = 0.0f;
+      for (i32 j = 0; j < top_k; ++j) d += ex[j] == e ? du[j] : 0.0f;
+      return d;
+    };
+    float rows = 1.0f, c_aux = 0.0f;
+    if (aux_coef != 0.0f) {  // d scores += (d_p - sum_e d_p p_e) / rows, d_p_e = coef E frac_e / T
+      float a = 0.0f, b = 0.0f;
+      for (i32 e = tid; e < experts; e += kRouterThreads) {
+        const float p = score(e);
+        a += p;
+        b += aux_coef * float(experts) * frac[e] / float(tokens) * p;
+      }
+      rows = cta_reduce(a, red, false);
+      c_aux = cta_reduce(b, red, false) / rows;
+    }
+    auto d_score = [&](i32 e) {
+      float d = d_chosen(e);
+      if (aux_coef != 0.0f) d += (aux_coef * float(experts) * frac[e] / float(tokens) - c_aux) / rows;
+      return d;
+    };
+    float c_soft = 0.0f;
+    if (softmax) {
+      float c = 0.0f;
+      for (i32 e = tid; e < experts; e += kRouterThreads) c += d_score(e) * score(e);
+      c_soft = cta_reduce(c, red, false);
+    }
+    const float lse = m + logf(sumz);
+    for (i32 e = tid; e < experts; e += kRouterThreads) {
+      const float p = score(e);
+      float d = softmax ? p * (d_score(e) - c_soft) : d_score(e) * p * (1.0f - p);
+      if (z_coef != 0.0f) d += z_coef * 2.0f * lse / float(tokens) * (expf(l[e] - m) / sumz);
+      d_logits[t * experts + e] = d;
+    }
+    __syncthreads();  // ex / du are the next row's
+  }
 }

@@ -50,7 +50,7 @@ from ..world import World
 from .config import MoEConfig
 from .combine import MoECombine
 from .dispatch import MoEDispatch
-from .reference import router_logit_grads, silu
+from .reference import silu
 from .route import DeviceRouting, check_routable, plan_chunks, route
 
 PATHS = ("serial", "device", "fused", "baseline")
@@ -130,6 +130,29 @@ def _backward_kernels(world: World) -> Any:
     from ..runtime.module import load_module
 
     return load_module("moe_backward.hip", world=world).get_function
+
+
+def router_backward(logits: Any, chosen: Any, d_weights: Any, cfg: MoEConfig, kernels: Any) -> Any:
+    """d(logits) [T, E] fp32 from the combine weights' gradients d_weights [T, k] (the `chosen`
+    experts [T, k]; logits [T, >= E] fp32): reference.router_logit_grads, the finite-difference-
+    checked rule, as one kernel, a CTA per token row (hipsrc/moe_backward.hip kosmos_moe_router_bwd).
+    `kernels`: _backward_kernels(world)."""
+    import cupy
+
+    t, e, k = d_weights.shape[0], cfg.experts, cfg.top_k
+    d_logits = cupy.empty((t, e), float32)
+    if t == 0:
+        return d_logits
+    chosen = cupy.ascontiguousarray(chosen, dtype=cupy.int32)
+    frac = (cupy.bincount(chosen.ravel(), minlength=e).astype(float32) / np.float32(t * k) if cfg.aux_loss_coef
+            else cupy.zeros((e,), float32))
+    logits = cupy.ascontiguousarray(logits, dtype=float32)
+    d_weights = cupy.ascontiguousarray(d_weights, dtype=float32)
+    kernels("kosmos_moe_router_bwd")((min(t, 65535),), (64,), (
+        logits, np.int64(logits.shape[1]), chosen, d_weights, frac, np.int64(t), np.int32(e), np.int32(k),
+        np.int32(cfg.score == "softmax"), np.int32(cfg.normalize), np.float32(cfg.scaling),
+        np.float32(cfg.aux_loss_coef), np.float32(cfg.z_loss_coef), d_logits))
+    return d_logits
 
 
 def _u16(x: Any) -> Any:
@@ -448,12 +471,4 @@ class MoELayer:
         return MoEGradients(dx, d_router_w, dw1, dw2, d_sw1, d_sw2)
 
     def _router_backward(self, ctx: MoEContext, d_weights: Any) -> Any:
-        """d(logits) [T, E] fp32: reference.router_logit_grads, the finite-difference-checked code, on
-        the device."""
-        import cupy
-
-        t, e = d_weights.shape[0], self.cfg.experts
-        if t == 0:
-            return cupy.zeros((0, e), float32)
-        experts = ctx.routing.experts.astype(cupy.int64)
-        return router_logit_grads(cupy, ctx.logits[:, :e], experts, d_weights, self.cfg).astype(float32)
+        return router_backward(ctx.logits, ctx.routing.experts, d_weights, self.cfg, _backward_kernels(self.world))

@@ -159,8 +159,9 @@ def _expert_backward(x: np.ndarray, w1: np.ndarray, w2: np.ndarray, d_out: np.nd
 def router_logit_grads(xp, logits, experts, d_weights, cfg: MoEConfig):
     """d(loss)/d(logits) [T, E] from the combine weights' gradients d_weights [T, k] (the chosen
     `experts` [T, k]) and the router's own losses: through the normalisation and scaling, the score
-    function, the aux loss (over these T tokens) and the z-loss. `xp` is numpy or cupy: the layer's
-    device backward runs this same code (checked here by finite differences)."""
+    function, the aux loss (over these T tokens) and the z-loss. `xp` is numpy or cupy. Checked by
+    finite differences (tests/test_moe_reference.py); the layer's kernel (kosmos.moe.layer
+    router_backward) is checked against it (tests/gpu/test_moe_layer.py)."""
     t, k, e_num = logits.shape[0], cfg.top_k, cfg.experts
     if cfg.score == "softmax":
         z = xp.exp(logits - logits.max(axis=1, keepdims=True))
