@@ -18,7 +18,6 @@ extern "C" __global__ void __launch_bounds__(kStrip) kosmos_mx_quantize_bf16(
   // 8 columns of padding: the row pass's 16-byte reads (a warp = one block of 32 rows) fall on
   // distinct banks; the column pass reads consecutive columns.
   __shared__ __align__(16) u16 tile[kBlock][kStrip + 8];
-  __shared__ __align__(16) u8 col_codes[kBlock][kStrip + 16];
   const i64 strips = (cols + kStrip - 1) / kStrip;
   const i64 r0 = i64(blockIdx.x) / strips * kBlock, c0 = i64(blockIdx.x) % strips * kStrip;
   if (r0 >= rows) return;
@@ -44,16 +43,10 @@ extern "C" __global__ void __launch_bounds__(kStrip) kosmos_mx_quantize_bf16(
     u8* dst = row_data + (r0 + r) * cols + c0 + kBlock * b;
     st16(dst, vec16{codes[0], codes[1], codes[2], codes[3]});
     st16(dst + 16, vec16{codes[4], codes[5], codes[6], codes[7]});
-    // column pass: thread t quantizes column t of the 32 rows, its codes transposed into shared
-    // memory so that the rows leave in 16-byte stores
+    // column pass: thread t quantizes column t of the 32 rows (a warp writes 32 consecutive bytes a row)
     col_scales[(r0 / kBlock) * cols + c0 + t] = quantize_block_packed([&](int i) { return bf16_to_f32(tile[i][t]); }, codes);
 #pragma unroll
-    for (int i = 0; i < kBlock; ++i) col_codes[i][t] = u8(codes[i / 4] >> (8 * (i % 4)));
-  }
-  __syncthreads();
-  for (int v = t; v < kBlock * width / 16; v += blockDim.x) {
-    const int r = v / (width / 16), c = v % (width / 16) * 16;
-    st16(col_data + (r0 + r) * cols + c0 + c, *reinterpret_cast<const vec16*>(&col_codes[r][c]));
+    for (int i = 0; i < kBlock; ++i) col_data[(r0 + i) * cols + c0 + t] = u8(codes[i / 4] >> (8 * (i % 4)));
   }
 }
 
