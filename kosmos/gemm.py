@@ -40,7 +40,8 @@ _LAYOUT_ID = {"TN": 0, "NN": 1, "NT": 2}
 DEVICE_CONSTANTS = {
     "kThreads": 384,       # one producer warpgroup + two consumer warpgroups
     "kTileM": 128, "kTileN": 256, "kTileK": 64,  # the default tile (TILE_WIDTHS has the narrow one)
-    "kSmemBytes": 230656,  # dynamic shared memory of a builder CTA
+    # dynamic shared memory of a builder CTA: the Hopper layer's, the portable layers' (mma.sync, MFMA)
+    "kSmemBytesHopper": 230656, "kSmemBytesPortable": 57344,
     "kGroupM": 8,          # tile raster: tile rows per group
     "kMaxGroups": 256,     # grouped GEMM: groups the device-side table holds
 }
@@ -56,8 +57,9 @@ def block_threads() -> int:
 
 
 def shared_mem_bytes() -> int:
-    """Dynamic shared memory a builder CTA needs."""
-    return device_constants()["kSmemBytes"]
+    """Dynamic shared memory a builder CTA (and any fused kernel's CTA) needs on this device's layer."""
+    c = device_constants()
+    return c["kSmemBytesHopper"] if arch_path() == "wgmma" else c["kSmemBytesPortable"]
 
 
 def tile_shape() -> tuple[int, int, int]:

@@ -107,6 +107,33 @@ def test_host_mirrors_match_the_device_code_amd(clang: str, tmp_path: Path, arch
     assert check.compile_amd(src, arch, clang) > 0
 
 
+# LDS per workgroup: gfx942 (MI300) 64 KiB, gfx950 (MI350X/MI355X) 160 KiB.
+LDS_BYTES = {"gfx942": 65536, "gfx950": 163840}
+# The kernels launched with the builder's dynamic shared memory (gemm.shared_mem_bytes()).
+BUILDER_SMEM_FILES = ("gemm.hip", "grouped.hip", "tp.hip", "moe_fused.hip")
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_builder_kernels_fit_the_lds(clang: str, tmp_path: Path, arch: str) -> None:
+    """Every kernel launched with the portable builder's dynamic shared memory fits the target's
+    LDS with its own static shared variables (.amdhsa_group_segment_fixed_size): the Hopper
+    layer's 225 KiB would not launch at all on AMD (it once asked for that everywhere)."""
+    from kosmos import gemm
+
+    dynamic = gemm.DEVICE_CONSTANTS["kSmemBytesPortable"]
+    seen = 0
+    for name in BUILDER_SMEM_FILES:
+        check.compile_amd(hipsrc_dir() / name, arch, clang, keep=tmp_path)
+        asm = (tmp_path / f"{Path(name).stem}.{arch}.s").read_text()
+        kernels = re.findall(r"\.amdhsa_kernel (\S+)(.*?)\.end_amdhsa_kernel", asm, re.S)
+        assert kernels, name
+        for kernel, body in kernels:
+            static = int(re.search(r"\.amdhsa_group_segment_fixed_size (\d+)", body).group(1))
+            assert static + dynamic <= LDS_BYTES[arch], (kernel, static, dynamic)
+            seen += 1
+    assert seen >= 20
+
+
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
 def test_amd_memory_model_in_assembly(clang: str, tmp_path: Path, arch: str) -> None:
     """System-scope acquire/release on CDNA3/4 must reach the hardware as sc0 sc1 plus L2 writeback/invalidate."""

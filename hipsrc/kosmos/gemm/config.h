@@ -4,7 +4,7 @@
 // (DEVICE_CONSTANTS: block size, tile, shared memory), checked at compile time by
 // kosmos/runtime/mirror.py, so the host and fused kernels that put movers in the grid agree.
 #pragma once
-#include "../platform.h"
+#include "arch.h"
 
 namespace kosmos {
 namespace gemm {
@@ -19,7 +19,17 @@ constexpr int kStageBytesA = 16384;  // 2 boxes: 128 rows (or columns) of A
 constexpr int kStageBytesB = 32768;  // 4 boxes: 256 columns of the output
 constexpr int kStageBytes = 49152;
 constexpr int kEpiBytes = 32768;     // bf16 store staging: 64 rows x 128 columns per consumer warpgroup
-constexpr int kSmemBytes = 230656;   // kStages * kStageBytes + kEpiBytes + 1024 (alignment) + 256 (barriers)
+// Dynamic shared memory of a builder CTA (and of every fused kernel, whose movers share the grid),
+// per layer: Hopper's ring of stages + the epilogue staging + alignment + barriers; the portable
+// layers' two slabs (sA[128][72], sB[256][72] bf16) + alignment, which also fits gfx942's 64 KiB
+// of LDS (gfx950 has 160 KiB) with room for the kernels' static shared variables.
+constexpr int kSmemBytesHopper = 230656;   // kStages * kStageBytes + kEpiBytes + 1024 + 256
+constexpr int kSmemBytesPortable = 57344;  // 56 KiB >= (kTileM + kTileN) * (kTileK + 8) * 2 + 128
+#if KOSMOS_GEMM_WGMMA
+constexpr int kSmemBytes = kSmemBytesHopper;
+#else
+constexpr int kSmemBytes = kSmemBytesPortable;
+#endif
 constexpr int kGroupM = 8;           // tile raster: tile-rows per group (L2 reuse of B)
 #ifdef KOSMOS_GEMM_GROUP_M           // a tuning knob for benchmarks (-DKOSMOS_GEMM_GROUP_M=16)
 constexpr int kRasterGroupM = KOSMOS_GEMM_GROUP_M;
@@ -28,7 +38,8 @@ constexpr int kRasterGroupM = kGroupM;
 #endif
 
 static_assert(kStageBytes == kStageBytesA + kStageBytesB, "stage size");
-static_assert(kSmemBytes == kStages * kStageBytes + kEpiBytes + 1024 + 256, "shared memory size");
+static_assert(kSmemBytesHopper == kStages * kStageBytes + kEpiBytes + 1024 + 256, "shared memory size");
+static_assert(kSmemBytesPortable >= (kTileM + kTileN) * (kTileK + 8) * 2 + 128, "the portable slabs must fit");
 
 // A builder tile configuration: 128 x BN output tiles, 64-deep stages, as many stages as fit the
 // same shared-memory plan (kSmemBytes), so every configuration runs in the same grid as movers.
