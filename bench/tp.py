@@ -51,6 +51,8 @@ ABLATIONS = {
     "bulk_ag_nn": [dict(policy="fixed")],
     "bulk_rs_nt": [dict(policy="fixed")],
 }
+# MXFP8's row dgrad is AG+NN(+NT): one-way or fixed, its own order (no two_way, no ag_order)
+MX_ABLATIONS = {**ABLATIONS, "ag_nn": [dict(policy="fixed")]}
 
 
 def op_dims(kernel: str, M: int, N: int, K: int, P: int) -> tuple[int, int, int]:
@@ -263,7 +265,8 @@ def main(argv: list[str] | None = None) -> int:
                 say(f"skip {s.kernel} {s.name}: {m} tokens per rank is not a multiple of 128")
                 continue
             variants = [("shipped", {})] + ([(",".join(f"{a}={b}" for a, b in sw.items()), sw)
-                                             for sw in ABLATIONS[s.kernel]] if args.ablate else [])
+                                             for sw in (MX_ABLATIONS if args.precision == "mxfp8" else ABLATIONS)[s.kernel]]
+                                            if args.ablate else [])
             for label, sw in variants:
                 case = (MxCase if args.precision == "mxfp8" else Case)(world, s.kernel, m, n, k, nccl, sw)
                 contenders = {"fused": case.fused}

@@ -92,7 +92,8 @@ KOSMOS_DEVICE void stage_shards(const Gathered* gs, int n, int rank, int world, 
 
 // The movers' loop: pull (peer, item[, gather]) entries in table order (a third column picks one
 // of n gathers) into this rank's gathered arrays and release each item's arrival counter; a peer
-// is told its shards are pulled once all n gathers' items of it are. `threads` of the CTA copy
+// is told its shards are pulled once all n gathers' items of it are (the n gathers have the same
+// rows, hence the same item count: AG+NN(+NT)'s two copies of dY). `threads` of the CTA copy
 // (the warps-per-mover ablation).
 KOSMOS_DEVICE bool gather_items(const Gathered* gs, int n, int rank, u64 epoch, OpFlags* mine, u64 flags_off,
                                 const TableQueue& q, u32 threads, const WaitCtx& wait) {

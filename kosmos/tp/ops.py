@@ -126,7 +126,8 @@ class _FusedOp(SymmetricPlan):
                                          narrow_ok=gemm.arch_path() == "wgmma")
 
     def _launch(self, name: str) -> PersistentLaunch:
-        mod = load_module("tp.hip", world=self.world)
+        # the gemm module's options (a forced portable layer): shared_mem_bytes() follows them
+        mod = load_module("tp.hip", world=self.world, extra_options=gemm._extra_options)
         name += "_n128" if self.tile_n == 128 else ""
         return PersistentLaunch.checked(mod.get_function(name), self.crew.grid, gemm.block_threads(),
                                         gemm.shared_mem_bytes())

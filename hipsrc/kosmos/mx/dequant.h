@@ -7,8 +7,8 @@
 // NaN. The same as kosmos.mx.dequantize(t).astype(bfloat16), bit for bit (tests/test_mx.py).
 //
 // Below it, the vector forms the movers and the dequantize kernel use (16 elements per thread):
-// on NVIDIA sm_89+ the hardware conversions, bit for bit the same function (tests/gpu/test_mx.py
-// runs all 65,536 (code, scale) pairs through them).
+// on NVIDIA sm_89+ the hardware conversions, bit for bit the same function except for NaN payloads
+// (both give a NaN; tests/gpu/test_mx.py runs all 65,536 (code, scale) pairs through them).
 #pragma once
 #include "../platform.h"
 
