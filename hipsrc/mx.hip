@@ -5,6 +5,7 @@
 //   column: data [rows, cols], scales [rows / 32, cols]) in one pass, both from x itself. One CTA of
 //   256 threads per 32 x 256 tile (the last of a band may be narrower).
 #include "kosmos/mx/dequant.h"
+#include "kosmos/mx/mfma_scale.h"
 #include "kosmos/mx/quant.h"
 
 using namespace kosmos;
@@ -57,4 +58,53 @@ extern "C" __global__ void __launch_bounds__(kStrip) kosmos_mx_quantize_bf16(
 extern "C" __global__ void kosmos_mx_dequantize_bf16(const u8* __restrict__ data, const u8* __restrict__ scales,
                                                      i64 rows, i64 cols, i32 blocks, u16* __restrict__ out) {
   grid_dequant_rows(out, data, scales, u64(rows), u32(cols), blocks);
+}
+
+// kosmos_mx_native: out[0] = 1 where this compile has the CDNA4 block-scaled MFMA (gfx950).
+extern "C" __global__ void kosmos_mx_native(int* out) { out[0] = KOSMOS_MX_SCALED_MFMA; }
+
+// kosmos_mx_gemm_tn: C[m, n] (bf16) = A[m, k] B[n, k]^T on row-blocked MXFP8 operands through the
+// block-scaled MFMA (gfx950 only; elsewhere the body is empty and the host refuses to launch it).
+// Correctness first: a CTA of 4 waves per 128 x 128 tile, each wave 64 x 64 (2 x 2 MFMAs),
+// fragments straight from global memory (no LDS, no pipeline); k a multiple of 64.
+extern "C" __global__ void __launch_bounds__(256) kosmos_mx_gemm_tn(const u8* __restrict__ a, const u8* __restrict__ sa,
+                                                                    const u8* __restrict__ b, const u8* __restrict__ sb,
+                                                                    i64 m, i64 n, i64 k, u16* __restrict__ c) {
+#if KOSMOS_MX_SCALED_MFMA
+  const int wave = threadIdx.x / 64, lane = threadIdx.x % 64;
+  const i64 tiles_n = (n + 127) / 128;
+  const i64 m0 = i64(blockIdx.x) / tiles_n * 128 + (wave / 2) * 64;
+  const i64 n0 = i64(blockIdx.x) % tiles_n * 128 + (wave % 2) * 64;
+  mx_f32x16 acc[2][2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i)
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 16; ++e) acc[i][j][e] = 0.0f;
+  for (i64 k0 = 0; k0 < k; k0 += 64) {
+    MxFrag fa[2], fb[2];
+#pragma unroll
+    for (int i = 0; i < 2; ++i) fa[i] = load_frag(a, sa, m, k, m0 + 32 * i + lane % 32, k0, lane);
+#pragma unroll
+    for (int j = 0; j < 2; ++j) fb[j] = load_frag(b, sb, n, k, n0 + 32 * j + lane % 32, k0, lane);
+    // B's rows first: the lane's output column is then A's row (gemm/mfma.h does the same)
+#pragma unroll
+    for (int i = 0; i < 2; ++i)
+#pragma unroll
+      for (int j = 0; j < 2; ++j) acc[i][j] = mfma_scale(fb[j], fa[i], acc[i][j]);
+  }
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const i64 row = m0 + 32 * i + lane % 32;
+    if (row >= m) continue;
+#pragma unroll
+    for (int j = 0; j < 2; ++j)
+#pragma unroll
+      for (int e = 0; e < 16; ++e) {
+        const i64 col = n0 + 32 * j + 8 * (e / 4) + 4 * (lane / 32) + e % 4;
+        if (col < n) c[row * n + col] = f32_to_bf16(acc[i][j][e]);
+      }
+  }
+#endif
 }

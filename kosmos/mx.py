@@ -196,3 +196,53 @@ def dequantize_device(t: DeviceMX, out: Any = None, stream: Any = None):
     load_module("mx.hip").get_function("kosmos_mx_dequantize_bf16")(
         (grid,), (256,), (t.data, t.scales, np.int64(rows), np.int64(cols), np.int32(blocks_code(t)), out))
     return out
+
+
+# ---------------------------------------------------------------- CDNA4's native path
+_native: dict[int, bool] = {}
+
+
+def scaled_mfma_available() -> bool:
+    """True on a GPU whose compile has CDNA4's block-scaled MFMA (gfx950: MI350X / MI355X)."""
+    import cupy
+
+    from .runtime.module import load_module
+
+    dev = cupy.cuda.Device().id
+    if dev not in _native:
+        out = cupy.zeros(1, np.int32)
+        load_module("mx.hip").get_function("kosmos_mx_native")((1,), (1,), (out,))
+        _native[dev] = bool(int(out.get()[0]))
+    return _native[dev]
+
+
+@uses_stream
+def matmul_scaled_mfma(a: DeviceMX, b: DeviceMX, out: Any = None, stream: Any = None):
+    """C[m, n] (bf16) = A[m, k] B[n, k]^T on MXFP8 operands (blocks along k) through gfx950's
+    v_mfma_scale_f32_32x32x64_f8f6f4: the scales applied by the MFMA, no dequantization.
+
+    Experimental: the operand layout it assumes (hipsrc/kosmos/mx/mfma_scale.h) has not run on
+    hardware yet (no AMD GPU where it was written); tests/gpu/test_mx.py checks it on a gfx950.
+    A correctness-first kernel (no LDS, no pipeline), not the fused kernels' path."""
+    import cupy
+
+    from .arrays import check_array
+    from .runtime.module import load_module
+
+    if not scaled_mfma_available():
+        raise RuntimeError("matmul_scaled_mfma needs a gfx950 GPU (CDNA4's block-scaled MFMA); "
+                           "kosmos.matmul runs MXFP8 operands everywhere (dequantized to bf16)")
+    a, b = check_mx(a, "a", axis=1, stream=stream), check_mx(b, "b", axis=1, stream=stream)
+    (m, k), (n, kb) = a.data.shape, b.data.shape
+    if kb != k or k % 64:
+        raise ValueError(f"a [m, k] and b [n, k] need the same k, a multiple of 64; got {a.shape} and {b.shape}")
+    if out is None:
+        out = cupy.empty((m, n), bfloat16)
+    out = check_array(out, "out", dtypes=(bfloat16,), device=cupy.cuda.Device().id, stream=stream, writable=True)
+    if out.shape != (m, n):
+        raise ValueError(f"out must be {(m, n)} bf16, got {tuple(out.shape)}")
+    if m and n:
+        grid = -(-m // 128) * -(-n // 128)
+        load_module("mx.hip").get_function("kosmos_mx_gemm_tn")(
+            (grid,), (256,), (a.data, a.scales, b.data, b.scales, np.int64(m), np.int64(n), np.int64(k), out))
+    return out

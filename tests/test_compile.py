@@ -135,6 +135,14 @@ def test_builder_kernels_fit_the_lds(clang: str, tmp_path: Path, arch: str) -> N
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_scaled_mfma_only_on_gfx950(clang: str, tmp_path: Path, arch: str) -> None:
+    """The MXFP8 GEMM's block-scaled MFMA is compiled in for CDNA4 only (gfx942 has none)."""
+    check.compile_amd(hipsrc_dir() / "mx.hip", arch, clang, keep=tmp_path)
+    asm = (tmp_path / f"mx.{arch}.s").read_text()
+    assert ("v_mfma_scale_f32_32x32x64_f8f6f4" in asm) == (arch == "gfx950")
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
 def test_amd_memory_model_in_assembly(clang: str, tmp_path: Path, arch: str) -> None:
     """System-scope acquire/release on CDNA3/4 must reach the hardware as sc0 sc1 plus L2 writeback/invalidate."""
     check.compile_amd(hipsrc_dir() / "symmetric.hip", arch, clang, keep=tmp_path)

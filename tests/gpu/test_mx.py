@@ -106,3 +106,35 @@ def test_matmul_on_mxfp8_operands(layout):
     with pytest.raises(ValueError, match="contracting axis"):
         wrong = mx.to_device(mx.quantize(a, axis=1 - gemm.contracting_axis(layout, 0)))
         gemm.matmul(wrong, b_mx, layout)
+
+
+@pytest.mark.parametrize("m,n,k", [(128, 128, 64), (300, 200, 512)])
+def test_scaled_mfma_gemm(m, n, k):
+    """gfx950's native MXFP8 GEMM (the assumed fragment layout, hipsrc/kosmos/mx/mfma_scale.h)
+    against float64 of the dequantized operands, element by element against |A| |B|^T (fp32 sums,
+    one bf16 rounding): blocks of comparable size (scales 2^-2 .. 2^2 apart) and odd shapes, so a
+    wrong lane, row, k-group or scale mapping moves elements by their own size."""
+    from kosmos.reference import rel_error
+
+    if not mx.scaled_mfma_available():
+        pytest.skip("CDNA4's block-scaled MFMA needs a gfx950 GPU")
+
+    rng = np.random.default_rng([m, n, k])
+    ops = []
+    for rows in (m, n):
+        x = (rng.standard_normal((rows, k)) * np.exp2(rng.integers(-2, 3, (rows, k // 32))).repeat(32, 1))
+        t = mx.quantize(x.astype(np.float32), axis=1)
+        ops.append((mx.to_device(t), mx.dequantize(t).astype(np.float64)))
+    (a_mx, a), (b_mx, b) = ops
+    got = cupy.asnumpy(mx.matmul_scaled_mfma(a_mx, b_mx, out=poisoned_bf16((m, n)))).astype(np.float64)
+    bound = 8e-3 * (np.abs(a) @ np.abs(b).T)
+    assert (np.abs(got - a @ b.T) <= bound).all()
+    assert rel_error(got, a @ b.T) < 1e-2
+
+
+def test_scaled_mfma_gemm_is_refused_without_gfx950():
+    if mx.scaled_mfma_available():
+        pytest.skip("this GPU has the block-scaled MFMA")
+    t = mx.to_device(mx.quantize(np.ones((64, 64), np.float32), axis=1))
+    with pytest.raises(RuntimeError, match="gfx950"):
+        mx.matmul_scaled_mfma(t, t)
