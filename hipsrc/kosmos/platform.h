@@ -61,6 +61,37 @@ KOSMOS_DEVICE u32 pack_bf16x2(float a, float b) {
 #endif
 }
 
+// E4M3 (OCP FP8) conversions in hardware, NVIDIA sm_89+ (KOSMOS_HW_E4M3 = 1; kosmos/mx falls
+// back to its integer forms elsewhere). Written in PTX, so no step is flushed to zero whatever
+// CuPy's -ftz=true does (it changes the compiler's own f32 instructions, not these).
+#if KOSMOS_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+#define KOSMOS_HW_E4M3 1
+// Two f32 to E4M3 codes (a's in bits 0-7), round to nearest even, saturating at +-448.
+KOSMOS_DEVICE u32 hw_f32x2_to_e4m3x2_sat(float a, float b) {
+  u16 r;
+  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(b), "f"(a));
+  return r;
+}
+// Two E4M3 codes (the first in bits 0-7) times s0, s1 -> a bf16 pair (the first in the low half):
+// E4M3 -> f16 (exact) -> f32 (exact) -> times the scale -> bf16, one round to nearest even.
+KOSMOS_DEVICE u32 hw_e4m3x2_to_bf16x2_scaled(u32 codes2, float s0, float s1) {
+  u32 out;
+  asm("{\n\t.reg .b32 h;\n\t.reg .b16 lo, hi;\n\t.reg .f32 a, b;\n\t"
+      "cvt.rn.f16x2.e4m3x2 h, %1;\n\t"
+      "mov.b32 {lo, hi}, h;\n\t"
+      "cvt.f32.f16 a, lo;\n\t"
+      "cvt.f32.f16 b, hi;\n\t"
+      "mul.rn.f32 a, a, %2;\n\t"
+      "mul.rn.f32 b, b, %3;\n\t"
+      "cvt.rn.bf16x2.f32 %0, b, a;\n\t}"
+      : "=r"(out)
+      : "h"(u16(codes2)), "f"(s0), "f"(s1));
+  return out;
+}
+#else
+#define KOSMOS_HW_E4M3 0
+#endif
+
 // Order this thread's earlier generic-proxy global writes before its later async-proxy (TMA)
 // accesses of the same memory. Only Hopper and later have a separate async proxy.
 KOSMOS_DEVICE void fence_proxy_async_generic_to_tma() {

@@ -53,25 +53,13 @@ KOSMOS_DEVICE float e8m0_to_f32(u32 s) {
 }
 
 // Two codes (the first in bits 0-7) and their scales -> a bf16 pair (the first in the low half).
-// NVIDIA sm_89+: E4M3 -> f16 (exact: every E4M3 value is an f16 normal or zero) -> f32 (exact) ->
-// times 2^k (exact: the product's lowest bit is >= 2^-139, inside f32's subnormal grid) -> bf16,
-// one round-to-nearest-even. Written in PTX so that no step is flushed to zero (CuPy compiles with
-// -ftz=true; it changes the compiler's own f32 instructions, not these). NaN code or NaN scale:
-// NaN (0 x NaN too); past bf16's range: Inf, as the integer form.
+// Where the hardware converts E4M3 (platform.h, KOSMOS_HW_E4M3): E4M3 -> f16 (exact: every E4M3
+// value is an f16 normal or zero) -> f32 (exact) -> times 2^k (exact: the product's lowest bit is
+// >= 2^-139, inside f32's subnormal grid) -> bf16, one round-to-nearest-even, nothing flushed.
+// NaN code or NaN scale: NaN (0 x NaN too); past bf16's range: Inf, as the integer form.
 KOSMOS_DEVICE u32 e4m3x2_to_bf16x2_scaled(u32 codes2, u32 s0, u32 s1) {
-#if KOSMOS_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  u32 out;
-  asm("{\n\t.reg .b32 h;\n\t.reg .b16 lo, hi;\n\t.reg .f32 a, b;\n\t"
-      "cvt.rn.f16x2.e4m3x2 h, %1;\n\t"
-      "mov.b32 {lo, hi}, h;\n\t"
-      "cvt.f32.f16 a, lo;\n\t"
-      "cvt.f32.f16 b, hi;\n\t"
-      "mul.rn.f32 a, a, %2;\n\t"
-      "mul.rn.f32 b, b, %3;\n\t"
-      "cvt.rn.bf16x2.f32 %0, b, a;\n\t}"
-      : "=r"(out)
-      : "h"(u16(codes2)), "f"(e8m0_to_f32(s0)), "f"(e8m0_to_f32(s1)));
-  return out;
+#if KOSMOS_HW_E4M3
+  return hw_e4m3x2_to_bf16x2_scaled(codes2, e8m0_to_f32(s0), e8m0_to_f32(s1));
 #else
   return u32(e4m3_to_bf16_scaled(u8(codes2), u8(s0))) | (u32(e4m3_to_bf16_scaled(u8(codes2 >> 8), u8(s1))) << 16);
 #endif

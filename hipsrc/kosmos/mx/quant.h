@@ -55,13 +55,12 @@ KOSMOS_DEVICE int scale_exponent(float amax) {
   return k < -127 ? -127 : (k > 127 ? 127 : k);
 }
 
-// Two finite values, already scaled, to E4M3 codes (a's in bits 0-7): one instruction on NVIDIA
-// sm_89+ (round to nearest even, saturating at +-448: the rule above), else f32_to_e4m3_sat.
+// Two finite values, already scaled, to E4M3 codes (a's in bits 0-7): one instruction where the
+// hardware converts E4M3 (platform.h; nearest even, saturating at +-448: the rule above), else
+// f32_to_e4m3_sat.
 KOSMOS_DEVICE u32 f32x2_to_e4m3x2_sat(float a, float b) {
-#if KOSMOS_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
-  u16 r;
-  asm("cvt.rn.satfinite.e4m3x2.f32 %0, %1, %2;" : "=h"(r) : "f"(b), "f"(a));
-  return r;
+#if KOSMOS_HW_E4M3
+  return hw_f32x2_to_e4m3x2_sat(a, b);
 #else
   return u32(f32_to_e4m3_sat(a)) | (u32(f32_to_e4m3_sat(b)) << 8);
 #endif
