@@ -165,6 +165,19 @@ def check_mx(t: Any, name: str, shape: tuple[int, int] | None = None, axis: int 
     return DeviceMX(data, scales, along)
 
 
+def _bf16_out(out: Any, shape: tuple[int, int], stream: Any, **inputs: Any) -> Any:
+    """A kernel's bf16 output: allocated when None, else checked (the GEMM's rule: device, dtype,
+    shape, no overlap with an input)."""
+    import cupy
+
+    from . import gemm
+    from .arrays import check_array
+
+    if out is not None:
+        out = check_array(out, "out", device=cupy.cuda.Device().id, stream=stream, writable=True)
+    return gemm.output_array(out, shape, bfloat16, **inputs)
+
+
 def blocks_code(t: DeviceMX) -> int:
     """The kernels' Blocks enum (hipsrc/kosmos/mx/dequant.h): 1 blocks along rows, 2 along columns."""
     return 1 if t.axis % 2 == 1 else 2
@@ -175,20 +188,12 @@ def dequantize_device(t: DeviceMX, out: Any = None, stream: Any = None):
     """bf16 CuPy [rows, cols] from a DeviceMX (hipsrc/kosmos/mx/dequant.h), into `out` when given:
     each element times its block's scale, rounded once to bf16; bit for bit
     dequantize(...).astype(bfloat16)."""
-    import cupy
-
-    from .arrays import check_array
     from .runtime.launch import sm_count
     from .runtime.module import load_module
 
     t = check_mx(t, "t", stream=stream)
     rows, cols = t.data.shape
-    if out is None:
-        out = cupy.empty((rows, cols), bfloat16)
-    else:
-        out = check_array(out, "out", dtypes=(bfloat16,), device=cupy.cuda.Device().id, stream=stream, writable=True)
-        if out.shape != (rows, cols):
-            raise ValueError(f"out must be {(rows, cols)} bf16, got {tuple(out.shape)}")
+    out = _bf16_out(out, (rows, cols), stream, data=t.data, scales=t.scales)
     if out.size == 0:
         return out
     bands = rows // BLOCK
@@ -224,9 +229,6 @@ def matmul_scaled_mfma(a: DeviceMX, b: DeviceMX, out: Any = None, stream: Any = 
     Experimental: the operand layout it assumes (hipsrc/kosmos/mx/mfma_scale.h) has not run on
     hardware yet (no AMD GPU where it was written); tests/gpu/test_mx.py checks it on a gfx950.
     A correctness-first kernel (no LDS, no pipeline), not the fused kernels' path."""
-    import cupy
-
-    from .arrays import check_array
     from .runtime.module import load_module
 
     if not scaled_mfma_available():
@@ -236,11 +238,7 @@ def matmul_scaled_mfma(a: DeviceMX, b: DeviceMX, out: Any = None, stream: Any = 
     (m, k), (n, kb) = a.data.shape, b.data.shape
     if kb != k or k % 64:
         raise ValueError(f"a [m, k] and b [n, k] need the same k, a multiple of 64; got {a.shape} and {b.shape}")
-    if out is None:
-        out = cupy.empty((m, n), bfloat16)
-    out = check_array(out, "out", dtypes=(bfloat16,), device=cupy.cuda.Device().id, stream=stream, writable=True)
-    if out.shape != (m, n):
-        raise ValueError(f"out must be {(m, n)} bf16, got {tuple(out.shape)}")
+    out = _bf16_out(out, (m, n), stream, a=a.data, a_scales=a.scales, b=b.data, b_scales=b.scales)
     if m and n:
         grid = -(-m // 128) * -(-n // 128)
         load_module("mx.hip").get_function("kosmos_mx_gemm_tn")(

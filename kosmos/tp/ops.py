@@ -244,7 +244,8 @@ class _AllGatherBase(_FusedOp):
         self.mover_order = cupy.asarray(ag_mover_order(self.grid_g))
         self.ag_order = ag_order
         self.mover_threads = gemm.block_threads() if mover_threads is None else int(mover_threads)
-        self._scratch: Any = None  # the gathered array when the caller keeps none (made on first use)
+        # the gathered arrays when the caller keeps none, per gather (made on first use)
+        self._scratch: dict[int, Any] = {}
 
     @property
     def gathered_shape(self) -> tuple[int, int]:
@@ -265,9 +266,10 @@ class _AllGatherBase(_FusedOp):
             return mx.check_mx(x, name, (self.m, self.row_elems), axis=self.mx_axis, stream=stream)
         return self._check(x, name, (self.m, self.row_elems), stream=stream)
 
-    def _gathered(self, x: Any, keep: Any, stream: Any) -> Any:
-        """The array the movers fill: the caller's (checked) `keep`, else the plan's scratch. Alone
-        there is nothing to gather: x itself (where `keep` gets a copy), or x dequantized (mxfp8)."""
+    def _gathered(self, x: Any, keep: Any, stream: Any, gather: int = 0) -> Any:
+        """The array the movers fill: the caller's (checked) `keep`, else the plan's scratch for
+        that gather. Alone there is nothing to gather: x itself (where `keep` gets a copy), or x
+        dequantized (mxfp8)."""
         import cupy
 
         if self.P == 1 and self.precision == "bf16":
@@ -277,9 +279,9 @@ class _AllGatherBase(_FusedOp):
         if keep is not None:
             target = keep
         else:
-            if self._scratch is None:
-                self._scratch = cupy.empty(self.gathered_shape, bfloat16)
-            target = self._scratch
+            if gather not in self._scratch:
+                self._scratch[gather] = cupy.empty(self.gathered_shape, bfloat16)
+            target = self._scratch[gather]
         if self.P == 1:
             mx.dequantize_device(x, out=target, stream=stream)
         return target
@@ -381,7 +383,6 @@ class AllGatherMatmulNNNT(_AllGatherBase):
         self.wgrad_shape = gemm.gemm_shape("NT", (P * m, n), (P * m, k))
         wm, wn, _ = gemm.tile_counts(self.wgrad_shape, self.tile_n)
         self.n_tiles2 = wm * wn
-        self._scratch2: Any = None
         self.launch = self._launch("kosmos_tp_ag_nn_nt")
 
     @staticmethod
@@ -393,8 +394,6 @@ class AllGatherMatmulNNNT(_AllGatherBase):
                  gathered: Any = None, stream: Any = None) -> tuple[Any, Any]:
         """Returns (dX, dW), both bf16. gathered: an optional [P*m, n] bf16 array that receives the
         dequantized row-wise copy of the gathered dY."""
-        import cupy
-
         P, m, n, k = self.P, self.m, self.n, self.k
         dy_rows = self._gather_input(dy_rows, "dy_rows", stream)
         dy_cols = mx.check_mx(dy_cols, "dy_cols", (m, n), axis=0, stream=stream)
@@ -408,11 +407,7 @@ class AllGatherMatmulNNNT(_AllGatherBase):
         refuse_overlap("dx", dx, **ins, gathered=gathered)
         refuse_overlap("dw", dw, **ins, gathered=gathered, dx=dx)
         g1 = self._gathered(dy_rows, gathered, stream)
-        if self._scratch2 is None:
-            self._scratch2 = cupy.empty(self.gathered_shape, bfloat16)
-        g2 = self._scratch2
-        if P == 1:  # nothing to gather: the wgrad reads the column-wise copy dequantized
-            mx.dequantize_device(dy_cols, out=g2, stream=stream)
+        g2 = self._gathered(dy_cols, None, stream, gather=1)  # alone: the column-wise copy dequantized
         self._run((*ins.values(), dx, dw, g1), lambda: self._nn_nt_args(dy_rows, dy_cols, w, x, dx, dw, g1, g2),
                   stream)
         return dx, dw

@@ -10,6 +10,8 @@ cupy = pytest.importorskip("cupy")
 from kosmos import mx  # noqa: E402
 from kosmos.dtypes import bfloat16  # noqa: E402
 
+from .conftest import poisoned  # noqa: E402
+
 
 @pytest.mark.parametrize("shape", [(32, 32), (96, 160), (64, 352), (512, 1024)])
 def test_both_orientations_match_the_reference(shape):
@@ -65,18 +67,12 @@ def test_device_dequantize_every_code_and_scale():
                            t.axis)
         with np.errstate(over="ignore"):
             want = mx.dequantize(host).astype(bfloat16).view(np.uint16)
-        out = poisoned_bf16(t.data.shape)
+        out = poisoned(t.data.shape, bfloat16)
         got = cupy.asnumpy(mx.dequantize_device(t, out=out)).view(np.uint16)
         nan = (want & 0x7FFF) > 0x7F80
         assert (((got & 0x7FFF) > 0x7F80) == nan).all(), t.axis
         bad = np.argwhere((got != want) & ~nan)
         assert bad.size == 0, f"axis {t.axis}: {len(bad)} pairs differ, first {bad[:3].tolist()}"
-
-
-def poisoned_bf16(shape):
-    out = cupy.empty(shape, np.uint16)
-    out.fill(0xFFFF)
-    return out.view(bfloat16)
 
 
 @pytest.mark.parametrize("layout", ["TN", "NN", "NT"])
@@ -96,7 +92,7 @@ def test_matmul_on_mxfp8_operands(layout):
         t = mx.quantize(x, axis=gemm.contracting_axis(layout, i))
         ops.append((mx.to_device(t), mx.dequantize(t).astype(bfloat16)))
     (a_mx, a), (b_mx, b) = ops
-    out = poisoned_bf16((m, n))
+    out = poisoned((m, n), bfloat16)
     got = gemm.matmul(a_mx, b_mx, layout, out=out)
     want = gemm.matmul(cupy.asarray(a), cupy.asarray(b), layout)
     np.testing.assert_array_equal(cupy.asnumpy(got).view(np.uint16), cupy.asnumpy(want).view(np.uint16))
@@ -126,7 +122,7 @@ def test_scaled_mfma_gemm(m, n, k):
         t = mx.quantize(x.astype(np.float32), axis=1)
         ops.append((mx.to_device(t), mx.dequantize(t).astype(np.float64)))
     (a_mx, a), (b_mx, b) = ops
-    got = cupy.asnumpy(mx.matmul_scaled_mfma(a_mx, b_mx, out=poisoned_bf16((m, n)))).astype(np.float64)
+    got = cupy.asnumpy(mx.matmul_scaled_mfma(a_mx, b_mx, out=poisoned((m, n), bfloat16))).astype(np.float64)
     bound = 8e-3 * (np.abs(a) @ np.abs(b).T)
     assert (np.abs(got - a @ b.T) <= bound).all()
     assert rel_error(got, a @ b.T) < 1e-2

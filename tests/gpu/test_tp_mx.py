@@ -22,8 +22,7 @@ TOL = 1e-2  # vs float64 of the dequantized operands: bf16 output, fp32 accumula
 
 def quantized(tag, rank, shape, axis, scale=1.0):
     """(rank's MXFP8 copy on the GPU, its exact bf16 dequantization on the host)."""
-    t = mx.quantize(arr(tag, rank, shape, scale), axis=axis)
-    return mx.to_device(t), mx.dequantize(t).astype(bfloat16)
+    return quantize_pair(arr(tag, rank, shape, scale), axis)
 
 
 @pytest.mark.parametrize("m,n,k", SHAPES)
@@ -70,7 +69,7 @@ def test_ag_nn_nt_is_the_dgrad_and_the_wgrad(world, m, n, k, movers):
     want_dw = gemm.matmul(cupy.asarray(full_cols), cupy.asarray(x), "NT")
     world.synchronize()
     np.testing.assert_array_equal(bits(kept), np.concatenate([q[1] for q in rows]).view(np.uint16))
-    np.testing.assert_array_equal(bits(op._scratch2), full_cols.view(np.uint16))
+    np.testing.assert_array_equal(bits(op._scratch[1]), full_cols.view(np.uint16))
     np.testing.assert_array_equal(bits(dx), bits(want_dx))
     np.testing.assert_array_equal(bits(dw), bits(want_dw))
     assert rel_error(cupy.asnumpy(dw), f64(full_cols).T @ f64(x)) < TOL
@@ -81,6 +80,7 @@ def test_ag_nn_nt_is_the_dgrad_and_the_wgrad(world, m, n, k, movers):
 
 
 def quantize_pair(x, axis):
+    """(x's MXFP8 copy on the GPU, its exact bf16 dequantization on the host)."""
     t = mx.quantize(x, axis=axis)
     return mx.to_device(t), mx.dequantize(t).astype(bfloat16)
 
