@@ -84,12 +84,14 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
         dh = cupy.empty((total, 2 * i), dx.dtype)
         da = random_bf16((total, i), seed + 7)
         dy = cupy.empty((total, h), dx.dtype)
+        gate_up = cupy.empty((x_e.shape[0], 2 * i), dx.dtype)  # kept for the backward, as the layer does
 
         def whole(_):
             layer.forward(x, params)
 
         def routed(_):
-            return grouped_matmul(grouped_matmul(x_e, params.w1, rows, "TN", epilogue="swiglu"), params.w2, rows, "TN")
+            a = grouped_matmul(x_e, params.w1, rows, "TN", epilogue="swiglu", gate_up=gate_up)
+            return grouped_matmul(a, params.w2, rows, "TN")
 
         def experts(_):  # every expert GEMM of the layer: the routed ones and the shared expert's
             routed(_)
@@ -120,7 +122,7 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
                 t[name] = tm
         if phases:  # world 1 only: the dispatch and the combine are called apart from each other
             logits, r = layer._route(x, params)
-            y_e, sh = routed(0), layer._shared(x, params)
+            y_e, sh = routed(0), layer._shared(x, params)[0]
             t.update(time_calls(world, {
                 "router": lambda _: layer._route(x, params), "dispatch": lambda _: layer._dispatch(x, r),
                 "routed": routed, "shared": lambda _: layer._shared(x, params),
@@ -147,8 +149,9 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
 def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
     """The backward (path "device"): step (forward + backward; a backward needs its own forward's
     context) and forward, so backward = step - forward; bwd gemms (the backward's expert GEMMs
-    alone: grouped NT/NN for wgrad2/dgrad2, the TN recompute of GEMM1, NT/NN for wgrad1/dgrad1, and
-    the shared experts'); bwd dense (cuBLAS on the same FLOPs)."""
+    alone: grouped NT for wgrad2, NN with the SwiGLU backward epilogue for dgrad2, NT/NN for
+    wgrad1/dgrad1, and the shared experts' (cuBLAS); nothing recomputed: the forward keeps GEMM1's
+    pre-activations); bwd dense (cuBLAS on the same FLOPs)."""
     import cupy
 
     tokens = tokens_of(cfg, rows_per)
@@ -173,8 +176,7 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
 
         def gemms(_):
             grouped_matmul(d_ye, a, rows, "NT", out_dtype=np.float32)
-            grouped_matmul(d_ye, params.w2, rows, "NN")
-            grouped_matmul(x_e, params.w1, rows, "TN")
+            grouped_matmul(d_ye, params.w2, rows, "NN", epilogue="swiglu_backward", gate_up=ctx.gate_up)
             grouped_matmul(d_pre, x_e, rows, "NT", out_dtype=np.float32)
             grouped_matmul(d_pre, params.w1, rows, "NN")
             shared_gemms()
@@ -186,14 +188,12 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
         def dense(_):  # cuBLAS, the same GEMM shapes over all the routed rows as one group
             cupy.matmul(dyr.T, ar)      # wgrad2 [H, I]
             cupy.matmul(dyr, w2)        # dgrad2 [R, I]
-            cupy.matmul(xr, w1.T)       # recompute [R, 2I]
             cupy.matmul(dpr.T, xr)      # wgrad1 [2I, H]
             cupy.matmul(dpr, w1)        # dgrad1 [R, H]
             shared_gemms()
 
-        def shared_gemms():  # recompute, wgrad2, dgrad2, wgrad1, dgrad1 of each shared expert
+        def shared_gemms():  # wgrad2, dgrad2, wgrad1, dgrad1 of each shared expert
             for j in range(cfg.shared):
-                cupy.matmul(sx, sw1.T)
                 cupy.matmul(dy.T, sa)
                 cupy.matmul(dy, params.shared_w2[j])
                 cupy.matmul(sd.T, sx)
@@ -201,7 +201,7 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
 
         t = time_calls(world, {"step": step, "forward": lambda _: layer.forward(x, params), "bwd gemms": gemms,
                                "bwd dense": dense}, warmup, iters, rounds_per_hold=2)
-        flops = 16 * h * (total * i + tokens * cfg.shared * s_w)  # 2 + 2 + 4 + 4 + 4 (x R H I) per expert
+        flops = 12 * h * (total * i + tokens * cfg.shared * s_w)  # 2 + 2 + 4 + 4 (x R H I) per expert
         rec = {"model": cfg.name, "E": cfg.experts, "top_k": cfg.top_k, "H": h, "I": i, "tokens": tokens,
                "rows_per_expert": rows_per, "skew": skew, "total_rows": total}
         for name, tm in t.items():

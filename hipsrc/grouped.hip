@@ -2,7 +2,7 @@
 // group, with the group row counts read from device memory (no host round trip).
 //
 //   TN   Y[r]  = X[r] W[e]^T  for the rows r of group e   (forward; SwiGLU epilogue optional)
-//   NN   dX[r] = dY[r] W[e]                                (dgrad)
+//   NN   dX[r] = dY[r] W[e]                                (dgrad; the SwiGLU backward epilogue optional)
 //   NT   dW[e] = dY_e^T X_e   over the rows of group e     (wgrad: the ragged dimension is the reduction)
 //
 // Rows of all groups are packed expert-major; group e owns rows [start_e, start_e + count_e).
@@ -49,6 +49,7 @@ KOSMOS_DEVICE void grouped_gemm(const TensorMap& tma, const TensorMap& tmb, cons
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_tn_bf16, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_tn_swiglu, LAYOUT_TN, EpiSwiGLU, KOSMOS_EPI_AS_IS)
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_nn_bf16, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA)
+KOSMOS_GROUPED_KERNEL(kosmos_grouped_nn_swiglu_bwd, LAYOUT_NN, EpiSwiGLUBackward, KOSMOS_EPI_AS_IS)
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_nt_bf16, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_nt_f32, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_AS_IS)
 

@@ -5,8 +5,6 @@
 //                             row(t, j) is the pair's expert output in the combine buffer; NaN after a
 //                             failed dispatch
 //   kosmos_moe_weighted_rows  dispatch-order rows of dy times their router weights, rounded to bf16
-//   kosmos_moe_swiglu_bwd     d [gate, up] from d a and the recomputed [gate, up] (bf16 in and out),
-//                             over the rows the groups hold (their counts read on the device)
 //   kosmos_moe_nan_if_failed  the weight gradients NaN after a failed dispatch
 //   kosmos_moe_router_bwd     d logits from the combine weights' gradients, a CTA per token row
 #include "kosmos/moe/route.h"
@@ -55,34 +53,6 @@ extern "C" __global__ void kosmos_moe_weighted_rows(const u16* __restrict__ dy, 
     bf16x8_to_f32(ld16(dy + i64(pair / top_k) * h + c), f);
     for (int u = 0; u < 8; ++u) f[u] *= w;
     st16(out + row * h + c, f32_to_bf16x8(f));
-  }
-}
-
-// pre [*, 2f] (gate | up), d_a [*, f], d_pre [*, 2f]: rows [0, sum of group_rows).
-extern "C" __global__ void kosmos_moe_swiglu_bwd(const u16* __restrict__ pre, const u16* __restrict__ d_a,
-                                                 const i32* __restrict__ group_rows, i32 groups, i32 f,
-                                                 u16* __restrict__ d_pre) {
-  __shared__ i64 s_rows;
-  if (threadIdx.x == 0) {
-    i64 n = 0;
-    for (i32 g = 0; g < groups; ++g) n += group_rows[g];
-    s_rows = n;
-  }
-  __syncthreads();
-  const i32 vecs = f / 8;
-  for (i64 v = i64(blockIdx.x) * blockDim.x + threadIdx.x; v < s_rows * vecs; v += i64(gridDim.x) * blockDim.x) {
-    const i64 row = v / vecs, c = (v % vecs) * 8;
-    float g[8], u[8], da[8], dg[8], du[8];
-    bf16x8_to_f32(ld16(pre + row * 2 * f + c), g);
-    bf16x8_to_f32(ld16(pre + row * 2 * f + f + c), u);
-    bf16x8_to_f32(ld16(d_a + row * f + c), da);
-    for (int e = 0; e < 8; ++e) {  // a = silu(g) u; silu'(g) = s (1 + g (1 - s))
-      const float s = 1.0f / (1.0f + expf(-g[e]));
-      dg[e] = da[e] * u[e] * s * (1.0f + g[e] * (1.0f - s));
-      du[e] = da[e] * g[e] * s;
-    }
-    st16(d_pre + row * 2 * f + c, f32_to_bf16x8(dg));
-    st16(d_pre + row * 2 * f + f + c, f32_to_bf16x8(du));
   }
 }
 

@@ -9,7 +9,10 @@ Layouts, in row-major NumPy terms (named BLAS-style as in the paper):
 Inputs are C-contiguous ``ml_dtypes.bfloat16`` CuPy arrays; accumulation is fp32; the output is
 bf16 (default) or float32. M (the first dimension of ``a``) may be anything; N and K must be
 multiples of 64. ``epilogue="swiglu"`` (TN only): ``b`` holds [gate; up] rows (2F of them) and the
-output is ``silu(X Wg^T) * (X Wu^T)``, [M, F] bf16.
+output is ``silu(X Wg^T) * (X Wu^T)``, [M, F] bf16; ``gate_up`` (optional, [M, 2F] bf16) receives
+the pre-activations [X Wg^T, X Wu^T] the backward needs. ``epilogue="swiglu_backward"`` (NN only):
+the GEMM computes dA = dY W2 ([M, F]) and its epilogue the SwiGLU backward from the forward's kept
+``gate_up`` (required): the output is [dGate, dUp], [M, 2F] bf16, from dA's fp32 accumulators.
 
 One CTA per SM (or ``sm_cap`` of them), each claiming 128x256 (or, for grids of few tiles on
 Hopper, 128x128) output tiles from an atomic queue in device memory until it is empty. Plans (compiled kernel, queue counter, launch check, TMA
@@ -30,7 +33,7 @@ from .dtypes import dtype_name
 from .runtime.streams import DeviceOrder, uses_stream
 
 LAYOUTS = ("TN", "NN", "NT")
-EPILOGUES = ("store", "swiglu")
+EPILOGUES = ("store", "swiglu", "swiglu_backward")
 _LAYOUT_ID = {"TN": 0, "NN": 1, "NT": 2}
 
 
@@ -75,7 +78,8 @@ class GemmShape:
     no: int  # output columns (accumulator columns; 2F under SwiGLU)
     kr: int  # reduction depth
     out_shape: tuple[int, int]
-    swiglu_f: int = 0
+    swiglu_f: int = 0  # SwiGLU forward: gate columns (b's gate and up rows are read in pairs)
+    epilogue: str = "store"
 
     @property
     def flops(self) -> int:
@@ -123,7 +127,11 @@ def gemm_shape(layout: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...], 
         if no % 128:
             raise ValueError(f"swiglu needs b with 2F rows, F a multiple of 64; got {no} rows")
         f = no // 2
-        return GemmShape(layout, mo, no, kr, (mo, f), swiglu_f=f)
+        return GemmShape(layout, mo, no, kr, (mo, f), swiglu_f=f, epilogue=epilogue)
+    if epilogue == "swiglu_backward":
+        if layout != "NN":
+            raise ValueError("epilogue='swiglu_backward' is a dgrad (NN) epilogue")
+        return GemmShape(layout, mo, no, kr, (mo, 2 * no), epilogue=epilogue)
     return GemmShape(layout, mo, no, kr, out_shape)
 
 
@@ -166,9 +174,9 @@ def check_tile_n(tile_n: int | None, epilogue: str, wgmma: bool) -> None:
         return
     if tile_n not in TILE_WIDTHS:
         raise ValueError(f"tile_n must be one of {TILE_WIDTHS} or None (automatic), got {tile_n!r}")
-    if tile_n == 128 and (epilogue == "swiglu" or not wgmma):
+    if tile_n == 128 and (epilogue != "store" or not wgmma):
         raise ValueError("tile_n=128 is a Hopper (wgmma) tile for the store epilogues; "
-                         + ("SwiGLU needs 256" if epilogue == "swiglu" else "this GPU's layer builds 256-wide tiles"))
+                         + ("SwiGLU needs 256" if epilogue != "store" else "this GPU's layer builds 256-wide tiles"))
 
 
 def grid_size(ntiles: int, sms: int, sm_cap: int | None) -> int:
@@ -246,12 +254,17 @@ PROBLEM_DTYPE = np.dtype(
     align=True,
 )
 EPI_DTYPE = np.dtype([("out", np.uint64), ("ldo", np.int32), ("mo", np.int32), ("no", np.int32)], align=True)
+# EpiSwiGLU / EpiSwiGLUBackward: f output (or dA) columns, pre = the [gate, up] pre-activations
+SWIGLU_EPI_DTYPE = np.dtype([("out", np.uint64), ("ldo", np.int32), ("mo", np.int32), ("f", np.int32),
+                             ("pre", np.uint64)], align=True)
 TMAP_DTYPE = np.dtype([("words", np.uint64, (16,))], align=True)
 
 
 def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256) -> str:
     if epilogue == "swiglu":
         return "kosmos_gemm_tn_swiglu"
+    if epilogue == "swiglu_backward":
+        return "kosmos_gemm_nn_swiglu_bwd"
     suffix = "f32" if np.dtype(out_dtype) == np.float32 else "bf16"
     return f"kosmos_gemm_{layout.lower()}_{suffix}" + ("_n128" if tile_n == 128 else "")
 
@@ -269,8 +282,8 @@ def resolve_out_dtype(out_dtype: Any, epilogue: str) -> np.dtype:
     dt = np.dtype(out_dtype)
     if dt not in (bf16, np.dtype(np.float32)):
         raise TypeError(f"out_dtype must be ml_dtypes.bfloat16 or numpy.float32, got {dt}")
-    if epilogue == "swiglu" and dt != bf16:
-        raise TypeError("epilogue='swiglu' writes bf16")
+    if epilogue != "store" and dt != bf16:
+        raise TypeError(f"epilogue={epilogue!r} writes bf16")
     return dt
 
 
@@ -375,11 +388,35 @@ def problem_record(a, b, mo: int, no: int, kr: int, tiles: tuple[int, int, int],
     return prob
 
 
-def epi_record(out, mo: int, no: int) -> np.void:
-    """The epilogue's view of a row-major output of mo x no elements (row stride: its last dim)."""
-    epi = np.zeros(1, EPI_DTYPE)[0]
-    epi["out"], epi["ldo"], epi["mo"], epi["no"] = out.data.ptr, out.shape[-1], mo, no
+def epi_record(out, mo: int, no: int, epilogue: str = "store", gate_up=None) -> np.void:
+    """The epilogue's view of a row-major output of mo rows (row stride: its last dim) and no
+    columns (SwiGLU: the f columns of the output, or of dA; gate_up: the [mo, 2f] pre-activations)."""
+    epi = np.zeros(1, EPI_DTYPE if epilogue == "store" else SWIGLU_EPI_DTYPE)[0]
+    epi["out"], epi["ldo"], epi["mo"] = out.data.ptr, out.shape[-1], mo
+    epi["no" if epilogue == "store" else "f"] = no
+    if gate_up is not None:
+        epi["pre"] = gate_up.data.ptr
     return epi
+
+
+def gate_up_array(gate_up, shape, dev: int, stream: Any = None, **inputs):
+    """The SwiGLU epilogues' pre-activations [rows, 2F] bf16, checked: optional (written) under
+    "swiglu", required (read) under "swiglu_backward", refused under "store"."""
+    rows, f = shape.out_shape[0], shape.swiglu_f or shape.no
+    if shape.epilogue == "store":
+        if gate_up is not None:
+            raise ValueError("gate_up is for the SwiGLU epilogues ('swiglu' keeps it, 'swiglu_backward' reads it)")
+        return None
+    if gate_up is None:
+        if shape.epilogue == "swiglu_backward":
+            raise ValueError("epilogue='swiglu_backward' needs gate_up, the forward's [gate, up] pre-activations")
+        return None
+    gate_up = check_array(gate_up, "gate_up", dtypes=(_bf16(),), device=dev, stream=stream,
+                          writable=shape.epilogue == "swiglu")
+    if tuple(gate_up.shape) != (rows, 2 * f):
+        raise ValueError(f"gate_up must be [{rows}, {2 * f}] bf16 (gate columns, then up), got {tuple(gate_up.shape)}")
+    refuse_overlap("gate_up", gate_up, **inputs)
+    return gate_up
 
 
 @dataclass
@@ -407,22 +444,23 @@ class GemmPlan:
     @property
     def tma_store(self) -> bool:
         """The bf16 store epilogue writes through TMA (Hopper layer): the kernel reads the output's map."""
-        return self.uses_tma and self.splits == 1 and not self.shape.swiglu_f and self.out_dtype == _bf16()
+        return (self.uses_tma and self.splits == 1 and self.shape.epilogue == "store"
+                and self.out_dtype == _bf16())
 
-    def args(self, a, b, out, head=None, base=None) -> tuple:
+    def args(self, a, b, out, head=None, base=None, gate_up=None) -> tuple:
         """The standard kernel arguments (tma, tmb, tmc, problem, epilogue, head, base)."""
         s = self.shape
         prob = problem_record(a, b, s.mo, s.no, s.kr, self.tiles, s.swiglu_f, self.splits)
-        epi = epi_record(out, s.mo, s.swiglu_f if s.swiglu_f else s.no)
+        epi = epi_record(out, s.mo, s.swiglu_f or s.no, s.epilogue, gate_up)
         ta, tb, tc = operand_tmaps(self._tmaps, a, b, out, self.uses_tma, self.tma_store)
         return (ta, tb, tc, prob, epi, self.head if head is None else head,
                 np.uint64(self.base if base is None else base))
 
-    def __call__(self, a, b, out, stream=None) -> None:
+    def __call__(self, a, b, out, stream=None, gate_up=None) -> None:
         with self._order.lock:
             self._order.join(stream)
             if self.splits == 1:
-                self.launch(self.args(a, b, out), stream=stream)
+                self.launch(self.args(a, b, out, gate_up=gate_up), stream=stream)
             else:
                 import cupy
 
@@ -457,25 +495,26 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     sms = sm_count()
     ctas = sms if sm_cap is None else max(1, min(sms, int(sm_cap)))  # the grid before clipping to tiles
     wgmma = _arch_info(dev, _extra_options)[0] == 1
-    check_tile_n(tile_n, "swiglu" if shape.swiglu_f else "store", wgmma)
+    plain = shape.epilogue == "store"
+    check_tile_n(tile_n, shape.epilogue, wgmma)
     if tile_n is None:
         count = lambda bn: math.prod(tile_counts(shape, bn)[:2])  # noqa: E731
-        tile_n = choose_tile_n(count(256), count(128), ctas, narrow_ok=wgmma and not shape.swiglu_f)
+        tile_n = choose_tile_n(count(256), count(128), ctas, narrow_ok=wgmma and plain)
     tiles = tile_counts(shape, tile_n)
     ntiles = tiles[0] * tiles[1]
     if split_k is None:
-        splits = 1 if shape.swiglu_f else choose_split_k(ntiles, ctas, tiles[2], shape.mo * shape.no)
+        splits = choose_split_k(ntiles, ctas, tiles[2], shape.mo * shape.no) if plain else 1
     else:
         splits = check_split_k(split_k, tiles[2])
-        if splits > 1 and shape.swiglu_f:
-            raise ValueError("split_k > 1 does not combine with epilogue='swiglu'")
+        if splits > 1 and not plain:
+            raise ValueError(f"split_k > 1 does not combine with epilogue={shape.epilogue!r}")
     units = ntiles * splits
     mod = _module()
     if splits > 1:
         name = kernel_name(shape.layout, "store", np.float32, tile_n)  # fp32 partials into a workspace
         red = mod.get_function("kosmos_gemm_splitk_reduce_" + ("f32" if np.dtype(out_dtype) == np.float32 else "bf16"))
     else:
-        name = kernel_name(shape.layout, "swiglu" if shape.swiglu_f else "store", out_dtype, tile_n)
+        name = kernel_name(shape.layout, shape.epilogue, out_dtype, tile_n)
         red = None
     kern = mod.get_function(name)
     grid = grid_size(units, sms, sm_cap)
@@ -522,7 +561,8 @@ def dequantized_operand(t: Any, name: str, layout: str, operand: int, stream: An
 
 @uses_stream
 def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | None = None, *,
-           epilogue: str = "store", split_k: int | None = 1, tile_n: int | None = None, stream=None):
+           epilogue: str = "store", gate_up=None, split_k: int | None = 1, tile_n: int | None = None,
+           stream=None):
     """Persistent GEMM on the builder tile; see the module docstring for layouts.
 
     Returns ``out`` (allocated when None). ``sm_cap`` limits the grid to that many CTAs (SMs).
@@ -531,6 +571,7 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     from a wave model (choose_split_k) when the tiles alone would leave SMs idle. ``tile_n``: the
     tile width, 256 or 128 (Hopper, store epilogues), None = choose_tile_n's wave model. Results are
     bitwise reproducible for a given (shape, sm_cap, split_k, tile width); different splits round differently.
+    ``gate_up``: the SwiGLU epilogues' pre-activations (see the module docstring).
 
     ``a`` and ``b`` are bf16, or MXFP8 (kosmos.mx.DeviceMX, blocks along the operand's contracting
     axis): an MXFP8 operand is dequantized exactly to bf16 on the stream and the bf16 builder runs
@@ -553,8 +594,9 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
             out_dtype = out.dtype
     dt = resolve_out_dtype(out_dtype, epilogue)
     out = output_array(out, shape.out_shape, dt, a=a, b=b)
+    gate_up = gate_up_array(gate_up, shape, dev, stream, a=a, b=b, out=out)
     plan = get_plan(shape, dt, sm_cap, split_k, tile_n)
-    plan(a, b, out, stream=stream)
+    plan(a, b, out, stream=stream, gate_up=gate_up)
     return out
 
 

@@ -9,7 +9,9 @@ from its own routing), any count zero included, summing to at most the packed ro
     NN  dX[r] = dY[r] @ W[e]                    grouped_matmul(dY[R,N], W[E,N,K], rows, "NN") -> [R,K]
     NT  dW[e] = dY_e^T @ X_e                    grouped_matmul(dY[R,N], X[R,K], rows, "NT") -> [E,N,K]
 
-``epilogue="swiglu"`` (TN): W[e] holds [gate; up] rows (2F) and the output is silu(gate) * up, [R, F].
+``epilogue="swiglu"`` (TN): W[e] holds [gate; up] rows (2F) and the output is silu(gate) * up, [R, F];
+``gate_up`` [R, 2F] (optional) keeps the pre-activations. ``epilogue="swiglu_backward"`` (NN): dA =
+dY W2[e] and, from the kept ``gate_up`` (required), the output [dGate, dUp], [R, 2F] (kosmos.gemm).
 Rows of Y / dX past the counts' sum are not written. In NT the reduction runs over each group's rows
 only (a group with no rows gives dW[e] = 0), whatever the packed arrays hold past a group's end.
 
@@ -50,6 +52,7 @@ class GroupedShape:
     kr: int          # reduction depth (TN/NN); NT: the group's rows, from the counts
     out_shape: tuple[int, ...]
     swiglu_f: int = 0
+    epilogue: str = "store"
 
     def tiles(self, tile_n: int = 256) -> tuple[int, int, int]:
         """(tiles_m, tiles_n, k_slabs) of one group: tiles_m only for NT (TN/NN: from the counts),
@@ -117,13 +120,19 @@ def grouped_shape(layout: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...
             raise ValueError("epilogue='swiglu' is a forward (TN) epilogue")
         if no % 128:
             raise ValueError(f"swiglu needs b with 2F rows per group, F a multiple of 64; got {no} rows")
-        return GroupedShape(layout, groups, rows, mo, no, kr, (rows, no // 2), swiglu_f=no // 2)
+        return GroupedShape(layout, groups, rows, mo, no, kr, (rows, no // 2), swiglu_f=no // 2, epilogue=epilogue)
+    if epilogue == "swiglu_backward":
+        if layout != "NN":
+            raise ValueError("epilogue='swiglu_backward' is a dgrad (NN) epilogue")
+        return GroupedShape(layout, groups, rows, mo, no, kr, (rows, 2 * no), epilogue=epilogue)
     return GroupedShape(layout, groups, rows, mo, no, kr, out)
 
 
 def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256) -> str:
     if epilogue == "swiglu":
         return "kosmos_grouped_tn_swiglu"
+    if epilogue == "swiglu_backward":
+        return "kosmos_grouped_nn_swiglu_bwd"
     suffix = "f32" if out_dtype is not None and np.dtype(out_dtype) == np.float32 else "bf16"
     return f"kosmos_grouped_{layout.lower()}_{suffix}" + ("_n128" if tile_n == 128 else "")
 
@@ -155,15 +164,16 @@ def _module():
 
 
 def stores_through_tma(shape: GroupedShape, out_dtype: Any, uses_tma: bool) -> bool:
-    return uses_tma and not shape.swiglu_f and np.dtype(out_dtype) == gemm._bf16()
+    return uses_tma and shape.epilogue == "store" and np.dtype(out_dtype) == gemm._bf16()
 
 
-def kernel_head(shape: GroupedShape, a, b, out, tmaps: dict, tile_n: int, uses_tma: bool) -> tuple:
+def kernel_head(shape: GroupedShape, a, b, out, tmaps: dict, tile_n: int, uses_tma: bool, gate_up=None) -> tuple:
     """The arguments every grouped kernel starts with, the fused MoE launches' too: the (a, b, out)
-    tensor maps (cached in `tmaps`), the Problem and the epilogue's records."""
+    tensor maps (cached in `tmaps`), the Problem and the epilogue's records (gate_up: the SwiGLU
+    epilogues' pre-activations)."""
     prob = gemm.problem_record(a, b, shape.mo, shape.no, shape.kr, shape.tiles(tile_n), shape.swiglu_f, 1,
                                b.shape[1] * b.shape[2] if b.ndim == 3 else 0)
-    epi = gemm.epi_record(out, out.size // out.shape[-1], out.shape[-1])
+    epi = gemm.epi_record(out, out.size // out.shape[-1], shape.swiglu_f or shape.no, shape.epilogue, gate_up)
     tma_store = stores_through_tma(shape, out.dtype, uses_tma)
     return (*gemm.operand_tmaps(tmaps, a, b, out, uses_tma, tma_store), prob, epi)
 
@@ -189,15 +199,15 @@ class GroupedPlan:
         """The bf16 store epilogue writes through TMA (Hopper layer): the kernel reads the output's map."""
         return stores_through_tma(self.shape, self.out_dtype, self.uses_tma)
 
-    def args(self, a, b, group_rows, out) -> tuple:
+    def args(self, a, b, group_rows, out, gate_up=None) -> tuple:
         s = self.shape
-        return (*kernel_head(s, a, b, out, self._tmaps, self.tile_n, self.uses_tma), group_rows, np.int32(s.groups),
-                np.int32(s.rows), self.words)
+        return (*kernel_head(s, a, b, out, self._tmaps, self.tile_n, self.uses_tma, gate_up), group_rows,
+                np.int32(s.groups), np.int32(s.rows), self.words)
 
-    def __call__(self, a, b, group_rows, out, stream=None) -> None:
+    def __call__(self, a, b, group_rows, out, stream=None, gate_up=None) -> None:
         with self._order.lock:
             self._order.join(stream)
-            self.launch(self.args(a, b, group_rows, out), stream=stream)
+            self.launch(self.args(a, b, group_rows, out, gate_up), stream=stream)
 
     def status(self, stream=None) -> int:
         """The last launch's status word (waits for it)."""
@@ -224,14 +234,14 @@ def get_plan(shape: GroupedShape, out_dtype: np.dtype, sm_cap: int | None = None
     if plan is not None:
         return plan
     wgmma = gemm.arch_path() == "wgmma"
-    epilogue = "swiglu" if shape.swiglu_f else "store"
+    epilogue = shape.epilogue
     gemm.check_tile_n(tile_n, epilogue, wgmma)
     # The tile count is the device's to know: one CTA per SM (or the cap), and the tile width from
     # the count every packed row in use would give.
     grid = gemm.grid_size(sm_count(), sm_count(), sm_cap)
     if tile_n is None:
         tile_n = gemm.choose_tile_n(shape.tile_estimate(256), shape.tile_estimate(128), grid,
-                                    narrow_ok=wgmma and not shape.swiglu_f)
+                                    narrow_ok=wgmma and epilogue == "store")
     name = kernel_name(shape.layout, epilogue, out_dtype, tile_n)
     kern = _module().get_function(name)
     launch = PersistentLaunch.checked(kern, grid, gemm.block_threads(), gemm.shared_mem_bytes())
@@ -244,7 +254,8 @@ def get_plan(shape: GroupedShape, out_dtype: np.dtype, sm_cap: int | None = None
 
 @uses_stream
 def grouped_matmul(a, b, group_rows, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | None = None, *,
-                   epilogue: str = "store", check: bool = False, tile_n: int | None = None, stream=None):
+                   epilogue: str = "store", gate_up=None, check: bool = False, tile_n: int | None = None,
+                   stream=None):
     """Grouped GEMM over ragged groups in one launch; see the module docstring. Returns ``out``.
     ``tile_n``: 256 or 128 (Hopper, store epilogues); None = gemm.choose_tile_n on the tiles every
     packed row would give."""
@@ -266,8 +277,9 @@ def grouped_matmul(a, b, group_rows, layout: str = "TN", out=None, out_dtype=Non
             out_dtype = out.dtype
     dt = resolve_out_dtype(layout, out_dtype, epilogue)
     out = gemm.output_array(out, shape.out_shape, dt, a=a, b=b, group_rows=group_rows)
+    gate_up = gemm.gate_up_array(gate_up, shape, dev, stream, a=a, b=b, out=out, group_rows=group_rows)
     plan = get_plan(shape, dt, sm_cap, tile_n)
-    plan(a, b, group_rows, out, stream=stream)
+    plan(a, b, group_rows, out, stream=stream, gate_up=gate_up)
     if check:
         msg = status_message(plan.status(stream), group_rows.get())
         if msg:

@@ -62,6 +62,20 @@ def test_swiglu_shape():
         gemm.gemm_shape("TN", (100, 256), (320, 256), "swiglu")
 
 
+def test_swiglu_backward_shape():
+    """dA = dY W2 (NN, [M, F]) with d[gate, up] [M, 2F] out: the GEMM's tiles are dA's."""
+    s = gemm.gemm_shape("NN", (100, 512), (512, 192), "swiglu_backward")
+    assert (s.mo, s.no, s.kr, s.out_shape, s.swiglu_f, s.epilogue) == (100, 192, 512, (100, 384), 0, "swiglu_backward")
+    assert gemm.tile_counts(s) == (1, 1, 8)
+    assert gemm.kernel_name("NN", "swiglu_backward", None) == "kosmos_gemm_nn_swiglu_bwd"
+    with pytest.raises(ValueError, match="dgrad"):
+        gemm.gemm_shape("TN", (100, 256), (384, 256), "swiglu_backward")
+    with pytest.raises(ValueError, match="SwiGLU needs 256"):
+        gemm.check_tile_n(128, "swiglu_backward", True)
+    with pytest.raises(TypeError, match="writes bf16"):
+        gemm.resolve_out_dtype(np.float32, "swiglu_backward")
+
+
 def test_tile_counts_and_grid():
     s = gemm.gemm_shape("TN", (8192, 4096), (13312, 4096))
     assert gemm.tile_counts(s) == (64, 52, 64)
@@ -108,6 +122,7 @@ def test_kernel_names_and_out_dtype():
     for layout in gemm.LAYOUTS:
         for dt in (bf16, np.float32):
             assert gemm.kernel_name(layout, "store", dt) + "," in src
+    assert gemm.kernel_name("NN", "swiglu_backward", None) + "," in src
 
 
 def test_llama3_shape_table():

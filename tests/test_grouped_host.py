@@ -17,6 +17,8 @@ def test_shapes_per_layout():
     s = grouped.grouped_shape("TN", (1000, 512), (8, 768, 512), 8, "swiglu")
     assert (s.out_shape, s.swiglu_f, s.tiles()) == ((1000, 384), 384, (0, 3, 8))
     assert s.flops(10) == 2 * 10 * 768 * 512
+    s = grouped.grouped_shape("NN", (1000, 512), (8, 512, 192), 8, "swiglu_backward")
+    assert (s.out_shape, s.no, s.tiles(), s.epilogue) == ((1000, 384), 192, (0, 1, 8), "swiglu_backward")
     assert grouped.grouped_shape("NT", (10, 64), (10, 64), 3).flops(10) == 2 * 10 * 64 * 64
 
 
@@ -32,6 +34,7 @@ def test_shapes_per_layout():
     (("TN", (2**23, 128), (2, 256, 128), 2), "fewer than"),
     (("NN", (100, 128), (2, 128, 256), 2, "swiglu"), "forward"),
     (("TN", (100, 128), (2, 320, 128), 2, "swiglu"), "2F rows"),
+    (("TN", (100, 128), (2, 256, 128), 2, "swiglu_backward"), "dgrad"),
     (("XX", (100, 128), (2, 256, 128), 2), "layout"),
 ])
 def test_bad_shapes(args, match):
@@ -61,6 +64,7 @@ def test_every_grouped_kernel_exists_in_the_source():
         assert grouped.kernel_name(layout, "store", None) in text  # None: the default bf16
     assert grouped.kernel_name("NT", "store", np.float32) in text
     assert grouped.kernel_name("TN", "swiglu", None) in text
+    assert grouped.kernel_name("NN", "swiglu_backward", None) in text
     for layout in grouped.LAYOUTS:
         assert grouped.kernel_name(layout, "store", None, 128) in text
     assert grouped.kernel_name("NT", "store", np.float32, 128) in text

@@ -132,17 +132,18 @@ class MoEDispatch(SymmetricPlan):
         return self.arena.local, self.group_rows, self.run_rows
 
     @uses_stream
-    def swiglu(self, x: Any, routing: DeviceRouting, w1: Any, *, movers: int | None = None, check: bool = False,
-               stream: Any = None) -> tuple[Any, Any, Any, Any]:
+    def swiglu(self, x: Any, routing: DeviceRouting, w1: Any, *, movers: int | None = None, gate_up: Any = None,
+               check: bool = False, stream: Any = None) -> tuple[Any, Any, Any, Any]:
         """The dispatch and the local experts' first GEMM in one launch (hipsrc/kosmos/moe/
         dispatch_gemm.h): (arena, group_rows, run_rows, h) with h [capacity_rows, F] bf16 =
         silu(gate) * up of the arena's rows, gate and up from w1 [E/P, 2F, H] bf16 (rows past the
         counts are not written). x: bf16 tokens [T, H]. movers: CTAs that push rows before they
-        build (default: a quarter of the SMs). Tiles wait only for the runs their rows overlap;
+        build (default: a quarter of the SMs). gate_up: [capacity_rows, 2F] bf16 to keep the
+        pre-activations in (grouped_matmul's). Tiles wait only for the runs their rows overlap;
         after an overflow or a refusal nothing moves and h is not written (as __call__)."""
         from ..dtypes import bfloat16
 
-        self._run(x, routing, False, check, stream, (w1, movers, bfloat16))
+        self._run(x, routing, False, check, stream, (w1, movers, gate_up, bfloat16))
         return self.arena.local, self.group_rows, self.run_rows, self._h
 
     def _run(self, x: Any, routing: DeviceRouting, in_order: bool, check: bool, stream: Any,
@@ -184,7 +185,7 @@ class MoEDispatch(SymmetricPlan):
                 raise KosmosError(f"MoEDispatch: a rank would receive {worst} rows, past capacity_rows = "
                                   f"{self.capacity_rows}; nothing was moved")
 
-    def _gemm1_args(self, x: Any, w1: Any, movers: int | None, bf16: Any, stream: Any) -> tuple:
+    def _gemm1_args(self, x: Any, w1: Any, movers: int | None, gate_up: Any, bf16: Any, stream: Any) -> tuple:
         """(launch, the GEMM's leading arguments, movers) of the fused dispatch + GEMM1 launch."""
         import cupy
 
@@ -207,7 +208,8 @@ class MoEDispatch(SymmetricPlan):
         shape = grouped.grouped_shape("TN", arena.shape, w1.shape, self.e_loc, "swiglu")
         if self._h is None or self._h.shape != shape.out_shape:
             self._h = cupy.empty(shape.out_shape, bf16)
-        head = grouped.kernel_head(shape, arena, w1, self._h, self._tmaps, 256, gemm.arch_path() == "wgmma")
+        gate_up = gemm.gate_up_array(gate_up, shape, self.world.device_id, stream, a=arena, b=w1, out=self._h)
+        head = grouped.kernel_head(shape, arena, w1, self._h, self._tmaps, 256, gemm.arch_path() == "wgmma", gate_up)
         return self._gemm1, head, movers
 
     def _checked(self, x: Any, routing: DeviceRouting, in_order: bool, stream: Any) -> tuple:

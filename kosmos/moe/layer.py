@@ -111,6 +111,8 @@ class MoEContext:
     h: Any                    # [R, I] bf16: silu(gate) * up
     x: Any = None             # [T, H] bf16: the forward's input (device path: for the backward)
     logits: Any = None        # [T, E padded] fp32: the router logits (device path)
+    gate_up: Any = None       # [R, 2I] bf16: the experts' pre-activations [gate, up] (device path)
+    shared: tuple = ()        # per shared expert: (h [T, Is], gate_up [T, 2Is]) bf16 (device path)
     calls: tuple = ()         # the dispatch and combine plans' call counts after this forward
 
 
@@ -317,7 +319,7 @@ class MoELayer:
         if t:
             rows = bf16_to_f32(_u16(y_back)[r.slot.astype(cupy.int64)].view(bfloat16)).reshape(t, k, hid)
             acc += (rows * r.weights[:, :, None]).sum(axis=1)
-            shared = self._shared(x, params)
+            shared, _ = self._shared(x, params)
             if shared is not None:
                 acc += shared
         y = f32_to_bf16(acc)
@@ -354,34 +356,43 @@ class MoELayer:
             logits = cupy.empty((0, self._router_pad), float32)
         return logits, route(logits, cfg, params.bias)
 
-    def _shared(self, x: Any, params: MoEParams) -> Any:
-        """The shared experts' output in fp32 (added to the fold before its one rounding), or None."""
+    def _shared(self, x: Any, params: MoEParams) -> tuple[Any, tuple]:
+        """The shared experts' output in fp32 (added to the fold before its one rounding), or None,
+        and what their backward reads: per shared expert (h, gate_up)."""
+        import cupy
+
         if not self.cfg.shared or x.shape[0] == 0:
-            return None
-        acc = None
+            return None, ()
+        acc, kept = None, []
         for j in range(self.cfg.shared):
-            h = gemm.matmul(x, params.shared_w1[j], "TN", epilogue="swiglu")
+            gate_up = cupy.empty((x.shape[0], 2 * self.cfg.shared_width), bfloat16)
+            h = gemm.matmul(x, params.shared_w1[j], "TN", epilogue="swiglu", gate_up=gate_up)
             o = gemm.matmul(h, params.shared_w2[j], "TN", out_dtype=float32)
             acc = o if acc is None else acc + o
-        return acc
+            kept.append((h, gate_up))
+        return acc, tuple(kept)
 
     def _forward_device(self, x: Any, params: MoEParams, r: DeviceRouting) -> tuple[Any, MoEContext]:
-        """Dispatch, expert GEMMs on the arena, combine + fold: no host round trip."""
+        """Dispatch, expert GEMMs on the arena, combine + fold: no host round trip. GEMM1's epilogue
+        keeps the pre-activations [gate, up] for the backward (which then recomputes nothing)."""
+        import cupy
+
+        gate_up = cupy.empty((self.capacity_rows, 2 * self.cfg.intermediate), bfloat16)
         if self.path == "fused":
-            arena, group_rows, _, hmid = self._dispatch.swiglu(x, r, params.w1, movers=self.movers)
+            arena, group_rows, _, hmid = self._dispatch.swiglu(x, r, params.w1, movers=self.movers, gate_up=gate_up)
             x_e = arena.view(bfloat16)
         else:
             arena, group_rows, _ = self._dispatch(x, r)
             x_e = arena.view(bfloat16)  # [capacity, H]: rows past the counts are not read
-            hmid = grouped.grouped_matmul(x_e, params.w1, group_rows, "TN", epilogue="swiglu")
-        shared = self._shared(x, params)
+            hmid = grouped.grouped_matmul(x_e, params.w1, group_rows, "TN", epilogue="swiglu", gate_up=gate_up)
+        shared, kept = self._shared(x, params)
         if self.path == "fused":
             y = self._combine.gemm2(hmid, params.w2, self._dispatch, r, shared=shared)
         else:
             y_e = grouped.grouped_matmul(hmid, params.w2, group_rows, "TN")
             y = self._combine(y_e, self._dispatch, r, shared=shared)
         # x_e is the dispatch arena: valid until the next forward
-        return y, MoEContext(r, None, None, group_rows, None, x_e, hmid)
+        return y, MoEContext(r, None, None, group_rows, None, x_e, hmid, gate_up=gate_up, shared=kept)
 
     # ---- the backward (device path) ----
     @uses_stream
@@ -390,8 +401,9 @@ class MoELayer:
         before the next forward: ctx holds the forward's dispatch arena and combine buffer).
 
         Serial separate launches: the router-weighted dY rows to the experts' owners (MoEDispatch,
-        its own arena), dgrad2 and wgrad2 (grouped NN / NT), the SwiGLU backward on recomputed
-        pre-activations, dgrad1 and wgrad1, the rows back and summed per token (MoECombine, with the
+        its own arena), wgrad2 (grouped NT) and dgrad2 with the SwiGLU backward in its epilogue
+        (grouped NN, on the forward's kept pre-activations), dgrad1 and wgrad1, the rows back and
+        summed per token (MoECombine, with the
         router's and the shared experts' dx added in fp32 before the one rounding); the router
         gradients from the forward's combine buffer (each pair's expert output) in fp32."""
         import cupy
@@ -415,7 +427,7 @@ class MoELayer:
         except Exception as e:  # noqa: BLE001 - a refusal on one rank reaches every rank
             err = e
         all_ok(self.world.comm, err)
-        r, x, hid, i = ctx.routing, ctx.x, cfg.hidden, cfg.intermediate
+        r, x, hid = ctx.routing, ctx.x, cfg.hidden
         bwd = _backward_kernels(self.world)
         status = self._dispatch.status
         # 1. each pair's combine weight gradient, from the forward's combine buffer (its expert output)
@@ -434,12 +446,9 @@ class MoELayer:
         # 3. the experts' backward, expert-major over the arena
         x_e, a = ctx.x_experts, ctx.h
         dw2 = grouped.grouped_matmul(d_ye, a, rows, "NT", out_dtype=float32)           # [E/P, H, I]
-        d_a = grouped.grouped_matmul(d_ye, params.w2, rows, "NN")                      # [cap, I]
-        # recomputed gate/up in bf16 (grouped TN stores bf16; the forward's SwiGLU used the fp32
-        # accumulators: ~2^-9 relative apart)
-        pre = grouped.grouped_matmul(x_e, params.w1, rows, "TN")                       # [cap, 2I]: gate, up
-        d_pre = cupy.empty(pre.shape, bfloat16)  # rows past the groups' are not written (nor read)
-        bwd("kosmos_moe_swiglu_bwd")((1024,), (256,), (pre, d_a, rows, np.int32(self.e_loc), np.int32(i), d_pre))
+        # d[gate, up] [cap, 2I] from dA = dY W2's fp32 accumulators and the forward's kept [gate, up]
+        # (bf16: the values a TN GEMM would store); rows past the groups' are not written (nor read)
+        d_pre = grouped.grouped_matmul(d_ye, params.w2, rows, "NN", epilogue="swiglu_backward", gate_up=ctx.gate_up)
         dw1 = grouped.grouped_matmul(d_pre, x_e, rows, "NT", out_dtype=float32)        # [E/P, 2I, H]
         d_xe = grouped.grouped_matmul(d_pre, params.w1, rows, "NN")                    # [cap, H]
         # 4. the router: weights -> scores -> logits (fp32), its dx and dWr; the shared experts
@@ -451,18 +460,11 @@ class MoELayer:
         if cfg.shared:
             d_sw1 = cupy.zeros((cfg.shared, 2 * cfg.shared_width, hid), float32)
             d_sw2 = cupy.zeros((cfg.shared, hid, cfg.shared_width), float32)
-            all_rows = cupy.full((1,), t, cupy.int32)  # the shared experts see every token: one group
-            for j in range(cfg.shared if t else 0):  # the routed experts' kernels, on one group
-                w1_s = params.shared_w1[j]
-                a_s = gemm.matmul(x, w1_s, "TN", epilogue="swiglu")                  # the forward's h
-                pre_s = gemm.matmul(x, w1_s, "TN")                                   # [T, 2S] bf16
+            for j, (a_s, gate_up_s) in enumerate(ctx.shared):  # as the routed experts (the forward's h, [gate, up])
                 d_sw2[j] = gemm.matmul(dy, a_s, "NT", out_dtype=float32)
-                d_as = gemm.matmul(dy, params.shared_w2[j], "NN")                    # [T, S] bf16
-                d_pre_s = cupy.empty(pre_s.shape, bfloat16)
-                bwd("kosmos_moe_swiglu_bwd")((1024,), (256,), (pre_s, d_as, all_rows, np.int32(1),
-                                                                np.int32(cfg.shared_width), d_pre_s))
+                d_pre_s = gemm.matmul(dy, params.shared_w2[j], "NN", epilogue="swiglu_backward", gate_up=gate_up_s)
                 d_sw1[j] = gemm.matmul(d_pre_s, x, "NT", out_dtype=float32)
-                extra += gemm.matmul(d_pre_s, w1_s, "NN", out_dtype=float32)
+                extra += gemm.matmul(d_pre_s, params.shared_w1[j], "NN", out_dtype=float32)
         # 5. the expert rows back to their tokens, summed (weights 1: dY was weighted), plus the rest
         ones = dataclasses.replace(r, weights=cupy.ones_like(r.weights))
         dx = self._combine(d_xe, self._dispatch_bwd, ones, shared=extra if t else None)

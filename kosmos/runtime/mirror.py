@@ -106,6 +106,8 @@ def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
                StructMirror("kosmos::gemm::Problem", gemm.PROBLEM_DTYPE),
                StructMirror("kosmos::gemm::EpiStoreBf16", gemm.EPI_DTYPE),
                StructMirror("kosmos::gemm::EpiStoreF32", gemm.EPI_DTYPE),
+               StructMirror("kosmos::gemm::EpiSwiGLU", gemm.SWIGLU_EPI_DTYPE),
+               StructMirror("kosmos::gemm::EpiSwiGLUBackward", gemm.SWIGLU_EPI_DTYPE),
                *params.MIRRORS, *MOE_MIRRORS, *DISPATCH_MIRRORS,
                *COMBINE_MIRRORS]
     constants = [ConstantMirror("kosmos::gemm", gemm.DEVICE_CONSTANTS),

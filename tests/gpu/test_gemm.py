@@ -113,10 +113,38 @@ def test_swiglu(m, f, k):
     x_h, w_h = rand_bf16(rng, (m, k)), rand_bf16(rng, (2 * f, k))
     ref = reference("TN", x_h, w_h, "swiglu")
     whole, out = nan_buffer((m, f), BF16)
-    gemm.matmul(cupy.asarray(x_h), cupy.asarray(w_h), "TN", out=out, epilogue="swiglu")
+    kept_whole, kept = nan_buffer((m, 2 * f), BF16)
+    x, w = cupy.asarray(x_h), cupy.asarray(w_h)
+    gemm.matmul(x, w, "TN", out=out, epilogue="swiglu", gate_up=kept)
     err = rel_err(out.get().astype(np.float64), ref)
     assert err < TOL["bf16"], f"swiglu relative error {err:.3e}"
     assert np.isnan(whole[m:].get().astype(np.float32)).all()
+    # The kept pre-activations are what the plain TN GEMM stores, bit for bit, and nothing past them
+    assert (kept.view(cupy.uint16) == gemm.matmul(x, w, "TN").view(cupy.uint16)).all()
+    assert np.isnan(kept_whole[m:].get().astype(np.float32)).all()
+    # Keeping them changes nothing in the output
+    assert (gemm.matmul(x, w, "TN", epilogue="swiglu").view(cupy.uint16) == out.view(cupy.uint16)).all()
+
+
+@pytest.mark.parametrize("m,f,n,cap", [(200, 192, 320, None), (1031, 512, 1024, 7)])
+def test_swiglu_backward(m, f, n, cap):
+    """d[gate, up] = the SwiGLU backward of dA = dY W2, fused into the NN GEMM's epilogue (dA's fp32
+    accumulators, never rounded), against float64 of the same bf16 dY, W2 and [gate, up]; F not a
+    multiple of the tile; several tiles per CTA under the cap; bitwise reruns."""
+    from kosmos.moe.reference import swiglu_backward
+
+    rng = np.random.default_rng([m, f, n])
+    dy_h, w2_h, pre_h = rand_bf16(rng, (m, n)), rand_bf16(rng, (n, f)), rand_bf16(rng, (m, 2 * f))
+    ref = swiglu_backward(np, pre_h.astype(np.float64), reference("NN", dy_h, w2_h))
+    dy, w2, pre = cupy.asarray(dy_h), cupy.asarray(w2_h), cupy.asarray(pre_h)
+    whole, out = nan_buffer((m, 2 * f), BF16)
+    gemm.matmul(dy, w2, "NN", out=out, sm_cap=cap, epilogue="swiglu_backward", gate_up=pre)
+    err = rel_err(out.get().astype(np.float64), ref)
+    assert err < TOL["bf16"], f"swiglu_backward relative error {err:.3e}"
+    assert np.isnan(whole[m:].get().astype(np.float32)).all()
+    again = gemm.matmul(dy, w2, "NN", sm_cap=3, epilogue="swiglu_backward", gate_up=pre)
+    assert (again.view(cupy.uint16) == out.view(cupy.uint16)).all()
+    assert (pre.view(cupy.uint16) == cupy.asarray(pre_h).view(cupy.uint16)).all(), "gate_up was written"
 
 
 @pytest.mark.parametrize("tile_n", [256, 128])
@@ -225,6 +253,14 @@ def test_bad_inputs_rejected():
         gemm.matmul(a, b, out_dtype=np.float16)
     with pytest.raises(ValueError, match="swiglu"):
         gemm.matmul(a, b, "NN", epilogue="swiglu")
+    with pytest.raises(ValueError, match="needs gate_up"):
+        gemm.matmul(a, b, "NN", epilogue="swiglu_backward")
+    with pytest.raises(ValueError, match="dgrad"):
+        gemm.matmul(a, b, "TN", epilogue="swiglu_backward", gate_up=a)
+    with pytest.raises(ValueError, match="gate_up is for the SwiGLU"):
+        gemm.matmul(a, b, gate_up=a)
+    with pytest.raises(ValueError, match="split_k"):
+        gemm.matmul(a, b, "NN", epilogue="swiglu_backward", gate_up=cupy.empty((128, 256), BF16), split_k=2)
     with pytest.raises(ValueError, match="sm_cap"):
         gemm.matmul(a, b, sm_cap=0)
     with pytest.raises(ValueError, match="empty K-ranges"):

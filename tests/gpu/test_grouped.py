@@ -14,6 +14,7 @@ cupy = pytest.importorskip("cupy")
 ml_dtypes = pytest.importorskip("ml_dtypes")
 
 from kosmos import gemm, grouped  # noqa: E402
+from kosmos.moe.reference import swiglu_backward  # noqa: E402
 
 from .test_gemm import BF16, rand_bf16  # noqa: E402
 
@@ -35,7 +36,7 @@ def bits(x):
     return x.view(np.uint16 if x.dtype == BF16 else np.uint32)
 
 
-def ref_group(layout, a, b, lo, hi, e, epilogue="store"):
+def ref_group(layout, a, b, lo, hi, e, epilogue="store", pre=None):
     a64 = a[lo:hi].astype(np.float64)
     if layout == "TN":
         y = a64 @ b[e].astype(np.float64).T
@@ -44,15 +45,17 @@ def ref_group(layout, a, b, lo, hi, e, epilogue="store"):
             y = y[:, :f] / (1.0 + np.exp(-y[:, :f])) * y[:, f:]
         return y
     if layout == "NN":
-        return a64 @ b[e].astype(np.float64)
+        y = a64 @ b[e].astype(np.float64)
+        return swiglu_backward(np, pre[lo:hi].astype(np.float64), y) if epilogue == "swiglu_backward" else y
     return a64.T @ b[lo:hi].astype(np.float64)
 
 
-def dense_group(layout, a_d, b_d, lo, hi, e, out_dtype, epilogue="store", tile_n=256):
+def dense_group(layout, a_d, b_d, lo, hi, e, out_dtype, epilogue="store", tile_n=256, gate_up=None):
     """The exact oracle: kosmos.matmul on group e's rows alone, with the same tile width."""
     if layout == "NT":
         return gemm.matmul(a_d[lo:hi], b_d[lo:hi], "NT", out_dtype=out_dtype, tile_n=tile_n)
-    return gemm.matmul(a_d[lo:hi], b_d[e], layout, out_dtype=out_dtype, epilogue=epilogue, tile_n=tile_n)
+    return gemm.matmul(a_d[lo:hi], b_d[e], layout, out_dtype=out_dtype, epilogue=epilogue, tile_n=tile_n,
+                       gate_up=None if gate_up is None else gate_up[lo:hi])
 
 
 def run_case(layout, counts, n, k, rows_extra=37, out_kind="bf16", cap=None, epilogue="store", seed=0, tile_n=256):
@@ -73,13 +76,19 @@ def run_case(layout, counts, n, k, rows_extra=37, out_kind="bf16", cap=None, epi
     a_d, b_d, c_d = cupy.asarray(a), cupy.asarray(b), cupy.asarray(counts)
     dt = np.dtype(np.float32) if out_kind == "f32" else BF16
     shape = grouped.grouped_shape(layout, a.shape, b.shape, e_count, epilogue)
-    outs = []
+    # The SwiGLU epilogues' pre-activations: kept by the forward (poisoned first), read by the backward
+    pre = rand_bf16(rng, (rows, 2 * shape.no)) if epilogue == "swiglu_backward" else None
+    outs, kept = [], []
     for _ in range(2):
         out = poisoned(shape.out_shape, dt)
-        grouped.grouped_matmul(a_d, b_d, c_d, layout, out=out, sm_cap=cap, epilogue=epilogue, check=True,
-                               tile_n=tile_n)
+        gate_up = poisoned((rows, shape.no), BF16) if epilogue == "swiglu" else None if pre is None else cupy.asarray(pre)
+        grouped.grouped_matmul(a_d, b_d, c_d, layout, out=out, sm_cap=cap, epilogue=epilogue, gate_up=gate_up,
+                               check=True, tile_n=tile_n)
         outs.append(out)
+        kept.append(gate_up)
     assert (bits(outs[0]) == bits(outs[1])).all(), "two runs differ"
+    if epilogue == "swiglu":
+        assert (bits(kept[0]) == bits(kept[1])).all(), "two runs keep different pre-activations"
     width = tile_n or grouped.get_plan(shape, dt, cap).tile_n  # the oracle builds the same tiles
     got = cupy.asnumpy(outs[0])
     st = starts(counts)
@@ -90,16 +99,21 @@ def run_case(layout, counts, n, k, rows_extra=37, out_kind="bf16", cap=None, epi
             if layout == "NT":
                 assert (part.astype(np.float32) == 0).all(), f"group {e} has no rows: dW must be zero"
             continue
-        ref = ref_group(layout, a, b, lo, hi, e, epilogue)
+        ref = ref_group(layout, a, b, lo, hi, e, epilogue, pre)
         p64 = part.astype(np.float64)
         assert np.isfinite(p64).all(), f"group {e}: NaN/Inf (unwritten, or leaked from another group)"
         err = np.linalg.norm(p64 - ref) / np.linalg.norm(ref)
         assert err < TOL[out_kind], f"group {e} ({hi - lo} rows): rel err {err:.2e}"
-        oracle = dense_group(layout, a_d, b_d, lo, hi, e, dt, epilogue, width)
+        oracle = dense_group(layout, a_d, b_d, lo, hi, e, dt, epilogue, width, kept[0])
         mine = outs[0][e] if layout == "NT" else outs[0][lo:hi]
         assert (bits(oracle) == bits(mine)).all(), f"group {e}: not bitwise equal to kosmos.matmul on its rows"
+        if epilogue == "swiglu":  # the kept [gate, up]: what a plain TN GEMM stores, bit for bit
+            plain = gemm.matmul(a_d[lo:hi], b_d[e], "TN")
+            assert (bits(plain) == bits(kept[0][lo:hi])).all(), f"group {e}: kept pre-activations differ"
     if layout != "NT":
         assert np.isnan(got[total:].astype(np.float32)).all(), "rows past the counts' sum were written"
+    if epilogue == "swiglu":
+        assert np.isnan(cupy.asnumpy(kept[0][total:]).astype(np.float32)).all(), "pre-activations past the rows"
 
 
 # Counts with 0, 1, 127, 128, 129 and a big group; odd N/K multiples of 64.
@@ -138,6 +152,13 @@ def test_swiglu_forward():
     run_case("TN", [5, 260, 0, 129], 2 * 192, 256, epilogue="swiglu")
 
 
+def test_swiglu_backward_in_the_dgrad_epilogue():
+    """d[gate, up] from dA's accumulators and the kept [gate, up]: odd counts, an empty group, a
+    group of several tile rows, F = 192 (not a tile multiple), several tiles per CTA."""
+    run_case("NN", [5, 260, 0, 129], 320, 192, epilogue="swiglu_backward")
+    run_case("NN", [0, 0, 2051, 0], 576, 448, epilogue="swiglu_backward", cap=5)
+
+
 def test_many_groups_skewed():
     rng = np.random.default_rng(7)
     counts = rng.integers(0, 40, grouped.max_groups())
@@ -172,6 +193,8 @@ def test_portable_mma_sync_path(monkeypatch):
     monkeypatch.setattr(gemm, "_extra_options", ("-DKOSMOS_GEMM_FORCE_PORTABLE",))
     for layout in ("TN", "NN", "NT"):
         run_case(layout, [3, 0, 130, 64], 192, 128)
+    run_case("TN", [3, 0, 130, 64], 2 * 192, 128, epilogue="swiglu")
+    run_case("NN", [3, 0, 130, 64], 192, 128, epilogue="swiglu_backward")
 
 
 def test_bad_inputs_rejected():
@@ -187,6 +210,15 @@ def test_bad_inputs_rejected():
         grouped.grouped_matmul(a, w, c, "TN", out_dtype=np.float32)
     with pytest.raises(ValueError, match="overlaps"):
         grouped.grouped_matmul(a, w, c, "TN", out=cupy.ndarray((100, 256), BF16, memptr=w.data))
+    dy, w2 = cupy.asarray(rand_bf16(rng, (100, 256))), cupy.asarray(rand_bf16(rng, (2, 256, 128)))
+    with pytest.raises(ValueError, match="needs gate_up"):
+        grouped.grouped_matmul(dy, w2, c, "NN", epilogue="swiglu_backward")
+    with pytest.raises(ValueError, match=r"gate_up must be \[100, 256\]"):
+        grouped.grouped_matmul(dy, w2, c, "NN", epilogue="swiglu_backward", gate_up=dy[:, :128].copy())
+    with pytest.raises(ValueError, match="gate_up is for the SwiGLU"):
+        grouped.grouped_matmul(a, w, c, "TN", gate_up=cupy.empty((100, 256), BF16))
+    with pytest.raises(ValueError, match="gate_up overlaps"):
+        grouped.grouped_matmul(a, w, c, "TN", epilogue="swiglu", gate_up=cupy.ndarray((100, 256), BF16, memptr=w.data))
 
 
 def test_runs_arrived_gates_each_group_by_row_range():

@@ -70,6 +70,24 @@ KOSMOS_DEVICE void ring_advance(u32& s, u32& ph) {
   }
 }
 
+// The register epilogue over one warpgroup's m64nN fragment: thread (warp, lane) holds, for each
+// n8 block j, rows warp*16 + lane/4 (+8) and columns 8j + 2*(lane%4) (+1). Unrolled by template
+// recursion: a `#pragma unroll` loop stays rolled once the epilogue's body is large (measured with
+// EpiSwiGLUBackward), which indexes the accumulators dynamically, puts them on the stack and
+// serializes the wgmma.
+template <int kN, int J = 0, class Epi>
+KOSMOS_DEVICE void fragment_pairs(const Epi& epi, const TileCoord& tc, i32 row0, i32 lc0, const float* acc) {
+  if constexpr (J < kN / 16) {
+    constexpr int kHi = kN / 16;  // n8 blocks from the lower half to the upper one
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      epi.pair(tc, row0 + 8 * i, lc0 + 8 * J, acc[4 * J + 2 * i], acc[4 * J + 2 * i + 1],
+               acc[4 * (J + kHi) + 2 * i], acc[4 * (J + kHi) + 2 * i + 1]);
+    }
+    fragment_pairs<kN, J + 1>(epi, tc, row0, lc0, acc);
+  }
+}
+
 template <int L, class Sched, class Claim, class Ready, class Epi>
 KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, const TensorMap* tmb, u8* smem_raw,
                                     Claim& claim, const Ready& ready, const Epi& epi) {
@@ -259,20 +277,8 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
         }
       }
       if (!stored) {
-        // Epilogue from registers (also every tile whose rows end inside the output). Fragment
-        // of m64nNk16: thread (warp, lane) holds, for each n8 block j, rows warp*16 + lane/4
-        // (+8) and columns 8j + 2*(lane%4) (+1).
-        const i32 row0 = tc.row0 + cw * 64 + warp * 16 + lane / 4;
-        const i32 lc0 = 2 * (lane % 4);
-#pragma unroll
-        for (int j = 0; j < kN / 16; ++j) {
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            constexpr int kHi = kN / 16;  // n8 blocks from the lower half to the upper one
-            epi.pair(tc, row0 + 8 * i, lc0 + 8 * j, acc[4 * j + 2 * i], acc[4 * j + 2 * i + 1],
-                     acc[4 * (j + kHi) + 2 * i], acc[4 * (j + kHi) + 2 * i + 1]);
-          }
-        }
+        // Epilogue from registers (also every tile whose rows end inside the output).
+        fragment_pairs<kN>(epi, tc, tc.row0 + cw * 64 + warp * 16 + lane / 4, 2 * (lane % 4), acc);
       }
       if (Epi::kHasDone) {
         named_barrier(1, 256);

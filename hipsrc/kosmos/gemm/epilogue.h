@@ -60,10 +60,13 @@ struct EpiStoreF32 {
 };
 
 // SwiGLU: the tile's lower half holds gate columns, its upper half the matching up columns
-// (see b_chunk_col); out[mo, f] = silu(gate) * up in bf16, f output columns per row.
+// (see b_chunk_col); out[mo, f] = silu(gate) * up in bf16, f output columns per row. With `pre`
+// set, the pre-activations are kept for the backward: pre[row, c] = gate, pre[row, f + c] = up
+// (bf16, row stride 2f), the values a plain TN GEMM of the same operands would store.
 struct EpiSwiGLU {
   u16* out;
   i32 ldo, mo, f;
+  u16* pre;  // nullptr: not kept
   static constexpr bool kHasDone = false;
   static constexpr bool kTmaStore = false;
   KOSMOS_DEVICE static float silu(float g) { return g / (1.0f + __expf(-g)); }
@@ -73,6 +76,49 @@ struct EpiSwiGLU {
     const i32 col = t.col0 + lc;  // 256-wide tiles only: gate lc and up lc + 128
     if (col >= f) return;
     *reinterpret_cast<u32*>(out + i64(row) * ldo + col) = pack_bf16x2(silu(g0) * u0, silu(g1) * u1);
+    if (pre != nullptr) {
+      u16* p = pre + i64(row) * (2 * f) + col;
+      *reinterpret_cast<u32*>(p) = pack_bf16x2(g0, g1);
+      *reinterpret_cast<u32*>(p + f) = pack_bf16x2(u0, u1);
+    }
+  }
+  KOSMOS_DEVICE void done(const TileCoord&) const {}
+};
+
+// The SwiGLU backward as the epilogue of the GEMM that computes dA = dOut W2 (NN, [mo, f]): with
+// a = silu(g) u, it reads the forward's kept pre[row] = [g, u] (EpiSwiGLU's, row stride 2f) and
+// writes out[row] = [dg, du] (bf16, row stride ldo = 2f) from the fp32 accumulators of dA, so dA
+// is never rounded or stored. The same record layout as EpiSwiGLU (out, ldo, mo, f, pre).
+struct EpiSwiGLUBackward {
+  u16* out;
+  i32 ldo, mo, f;
+  const u16* pre;
+  static constexpr bool kHasDone = false;
+  static constexpr bool kTmaStore = false;
+  KOSMOS_DEVICE void two(i32 row, i32 col, float da0, float da1) const {
+    if (col >= f) return;
+    const u16* p = pre + i64(row) * (2 * f) + col;
+    const u32 gs = *reinterpret_cast<const u32*>(p), us = *reinterpret_cast<const u32*>(p + f);
+    const float g[2] = {bf16_to_f32(u16(gs)), bf16_to_f32(u16(gs >> 16))};
+    const float u[2] = {bf16_to_f32(u16(us)), bf16_to_f32(u16(us >> 16))};
+    const float da[2] = {da0, da1};
+    float dg[2], du[2];
+    for (int e = 0; e < 2; ++e) {  // silu'(g) = s (1 + g (1 - s)), s = sigmoid(g)
+      // __frcp_rn, not 1 / x: IEEE division's slow-path call puts the accumulators on the stack
+      // (ptxas then serializes the wgmma)
+      const float s = __frcp_rn(1.0f + __expf(-g[e]));
+      dg[e] = da[e] * u[e] * s * (1.0f + g[e] * (1.0f - s));
+      du[e] = da[e] * g[e] * s;
+    }
+    u16* o = out + i64(row) * ldo + col;
+    *reinterpret_cast<u32*>(o) = pack_bf16x2(dg[0], dg[1]);
+    *reinterpret_cast<u32*>(o + f) = pack_bf16x2(du[0], du[1]);
+  }
+  KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
+                          float hi1) const {
+    if (row >= t.row_end) return;
+    two(row, t.col0 + lc, lo0, lo1);
+    two(row, t.col0 + lc + t.half, hi0, hi1);
   }
   KOSMOS_DEVICE void done(const TileCoord&) const {}
 };
