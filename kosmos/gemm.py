@@ -594,7 +594,7 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
             out_dtype = out.dtype
     dt = resolve_out_dtype(out_dtype, epilogue)
     out = output_array(out, shape.out_shape, dt, a=a, b=b)
-    gate_up = gate_up_array(gate_up, shape, dev, stream, a=a, b=b, out=out)
+    gate_up = gate_up_array(gate_up, shape, dev, stream, a=a, b=b, output=out)
     plan = get_plan(shape, dt, sm_cap, split_k, tile_n)
     plan(a, b, out, stream=stream, gate_up=gate_up)
     return out

@@ -208,7 +208,7 @@ class MoEDispatch(SymmetricPlan):
         shape = grouped.grouped_shape("TN", arena.shape, w1.shape, self.e_loc, "swiglu")
         if self._h is None or self._h.shape != shape.out_shape:
             self._h = cupy.empty(shape.out_shape, bf16)
-        gate_up = gemm.gate_up_array(gate_up, shape, self.world.device_id, stream, a=arena, b=w1, out=self._h)
+        gate_up = gemm.gate_up_array(gate_up, shape, self.world.device_id, stream, a=arena, b=w1, output=self._h)
         head = grouped.kernel_head(shape, arena, w1, self._h, self._tmaps, 256, gemm.arch_path() == "wgmma", gate_up)
         return self._gemm1, head, movers
 

@@ -347,14 +347,20 @@ class MoELayer:
         import cupy
 
         cfg = self.cfg
-        wr = cupy.zeros((self._router_pad, cfg.hidden), np.uint16)  # rows past E: zero logits, never read
-        wr[:cfg.experts] = _u16(params.router_w)
-        wr = wr.view(bfloat16)
         if x.shape[0]:
-            logits = gemm.matmul(x, wr, "TN", out_dtype=float32)
+            logits = gemm.matmul(x, self._padded_router_w(params), "TN", out_dtype=float32)
         else:
             logits = cupy.empty((0, self._router_pad), float32)
         return logits, route(logits, cfg, params.bias)
+
+    def _padded_router_w(self, params: MoEParams) -> Any:
+        """router_w [E, H] with zero rows up to the GEMM's 64-row multiple (their logits are zero and
+        never read)."""
+        import cupy
+
+        wr = cupy.zeros((self._router_pad, self.cfg.hidden), np.uint16)
+        wr[:self.cfg.experts] = _u16(params.router_w)
+        return wr.view(bfloat16)
 
     def _shared(self, x: Any, params: MoEParams) -> tuple[Any, tuple]:
         """The shared experts' output in fp32 (added to the fold before its one rounding), or None,
@@ -451,11 +457,20 @@ class MoELayer:
         d_pre = grouped.grouped_matmul(d_ye, params.w2, rows, "NN", epilogue="swiglu_backward", gate_up=ctx.gate_up)
         dw1 = grouped.grouped_matmul(d_pre, x_e, rows, "NT", out_dtype=float32)        # [E/P, 2I, H]
         d_xe = grouped.grouped_matmul(d_pre, params.w1, rows, "NN")                    # [cap, H]
-        # 4. the router: weights -> scores -> logits (fp32), its dx and dWr; the shared experts
-        d_logits = self._router_backward(ctx, d_weights)                              # [T, E]
-        wr32 = bf16_to_f32(params.router_w)
-        extra = d_logits @ wr32 if t else cupy.zeros((0, hid), float32)               # the router's dx
-        d_router_w = d_logits.T @ bf16_to_f32(x) if t else cupy.zeros((cfg.experts, hid), float32)
+        # 4. the router: weights -> scores -> logits (fp32), its dx and dWr as our bf16 GEMMs with
+        #    fp32 outputs (d logits rounded to bf16 once, ~2^-9: x and Wr are bf16 already), the
+        #    experts padded to the GEMM's 64 columns with zeros; then the shared experts
+        if t:
+            d_logits = self._router_backward(ctx, d_weights)                          # [T, E] fp32
+            pad = self._router_pad
+            d_logits_16 = cupy.zeros((t, pad), np.uint16)
+            d_logits_16[:, :cfg.experts] = f32_to_bf16(d_logits).view(np.uint16)
+            d_logits_16 = d_logits_16.view(bfloat16)
+            extra = gemm.matmul(d_logits_16, self._padded_router_w(params), "NN", out_dtype=float32)  # router dx
+            # [64k, H] over T tokens: a few output tiles, so split-K (fixed-order sums: reproducible)
+            d_router_w = gemm.matmul(d_logits_16, x, "NT", out_dtype=float32, split_k=None)[:cfg.experts]
+        else:
+            extra, d_router_w = cupy.zeros((0, hid), float32), cupy.zeros((cfg.experts, hid), float32)
         d_sw1 = d_sw2 = None
         if cfg.shared:
             d_sw1 = cupy.zeros((cfg.shared, 2 * cfg.shared_width, hid), float32)
