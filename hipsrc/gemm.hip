@@ -7,7 +7,7 @@
 using namespace kosmos;
 using namespace kosmos::gemm;
 
-// tmc: TMA map of the output (bf16 kernels on Hopper; zeros elsewhere). MAKE_EPI turns the
+// tmc: TMA map of the output (the store kernels on Hopper; zeros elsewhere). MAKE_EPI turns the
 // host's epilogue struct into the one the builder runs.
 #define KOSMOS_GEMM_KERNEL_TILE(NAME, LAYOUT, EPI, MAKE_EPI, TILE)                                         \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
@@ -22,25 +22,26 @@ using namespace kosmos::gemm;
 
 #define KOSMOS_EPI_AS_IS epi
 #define KOSMOS_EPI_TMA EpiStoreBf16Tma(epi, &tmc)
+#define KOSMOS_EPI_TMA32 EpiStoreF32Tma(epi, &tmc)
 
 KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_bf16, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA)
-KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_f32, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_AS_IS)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_f32, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_TMA32)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_swiglu, LAYOUT_TN, EpiSwiGLU, KOSMOS_EPI_AS_IS)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_bf16, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA)
-KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_f32, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_AS_IS)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_f32, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_TMA32)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_swiglu_bwd, LAYOUT_NN, EpiSwiGLUBackward, KOSMOS_EPI_AS_IS)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_bf16, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA)
-KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_f32, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_AS_IS)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_f32, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32)
 
 // 128x128 tiles (Hopper only; the host picks them for grids of few tiles, see kosmos/gemm.py).
 #if KOSMOS_GEMM_WGMMA
 typedef TileConfig<128> NarrowTile;
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_bf16_n128, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_f32_n128, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_AS_IS, NarrowTile)
+KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_f32_n128, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_TMA32, NarrowTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_bf16_n128, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_f32_n128, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_AS_IS, NarrowTile)
+KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_f32_n128, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_TMA32, NarrowTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_bf16_n128, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_f32_n128, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_AS_IS, NarrowTile)
+KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_f32_n128, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32, NarrowTile)
 #endif
 
 // The hooks fused kernels use, exercised standalone: tile row tm waits for row_flags[tm] >= target
@@ -56,14 +57,15 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                          EpiCountDone<EpiStoreBf16Tma>(EpiStoreBf16Tma(epi, &tmc), tiles_done));
 }
 
-// Split-K's second step: out = sum of the k_splits fp32 partials ws[split][n], added in split order
-// (bitwise deterministic), rounded once. n is a multiple of 4 (columns are multiples of 64).
+// Split-K's second step: out = sum of the k_splits fp32 partials ws[split * stride + v], v < n,
+// added in split order (bitwise deterministic), rounded once. n is a multiple of 4 (columns are
+// multiples of 64); stride >= n (each split's partial is padded to whole tile rows).
 template <class Store>
-KOSMOS_DEVICE void splitk_reduce(const float* ws, i64 n, i32 splits, Store store) {
+KOSMOS_DEVICE void splitk_reduce(const float* ws, i64 n, i32 splits, i64 stride, Store store) {
   for (i64 v = (i64(blockIdx.x) * blockDim.x + threadIdx.x) * 4; v < n; v += i64(gridDim.x) * blockDim.x * 4) {
     float4 acc = *reinterpret_cast<const float4*>(ws + v);
     for (i32 s = 1; s < splits; ++s) {
-      const float4 x = *reinterpret_cast<const float4*>(ws + i64(s) * n + v);
+      const float4 x = *reinterpret_cast<const float4*>(ws + i64(s) * stride + v);
       acc.x += x.x;
       acc.y += x.y;
       acc.z += x.z;
@@ -73,8 +75,8 @@ KOSMOS_DEVICE void splitk_reduce(const float* ws, i64 n, i32 splits, Store store
   }
 }
 
-extern "C" __global__ void kosmos_gemm_splitk_reduce_bf16(const float* ws, u16* out, i64 n, i32 splits) {
-  splitk_reduce(ws, n, splits, [&](i64 v, const float4& a) {
+extern "C" __global__ void kosmos_gemm_splitk_reduce_bf16(const float* ws, u16* out, i64 n, i32 splits, i64 stride) {
+  splitk_reduce(ws, n, splits, stride, [&](i64 v, const float4& a) {
     uint2 packed;
     packed.x = pack_bf16x2(a.x, a.y);
     packed.y = pack_bf16x2(a.z, a.w);
@@ -82,8 +84,8 @@ extern "C" __global__ void kosmos_gemm_splitk_reduce_bf16(const float* ws, u16* 
   });
 }
 
-extern "C" __global__ void kosmos_gemm_splitk_reduce_f32(const float* ws, float* out, i64 n, i32 splits) {
-  splitk_reduce(ws, n, splits, [&](i64 v, const float4& a) { *reinterpret_cast<float4*>(out + v) = a; });
+extern "C" __global__ void kosmos_gemm_splitk_reduce_f32(const float* ws, float* out, i64 n, i32 splits, i64 stride) {
+  splitk_reduce(ws, n, splits, stride, [&](i64 v, const float4& a) { *reinterpret_cast<float4*>(out + v) = a; });
 }
 
 // What this compile selected: out[0] = kArchPath (1 wgmma, 2 mma.sync, 3 MFMA),

@@ -325,19 +325,22 @@ def _module():
     return load_module("gemm.hip", extra_options=_extra_options)
 
 
-def encode_tmap(ptr: int, dims: tuple[int, ...], strides_elems: tuple[int, ...]) -> np.void:
-    """A bf16 TMA descriptor of 64x64(x1...) boxes with 128-byte swizzle (zero fill out of bounds).
+def encode_tmap(ptr: int, dims: tuple[int, ...], strides_elems: tuple[int, ...], elem_bytes: int = 2) -> np.void:
+    """A TMA descriptor of bf16 (elem_bytes 2) or fp32 (4) boxes of 64 rows x 128 bytes (64 or 32
+    columns; x1... in further dims) with 128-byte swizzle (zero fill out of bounds).
 
     dims: innermost first (columns, rows[, groups]); strides_elems: of every dim but the first."""
     from cuda.bindings import driver as cu
 
+    kind = {2: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+            4: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}[elem_bytes]
     res, tm = cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+        kind,
         len(dims),
         ptr,
         [cu.cuuint64_t(d) for d in dims],
-        [cu.cuuint64_t(st * 2) for st in strides_elems],
-        [cu.cuuint32_t(64), cu.cuuint32_t(64)] + [cu.cuuint32_t(1)] * (len(dims) - 2),
+        [cu.cuuint64_t(st * elem_bytes) for st in strides_elems],
+        [cu.cuuint32_t(128 // elem_bytes), cu.cuuint32_t(64)] + [cu.cuuint32_t(1)] * (len(dims) - 2),
         [cu.cuuint32_t(1)] * len(dims),
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
@@ -352,10 +355,11 @@ def encode_tmap(ptr: int, dims: tuple[int, ...], strides_elems: tuple[int, ...])
 
 
 def tmap_of(arr) -> np.void:
-    """The TMA map of a C-contiguous 2-D or 3-D bf16 CuPy array (its dims innermost first)."""
+    """The TMA map of a C-contiguous 2-D or 3-D bf16 or fp32 CuPy array (its dims innermost first)."""
+    size = arr.dtype.itemsize
     dims = tuple(int(d) for d in arr.shape[::-1])
-    strides = tuple(int(st) // 2 for st in arr.strides[::-1][1:])
-    return encode_tmap(arr.data.ptr, dims, strides)
+    strides = tuple(int(st) // size for st in arr.strides[::-1][1:])
+    return encode_tmap(arr.data.ptr, dims, strides, size)
 
 
 ZERO_TMAP = np.zeros(1, TMAP_DTYPE)[0]
@@ -443,15 +447,21 @@ class GemmPlan:
 
     @property
     def tma_store(self) -> bool:
-        """The bf16 store epilogue writes through TMA (Hopper layer): the kernel reads the output's map."""
-        return (self.uses_tma and self.splits == 1 and self.shape.epilogue == "store"
-                and self.out_dtype == _bf16())
+        """The store epilogues (bf16, fp32, split-K's fp32 partials) write through TMA on the Hopper
+        layer: the kernel reads the output's map."""
+        return self.uses_tma and self.shape.epilogue == "store"
 
-    def args(self, a, b, out, head=None, base=None, gate_up=None) -> tuple:
-        """The standard kernel arguments (tma, tmb, tmc, problem, epilogue, head, base)."""
+    @property
+    def partial_rows(self) -> int:
+        """Rows of each split-K partial in the workspace: the output's, padded to whole tiles."""
+        return self.tiles[0] * DEVICE_CONSTANTS["kTileM"]
+
+    def args(self, a, b, out, head=None, base=None, gate_up=None, epi_rows=None) -> tuple:
+        """The standard kernel arguments (tma, tmb, tmc, problem, epilogue, head, base); epi_rows:
+        the epilogue's rows per split (split-K's padded partials), default the output's."""
         s = self.shape
         prob = problem_record(a, b, s.mo, s.no, s.kr, self.tiles, s.swiglu_f, self.splits)
-        epi = epi_record(out, s.mo, s.swiglu_f or s.no, s.epilogue, gate_up)
+        epi = epi_record(out, epi_rows or s.mo, s.swiglu_f or s.no, s.epilogue, gate_up)
         ta, tb, tc = operand_tmaps(self._tmaps, a, b, out, self.uses_tma, self.tma_store)
         return (ta, tb, tc, prob, epi, self.head if head is None else head,
                 np.uint64(self.base if base is None else base))
@@ -464,12 +474,13 @@ class GemmPlan:
             else:
                 import cupy
 
-                s = self.shape
-                ws = cupy.empty((self.splits * s.mo, s.no), dtype=cupy.float32)
-                self.launch(self.args(a, b, ws), stream=stream)
+                s, rows = self.shape, self.partial_rows
+                ws = cupy.empty((self.splits * rows, s.no), dtype=cupy.float32)
+                self.launch(self.args(a, b, ws, epi_rows=rows), stream=stream)
                 n = s.mo * s.no
                 blocks = max(1, min(-(-n // (4 * 256)), 8 * self.grid))
-                self.reduce_kernel((blocks,), (256,), (ws, out, np.int64(n), np.int32(self.splits)), stream=stream)
+                self.reduce_kernel((blocks,), (256,), (ws, out, np.int64(n), np.int32(self.splits),
+                                                       np.int64(rows * s.no)), stream=stream)
             # Every CTA claims until it sees an index past the end: the head moves by ntiles + grid.
             self.base += self.ntiles + self.grid
 

@@ -194,8 +194,9 @@ def test_tile_width_chooser():
 
 
 def test_tma_store_follows_the_plan_not_the_kernel_name():
-    """The bf16 store epilogue reads the output's TMA map whatever the kernel is called (the _n128
-    kernels once got a zero map, an illegal instruction on the H200)."""
+    """The store epilogues (bf16, fp32, split-K partials) read the output's TMA map whatever the
+    kernel is called (the _n128 kernels once got a zero map, an illegal instruction on the H200);
+    the SwiGLU epilogues store from registers."""
     import ml_dtypes
 
     from kosmos import grouped
@@ -208,9 +209,11 @@ def test_tma_store_follows_the_plan_not_the_kernel_name():
         assert plan.tma_store, name
         f32 = gemm.GemmPlan(s, np.dtype(np.float32), gemm.kernel_name("TN", "store", np.float32, tile_n), 1, 1,
                             gemm.tile_counts(s, tile_n), None, None, tile_n=tile_n)
-        assert not f32.tma_store
+        assert f32.tma_store
     split = gemm.GemmPlan(s, bf16, "kosmos_gemm_tn_f32", 1, 1, (2, 2, 2), None, None, splits=2)
-    assert not split.tma_store  # split-K writes fp32 partials
+    assert split.tma_store and split.partial_rows == 256  # fp32 partials, each padded to whole tiles
+    assert not gemm.GemmPlan(gemm.gemm_shape("TN", (256, 128), (512, 128), "swiglu"), bf16, "kosmos_gemm_tn_swiglu",
+                             1, 1, (2, 1, 2), None, None).tma_store
     gs = grouped.grouped_shape("TN", (300, 128), (2, 256, 128), 2)
     for tile_n in gemm.TILE_WIDTHS:
         gp = grouped.GroupedPlan(gs, bf16, grouped.kernel_name("TN", "store", bf16, tile_n), 1, None, None,

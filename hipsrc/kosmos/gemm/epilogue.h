@@ -33,12 +33,15 @@ struct EpiStoreBf16 {
 };
 
 // The same through shared memory and TMA stores on the Hopper layer (full 128-byte lines, and the
-// consumers move on to the next tile while the stores drain). `map` describes `out` (64x64 boxes,
-// 128-byte swizzle); other layers ignore it and use pair().
+// consumers move on to the next tile while the stores drain). `map` describes `out` (boxes of 64
+// rows x 128 bytes, 128-byte swizzle); other layers ignore it and use pair(). tma_row: the map row
+// of the tile's first row.
 struct EpiStoreBf16Tma : EpiStoreBf16 {
   const TensorMap* map;
   static constexpr bool kTmaStore = true;
+  static constexpr int kTmaElemBytes = 2;
   KOSMOS_DEVICE EpiStoreBf16Tma(const EpiStoreBf16& e, const TensorMap* m) : EpiStoreBf16(e), map(m) {}
+  KOSMOS_DEVICE i32 tma_row(const TileCoord& t) const { return t.row0; }
 };
 
 // out[mo, no] fp32 (a partial-sum staging buffer, or a full-precision result), row stride ldo.
@@ -57,6 +60,17 @@ struct EpiStoreF32 {
     if (col + t.half < no) { p[t.half] = hi0; p[t.half + 1] = hi1; }
   }
   KOSMOS_DEVICE void done(const TileCoord&) const {}
+};
+
+// The same through TMA stores (Hopper layer), 64-row x 32-column boxes. Split-K partials: the map
+// covers [splits * mo, no], so the host pads mo to whole tiles (a tile's rows past the output land
+// in its own split's padding, not in the next split's rows).
+struct EpiStoreF32Tma : EpiStoreF32 {
+  const TensorMap* map;
+  static constexpr bool kTmaStore = true;
+  static constexpr int kTmaElemBytes = 4;
+  KOSMOS_DEVICE EpiStoreF32Tma(const EpiStoreF32& e, const TensorMap* m) : EpiStoreF32(e), map(m) {}
+  KOSMOS_DEVICE i32 tma_row(const TileCoord& t) const { return t.split * mo + t.row0; }
 };
 
 // SwiGLU: the tile's lower half holds gate columns, its upper half the matching up columns
