@@ -4,7 +4,6 @@
 //   kosmos_moe_weight_grads   32 threads per (token, j): d w[t, j] = <row(t, j), dy[t]> in fp32, where
 //                             row(t, j) is the pair's expert output in the combine buffer; NaN after a
 //                             failed dispatch
-//   kosmos_moe_weighted_rows  dispatch-order rows of dy times their router weights, rounded to bf16
 //   kosmos_moe_nan_if_failed  the weight gradients NaN after a failed dispatch
 //   kosmos_moe_router_bwd     d logits from the combine weights' gradients, a CTA per token row
 #include "kosmos/moe/route.h"
@@ -38,22 +37,6 @@ extern "C" __global__ void __launch_bounds__(256) kosmos_moe_weight_grads(
     __syncthreads();
   }
   if (lane == 0 && p < pairs) d_weights[p] = *status != 0 ? __uint_as_float(0x7FC00000u) : part[threadIdx.x];
-}
-
-// out[row] = bf16(dy[order[row] / k] * weights[order[row]]), rows [0, rows), 8 elements a thread.
-extern "C" __global__ void kosmos_moe_weighted_rows(const u16* __restrict__ dy, const i32* __restrict__ order,
-                                                    const float* __restrict__ weights, i64 rows, i32 top_k, i32 h,
-                                                    u16* __restrict__ out) {
-  const i32 vecs = h / 8;
-  for (i64 v = i64(blockIdx.x) * blockDim.x + threadIdx.x; v < rows * vecs; v += i64(gridDim.x) * blockDim.x) {
-    const i64 row = v / vecs, c = (v % vecs) * 8;
-    const i32 pair = order[row];
-    const float w = weights[pair];
-    float f[8];
-    bf16x8_to_f32(ld16(dy + i64(pair / top_k) * h + c), f);
-    for (int u = 0; u < 8; ++u) f[u] *= w;
-    st16(out + row * h + c, f32_to_bf16x8(f));
-  }
 }
 
 // After a dispatch that moved nothing (status != 0: an overflow or a refusal, the same on every

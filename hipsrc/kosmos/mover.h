@@ -30,9 +30,14 @@ KOSMOS_DEVICE void cta_copy(void* dst, const void* src, u64 nbytes, u32 threads)
 // at once, so that rows shorter than a round (an MoE token row: 7-14 KB against the 24 KB a CTA
 // keeps in flight) still give every thread kMoverUnroll requests in flight.
 // Unroll: vectors in flight per thread (more where the registers are there anyway: a CTA of a
-// fused kernel has the builder's register budget).
-template <int Unroll = kMoverUnroll, class Dst, class Src>
-KOSMOS_DEVICE void cta_copy_rows(const Dst& dst, const Src& src, u32 rows, u32 row_bytes) {
+// fused kernel has the builder's register budget). xform(r, v) may change each vector of row r
+// between its load and its store (the MoE backward weights its dY rows there).
+struct KeepVectors {
+  KOSMOS_DEVICE void operator()(u32, vec16&) const {}
+};
+
+template <int Unroll = kMoverUnroll, class Dst, class Src, class Xform = KeepVectors>
+KOSMOS_DEVICE void cta_copy_rows(const Dst& dst, const Src& src, u32 rows, u32 row_bytes, const Xform& xform = Xform{}) {
   const u32 vecs = row_bytes / 16, n = rows * vecs, stride = blockDim.x;
   for (u32 i = threadIdx.x; i < n; i += Unroll * stride) {
     vec16 v[Unroll];
@@ -44,7 +49,10 @@ KOSMOS_DEVICE void cta_copy_rows(const Dst& dst, const Src& src, u32 rows, u32 r
 #pragma unroll
     for (int u = 0; u < Unroll; ++u) {
       const u32 f = i + u * stride;
-      if (f < n) st16(static_cast<u8*>(dst(f / vecs)) + u64(f % vecs) * 16, v[u]);
+      if (f < n) {
+        xform(f / vecs, v[u]);
+        st16(static_cast<u8*>(dst(f / vecs)) + u64(f % vecs) * 16, v[u]);
+      }
     }
   }
 }

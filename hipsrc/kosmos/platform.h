@@ -244,6 +244,14 @@ KOSMOS_DEVICE vec16 f32_to_bf16x8(const float* f) {
   return o;
 }
 
+// Eight bf16 times w in fp32, rounded to bf16 once (nearest even).
+KOSMOS_DEVICE vec16 scale_bf16x8(const vec16& v, float w) {
+  float f[8];
+  bf16x8_to_f32(v, f);
+  for (int u = 0; u < 8; ++u) f[u] *= w;
+  return f32_to_bf16x8(f);
+}
+
 // A load that always goes to memory (peer data polled for a sentinel).
 KOSMOS_DEVICE vec16 ld16_volatile(const void* p) {
   vec16 v;

@@ -39,10 +39,10 @@ _u64, _i32 = np.uint64, np.int32
 DISPATCH_PARAMS_DTYPE = np.dtype(
     [("peer_bases", _u64), ("wait", WAIT_CTX_DTYPE), ("epoch", _u64), ("flags_off", _u64), ("counts_off", _u64),
      ("arrived_off", _u64), ("arena_off", _u64), ("row_bytes", _u64), ("capacity", _u64), ("start", _u64),
-     ("order", _u64), ("x", _u64), ("run_done", _u64), ("group_rows", _u64), ("run_rows", _u64),
+     ("order", _u64), ("x", _u64), ("weights", _u64), ("run_done", _u64), ("group_rows", _u64), ("run_rows", _u64),
      ("all_counts", _u64), ("status", _u64),
      ("rank", _i32), ("world", _i32), ("experts", _i32), ("e_loc", _i32), ("top_k", _i32), ("item_rows", _i32),
-     ("refused", _i32), ("in_order", _i32)],
+     ("refused", _i32)],
     align=True,
 )
 MIRRORS = [StructMirror("kosmos::moe::DispatchParams", DISPATCH_PARAMS_DTYPE)]
@@ -120,15 +120,15 @@ class MoEDispatch(SymmetricPlan):
         cupy.cuda.runtime.deviceSynchronize()  # the zeroed counters, before a first call on any stream
 
     @uses_stream
-    def __call__(self, x: Any, routing: DeviceRouting, *, in_order: bool = False, check: bool = False,
+    def __call__(self, x: Any, routing: DeviceRouting, *, weighted: bool = False, check: bool = False,
                  stream: Any = None) -> tuple[Any, Any, Any]:
         """(arena [capacity_rows, row_bytes] uint8, group_rows, run_rows); see the module docstring.
-        in_order: x holds [T * k] rows already in dispatch order (row i goes where pair order[i]
-        goes), instead of [T] tokens gathered through the order.
+        weighted: x is bf16 and each pushed row is its token's row times the pair's routing weight
+        (routing.weights, fp32), rounded to bf16 once (the backward's router-weighted dY).
 
         A rank whose arguments are refused still launches, sending counts of -1: every rank then
         moves nothing (status -1) instead of waiting out its budget for it, and this rank raises."""
-        self._run(x, routing, in_order, check, stream, None)
+        self._run(x, routing, weighted, check, stream, None)
         return self.arena.local, self.group_rows, self.run_rows
 
     @uses_stream
@@ -146,28 +146,29 @@ class MoEDispatch(SymmetricPlan):
         self._run(x, routing, False, check, stream, (w1, movers, gate_up, bfloat16))
         return self.arena.local, self.group_rows, self.run_rows, self._h
 
-    def _run(self, x: Any, routing: DeviceRouting, in_order: bool, check: bool, stream: Any,
+    def _run(self, x: Any, routing: DeviceRouting, weighted: bool, check: bool, stream: Any,
              fused: tuple | None) -> None:
         self._check_open()
         refusal, gemm1 = None, None
         try:
-            x, start, order, k = self._checked(x, routing, in_order, stream)
+            x, start, order, weights, k = self._checked(x, routing, weighted, stream)
             if fused is not None:
                 gemm1 = self._gemm1_args(x, *fused, stream=stream)
         except (TypeError, ValueError) as e:
             # a refusal launches the plain dispatch (its counts of -1 stop the peers' fused launches too)
-            refusal, x, start, order, k, gemm1 = e, None, None, None, 1, None
+            refusal, x, start, order, weights, k, gemm1 = e, None, None, None, None, 1, None
         w = self.world
         epoch, ctx = self._next_call(stream)
         rec = record(
             DISPATCH_PARAMS_DTYPE, peer_bases=self.heap.peer_bases.data.ptr, wait=ctx, epoch=epoch,
             flags_off=self.flags.offset, counts_off=self.counts.offset, arrived_off=self.arrived.offset,
             arena_off=self.arena.offset, row_bytes=self.row_bytes, capacity=self.capacity_rows,
-            start=address(start), order=address(order), x=address(x), run_done=self.run_done.data.ptr,
+            start=address(start), order=address(order), x=address(x), weights=address(weights),
+            run_done=self.run_done.data.ptr,
             group_rows=self.group_rows.data.ptr, run_rows=self.run_rows.data.ptr,
             all_counts=self.all_counts.data.ptr, status=self.status.data.ptr, rank=w.rank, world=w.size,
             experts=self.experts, e_loc=self.e_loc, top_k=max(k, 1), item_rows=self.item_rows,
-            refused=int(refusal is not None), in_order=int(in_order))
+            refused=int(refusal is not None))
         if gemm1 is None:
             self.launch([rec], stream=stream)
         else:
@@ -212,7 +213,7 @@ class MoEDispatch(SymmetricPlan):
         head = grouped.kernel_head(shape, arena, w1, self._h, self._tmaps, 256, gemm.arch_path() == "wgmma", gate_up)
         return self._gemm1, head, movers
 
-    def _checked(self, x: Any, routing: DeviceRouting, in_order: bool, stream: Any) -> tuple:
+    def _checked(self, x: Any, routing: DeviceRouting, weighted: bool, stream: Any) -> tuple:
         dev = self.world.device_id
         x = check_array(x, "x", device=dev, stream=stream)
         if x.ndim != 2 or x.shape[1] * x.dtype.itemsize != self.row_bytes:
@@ -222,12 +223,21 @@ class MoEDispatch(SymmetricPlan):
             raise ValueError(f"routing.start must be [{self.experts + 1}] (this plan's experts), got {start.shape}")
         t = int(routing.experts.shape[0]) if routing.experts.ndim == 2 else -1
         k = int(routing.experts.shape[1]) if routing.experts.ndim == 2 else 0
-        if int(x.shape[0]) != (t * k if in_order else t):
-            raise ValueError(f"the routing is for {t} tokens x top_k {k}; x has {x.shape[0]} "
-                             f"{'rows (in dispatch order: T * k expected)' if in_order else 'tokens'}")
+        if int(x.shape[0]) != t:
+            raise ValueError(f"the routing is for {t} tokens x top_k {k}; x has {x.shape[0]} tokens")
+        weights = None
+        if weighted:
+            from ..dtypes import bfloat16
+
+            if x.dtype != bfloat16:
+                raise TypeError(f"weighted rows are bf16 (each scaled by its routing weight), got {x.dtype}")
+            weights = check_array(routing.weights, "routing.weights", dtypes=(np.dtype(np.float32),), device=dev,
+                                  stream=stream)
+            if weights.shape != (t, k):
+                raise ValueError(f"routing.weights must be [{t}, {k}], got {tuple(weights.shape)}")
         order = routing.order
         if order.shape != (t * k,):
             raise ValueError(f"routing.order must be [{t * k}], got {order.shape}")
         if t:
             order = check_array(order, "routing.order", dtypes=(np.dtype(np.int32),), device=dev, stream=stream)
-        return x, start, order, k
+        return x, start, order, weights, k

@@ -440,14 +440,11 @@ class MoELayer:
         #    -- before anything else reuses that buffer. A forward whose dispatch overflowed moved
         #    nothing (its y is NaN): NaN gradients too, decided on the device (no host sync).
         d_weights = cupy.empty((t, k), float32)
-        d_out = cupy.empty((t * k, hid), bfloat16)
         if t:
             bwd("kosmos_moe_weight_grads")((-(-t * k // 8),), (256,), (
                 self._combine.comb.local, r.slot, dy, np.int64(t * k), np.int32(k), np.int32(hid), status, d_weights))
-            # 2. the weighted dY rows in dispatch order, to the experts' owners
-            bwd("kosmos_moe_weighted_rows")((1024,), (256,), (
-                dy, r.order, r.weights, np.int64(t * k), np.int32(k), np.int32(hid), d_out))
-        arena, rows, _ = self._dispatch_bwd(d_out, r, in_order=True)
+        # 2. the dY rows to the experts' owners, each times its pair's routing weight as it is pushed
+        arena, rows, _ = self._dispatch_bwd(dy, r, weighted=True)
         d_ye = arena.view(bfloat16)                                                   # [cap, H]
         # 3. the experts' backward, expert-major over the arena
         x_e, a = ctx.x_experts, ctx.h

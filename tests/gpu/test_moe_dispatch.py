@@ -41,20 +41,24 @@ def routed(world, cfg, seed):
     x = rank_input(seed, world.rank, (t, H), np.float32).astype(bfloat16)
     logits = rank_input(seed + 1, world.rank, (t, 64), np.float32)
     rt = route(cupy.asarray(logits), cfg)
-    mine = (x, cupy.asnumpy(rt.order), cupy.asnumpy(rt.start))
+    mine = (x, cupy.asnumpy(rt.order), cupy.asnumpy(rt.start), cupy.asnumpy(rt.weights).ravel())
     return cupy.asarray(x), rt, world.comm.allgather(mine)
 
 
-def expected_arena(world, cfg, everyone):
+def expected_arena(world, cfg, everyone, weighted=False):
+    """weighted: each row times its pair's routing weight in fp32, rounded to bf16 once."""
     me, e_loc, k = world.rank, cfg.experts // world.size, cfg.top_k
     width = everyone[0][0].shape[1]
     rows, run_rows = [np.zeros((0, width), bfloat16)], np.zeros((e_loc, world.size), np.int32)
     for l in range(e_loc):
         g = me * e_loc + l
-        for s, (x, order, start) in enumerate(everyone):
-            toks = order[start[g]:start[g + 1]] // k
-            rows.append(x[toks])
-            run_rows[l, s] = len(toks)
+        for s, (x, order, start, weights) in enumerate(everyone):
+            pairs = order[start[g]:start[g + 1]]
+            got = x[pairs // k]
+            if weighted:
+                got = (got.astype(np.float32) * weights[pairs][:, None]).astype(bfloat16)
+            rows.append(got)
+            run_rows[l, s] = len(pairs)
     return np.concatenate(rows).view(np.uint16), run_rows
 
 
@@ -89,6 +93,36 @@ def test_rows_land_where_the_layout_says(world, item_rows):
             flags = cupy.asnumpy(arrived)[:, :world.size]
             epoch = disp.epoch - (len(calls) - 1 - c)
             assert ((flags == epoch) == (want_runs > 0)).all(), c
+    finally:
+        disp.close()
+
+
+def test_weighted_rows_are_scaled_once(world):
+    """weighted=True (the backward's router-weighted dY): every pushed row is its token's row times
+    the pair's fp32 weight, rounded to bf16 once, bitwise as NumPy computes it; back-to-back calls,
+    items of 3 rows; unweighted calls between them stay plain copies."""
+    cfg = config(world)
+    disp = MoEDispatch(world, cfg.experts, 2 * H, capacity_rows=world.size * 200 * cfg.top_k, item_rows=3)
+    try:
+        calls = [routed(world, cfg, seed=60 + c) for c in range(3)]
+        snaps = []
+        cupy.cuda.Device().synchronize()
+        for c, (x, rt, _) in enumerate(calls):
+            disp.arena.local.view(np.uint8).fill(0xFF)
+            arena, _, _ = disp(x, rt, weighted=c != 1)
+            snaps.append(arena.copy())
+        cupy.cuda.Device().synchronize()
+        world.status.raise_if_failed()
+        for c, ((_, _, everyone), arena) in enumerate(zip(calls, snaps)):
+            want, _ = expected_arena(world, cfg, everyone, weighted=c != 1)
+            got = cupy.asnumpy(arena).view(np.uint16).reshape(arena.shape[0], H)
+            assert (got[:len(want)] == want).all(), f"call {c}: arena rows differ"
+            assert (got[len(want):] == 0xFFFF).all(), f"call {c}: rows past the layout were written"
+        with pytest.raises(TypeError, match="weighted rows are bf16"):
+            disp(cupy.zeros((tokens(world, world.rank), 2 * H), np.uint8), calls[0][1], weighted=True, check=True)
+        if world.size > 1:
+            world.synchronize()
+        disp(*calls[0][:2], check=True)  # the refusal reached every rank; the next call works
     finally:
         disp.close()
 

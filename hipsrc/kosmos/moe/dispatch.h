@@ -36,7 +36,9 @@ struct DispatchParams {
   u64 row_bytes, capacity;                 // arena rows
   const i32* start;       // [E + 1] this rank's dispatch plan (kosmos.moe.route: DeviceRouting.start)
   const i32* order;       // [T * k] row -> t * k + j
-  const u8* x;            // [T][row_bytes] this rank's tokens, or (in_order) [T * k] rows in dispatch order
+  const u8* x;            // [T][row_bytes] this rank's tokens
+  const float* weights;   // [T * k] or nullptr: each pushed row (bf16) times its pair's weight, rounded
+                          // once (the backward's router-weighted dY rows)
   u64* run_done;          // [2][E] local: items finished per expert run, call parity (reset per call)
   i32* group_rows;        // [E_loc] out: rows of each local expert
   i32* run_rows;          // [E_loc][world] out: rows of (local expert, source)
@@ -45,7 +47,6 @@ struct DispatchParams {
                           // refused its input on the host (it sends counts of -1). Either way nothing moves.
   i32 rank, world, experts, e_loc, top_k, item_rows;
   i32 refused;            // 1: this rank refused its input (start, order and x are not read)
-  i32 in_order;           // 1: x holds the rows already in dispatch order (the backward's dY rows)
 };
 
 // Shared memory: counts[world][E] of this call, then my_base[E] (where my run of expert g starts in
@@ -168,12 +169,14 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d) {
     const i32 first = d.start[g] + c * d.item_rows, last = min(first + d.item_rows, d.start[g + 1]);
     // gathered rows (token order[i] / k, or row i itself) to consecutive arena rows
     u8* dst = reinterpret_cast<u8*>(d.peer_bases[o] + d.arena_off) + u64(my_base[g] + first - d.start[g]) * d.row_bytes;
-    cta_copy_rows<Unroll>([&](u32 r) { return dst + u64(r) * d.row_bytes; },
-                  [&](u32 r) {
-                    const i32 i = first + i32(r);
-                    return d.x + u64(d.in_order ? i : d.order[i] / d.top_k) * d.row_bytes;
-                  },
-                  u32(last - first), u32(d.row_bytes));
+    const auto src = [&](u32 r) { return d.x + u64(d.order[first + i32(r)] / d.top_k) * d.row_bytes; };
+    const auto dst_row = [&](u32 r) { return dst + u64(r) * d.row_bytes; };
+    if (d.weights == nullptr) {
+      cta_copy_rows<Unroll>(dst_row, src, u32(last - first), u32(d.row_bytes));
+    } else {
+      cta_copy_rows<Unroll>(dst_row, src, u32(last - first), u32(d.row_bytes),
+                            [&](u32 r, vec16& v) { v = scale_bf16x8(v, d.weights[d.order[first + i32(r)]]); });
+    }
     item_done(&d.run_done[i64(d.epoch & 1) * E + g], u64(chunks_of_run(d, g)),
               arrived_flag(d, o, g - o * d.e_loc, me), d.epoch);
   }
