@@ -52,11 +52,11 @@ def expected_arena(world, cfg, everyone, weighted=False):
     rows, run_rows = [np.zeros((0, width), bfloat16)], np.zeros((e_loc, world.size), np.int32)
     for l in range(e_loc):
         g = me * e_loc + l
-        for s, (x, order, start, weights) in enumerate(everyone):
+        for s, (x, order, start, *weights) in enumerate(everyone):  # weights: [T * k] (routed())
             pairs = order[start[g]:start[g + 1]]
             got = x[pairs // k]
             if weighted:
-                got = (got.astype(np.float32) * weights[pairs][:, None]).astype(bfloat16)
+                got = (got.astype(np.float32) * weights[0][pairs][:, None]).astype(bfloat16)
             rows.append(got)
             run_rows[l, s] = len(pairs)
     return np.concatenate(rows).view(np.uint16), run_rows
@@ -218,12 +218,13 @@ def test_swiglu_is_the_dispatch_then_the_grouped_gemm(world, movers, width):
                 time.sleep(0.5)  # a late rank
             if disp._h is not None:
                 disp._h.view(np.uint16).fill(0xFFFF)  # NaN, on my stream before my launch
-            arena, group_rows, run_rows, h = disp.swiglu(x, rt, w1, movers=m)
-            snaps.append((everyone, arena.copy(), group_rows.copy(), h.copy()))
+            kept = cupy.full((cap, 2 * f), 0xFFFF, np.uint16).view(bfloat16) if c != 1 else None
+            arena, group_rows, run_rows, h = disp.swiglu(x, rt, w1, movers=m, gate_up=kept)
+            snaps.append((everyone, arena.copy(), group_rows.copy(), h.copy(), kept))
         cupy.cuda.Device().synchronize()
         world.status.raise_if_failed()
         assert int(disp.status.get()[0]) == 0
-        for c, (everyone, arena, group_rows, h) in enumerate(snaps):
+        for c, (everyone, arena, group_rows, h, kept) in enumerate(snaps):
             want, want_runs = expected_arena(world, cfg, everyone)
             want = want.reshape(-1, h_dim)
             got = _bits(arena).reshape(arena.shape[0], h_dim)
@@ -233,6 +234,10 @@ def test_swiglu_is_the_dispatch_then_the_grouped_gemm(world, movers, width):
             x_e = arena.view(bfloat16).reshape(cap, h_dim)
             oracle = grouped.grouped_matmul(x_e, w1, group_rows, "TN", epilogue="swiglu")
             assert (_bits(h)[:total] == _bits(oracle)[:total]).all(), f"call {c}: not bitwise the grouped GEMM"
+            if kept is not None:  # the kept [gate, up]: bitwise the plain grouped TN, nothing past the rows
+                plain = grouped.grouped_matmul(x_e, w1, group_rows, "TN")
+                assert (_bits(kept)[:total] == _bits(plain)[:total]).all(), f"call {c}: kept pre-activations"
+                assert (_bits(kept)[total:] == 0xFFFF).all(), f"call {c}: pre-activations past the rows"
             if c > 0:
                 assert not np.isnan(cupy.asnumpy(h[:total]).astype(np.float32)).any(), c
             a64, w64 = want.view(bfloat16).astype(np.float64), cupy.asnumpy(w1).astype(np.float64)
