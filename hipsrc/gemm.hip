@@ -23,14 +23,13 @@ using namespace kosmos::gemm;
 #define KOSMOS_EPI_AS_IS epi
 #define KOSMOS_EPI_TMA EpiStoreBf16Tma(epi, &tmc)
 #define KOSMOS_EPI_TMA32 EpiStoreF32Tma(epi, &tmc)
-#define KOSMOS_EPI_SWB_TMA EpiSwiGLUBackwardTma(epi, &tmc)
 
 KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_bf16, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_f32, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_TMA32)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_swiglu, LAYOUT_TN, EpiSwiGLU, KOSMOS_EPI_AS_IS)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_bf16, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_f32, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_TMA32)
-KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_swiglu_bwd, LAYOUT_NN, EpiSwiGLUBackward, KOSMOS_EPI_SWB_TMA)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_swiglu_bwd, LAYOUT_NN, EpiSwiGLUBackward, KOSMOS_EPI_AS_IS)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_bf16, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_f32, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32)
 

@@ -46,12 +46,11 @@ KOSMOS_DEVICE void grouped_gemm(const TensorMap& tma, const TensorMap& tmb, cons
 #define KOSMOS_EPI_AS_IS epi
 #define KOSMOS_EPI_TMA EpiStoreBf16Tma(epi, &tmc)
 #define KOSMOS_EPI_TMA32 EpiStoreF32Tma(epi, &tmc)
-#define KOSMOS_EPI_SWB_TMA EpiSwiGLUBackwardTma(epi, &tmc)
 
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_tn_bf16, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_tn_swiglu, LAYOUT_TN, EpiSwiGLU, KOSMOS_EPI_AS_IS)
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_nn_bf16, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA)
-KOSMOS_GROUPED_KERNEL(kosmos_grouped_nn_swiglu_bwd, LAYOUT_NN, EpiSwiGLUBackward, KOSMOS_EPI_SWB_TMA)
+KOSMOS_GROUPED_KERNEL(kosmos_grouped_nn_swiglu_bwd, LAYOUT_NN, EpiSwiGLUBackward, KOSMOS_EPI_AS_IS)
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_nt_bf16, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_nt_f32, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32)
 

@@ -34,7 +34,6 @@ from .runtime.streams import DeviceOrder, uses_stream
 
 LAYOUTS = ("TN", "NN", "NT")
 EPILOGUES = ("store", "swiglu", "swiglu_backward")
-TMA_EPILOGUES = ("store", "swiglu_backward")  # the ones that store through TMA on Hopper (read the out map)
 _LAYOUT_ID = {"TN": 0, "NN": 1, "NT": 2}
 
 
@@ -448,9 +447,9 @@ class GemmPlan:
 
     @property
     def tma_store(self) -> bool:
-        """The store epilogues (bf16, fp32, split-K's fp32 partials) and the SwiGLU backward write
-        through TMA on the Hopper layer: the kernel reads the output's map."""
-        return self.uses_tma and self.shape.epilogue in TMA_EPILOGUES
+        """The store epilogues (bf16, fp32, split-K's fp32 partials) write through TMA on the Hopper
+        layer: the kernel reads the output's map."""
+        return self.uses_tma and self.shape.epilogue == "store"
 
     @property
     def partial_rows(self) -> int:

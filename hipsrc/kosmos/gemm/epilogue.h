@@ -32,28 +32,16 @@ struct EpiStoreBf16 {
   KOSMOS_DEVICE void done(const TileCoord&) const {}
 };
 
-// The TMA-store interface (Hopper layer; other layers ignore it and use pair()). Stores go through
-// shared memory and TMA (full 128-byte lines, and the consumers move on to the next tile while
-// they drain); `map` describes the output (boxes of 64 rows x 128 bytes, 128-byte swizzle). For
-// each accumulator subtile (the box's width of accumulator columns, starting at column col_q) the
-// builder stages kTmaBoxes boxes: box b holds box_pair(tile, b, row, col, v0, v1) for the pair of
-// accumulators (v0, v1) at (row, col), col_q + ..., and goes to map column tma_col(col_q, b) and
-// map row tma_row(tile) + the box's first row; box_live(col_q) = false skips the subtile and every
-// one right of it. The plain stores keep the accumulators in place (TMA drops what is past the map).
-struct TmaPlainBoxes {
-  static constexpr bool kTmaStore = true;
-  static constexpr int kTmaBoxes = 1;
-  KOSMOS_DEVICE i32 tma_row(const TileCoord& t) const { return t.row0; }
-  KOSMOS_DEVICE i32 tma_col(i32 col_q, int) const { return col_q; }
-  KOSMOS_DEVICE bool box_live(i32) const { return true; }
-  KOSMOS_DEVICE u32 box_pair(const TileCoord&, int, i32, i32, float v0, float v1) const { return pack_bf16x2(v0, v1); }
-};
-
-struct EpiStoreBf16Tma : EpiStoreBf16, TmaPlainBoxes {
+// The same through shared memory and TMA stores on the Hopper layer (full 128-byte lines, and the
+// consumers move on to the next tile while the stores drain). `map` describes `out` (boxes of 64
+// rows x 128 bytes, 128-byte swizzle); other layers ignore it and use pair(). tma_row: the map row
+// of the tile's first row.
+struct EpiStoreBf16Tma : EpiStoreBf16 {
   const TensorMap* map;
   static constexpr bool kTmaStore = true;
   static constexpr int kTmaElemBytes = 2;
   KOSMOS_DEVICE EpiStoreBf16Tma(const EpiStoreBf16& e, const TensorMap* m) : EpiStoreBf16(e), map(m) {}
+  KOSMOS_DEVICE i32 tma_row(const TileCoord& t) const { return t.row0; }
 };
 
 // out[mo, no] fp32 (a partial-sum staging buffer, or a full-precision result), row stride ldo.
@@ -77,7 +65,7 @@ struct EpiStoreF32 {
 // The same through TMA stores (Hopper layer), 64-row x 32-column boxes. Split-K partials: the map
 // covers [splits * mo, no], so the host pads mo to whole tiles (a tile's rows past the output land
 // in its own split's padding, not in the next split's rows).
-struct EpiStoreF32Tma : EpiStoreF32, TmaPlainBoxes {
+struct EpiStoreF32Tma : EpiStoreF32 {
   const TensorMap* map;
   static constexpr bool kTmaStore = true;
   static constexpr int kTmaElemBytes = 4;
@@ -121,13 +109,14 @@ struct EpiSwiGLUBackward {
   const u16* pre;
   static constexpr bool kHasDone = false;
   static constexpr bool kTmaStore = false;
-  // d gate and d up of the two elements (row, col), (row, col + 1) from their dA accumulators
-  KOSMOS_DEVICE void grads(i32 row, i32 col, float da0, float da1, float* dg, float* du) const {
+  KOSMOS_DEVICE void two(i32 row, i32 col, float da0, float da1) const {
+    if (col >= f) return;
     const u16* p = pre + i64(row) * (2 * f) + col;
     const u32 gs = *reinterpret_cast<const u32*>(p), us = *reinterpret_cast<const u32*>(p + f);
     const float g[2] = {bf16_to_f32(u16(gs)), bf16_to_f32(u16(gs >> 16))};
     const float u[2] = {bf16_to_f32(u16(us)), bf16_to_f32(u16(us >> 16))};
     const float da[2] = {da0, da1};
+    float dg[2], du[2];
     for (int e = 0; e < 2; ++e) {  // silu'(g) = s (1 + g (1 - s)), s = sigmoid(g)
       // __frcp_rn, not 1 / x: IEEE division's slow-path call puts the accumulators on the stack
       // (ptxas then serializes the wgmma)
@@ -135,11 +124,6 @@ struct EpiSwiGLUBackward {
       dg[e] = da[e] * u[e] * s * (1.0f + g[e] * (1.0f - s));
       du[e] = da[e] * g[e] * s;
     }
-  }
-  KOSMOS_DEVICE void two(i32 row, i32 col, float da0, float da1) const {
-    if (col >= f) return;
-    float dg[2], du[2];
-    grads(row, col, da0, da1, dg, du);
     u16* o = out + i64(row) * ldo + col;
     *reinterpret_cast<u32*>(o) = pack_bf16x2(dg[0], dg[1]);
     *reinterpret_cast<u32*>(o + f) = pack_bf16x2(du[0], du[1]);
@@ -151,26 +135,6 @@ struct EpiSwiGLUBackward {
     two(row, t.col0 + lc + t.half, hi0, hi1);
   }
   KOSMOS_DEVICE void done(const TileCoord&) const {}
-};
-
-// The same through TMA stores: each 64-column subtile of dA gives a d gate box (map column col_q)
-// and a d up box (f + col_q) of `out` [mo, 2f]; subtiles at or past f are skipped (their boxes would
-// land in the d up half). Rows past the tile's end read no pre (TMA drops them).
-struct EpiSwiGLUBackwardTma : EpiSwiGLUBackward {
-  const TensorMap* map;
-  static constexpr bool kTmaStore = true;
-  static constexpr int kTmaElemBytes = 2;
-  static constexpr int kTmaBoxes = 2;
-  KOSMOS_DEVICE EpiSwiGLUBackwardTma(const EpiSwiGLUBackward& e, const TensorMap* m) : EpiSwiGLUBackward(e), map(m) {}
-  KOSMOS_DEVICE i32 tma_row(const TileCoord& t) const { return t.row0; }
-  KOSMOS_DEVICE i32 tma_col(i32 col_q, int b) const { return col_q + b * f; }
-  KOSMOS_DEVICE bool box_live(i32 col_q) const { return col_q < f; }
-  KOSMOS_DEVICE u32 box_pair(const TileCoord& t, int b, i32 row, i32 col, float da0, float da1) const {
-    if (row >= t.row_end) return 0u;
-    float dg[2], du[2];
-    grads(row, col, da0, da1, dg, du);
-    return b == 0 ? pack_bf16x2(dg[0], dg[1]) : pack_bf16x2(du[0], du[1]);
-  }
 };
 
 // Adds a completion point to any epilogue: once per tile, after all of the tile's stores are done
