@@ -40,11 +40,12 @@ extern "C" __global__ void __launch_bounds__(256) kosmos_moe_weight_grads(
 }
 
 // After a dispatch that moved nothing (status != 0: an overflow or a refusal, the same on every
-// rank), NaN into n fp32 words (the backward's weight gradients); otherwise nothing is read or
-// written past the status word, so the common case costs a launch and not a pass over the data.
-extern "C" __global__ void kosmos_moe_nan_if_failed(const i64* status, u32* data, u64 n) {
+// rank), `nan` (one fp32 NaN, or two bf16 ones) into n 32-bit words (the backward's weight
+// gradients); otherwise nothing is read or written past the status word, so the common case costs
+// a launch and not a pass over the data.
+extern "C" __global__ void kosmos_moe_nan_if_failed(const i64* status, u32* data, u64 n, u32 nan) {
   if (*status == 0) return;
-  for (u64 i = u64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += u64(gridDim.x) * blockDim.x) data[i] = 0x7FC00000u;
+  for (u64 i = u64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += u64(gridDim.x) * blockDim.x) data[i] = nan;
 }
 
 // ---- the router's backward: kosmos/moe/reference.py router_logit_grads, one CTA (64 threads) a

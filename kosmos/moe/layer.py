@@ -121,10 +121,10 @@ class MoEGradients:
     """MoELayer.backward's result: d(sum(dy * y) + aux + z) for every input and parameter."""
     dx: Any                   # [T, H] bf16
     d_router_w: Any           # [E, H] fp32
-    dw1: Any                  # [E/P, 2I, H] fp32, this rank's experts
-    dw2: Any                  # [E/P, H, I] fp32
-    d_shared_w1: Any = None   # [S, 2Is, H] fp32
-    d_shared_w2: Any = None   # [S, H, Is] fp32
+    dw1: Any                  # [E/P, 2I, H] fp32 (or bf16: backward's wgrad_dtype), this rank's experts
+    dw2: Any                  # [E/P, H, I] fp32 (or bf16)
+    d_shared_w1: Any = None   # [S, 2Is, H] fp32 (or bf16)
+    d_shared_w2: Any = None   # [S, H, Is] fp32 (or bf16)
 
 
 def _backward_kernels(world: World) -> Any:
@@ -402,9 +402,13 @@ class MoELayer:
 
     # ---- the backward (device path) ----
     @uses_stream
-    def backward(self, dy: Any, ctx: MoEContext, params: MoEParams, stream: Any = None) -> MoEGradients:
+    def backward(self, dy: Any, ctx: MoEContext, params: MoEParams, *, wgrad_dtype: Any = float32,
+                 stream: Any = None) -> MoEGradients:
         """Gradients of sum(dy * y) + aux + z for the forward that made `ctx` (device path; call it
         before the next forward: ctx holds the forward's dispatch arena and combine buffer).
+        wgrad_dtype: the experts' weight gradients (routed and shared) in float32 (for an fp32
+        master-weight optimiser) or bfloat16 (the same accumulators rounded once: half the bytes);
+        the router's stays float32.
 
         Serial separate launches: the router-weighted dY rows to the experts' owners (MoEDispatch,
         its own arena), wgrad2 (grouped NT) and dgrad2 with the SwiGLU backward in its epilogue
@@ -430,6 +434,9 @@ class MoELayer:
             if dy.shape != (t, cfg.hidden):
                 raise ValueError(f"dy must be [{t}, {cfg.hidden}] bf16 (the forward's y), got {tuple(dy.shape)}")
             params = self._check_params(params)
+            wdt = np.dtype(wgrad_dtype)
+            if wdt not in (np.dtype(float32), np.dtype(bfloat16)):
+                raise TypeError(f"wgrad_dtype must be float32 or bfloat16, got {wdt}")
         except Exception as e:  # noqa: BLE001 - a refusal on one rank reaches every rank
             err = e
         all_ok(self.world.comm, err)
@@ -448,11 +455,11 @@ class MoELayer:
         d_ye = arena.view(bfloat16)                                                   # [cap, H]
         # 3. the experts' backward, expert-major over the arena
         x_e, a = ctx.x_experts, ctx.h
-        dw2 = grouped.grouped_matmul(d_ye, a, rows, "NT", out_dtype=float32)           # [E/P, H, I]
+        dw2 = grouped.grouped_matmul(d_ye, a, rows, "NT", out_dtype=wdt)               # [E/P, H, I]
         # d[gate, up] [cap, 2I] from dA = dY W2's fp32 accumulators and the forward's kept [gate, up]
         # (bf16: the values a TN GEMM would store); rows past the groups' are not written (nor read)
         d_pre = grouped.grouped_matmul(d_ye, params.w2, rows, "NN", epilogue="swiglu_backward", gate_up=ctx.gate_up)
-        dw1 = grouped.grouped_matmul(d_pre, x_e, rows, "NT", out_dtype=float32)        # [E/P, 2I, H]
+        dw1 = grouped.grouped_matmul(d_pre, x_e, rows, "NT", out_dtype=wdt)            # [E/P, 2I, H]
         d_xe = grouped.grouped_matmul(d_pre, params.w1, rows, "NN")                    # [cap, H]
         # 4. the router: weights -> scores -> logits (fp32), its dx and dWr as our bf16 GEMMs with
         #    fp32 outputs (d logits rounded to bf16 once, ~2^-9: x and Wr are bf16 already), the
@@ -470,18 +477,20 @@ class MoELayer:
             extra, d_router_w = cupy.zeros((0, hid), float32), cupy.zeros((cfg.experts, hid), float32)
         d_sw1 = d_sw2 = None
         if cfg.shared:
-            d_sw1 = cupy.zeros((cfg.shared, 2 * cfg.shared_width, hid), float32)
-            d_sw2 = cupy.zeros((cfg.shared, hid, cfg.shared_width), float32)
+            # zeros (bits 0 in both dtypes) stay when the rank has no tokens
+            d_sw1 = cupy.zeros((cfg.shared, 2 * cfg.shared_width, hid), np.uint32 if wdt == float32 else np.uint16).view(wdt)
+            d_sw2 = cupy.zeros((cfg.shared, hid, cfg.shared_width), np.uint32 if wdt == float32 else np.uint16).view(wdt)
             for j, (a_s, gate_up_s) in enumerate(ctx.shared):  # as the routed experts (the forward's h, [gate, up])
-                d_sw2[j] = gemm.matmul(dy, a_s, "NT", out_dtype=float32)
+                gemm.matmul(dy, a_s, "NT", out=d_sw2[j])
                 d_pre_s = gemm.matmul(dy, params.shared_w2[j], "NN", epilogue="swiglu_backward", gate_up=gate_up_s)
-                d_sw1[j] = gemm.matmul(d_pre_s, x, "NT", out_dtype=float32)
+                gemm.matmul(d_pre_s, x, "NT", out=d_sw1[j])
                 extra += gemm.matmul(d_pre_s, params.shared_w1[j], "NN", out_dtype=float32)
         # 5. the expert rows back to their tokens, summed (weights 1: dY was weighted), plus the rest
         ones = dataclasses.replace(r, weights=cupy.ones_like(r.weights))
         dx = self._combine(d_xe, self._dispatch_bwd, ones, shared=extra if t else None)
+        nan_word = np.uint32(0x7FC00000 if wdt == float32 else 0x7FC07FC0)  # one fp32 or two bf16 NaNs
         for dw in (dw1, dw2):  # NaN after a failed dispatch, in place (a where + astype was 3 passes over GBs)
-            bwd("kosmos_moe_nan_if_failed")((264,), (256,), (status, dw, np.uint64(dw.size)))
+            bwd("kosmos_moe_nan_if_failed")((264,), (256,), (status, dw, np.uint64(dw.nbytes // 4), nan_word))
         return MoEGradients(dx, d_router_w, dw1, dw2, d_sw1, d_sw2)
 
     def _router_backward(self, ctx: MoEContext, d_weights: Any) -> Any:

@@ -286,6 +286,46 @@ def test_backward_matches_the_reference(world, name):
         assert rel(total(g["d_shared_w2"]), summed("d_shared_w2")) < 5e-2
 
 
+@pytest.mark.parametrize("name", ["deepseek-like", "top1-shared"])
+def test_bf16_wgrads_are_the_fp32_ones_rounded_once(world, name):
+    """wgrad_dtype=bfloat16: every expert weight gradient (routed and shared) is the fp32 one rounded
+    to bf16 once, bitwise (the same accumulators); dx and the router's dW (fp32) are unchanged,
+    bitwise. Two forwards of the same input (bitwise reruns), one backward each; a bad dtype is
+    refused on every rank."""
+    from kosmos.dtypes import f32_to_bf16
+
+    cfg = TINY[name]
+    P = world.size
+    if cfg.experts % P:
+        pytest.skip(f"{cfg.experts} experts do not divide over {P} ranks")
+    layer = MoELayer(world, cfg, max_tokens=400, path="device")
+    try:
+        params = MoEParams.random(cfg, world, 5)
+        t = tokens_of(world.rank, P, 120)
+        x = cupy.asarray(rank_input(21, world.rank, (t, cfg.hidden), np.float32).astype(bfloat16))
+        dy = cupy.asarray(rank_input(22, world.rank, (t, cfg.hidden), np.float32).astype(bfloat16))
+        grads = {}
+        for dt in (np.float32, bfloat16):
+            _, ctx = layer.forward(x, params)
+            grads[dt] = layer.backward(dy, ctx, params, wgrad_dtype=dt)
+        f32, b16 = grads[np.float32], grads[bfloat16]
+        for f in ("dw1", "dw2", "d_shared_w1", "d_shared_w2"):
+            if getattr(f32, f) is None:
+                continue
+            want = cupy.asnumpy(f32_to_bf16(getattr(f32, f))).view(np.uint16)
+            got = getattr(b16, f)
+            assert got.dtype == bfloat16, f
+            assert (cupy.asnumpy(got).view(np.uint16) == want).all(), f"{f}: not the fp32 gradient rounded once"
+        for f in ("dx", "d_router_w"):
+            assert (cupy.asnumpy(getattr(f32, f)).view(np.uint8) == cupy.asnumpy(getattr(b16, f)).view(np.uint8)).all(), f
+        _, ctx = layer.forward(x, params)
+        bad = world.rank == 0
+        with pytest.raises(TypeError if bad else KosmosError, match="wgrad_dtype"):
+            layer.backward(dy, ctx, params, wgrad_dtype=np.float16 if bad else np.float32)
+    finally:
+        layer.close()
+
+
 @pytest.mark.parametrize("name", ["softmax", "deepseek-like"])
 def test_router_loss_gradients_alone(world, name):
     """dy = 0: only the aux loss and the z-loss drive the router's dW and dx (fp32 math: 1e-2)."""
