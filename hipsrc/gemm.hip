@@ -1,6 +1,7 @@
 // Standalone persistent GEMM kernels (kosmos.matmul): one extern "C" entry per layout x epilogue.
 // Grid = SMs (or an SM cap), one CTA per SM, kosmos::gemm::kThreads threads, kSmemBytes of
-// dynamic shared memory; tiles come from an atomic queue (QueueClaim).
+// dynamic shared memory; tiles come from an atomic queue in words[0..1] that the last CTA out resets
+// (QueueClaim, queue_exit): nothing of a launch comes from host-side state, so graphs replay it.
 #include "kosmos/gemm/ready.h"
 #include "kosmos/gemm/tile.h"
 
@@ -12,11 +13,12 @@ using namespace kosmos::gemm;
 #define KOSMOS_GEMM_KERNEL_TILE(NAME, LAYOUT, EPI, MAKE_EPI, TILE)                                         \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
       NAME(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,             \
-           const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EPI epi, u64* head, u64 base) {            \
+           const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EPI epi, u64* words) {                     \
     extern __shared__ __align__(16) u8 kosmos_gemm_smem[];                                                 \
     builder_init(kosmos_gemm_smem);                                                                        \
-    QueueClaim claim{head, base, work_units(p)};                                                           \
+    QueueClaim claim{words, work_units(p)};                                                                \
     run_builder<LAYOUT>(DenseSchedule<TILE>{p}, &tma, &tmb, kosmos_gemm_smem, claim, AlwaysReady{}, MAKE_EPI); \
+    queue_exit(words);                                                                                     \
   }
 #define KOSMOS_GEMM_KERNEL(NAME, LAYOUT, EPI, MAKE_EPI) KOSMOS_GEMM_KERNEL_TILE(NAME, LAYOUT, EPI, MAKE_EPI, DefaultTile)
 
@@ -48,13 +50,14 @@ KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_f32_n128, LAYOUT_NT, EpiStoreF32, KOSMOS_
 // (RowFlagsReady, kosmos/gemm/ready.h); finished tiles are counted in *tiles_done.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     kosmos_gemm_tn_bf16_gated(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,
-                              const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiStoreBf16 epi, u64* head,
-                              u64 base, const u64* row_flags, u64 target, WaitCtx w, u64* tiles_done) {
+                              const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiStoreBf16 epi, u64* words,
+                              const u64* row_flags, u64 target, WaitCtx w, u64* tiles_done) {
   extern __shared__ __align__(16) u8 kosmos_gemm_smem[];
   builder_init(kosmos_gemm_smem);
-  QueueClaim claim{head, base, work_units(p)};
+  QueueClaim claim{words, work_units(p)};
   run_builder<LAYOUT_TN>(DenseSchedule<>{p}, &tma, &tmb, kosmos_gemm_smem, claim, RowFlagsReady{row_flags, target, w},
                          EpiCountDone<EpiStoreBf16Tma>(EpiStoreBf16Tma(epi, &tmc), tiles_done));
+  queue_exit(words);
 }
 
 // Split-K's second step: out = sum of the k_splits fp32 partials ws[split * stride + v], v < n,

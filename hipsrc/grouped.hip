@@ -27,10 +27,10 @@ KOSMOS_DEVICE void grouped_gemm(const TensorMap& tma, const TensorMap& tmb, cons
   if (blockIdx.x == 0 && threadIdx.x == 0) words[2] = u64(i64(table.bad));
   if (ok) {
     const GroupedSchedule<L, Tile> sched{p, &table};
-    GroupedClaim claim{words, sched.units()};
+    QueueClaim claim{words, sched.units()};
     run_builder<L>(sched, &tma, &tmb, smem, claim, ready, epi);
   }
-  grouped_queue_exit(words);
+  queue_exit(words);
 }
 
 #define KOSMOS_GROUPED_KERNEL_TILE(NAME, LAYOUT, EPI, MAKE_EPI, TILE)                                      \

@@ -434,15 +434,14 @@ class GemmPlan:
     ntiles: int
     tiles: tuple[int, int, int]
     launch: Any
-    head: Any  # cupy uint64[1], the queue head
-    base: int = 0
+    words: Any  # cupy uint64[2]: the tile queue's head and CTAs out (reset by the kernel's last CTA)
     uses_tma: bool = True
     splits: int = 1  # split-K: the kernel writes fp32 partials, reduce_kernel sums them in order
     reduce_kernel: Any = None
     tile_n: int = 256  # the tile configuration, 128 x tile_n
     _tmaps: dict = field(default_factory=dict)
-    # The queue head is shared by every call (each call claims from its own base), so calls must run
-    # one after another on the device and take their bases in that order, from any thread or stream.
+    # The queue words are shared by every call, so calls must run one after another on the device,
+    # from any thread or stream. Nothing else of a call lives on the host: graphs can replay it.
     _order: DeviceOrder = field(default_factory=DeviceOrder)
 
     @property
@@ -456,15 +455,14 @@ class GemmPlan:
         """Rows of each split-K partial in the workspace: the output's, padded to whole tiles."""
         return self.tiles[0] * DEVICE_CONSTANTS["kTileM"]
 
-    def args(self, a, b, out, head=None, base=None, gate_up=None, epi_rows=None) -> tuple:
-        """The standard kernel arguments (tma, tmb, tmc, problem, epilogue, head, base); epi_rows:
+    def args(self, a, b, out, words=None, gate_up=None, epi_rows=None) -> tuple:
+        """The standard kernel arguments (tma, tmb, tmc, problem, epilogue, queue words); epi_rows:
         the epilogue's rows per split (split-K's padded partials), default the output's."""
         s = self.shape
         prob = problem_record(a, b, s.mo, s.no, s.kr, self.tiles, s.swiglu_f, self.splits)
         epi = epi_record(out, epi_rows or s.mo, s.swiglu_f or s.no, s.epilogue, gate_up)
         ta, tb, tc = operand_tmaps(self._tmaps, a, b, out, self.uses_tma, self.tma_store)
-        return (ta, tb, tc, prob, epi, self.head if head is None else head,
-                np.uint64(self.base if base is None else base))
+        return (ta, tb, tc, prob, epi, self.words if words is None else words)
 
     def __call__(self, a, b, out, stream=None, gate_up=None) -> None:
         with self._order.lock:
@@ -481,8 +479,6 @@ class GemmPlan:
                 blocks = max(1, min(-(-n // (4 * 256)), 8 * self.grid))
                 self.reduce_kernel((blocks,), (256,), (ws, out, np.int64(n), np.int32(self.splits),
                                                        np.int64(rows * s.no)), stream=stream)
-            # Every CTA claims until it sees an index past the end: the head moves by ntiles + grid.
-            self.base += self.ntiles + self.grid
 
 
 _plans: dict[tuple, GemmPlan] = {}
@@ -531,7 +527,7 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     grid = grid_size(units, sms, sm_cap)
     launch = PersistentLaunch.checked(kern, grid, block_threads(), shared_mem_bytes())
     plan = GemmPlan(shape, np.dtype(out_dtype), name, grid, units, tiles, launch,
-                    head=cupy.zeros(1, dtype=cupy.uint64), uses_tma=wgmma, splits=splits, reduce_kernel=red,
+                    words=cupy.zeros(2, dtype=cupy.uint64), uses_tma=wgmma, splits=splits, reduce_kernel=red,
                     tile_n=tile_n)
     with _plans_lock:
         _plans[key] = plan

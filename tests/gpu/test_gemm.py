@@ -147,6 +147,38 @@ def test_swiglu_backward(m, f, n, cap):
     assert (pre.view(cupy.uint16) == cupy.asarray(pre_h).view(cupy.uint16)).all(), "gate_up was written"
 
 
+@pytest.mark.parametrize("layout,epilogue,out_kind", [("TN", "store", "bf16"), ("NN", "store", "f32"),
+                                                     ("NT", "store", "f32"), ("TN", "swiglu", "bf16")])
+def test_a_captured_call_replays_with_new_inputs(layout, epilogue, out_kind):
+    """kosmos.matmul captured in a CUDA graph (CuPy stream capture) and replayed on new operand values
+    gives, every replay, the eager call's bits: the tile queue resets on the device, so no call state
+    lives on the host. Several tiles per CTA (sm_cap). (Split-K allocates its fp32 workspace per
+    call: not capturable yet.)"""
+    from kosmos.dtypes import copy_into
+
+    rng = np.random.default_rng([len(layout), len(epilogue), len(out_kind)])
+    m, n, k = (1000, 512, 384) if epilogue == "store" else (700, 2 * 192, 256)
+    sa, sb = operands(layout, m, n, k)
+    a, b = cupy.asarray(rand_bf16(rng, sa)), cupy.asarray(rand_bf16(rng, sb))
+    dt = np.dtype(np.float32) if out_kind == "f32" else BF16
+    view = np.uint32 if out_kind == "f32" else np.uint16
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        out = gemm.matmul(a, b, layout, out_dtype=dt, sm_cap=7, epilogue=epilogue)  # the plan, and a warm-up
+        stream.begin_capture()
+        gemm.matmul(a, b, layout, out=out, sm_cap=7, epilogue=epilogue)
+        graph = stream.end_capture()
+        for seed in range(3):
+            copy_into(a, cupy.asarray(rand_bf16(np.random.default_rng(seed), sa)), stream)
+            copy_into(b, cupy.asarray(rand_bf16(np.random.default_rng(seed + 10), sb)), stream)
+            out.view(np.uint8).fill(0xFF)
+            graph.launch(stream)
+            eager = gemm.matmul(a, b, layout, out_dtype=dt, sm_cap=7, epilogue=epilogue)
+            stream.synchronize()
+            assert np.isfinite(cupy.asnumpy(out).astype(np.float32)).all(), f"replay {seed} left poison"
+            assert (out.view(view) == eager.view(view)).all(), f"replay {seed} differs from the eager call"
+
+
 @pytest.mark.parametrize("tile_n", [256, 128])
 def test_back_to_back_calls_and_sm_caps(tile_n):
     """The queue's epoch base must be right call after call, for every cap."""
@@ -302,7 +334,7 @@ def test_readiness_hook_waits_for_rows_released_later():
     plan, launch = _gated(m, n, k, 64)
     tiles_m = plan.tiles[0]
     flags = cupy.zeros(tiles_m, dtype=cupy.uint64)
-    head = cupy.zeros(1, dtype=cupy.uint64)
+    words = cupy.zeros(2, dtype=cupy.uint64)
     done = cupy.zeros(1, dtype=cupy.uint64)
     status = DeviceStatus(rank=0, budget_s=20.0)
     # Release rows with host-to-device copies on another stream (the copy engine runs beside the
@@ -315,7 +347,7 @@ def test_readiness_hook_waits_for_rows_released_later():
     main = cupy.cuda.Stream(non_blocking=True)
     try:
         extra = (flags, np.uint64(3), status.wait_ctx(kernel_id("KERNEL_GEMM")), done)
-        launch(plan.args(a, b, out, head=head, base=0) + extra, stream=main)
+        launch(plan.args(a, b, out, words=words) + extra, stream=main)
         time.sleep(0.05)
         assert int(done.get(stream=side)[0]) == 0, "tiles completed before their rows were released"
         for tm in reversed(range(tiles_m)):
@@ -344,7 +376,7 @@ def test_readiness_hook_with_rows_ready_before_launch():
     status = DeviceStatus(rank=0, budget_s=10.0)
     try:
         extra = (flags, np.uint64(9), status.wait_ctx(kernel_id("KERNEL_GEMM")), done)
-        launch(plan.args(cupy.asarray(a_h), cupy.asarray(b_h), out, head=cupy.zeros(1, dtype=cupy.uint64), base=0)
+        launch(plan.args(cupy.asarray(a_h), cupy.asarray(b_h), out, words=cupy.zeros(2, dtype=cupy.uint64))
                + extra)
         cupy.cuda.Device().synchronize()
         status.raise_if_failed()
@@ -371,7 +403,7 @@ def test_readiness_timeout_aborts_the_grid():
     status = DeviceStatus(rank=0, budget_s=0.3)
     try:
         extra = (flags, np.uint64(1), status.wait_ctx(kernel_id("KERNEL_GEMM")), done)
-        launch(plan.args(a, b, out, head=cupy.zeros(1, dtype=cupy.uint64), base=0) + extra)
+        launch(plan.args(a, b, out, words=cupy.zeros(2, dtype=cupy.uint64)) + extra)
         cupy.cuda.Device().synchronize()
         with pytest.raises(KosmosTimeoutError) as e:
             status.raise_if_failed()

@@ -189,6 +189,36 @@ def test_bad_counts_are_reported_and_the_plan_recovers():
     assert np.isnan(cupy.asnumpy(out[250:]).astype(np.float32)).all()
 
 
+@pytest.mark.parametrize("layout", ["TN", "NT"])
+def test_a_captured_call_replays_with_new_counts(layout):
+    """grouped_matmul captured in a CUDA graph and replayed with new group counts (device values, as
+    the MoE routing writes them) and new operands: every replay is the eager call's bits."""
+    from kosmos.dtypes import copy_into
+
+    rng = np.random.default_rng(len(layout))
+    rows, n, k, e = 1500, 384, 256, 5
+    a = cupy.asarray(rand_bf16(rng, (rows, n if layout == "NT" else k)))
+    b = cupy.asarray(rand_bf16(rng, (rows, k) if layout == "NT" else (e, n, k)))
+    counts = cupy.asarray(np.array([100, 0, 700, 1, 300], np.int32))
+    dt = np.dtype(np.float32) if layout == "NT" else BF16
+    view = np.uint32 if layout == "NT" else np.uint16
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        out = grouped.grouped_matmul(a, b, counts, layout, out_dtype=dt, sm_cap=9)  # the plan, and a warm-up
+        stream.begin_capture()
+        grouped.grouped_matmul(a, b, counts, layout, out=out, sm_cap=9)
+        graph = stream.end_capture()
+        for seed, new_counts in enumerate(([0, 1400, 0, 50, 49], [300, 300, 300, 300, 299], [0, 0, 0, 0, 1])):
+            copy_into(counts, cupy.asarray(np.array(new_counts, np.int32)), stream)
+            copy_into(a, cupy.asarray(rand_bf16(np.random.default_rng(seed), a.shape)), stream)
+            out.view(np.uint8).fill(0xFF)
+            graph.launch(stream)
+            eager = poisoned(out.shape, dt)
+            grouped.grouped_matmul(a, b, counts, layout, out=eager, sm_cap=9)
+            stream.synchronize()
+            assert (out.view(view) == eager.view(view)).all(), f"replay {seed} differs from the eager call"
+
+
 def test_portable_mma_sync_path(monkeypatch):
     monkeypatch.setattr(gemm, "_extra_options", ("-DKOSMOS_GEMM_FORCE_PORTABLE",))
     for layout in ("TN", "NN", "NT"):

@@ -145,8 +145,9 @@ KOSMOS_DEVICE bool build_group_table(GroupTable* g, const i32* counts, i32 group
   return build_group_table(g, [=](i32 e) { return counts[e]; }, groups, rows_cap);
 }
 
-// The grouped GEMMs' tile queue: words[0] is its head.
-struct GroupedClaim {
+// Every persistent GEMM's tile queue: words[0] is its head, counted from 0 in each launch (queue_exit
+// resets it), so a launch needs no host-side state: a CUDA graph can replay it.
+struct QueueClaim {
   u64* head;
   i32 units;
   KOSMOS_DEVICE i32 operator()() const {
@@ -156,8 +157,9 @@ struct GroupedClaim {
 };
 
 // All threads, last thing in the kernel: count this CTA out in words[1]; the last one resets the
-// queue (words[0], words[1]) for the next launch, since only the device knows how many tiles there were.
-KOSMOS_DEVICE void grouped_queue_exit(u64* words) {
+// queue (words[0], words[1]) for the next launch (only the device knows how many tiles a grouped
+// launch had; and a replayed graph's launches must not depend on the host).
+KOSMOS_DEVICE void queue_exit(u64* words) {
   __syncthreads();
   if (threadIdx.x == 0 && atomic_add_acq_rel_dev(&words[1], 1ull) == u64(gridDim.x) - 1) {
     words[0] = 0;

@@ -43,19 +43,5 @@ KOSMOS_DEVICE bool run_builder(const Sched& sched, const TensorMap* tma, const T
   return run_builder_arch<L>(sched, tma, tmb, smem, claim, ready, epi);
 }
 
-// The standalone queue: a u64 head counter in device memory. The host passes `base`, the head's
-// value before this launch; every CTA claims until it sees an index >= ntiles (work units), so
-// one launch advances the head by exactly ntiles + gridDim.x and the next launch's base is known on the host
-// (an epoch, no reset).
-struct QueueClaim {
-  u64* head;
-  u64 base;
-  i32 ntiles;
-  KOSMOS_DEVICE i32 operator()() const {
-    const u64 v = atomic_add_relaxed_dev(head, 1ull) - base;
-    return v < u64(ntiles) ? i32(v) : -1;
-  }
-};
-
 }  // namespace gemm
 }  // namespace kosmos

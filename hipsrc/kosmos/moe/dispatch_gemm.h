@@ -16,7 +16,7 @@ namespace kosmos {
 namespace moe {
 
 // Grid: one CTA per SM (all resident), gemm::kThreads threads, the builder's shared memory;
-// movers >= 1 (CTA 0 publishes the counts). words: the tile queue (gemm::grouped_queue_exit).
+// movers >= 1 (CTA 0 publishes the counts). words: the tile queue (gemm::queue_exit).
 // PushUnroll: the movers' vectors in flight per thread (cta_copy_rows).
 template <class Tile, int PushUnroll, class Epi>
 KOSMOS_DEVICE void dispatch_gemm1(const gemm::TensorMap& tma, const gemm::TensorMap& tmb, const gemm::Problem& p, const Epi& epi,
@@ -35,7 +35,7 @@ KOSMOS_DEVICE void dispatch_gemm1(const gemm::TensorMap& tma, const gemm::Tensor
     gemm::builder_init(smem);
     if (ok) {
       const gemm::GroupedSchedule<gemm::LAYOUT_TN, Tile> sched{p, &table};
-      gemm::GroupedClaim claim{words, sched.units()};
+      gemm::QueueClaim claim{words, sched.units()};
       // run (l, s): rows slot[s * E + col + l] (the heap slot: the pipeline has the shared memory
       // now), flag arrived[l * kMaxWorld + s]
       const gemm::RunsArrived<gemm::LAYOUT_TN> ready{counts_slot(d, d.rank, 0) + d.rank * d.e_loc, 1, d.experts,
@@ -44,7 +44,7 @@ KOSMOS_DEVICE void dispatch_gemm1(const gemm::TensorMap& tma, const gemm::Tensor
       gemm::run_builder<gemm::LAYOUT_TN>(sched, &tma, &tmb, smem, claim, ready, epi);
     }
   }
-  gemm::grouped_queue_exit(words);
+  gemm::queue_exit(words);
 }
 
 }  // namespace moe

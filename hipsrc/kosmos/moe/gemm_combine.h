@@ -32,7 +32,7 @@ KOSMOS_DEVICE void gemm2_combine(const gemm::TensorMap& tma, const gemm::TensorM
       if (i32(blockIdx.x) >= movers) {
         gemm::builder_init(smem);
         const gemm::GroupedSchedule<gemm::LAYOUT_TN, Tile> sched{p, &table};
-        gemm::GroupedClaim claim{words, sched.units()};
+        gemm::QueueClaim claim{words, sched.units()};
         go = gemm::run_builder<gemm::LAYOUT_TN>(sched, &tma, &tmb, smem, claim, gemm::AlwaysReady{},
                                                 gemm::EpiTileRowDone<Epi>(epi, done_now, &table));
         __syncthreads();  // the pipeline's shared memory becomes the movers' tables
@@ -51,7 +51,7 @@ KOSMOS_DEVICE void gemm2_combine(const gemm::TensorMap& tma, const gemm::TensorM
       if (go && combine_push<PushUnroll>(d, m, ready)) combine_fold(d, m);
     }
   }
-  gemm::grouped_queue_exit(words);
+  gemm::queue_exit(words);
 }
 
 }  // namespace moe
