@@ -1,11 +1,13 @@
 """The MoE layer forward (kosmos.moe.MoELayer, path "device") against its own expert GEMMs alone and
-an equal-FLOP dense cuBLAS GEMM, at world size 1 (one GPU; timing needs a GPU per rank).
+an equal-FLOP dense cuBLAS GEMM, at world size 1 or over P ranks, one GPU each.
 
     python3 bench/moe.py [--quick] [--rows 256,2048] [--models DeepSeek-V3,Qwen3-235B-A22B] [--iters 20]
+    mpirun -np 8 python3 bench/moe.py --quick            # the whole model, expert-parallel over 8 GPUs
 
-One EP-8 rank's share of each model (kosmos/configs/moe_models.yaml): its E/8 experts with their H
-and I; the tokens route top-max(1, k/8) over those experts (the GEMM work of the share; the routing
-rule itself is the model's), as many tokens as give `--rows` rows per expert on average; `--skew`
+P EP-8 ranks' share of each model (kosmos/configs/moe_models.yaml): P E/8 experts with their H and
+I, E/8 on each rank (P = 8: the model itself); the tokens route top-max(1, P k/8) over them (the
+GEMM work of the share; the routing rule itself is the model's), each rank with as many tokens as
+give `--rows` rows per expert on average (so a rank's GEMM work is the same at every P); `--skew`
 adds a linear per-expert bias ramp (models with expert_bias only; each case records its min and max
 rows per expert). Contenders, timed interleaved call by call through kosmos.timing (device
 events behind the stream blocker): layer (path "device": router GEMM, routing, dispatch, both
@@ -14,9 +16,10 @@ fused m=M (path "fused": the dispatch and GEMM1 in one launch, M movers; `--move
 experts (every expert GEMM of the layer alone: the two grouped GEMMs on the same counts and the
 shared expert's); dense (cuBLAS on the same FLOPs: the routed rows' two GEMMs and the shared
 experts'); without the stream blocker (host gaps included, as a user sees them): layer unheld
-and baseline (path "baseline": counts over MPI, rows by NCCL, cupy.matmul per expert).
-`--phases` also times each part alone (router GEMM + routing, dispatch, routed grouped GEMMs,
-shared expert, combine + fold). `--backward` times the backward instead (bench_backward).
+and baseline (path "baseline": counts over MPI, rows by NCCL, cupy.matmul per expert). Times are
+the slowest rank's; TFLOP/s are per GPU (the ranks' mean FLOPs).
+`--phases` (world 1) also times each part alone (router GEMM + routing, dispatch, routed grouped
+GEMMs, shared expert, combine + fold). `--backward` times the backward instead (bench_backward).
 Issue 12's targets: layer within 5 % of experts, experts >= 0.85 of dense; issue 13's: the
 backward within 5 % of its GEMMs alone, its GEMMs >= 0.85 of dense. Writes JSON (GPU, commit, world size).
 """
@@ -35,23 +38,36 @@ from kosmos.dtypes import random_bf16  # noqa: E402
 from kosmos.grouped import grouped_matmul  # noqa: E402
 from kosmos.moe import MoEConfig, MoELayer, MoEParams, load_models  # noqa: E402
 from kosmos.timing import device_name, time_calls  # noqa: E402
-from one_gpu import add_timing_args, one_gpu, write_results  # noqa: E402
+from one_gpu import add_timing_args, gpu_per_rank, write_results  # noqa: E402
 
 DEFAULT_MODELS = ("DeepSeek-V3", "Qwen3-235B-A22B", "Qwen3-30B-A3B")
 PHASES = ("router", "dispatch", "routed", "shared", "combine")
 
 
-def share(name: str) -> MoEConfig:
+def share(name: str, ranks: int = 1) -> MoEConfig:
+    """`ranks` EP-8 ranks' share of the model: ranks * E/8 experts, top-max(1, ranks * k/8)."""
     cfg = load_models()[name]
-    e = cfg.experts // 8
+    if not 1 <= ranks <= 8:
+        raise SystemExit(f"bench/moe.py runs 1 to 8 ranks (shares of an EP-8 layout), not {ranks}")
+    e = cfg.experts // 8 * ranks
     groups = cfg.groups if cfg.groups and e % cfg.groups == 0 and e // cfg.groups >= 2 else 0
-    return dataclasses.replace(cfg, name=f"{name}/EP8", experts=e, top_k=max(1, cfg.top_k // 8),
+    label = f"{name}/EP8" if ranks == 1 else (name if ranks == 8 else f"{name}/EP8x{ranks}")
+    return dataclasses.replace(cfg, name=label, experts=e, top_k=max(1, cfg.top_k * ranks // 8),
                                groups=groups, topk_groups=min(cfg.topk_groups, groups) if groups else 0)
 
 
-def tokens_of(cfg, rows_per):
-    """Tokens that give rows_per rows per expert on average."""
-    return rows_per * cfg.experts // cfg.top_k
+def tokens_of(cfg, rows_per, ranks: int = 1):
+    """Tokens per rank that give rows_per rows per expert on average."""
+    return rows_per * cfg.experts // (cfg.top_k * ranks)
+
+
+def per_rank(world, value: float, op: str = "mean") -> float:
+    """A rank's number over the world: the mean, min or max."""
+    from mpi4py import MPI
+
+    if op == "mean":
+        return world.comm.allreduce(value, op=MPI.SUM) / world.size
+    return world.comm.allreduce(value, op=MPI.MIN if op == "min" else MPI.MAX)
 
 
 def case_params(world, cfg, skew, seed):
@@ -67,13 +83,13 @@ def case_params(world, cfg, skew, seed):
 def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, movers=(None,), baseline=True):
     import cupy
 
-    tokens = tokens_of(cfg, rows_per)
+    tokens = tokens_of(cfg, rows_per, world.size)
     layer = MoELayer(world, cfg, max_tokens=tokens, path="device")
     fused = {m: MoELayer(world, cfg, max_tokens=tokens, path="fused", movers=m) for m in movers}
     base = MoELayer(world, cfg, max_tokens=tokens, path="baseline") if baseline else None
     try:
         params = case_params(world, cfg, skew, seed)
-        x = random_bf16((tokens, cfg.hidden), seed + 3)
+        x = random_bf16((tokens, cfg.hidden), seed + 3 + 7919 * world.rank)
         y, ctx = layer.forward(x, params, check=True)
         counts = cupy.asnumpy(ctx.group_rows)
         total = int(counts.sum())
@@ -120,7 +136,7 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
             for name, tm in time_calls(world, {"layer unheld": whole, "baseline": lambda _: base.forward(x, params)},
                                        warmup, iters, hold=False).items():
                 t[name] = tm
-        if phases:  # world 1 only: the dispatch and the combine are called apart from each other
+        if phases and world.size == 1:  # the dispatch and the combine are called apart from each other
             logits, r = layer._route(x, params)
             y_e, sh = routed(0), layer._shared(x, params)[0]
             t.update(time_calls(world, {
@@ -129,10 +145,11 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
                 "combine": lambda _: layer._combine(y_e, layer._dispatch, r, shared=sh)}, warmup, iters,
                 rounds_per_hold=4))
         # the routed rows' FLOPs and the shared experts' on every token
-        flops = 2 * total * (2 * i * h + h * i) + 2 * tokens * cfg.shared * 3 * h * s_w
+        flops = per_rank(world, 2 * total * (2 * i * h + h * i) + 2 * tokens * cfg.shared * 3 * h * s_w)
         rec = {"model": cfg.name, "E": cfg.experts, "top_k": cfg.top_k, "H": h, "I": i, "tokens": tokens,
-               "rows_per_expert": rows_per, "skew": skew, "total_rows": total, "max_rows": int(counts.max()),
-               "min_rows": int(counts.min())}
+               "ranks": world.size, "rows_per_expert": rows_per, "skew": skew, "total_rows": total,
+               "max_rows": int(per_rank(world, int(counts.max()), "max")),
+               "min_rows": int(per_rank(world, int(counts.min()), "min"))}
         for name, tm in t.items():
             rec[name] = {"ms": tm.median_ms, "min_ms": tm.min_ms, "host_us": tm.host_us}
             if name in ("layer", "experts", "dense", "layer unheld", "baseline") or name.startswith("fused"):
@@ -154,11 +171,12 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
     pre-activations); bwd dense (cuBLAS on the same FLOPs)."""
     import cupy
 
-    tokens = tokens_of(cfg, rows_per)
+    tokens = tokens_of(cfg, rows_per, world.size)
     layer = MoELayer(world, cfg, max_tokens=tokens, path="device")
     try:
         params = case_params(world, cfg, skew, seed)
-        x, dy = random_bf16((tokens, cfg.hidden), seed + 3), random_bf16((tokens, cfg.hidden), seed + 4)
+        s = 7919 * world.rank
+        x, dy = random_bf16((tokens, cfg.hidden), seed + 3 + s), random_bf16((tokens, cfg.hidden), seed + 4 + s)
         y, ctx = layer.forward(x, params, check=True)
         layer.backward(dy, ctx, params)
         rows = ctx.group_rows
@@ -201,9 +219,9 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
 
         t = time_calls(world, {"step": step, "forward": lambda _: layer.forward(x, params), "bwd gemms": gemms,
                                "bwd dense": dense}, warmup, iters, rounds_per_hold=2)
-        flops = 12 * h * (total * i + tokens * cfg.shared * s_w)  # 2 + 2 + 4 + 4 (x R H I) per expert
+        flops = per_rank(world, 12 * h * (total * i + tokens * cfg.shared * s_w))  # 2 + 2 + 4 + 4 (x R H I) per expert
         rec = {"model": cfg.name, "E": cfg.experts, "top_k": cfg.top_k, "H": h, "I": i, "tokens": tokens,
-               "rows_per_expert": rows_per, "skew": skew, "total_rows": total}
+               "ranks": world.size, "rows_per_expert": rows_per, "skew": skew, "total_rows": total}
         for name, tm in t.items():
             rec[name] = {"ms": tm.median_ms, "min_ms": tm.min_ms, "host_us": tm.host_us}
         bwd = rec["step"]["ms"] - rec["forward"]["ms"]
@@ -234,16 +252,17 @@ def main(argv=None):
     args = ap.parse_args(argv)
     rows_list = [256, 2048] if args.quick else [int(r) for r in args.rows.split(",")]
     movers = tuple(None if m == "auto" else int(m) for m in args.movers.split(","))
-    with one_gpu("bench/moe.py") as (world, commit):
+    with gpu_per_rank("bench/moe.py") as (world, commit):
+        say = print if world.rank == 0 else (lambda *a, **k: None)  # rank 0 speaks for the slowest rank
         results = []
         for name in args.models.split(","):
-            cfg = share(name)
+            cfg = share(name, world.size)
             for rows_per in rows_list:
                 for skew in (False, True) if args.skew and not args.quick else (False,):
                     if args.backward:
                         rec = bench_backward(world, cfg, rows_per, skew, args.iters, args.warmup, len(results) * 7 + 1)
                         results.append(rec)
-                        print(f"{cfg.name:22s} rows/exp {rows_per:5d} {'skewed' if skew else 'routed':6s} "
+                        say(f"{cfg.name:22s} rows/exp {rows_per:5d} {'skewed' if skew else 'routed':6s} "
                               f"backward {rec['backward']['ms']:7.3f} ms (step {rec['step']['ms']:.3f} - forward "
                               f"{rec['forward']['ms']:.3f})  gemms {rec['bwd gemms']['ms']:7.3f}  dense "
                               f"{rec['bwd dense']['ms']:7.3f}  backward/gemms {rec['backward_vs_gemms']:.3f}  "
@@ -252,19 +271,22 @@ def main(argv=None):
                     rec = bench_case(world, cfg, rows_per, skew, args.iters, args.warmup, seed=len(results) * 7 + 1,
                                      phases=args.phases, movers=movers)
                     results.append(rec)
-                    print(f"{cfg.name:22s} rows/exp {rows_per:5d} {'skewed' if skew else 'routed':6s} "
+                    say(f"{cfg.name:22s} rows/exp {rows_per:5d} {'skewed' if skew else 'routed':6s} "
                           f"layer {rec['layer']['ms']:7.3f} ms  experts {rec['experts']['ms']:7.3f}  "
                           f"dense {rec['dense']['ms']:7.3f}  layer/experts {rec['layer_vs_experts']:.3f}  "
                           f"experts/dense {rec['experts_vs_dense']:.3f}", flush=True)
-                    print("    " + "  ".join(f"{k} {v['ms']:.3f}" for k, v in rec.items()
+                    say("    " + "  ".join(f"{k} {v['ms']:.3f}" for k, v in rec.items()
                                              if k.startswith("fused") or k in ("layer unheld", "baseline")),
                           flush=True)
-                    if args.phases:
-                        print("    " + "  ".join(f"{p} {rec[p]['ms']:.3f}" for p in PHASES), flush=True)
-        stem = write_results(args, "moe_backward" if args.backward else "moe", commit, results, path="device")
-        print(f"\n# summary ({device_name()}, commit {commit}) -> {stem}.json")
+                    if args.phases and world.size == 1:
+                        say("    " + "  ".join(f"{p} {rec[p]['ms']:.3f}" for p in PHASES), flush=True)
+        if world.rank:
+            return
+        stem = write_results(args, "moe_backward" if args.backward else "moe", commit, results, world.size,
+                             path="device")
+        say(f"\n# summary ({device_name()}, commit {commit}) -> {stem}.json")
         for r in results if not args.backward else []:
-            print(f"{r['model']:22s} {r['rows_per_expert']:5d} layer/experts {r['layer_vs_experts']:.3f} "
+            say(f"{r['model']:22s} {r['rows_per_expert']:5d} layer/experts {r['layer_vs_experts']:.3f} "
                   f"experts/dense {r['experts_vs_dense']:.3f}")
 
 

@@ -2,7 +2,7 @@
 # The multi-GPU run (one rank per GPU, never oversubscribed): topology, the GPU tests
 # at 2, 4, ... ranks, the collectives against NCCL, the fused kernels against NCCL + cuBLAS and
 # unfused, the ablations, and the crew-rule refit followed by a re-run of the fused kernels.
-#   bash bench/multi_gpu_suite.sh [tests] [bench] [mxfp8] [ablate] [refit]   # default: all, in that order
+#   bash bench/multi_gpu_suite.sh [tests] [bench] [mxfp8] [moe] [ablate] [refit]   # default: all, in that order
 #   KOSMOS_GPUS=4 bash bench/multi_gpu_suite.sh tests
 # The parts fit the device tool's 10-minute calls one or two at a time. Logs and JSON/PNG under
 # $OUT (default /tmp/kosmos_out); a summary table last. refit needs bench's collectives_w<N>.json
@@ -12,7 +12,7 @@ cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
 OUT=${OUT:-/tmp/kosmos_out}; mkdir -p "$OUT"
 LOG=$OUT/multi_gpu.log
-parts=${*:-tests bench mxfp8 ablate refit}
+parts=${*:-tests bench mxfp8 moe ablate refit}
 GPUS=${KOSMOS_GPUS:-$(nvidia-smi -L 2>/dev/null | wc -l)}
 if (( GPUS < 2 )); then
   echo "multi_gpu_suite: $GPUS GPU(s) visible; this suite needs 2 or more (use bench/device_suite.sh)" >&2
@@ -37,6 +37,11 @@ if [[ $parts == *mxfp8* ]]; then  # the MXFP8 kernels: 33/64 of the bf16 bytes t
     python3 bench/tp.py --precision mxfp8 --quick --out "$OUT"
   run "mlp_block mxfp8 np=$GPUS" timeout 120 $MPIRUN -np "$GPUS" python3 -m mpi4py launch/examples/mlp_block.py \
     --precision mxfp8 --tokens 1024 --hidden 2048 --ffn 5632
+fi
+if [[ $parts == *moe* ]] && (( GPUS <= 8 )); then  # the MoE layer expert-parallel over the GPUs (8: the whole model)
+  run "bench/moe --quick np=$GPUS" timeout 500 $MPIRUN -np "$GPUS" python3 bench/moe.py --quick --out "$OUT"
+  run "bench/moe --quick --backward np=$GPUS" timeout 500 $MPIRUN -np "$GPUS" python3 bench/moe.py --quick --backward --out "$OUT"
+  run "moe_train np=$GPUS" timeout 200 $MPIRUN -np "$GPUS" python3 -m mpi4py launch/examples/moe_train.py --steps 60
 fi
 if [[ $parts == *ablate* ]]; then
   run "bench/tp --ablate --quick np=$GPUS" timeout 500 $MPIRUN -np "$GPUS" python3 bench/tp.py --ablate --quick --out "$OUT"

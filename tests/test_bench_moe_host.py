@@ -1,0 +1,34 @@
+"""bench/moe.py's shares of a model (CPU): P EP-8 ranks' experts and top-k, tokens per rank, and the
+same per-rank GEMM work at every world size."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
+
+moe_bench = pytest.importorskip("moe")  # bench/moe.py
+
+
+@pytest.mark.parametrize("name", ["DeepSeek-V3", "Qwen3-235B-A22B", "Qwen3-30B-A3B"])
+def test_shares_keep_each_ranks_work(name):
+    from kosmos.moe import load_models
+
+    full = load_models()[name]
+    assert moe_bench.share(name, 8).experts == full.experts and moe_bench.share(name, 8).top_k == full.top_k
+    rows = 2048
+    per_rank = set()
+    for p in (1, 2, 4, 8):
+        cfg = moe_bench.share(name, p)
+        assert cfg.experts == full.experts // 8 * p and cfg.experts % p == 0
+        t = moe_bench.tokens_of(cfg, rows, p)
+        per_rank.add(t * cfg.top_k)  # routed rows a rank sends: its share of E * rows
+        assert t * cfg.top_k * p == cfg.experts * rows
+    assert len(per_rank) == 1, per_rank
+
+
+def test_more_than_eight_ranks_refused():
+    with pytest.raises(SystemExit, match="1 to 8 ranks"):
+        moe_bench.share("DeepSeek-V3", 16)
