@@ -410,12 +410,12 @@ class MoELayer:
         master-weight optimiser) or bfloat16 (the same accumulators rounded once: half the bytes);
         the router's stays float32.
 
-        Serial separate launches: the router-weighted dY rows to the experts' owners (MoEDispatch,
-        its own arena), wgrad2 (grouped NT) and dgrad2 with the SwiGLU backward in its epilogue
-        (grouped NN, on the forward's kept pre-activations), dgrad1 and wgrad1, the rows back and
-        summed per token (MoECombine, with the
-        router's and the shared experts' dx added in fp32 before the one rounding); the router
-        gradients from the forward's combine buffer (each pair's expert output) in fp32."""
+        Separate launches: the dY rows to the experts' owners, each weighted by its routing weight
+        as it is pushed (MoEDispatch, its own arena); wgrad2 (grouped NT) and dgrad2 with the SwiGLU
+        backward in its epilogue (grouped NN, on the forward's kept pre-activations); wgrad1 and
+        dgrad1; the rows back and summed per token (MoECombine, with the router's and the shared
+        experts' dx added in fp32 before the one rounding). The router gradients come from the
+        forward's combine buffer (each pair's expert output) in fp32."""
         import cupy
 
         if self.path in ("serial", "baseline"):
