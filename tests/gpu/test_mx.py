@@ -106,7 +106,7 @@ def test_matmul_on_mxfp8_operands(layout):
 
 @pytest.mark.parametrize("m,n,k", [(128, 128, 64), (300, 200, 512)])
 def test_scaled_mfma_gemm(m, n, k):
-    """gfx950's native MXFP8 GEMM (the assumed fragment layout, hipsrc/kosmos/mx/mfma_scale.h)
+    """gfx950's native MXFP8 GEMM (the fragment layout of hipsrc/kosmos/mx/mfma_scale.h, never run yet)
     against float64 of the dequantized operands, element by element against |A| |B|^T (fp32 sums,
     one bf16 rounding): blocks of comparable size (scales 2^-2 .. 2^2 apart) and odd shapes, so a
     wrong lane, row, k-group or scale mapping moves elements by their own size."""
