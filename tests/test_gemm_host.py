@@ -62,6 +62,18 @@ def test_swiglu_shape():
         gemm.gemm_shape("TN", (100, 256), (320, 256), "swiglu")
 
 
+def test_gate_up_rules():
+    """gate_up: refused under "store", optional under "swiglu", required under "swiglu_backward"
+    (the shape and dtype checks need a GPU array: tests/gpu/test_gemm.py)."""
+    store = gemm.gemm_shape("TN", (100, 256), (384, 256))
+    with pytest.raises(ValueError, match="gate_up is for the SwiGLU"):
+        gemm.gate_up_array(object(), store, 0)
+    assert gemm.gate_up_array(None, store, 0) is None
+    assert gemm.gate_up_array(None, gemm.gemm_shape("TN", (100, 256), (384, 256), "swiglu"), 0) is None
+    with pytest.raises(ValueError, match="needs gate_up"):
+        gemm.gate_up_array(None, gemm.gemm_shape("NN", (100, 256), (256, 192), "swiglu_backward"), 0)
+
+
 def test_swiglu_backward_shape():
     """dA = dY W2 (NN, [M, F]) with d[gate, up] [M, 2F] out: the GEMM's tiles are dA's."""
     s = gemm.gemm_shape("NN", (100, 512), (512, 192), "swiglu_backward")
