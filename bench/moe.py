@@ -168,11 +168,18 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
     context) and forward, so backward = step - forward; bwd gemms (the backward's expert GEMMs
     alone: grouped NT for wgrad2, NN with the SwiGLU backward epilogue for dgrad2, NT/NN for
     wgrad1/dgrad1, and the shared experts' (cuBLAS); nothing recomputed: the forward keeps GEMM1's
-    pre-activations); bwd dense (cuBLAS on the same FLOPs)."""
+    pre-activations); bwd dense (cuBLAS on the same FLOPs). Without the stream blocker (host gaps
+    included; the host paths synchronize): the device path's step and forward unheld, and the
+    serial path's (counts over MPI, kosmos AllToAll, our grouped GEMMs) and the baseline's (NCCL,
+    cupy.matmul per expert; one rank per GPU)."""
     import cupy
+
+    from kosmos.reference import NcclBaseline
 
     tokens = tokens_of(cfg, rows_per, world.size)
     layer = MoELayer(world, cfg, max_tokens=tokens, path="device")
+    serial = MoELayer(world, cfg, max_tokens=tokens, path="serial")
+    base = MoELayer(world, cfg, max_tokens=tokens, path="baseline") if NcclBaseline.available(world) else None
     try:
         params = case_params(world, cfg, skew, seed)
         s = 7919 * world.rank
@@ -219,6 +226,18 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
 
         t = time_calls(world, {"step": step, "forward": lambda _: layer.forward(x, params), "bwd gemms": gemms,
                                "bwd dense": dense}, warmup, iters, rounds_per_hold=2)
+
+        def host_step(lay):
+            def call(_):
+                _y, c = lay.forward(x, params)
+                lay.backward(dy, c, params)
+            return call
+
+        unheld = {"step unheld": step, "forward unheld": lambda _: layer.forward(x, params),
+                  "serial step": host_step(serial), "serial forward": lambda _: serial.forward(x, params)}
+        if base is not None:
+            unheld.update({"baseline step": host_step(base), "baseline forward": lambda _: base.forward(x, params)})
+        t.update(time_calls(world, unheld, warmup, iters, hold=False))
         flops = per_rank(world, 12 * h * (total * i + tokens * cfg.shared * s_w))  # 2 + 2 + 4 + 4 (x R H I) per expert
         rec = {"model": cfg.name, "E": cfg.experts, "top_k": cfg.top_k, "H": h, "I": i, "tokens": tokens,
                "ranks": world.size, "rows_per_expert": rows_per, "skew": skew, "total_rows": total}
@@ -230,9 +249,15 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
             rec[name]["tflops"] = flops / rec[name]["ms"] / 1e9
         rec["backward_vs_gemms"] = rec["bwd gemms"]["ms"] / bwd
         rec["gemms_vs_dense"] = rec["bwd dense"]["ms"] / rec["bwd gemms"]["ms"]
+        # backward = step - forward, unheld (host gaps included)
+        rec["device backward unheld"] = {"ms": rec["step unheld"]["ms"] - rec["forward unheld"]["ms"]}
+        for who in ("serial", "baseline"):
+            if f"{who} step" in rec:
+                rec[f"{who} backward unheld"] = {"ms": rec[f"{who} step"]["ms"] - rec[f"{who} forward"]["ms"]}
         return rec
     finally:
-        layer.close()
+        for lay in (layer, serial, *([base] if base else [])):
+            lay.close()
         cupy.get_default_memory_pool().free_all_blocks()
 
 
@@ -267,6 +292,8 @@ def main(argv=None):
                               f"{rec['forward']['ms']:.3f})  gemms {rec['bwd gemms']['ms']:7.3f}  dense "
                               f"{rec['bwd dense']['ms']:7.3f}  backward/gemms {rec['backward_vs_gemms']:.3f}  "
                               f"gemms/dense {rec['gemms_vs_dense']:.3f}", flush=True)
+                        say("    unheld backward: " + "  ".join(f"{k.split()[0]} {v['ms']:.3f}" for k, v in rec.items()
+                                                            if k.endswith("backward unheld")), flush=True)
                         continue
                     rec = bench_case(world, cfg, rows_per, skew, args.iters, args.warmup, seed=len(results) * 7 + 1,
                                      phases=args.phases, movers=movers)

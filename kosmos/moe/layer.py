@@ -24,7 +24,10 @@ Four paths, the same result (the fused and device paths bitwise so, output and g
      by its fp32 router weights and summed in fp32 with the shared experts' output, rounded once.
 - path="baseline": what one would write without kosmos, for the benchmarks: as "serial" with the
   rows moved by NCCL grouped send/recv and cuBLAS (cupy.matmul) per expert; one rank per GPU.
-The backward (MoELayer.backward) runs on the "device" and "fused" paths.
+The backward (MoELayer.backward) runs on every path: the device and fused paths as separate
+launches over their plans (bitwise equal to each other), the serial and baseline paths moving rows
+as their forward did (AllToAll or NCCL) with our grouped GEMMs or cupy.matmul per expert. Every
+forward keeps GEMM1's pre-activations, so no backward recomputes them.
 
 Shapes (bf16 unless said): router_w [E, H]; w1 [E/P, 2I, H] (gate rows, then up rows) and
 w2 [E/P, H, I] of this rank's experts (global experts r*E/P ... (r+1)*E/P - 1); bias [E] fp32
@@ -42,7 +45,7 @@ import numpy as np
 from .. import gemm, grouped
 from ..arrays import check_array
 from ..collectives import AllToAll
-from ..dtypes import bf16_to_f32, bfloat16, f32_to_bf16, float32, random_bf16
+from ..dtypes import bf16_to_f32, bfloat16, copy_into, f32_to_bf16, float32, random_bf16
 from ..exchange import agree_args, all_ok
 from ..reference import NcclBaseline
 from ..runtime.streams import uses_stream
@@ -111,8 +114,9 @@ class MoEContext:
     h: Any                    # [R, I] bf16: silu(gate) * up
     x: Any = None             # [T, H] bf16: the forward's input (device path: for the backward)
     logits: Any = None        # [T, E padded] fp32: the router logits (device path)
-    gate_up: Any = None       # [R, 2I] bf16: the experts' pre-activations [gate, up] (device path)
-    shared: tuple = ()        # per shared expert: (h [T, Is], gate_up [T, 2Is]) bf16 (device path)
+    gate_up: Any = None       # [R, 2I] bf16: the experts' pre-activations [gate, up]
+    shared: tuple = ()        # per shared expert: (h [T, Is], gate_up [T, 2Is]) bf16
+    combined: Any = None      # [T k, H] bf16: each pair's expert output, dispatch order (serial, baseline)
     calls: tuple = ()         # the dispatch and combine plans' call counts after this forward
 
 
@@ -300,34 +304,39 @@ class MoELayer:
             x_e = cupy.empty((self.capacity_rows, hid), np.uint16)
             x_e[:received] = _u16(x_recv)[expert_major]
             x_e = x_e.view(bfloat16)
+            gate_up = cupy.empty((self.capacity_rows, 2 * h_cols), bfloat16)  # kept for the backward
             if self.path == "baseline":
-                hmid, y_e = self._experts_per_expert(x_e, params, mine.sum(axis=0))
+                hmid, y_e = self._experts_per_expert(x_e, params, mine.sum(axis=0), gate_up)
             else:
-                hmid = grouped.grouped_matmul(x_e, params.w1, group_rows, "TN", epilogue="swiglu")
+                hmid = grouped.grouped_matmul(x_e, params.w1, group_rows, "TN", epilogue="swiglu", gate_up=gate_up)
                 y_e = grouped.grouped_matmul(hmid, params.w2, group_rows, "TN")
             y_recv = cupy.empty((received, hid), bfloat16)
             _u16(y_recv)[expert_major] = _u16(y_e)[:received]
         else:
             x_e = cupy.empty((0, hid), bfloat16)
             hmid = cupy.empty((0, h_cols), bfloat16)
+            gate_up = cupy.empty((0, 2 * h_cols), bfloat16)
             y_recv = cupy.empty((0, hid), bfloat16)
 
         # 4. combine and fold
         y_back, _ = (self._nccl.all_to_all_rows if self.path == "baseline" else self._combine)(
             y_recv, recv_counts.tolist())  # rows in this rank's dispatch order
         acc = cupy.zeros((t, hid), float32)
+        kept = ()
         if t:
             rows = bf16_to_f32(_u16(y_back)[r.slot.astype(cupy.int64)].view(bfloat16)).reshape(t, k, hid)
             acc += (rows * r.weights[:, :, None]).sum(axis=1)
-            shared, _ = self._shared(x, params)
+            shared, kept = self._shared(x, params)
             if shared is not None:
                 acc += shared
         y = f32_to_bf16(acc)
-        ctx = MoEContext(r, send_counts, np.asarray(recv_counts), group_rows, expert_major, x_e, hmid)
+        ctx = MoEContext(r, send_counts, np.asarray(recv_counts), group_rows, expert_major, x_e, hmid, x=x,
+                         logits=logits, gate_up=gate_up, shared=kept, combined=y_back)
         return y, ctx
 
-    def _experts_per_expert(self, x_e: Any, params: MoEParams, rows: np.ndarray) -> tuple[Any, Any]:
-        """The baseline's expert GEMMs: cuBLAS (cupy.matmul) per expert, SwiGLU in fp32 between."""
+    def _experts_per_expert(self, x_e: Any, params: MoEParams, rows: np.ndarray, gate_up: Any) -> tuple[Any, Any]:
+        """The baseline's expert GEMMs: cuBLAS (cupy.matmul) per expert, SwiGLU in fp32 between;
+        gate_up receives the pre-activations (bf16) for the backward."""
         import cupy
 
         f, hid = self.cfg.intermediate, self.cfg.hidden
@@ -336,7 +345,9 @@ class MoELayer:
         lo = 0
         for e, n in enumerate(int(v) for v in rows):
             if n:
-                pre = bf16_to_f32(cupy.matmul(x_e[lo:lo + n], params.w1[e].T))
+                pre_16 = cupy.matmul(x_e[lo:lo + n], params.w1[e].T)
+                _u16(gate_up)[lo:lo + n] = _u16(pre_16)
+                pre = bf16_to_f32(pre_16)
                 _u16(hmid)[lo:lo + n] = _u16(f32_to_bf16(silu(cupy, pre[:, :f]) * pre[:, f:]))
                 cupy.matmul(hmid[lo:lo + n], params.w2[e].T, out=y_e[lo:lo + n])
             lo += n
@@ -400,33 +411,35 @@ class MoELayer:
         # x_e is the dispatch arena: valid until the next forward
         return y, MoEContext(r, None, None, group_rows, None, x_e, hmid, gate_up=gate_up, shared=kept)
 
-    # ---- the backward (device path) ----
+    # ---- the backward ----
     @uses_stream
     def backward(self, dy: Any, ctx: MoEContext, params: MoEParams, *, wgrad_dtype: Any = float32,
                  stream: Any = None) -> MoEGradients:
-        """Gradients of sum(dy * y) + aux + z for the forward that made `ctx` (device path; call it
-        before the next forward: ctx holds the forward's dispatch arena and combine buffer).
-        wgrad_dtype: the experts' weight gradients (routed and shared) in float32 (for an fp32
-        master-weight optimiser) or bfloat16 (the same accumulators rounded once: half the bytes);
-        the router's stays float32.
+        """Gradients of sum(dy * y) + aux + z for the forward that made `ctx` (device and fused
+        paths: call it before the next forward, once: ctx holds the forward's dispatch arena and
+        combine buffer). wgrad_dtype: the experts' weight gradients (routed and shared) in float32
+        (for an fp32 master-weight optimiser) or bfloat16 (the same accumulators rounded once: half
+        the bytes); the router's stays float32.
 
-        Separate launches: the dY rows to the experts' owners, each weighted by its routing weight
-        as it is pushed (MoEDispatch, its own arena); wgrad2 (grouped NT) and dgrad2 with the SwiGLU
-        backward in its epilogue (grouped NN, on the forward's kept pre-activations); wgrad1 and
-        dgrad1; the rows back and summed per token (MoECombine, with the router's and the shared
-        experts' dx added in fp32 before the one rounding). The router gradients come from the
-        forward's combine buffer (each pair's expert output) in fp32."""
+        Device paths, separate launches: the dY rows to the experts' owners, each weighted by its
+        routing weight as it is pushed (MoEDispatch, its own arena); wgrad2 (grouped NT) and dgrad2
+        with the SwiGLU backward in its epilogue (grouped NN, on the forward's kept
+        pre-activations); wgrad1 and dgrad1; the rows back and summed per token (MoECombine, with the
+        router's and the shared experts' dx added in fp32 before the one rounding). The serial and
+        baseline paths move the same rows as their forward does (kosmos AllToAll or NCCL, counts
+        from the forward) and run the experts' backward with our grouped GEMMs (serial) or
+        cupy.matmul per expert (baseline, recomputing GEMM1 as a framework without kept
+        pre-activations would). The router gradients come from each pair's expert output in fp32."""
         import cupy
 
-        if self.path in ("serial", "baseline"):
-            raise ValueError("MoELayer.backward runs on the device paths: build the layer with path='device' or 'fused'")
         cfg, k = self.cfg, self.cfg.top_k
+        device = self.path in ("device", "fused")
         err = None
         try:
             if ctx.x is None:
-                raise ValueError("ctx is not a device-path forward's context")
-            # ctx points into the plans' arena and combine buffer: only the last forward's, once
-            if ctx.calls != (self._dispatch.epoch, self._combine.epoch):
+                raise ValueError("ctx is not a context of MoELayer.forward")
+            # ctx points into the device plans' arena and combine buffer: only the last forward's, once
+            if device and ctx.calls != (self._dispatch.epoch, self._combine.epoch):
                 raise ValueError("backward needs the context of this layer's last forward, once: another "
                                  "forward or backward has run since (its arena and combine buffer are reused)")
             t = int(ctx.x.shape[0])
@@ -440,20 +453,45 @@ class MoELayer:
         except Exception as e:  # noqa: BLE001 - a refusal on one rank reaches every rank
             err = e
         all_ok(self.world.comm, err)
-        r, x, hid = ctx.routing, ctx.x, cfg.hidden
+        r, hid = ctx.routing, cfg.hidden
         bwd = _backward_kernels(self.world)
-        status = self._dispatch.status
-        # 1. each pair's combine weight gradient, from the forward's combine buffer (its expert output)
-        #    -- before anything else reuses that buffer. A forward whose dispatch overflowed moved
-        #    nothing (its y is NaN): NaN gradients too, decided on the device (no host sync).
+        # A device-path forward whose dispatch overflowed moved nothing (its y is NaN): NaN gradients
+        # too, decided on the device (no host sync). The host paths raised in their forward instead.
+        status = self._dispatch.status if device else cupy.zeros((1,), cupy.int64)
+        # 1. each pair's combine weight gradient, from its expert output (the device path's combine
+        #    buffer -- before anything else reuses it -- or the host paths' returned rows)
         d_weights = cupy.empty((t, k), float32)
         if t:
+            comb = self._combine.comb.local if device else ctx.combined
             bwd("kosmos_moe_weight_grads")((-(-t * k // 8),), (256,), (
-                self._combine.comb.local, r.slot, dy, np.int64(t * k), np.int32(k), np.int32(hid), status, d_weights))
-        # 2. the dY rows to the experts' owners, each times its pair's routing weight as it is pushed
-        arena, rows, _ = self._dispatch_bwd(dy, r, weighted=True)
+                comb, r.slot, dy, np.int64(t * k), np.int32(k), np.int32(hid), status, d_weights))
+        # 2. the routed experts: their weight gradients, and dX rows on their way home
+        if device:
+            d_xe, dw1, dw2 = self._routed_backward_device(dy, ctx, params, wdt)
+        else:
+            d_back, dw1, dw2 = self._routed_backward_exchanged(dy, ctx, params, wdt)
+        # 3. the router's dx and dWr, then the shared experts' gradients (their dx joins the router's)
+        extra, d_router_w = self._router_gradients(ctx, d_weights, params)
+        d_sw1, d_sw2 = self._shared_backward(dy, ctx, params, wdt, extra)
+        # 4. the rows back to their tokens, summed (weights 1: dY was weighted), plus the rest, rounded once
+        if device:
+            ones = dataclasses.replace(r, weights=cupy.ones_like(r.weights))
+            dx = self._combine(d_xe, self._dispatch_bwd, ones, shared=extra if t else None)
+            nan_word = np.uint32(0x7FC00000 if wdt == float32 else 0x7FC07FC0)  # one fp32 or two bf16 NaNs
+            for dw in (dw1, dw2):  # NaN after a failed dispatch, in place (a where + astype was 3 passes over GBs)
+                bwd("kosmos_moe_nan_if_failed")((264,), (256,), (status, dw, np.uint64(dw.nbytes // 4), nan_word))
+        else:
+            acc = extra
+            if t:
+                acc = acc + bf16_to_f32(_u16(d_back)[r.slot.astype(cupy.int64)].view(bfloat16)).reshape(t, k, hid).sum(axis=1)
+            dx = f32_to_bf16(acc)
+        return MoEGradients(dx, d_router_w, dw1, dw2, d_sw1, d_sw2)
+
+    def _routed_backward_device(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype) -> tuple:
+        """(dX rows expert-major in the backward's arena, dW1, dW2) of the device paths."""
+        # the dY rows to the experts' owners, each times its pair's routing weight as it is pushed
+        arena, rows, _ = self._dispatch_bwd(dy, ctx.routing, weighted=True)
         d_ye = arena.view(bfloat16)                                                   # [cap, H]
-        # 3. the experts' backward, expert-major over the arena
         x_e, a = ctx.x_experts, ctx.h
         dw2 = grouped.grouped_matmul(d_ye, a, rows, "NT", out_dtype=wdt)               # [E/P, H, I]
         # d[gate, up] [cap, 2I] from dA = dY W2's fp32 accumulators and the forward's kept [gate, up]
@@ -461,37 +499,101 @@ class MoELayer:
         d_pre = grouped.grouped_matmul(d_ye, params.w2, rows, "NN", epilogue="swiglu_backward", gate_up=ctx.gate_up)
         dw1 = grouped.grouped_matmul(d_pre, x_e, rows, "NT", out_dtype=wdt)            # [E/P, 2I, H]
         d_xe = grouped.grouped_matmul(d_pre, params.w1, rows, "NN")                    # [cap, H]
-        # 4. the router: weights -> scores -> logits (fp32), its dx and dWr as our bf16 GEMMs with
-        #    fp32 outputs (d logits rounded to bf16 once, ~2^-9: x and Wr are bf16 already), the
-        #    experts padded to the GEMM's 64 columns with zeros; then the shared experts
-        if t:
-            d_logits = self._router_backward(ctx, d_weights)                          # [T, E] fp32
-            pad = self._router_pad
-            d_logits_16 = cupy.zeros((t, pad), np.uint16)
-            d_logits_16[:, :cfg.experts] = f32_to_bf16(d_logits).view(np.uint16)
-            d_logits_16 = d_logits_16.view(bfloat16)
-            extra = gemm.matmul(d_logits_16, self._padded_router_w(params), "NN", out_dtype=float32)  # router dx
-            # [64k, H] over T tokens: a few output tiles, so split-K (fixed-order sums: reproducible)
-            d_router_w = gemm.matmul(d_logits_16, x, "NT", out_dtype=float32, split_k=None)[:cfg.experts]
+        return d_xe, dw1, dw2
+
+    def _routed_backward_exchanged(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype) -> tuple:
+        """(dX rows in this rank's dispatch order, dW1, dW2) of the serial and baseline paths: the
+        weighted dY rows out and the dX rows back as the forward moved its rows."""
+        import cupy
+
+        r, k, hid, f = ctx.routing, self.cfg.top_k, self.cfg.hidden, self.cfg.intermediate
+        t = int(dy.shape[0])
+        baseline = self.path == "baseline"
+        out_a2a = self._nccl.all_to_all_rows if baseline else self._dispatch
+        back_a2a = self._nccl.all_to_all_rows if baseline else self._combine
+        if t:  # dispatch-order row i is pair order[i] (token order[i] // k), weighted as the forward's fold
+            order = r.order.astype(cupy.int64)
+            d_sent = f32_to_bf16(bf16_to_f32(dy)[order // k] * r.weights.ravel()[order][:, None])
         else:
-            extra, d_router_w = cupy.zeros((0, hid), float32), cupy.zeros((cfg.experts, hid), float32)
-        d_sw1 = d_sw2 = None
-        if cfg.shared:
-            # zeros (bits 0 in both dtypes) stay when the rank has no tokens
-            d_sw1 = cupy.zeros((cfg.shared, 2 * cfg.shared_width, hid), np.uint32 if wdt == float32 else np.uint16).view(wdt)
-            d_sw2 = cupy.zeros((cfg.shared, hid, cfg.shared_width), np.uint32 if wdt == float32 else np.uint16).view(wdt)
-            for j, (a_s, gate_up_s) in enumerate(ctx.shared):  # as the routed experts (the forward's h, [gate, up])
-                gemm.matmul(dy, a_s, "NT", out=d_sw2[j])
-                d_pre_s = gemm.matmul(dy, params.shared_w2[j], "NN", epilogue="swiglu_backward", gate_up=gate_up_s)
-                gemm.matmul(d_pre_s, x, "NT", out=d_sw1[j])
-                extra += gemm.matmul(d_pre_s, params.shared_w1[j], "NN", out_dtype=float32)
-        # 5. the expert rows back to their tokens, summed (weights 1: dY was weighted), plus the rest
-        ones = dataclasses.replace(r, weights=cupy.ones_like(r.weights))
-        dx = self._combine(d_xe, self._dispatch_bwd, ones, shared=extra if t else None)
-        nan_word = np.uint32(0x7FC00000 if wdt == float32 else 0x7FC07FC0)  # one fp32 or two bf16 NaNs
-        for dw in (dw1, dw2):  # NaN after a failed dispatch, in place (a where + astype was 3 passes over GBs)
-            bwd("kosmos_moe_nan_if_failed")((264,), (256,), (status, dw, np.uint64(dw.nbytes // 4), nan_word))
-        return MoEGradients(dx, d_router_w, dw1, dw2, d_sw1, d_sw2)
+            d_sent = cupy.empty((0, hid), bfloat16)
+        d_recv, _ = out_a2a(d_sent, ctx.send_counts.tolist())
+        received = int(d_recv.shape[0])
+        rows_host = cupy.asnumpy(ctx.group_rows).astype(np.int64)
+        zeros = (lambda shape: cupy.zeros(shape, np.uint32 if wdt == float32 else np.uint16).view(wdt))
+        dw1, dw2 = zeros((self.e_loc, 2 * f, hid)), zeros((self.e_loc, hid, f))
+        d_xe = cupy.empty((received, hid), bfloat16)
+        if received:
+            d_ye = cupy.empty((self.capacity_rows, hid), np.uint16)
+            d_ye[:received] = _u16(d_recv)[ctx.expert_major]
+            d_ye = d_ye.view(bfloat16)
+            x_e, a = ctx.x_experts, ctx.h
+            if baseline:  # cuBLAS per expert (bf16 out), the SwiGLU backward in fp32 on the kept pre
+                from .reference import swiglu_backward
+
+                def put(dst, prod):  # a bf16 product into a wgrad of wdt
+                    if wdt == float32:
+                        dst[...] = bf16_to_f32(prod)
+                    else:
+                        copy_into(dst, prod)
+
+                d_xe_em = cupy.empty((received, hid), bfloat16)
+                lo = 0
+                for e, n in enumerate(int(v) for v in rows_host):
+                    if n:
+                        dye_e, xe_e = d_ye[lo:lo + n], x_e[lo:lo + n]
+                        put(dw2[e], cupy.matmul(dye_e.T, a[lo:lo + n]))
+                        d_a = bf16_to_f32(cupy.matmul(dye_e, params.w2[e]))
+                        d_pre = f32_to_bf16(swiglu_backward(cupy, bf16_to_f32(ctx.gate_up[lo:lo + n]), d_a))
+                        put(dw1[e], cupy.matmul(d_pre.T, xe_e))
+                        _u16(d_xe_em)[lo:lo + n] = _u16(cupy.matmul(d_pre, params.w1[e]))
+                    lo += n
+            else:  # our grouped GEMMs, as the device path's
+                rows = ctx.group_rows
+                grouped.grouped_matmul(d_ye, a, rows, "NT", out=dw2)
+                d_pre = grouped.grouped_matmul(d_ye, params.w2, rows, "NN", epilogue="swiglu_backward",
+                                               gate_up=ctx.gate_up)
+                grouped.grouped_matmul(d_pre, x_e, rows, "NT", out=dw1)
+                d_xe_em = grouped.grouped_matmul(d_pre, params.w1, rows, "NN")
+            _u16(d_xe)[ctx.expert_major] = _u16(d_xe_em)[:received]  # back to the received order
+        d_back, _ = back_a2a(d_xe, ctx.recv_counts.tolist())  # rows in this rank's dispatch order
+        return d_back, dw1, dw2
+
+    def _router_gradients(self, ctx: MoEContext, d_weights: Any, params: MoEParams) -> tuple[Any, Any]:
+        """(the router's dx [T, H] fp32, dWr [E, H] fp32): weights -> scores -> logits (fp32), then
+        our bf16 GEMMs with fp32 outputs (d logits rounded to bf16 once, ~2^-9: x and Wr are bf16
+        already), the experts padded to the GEMM's 64 columns with zeros."""
+        import cupy
+
+        cfg, x = self.cfg, ctx.x
+        t = int(x.shape[0])
+        if not t:
+            return cupy.zeros((0, cfg.hidden), float32), cupy.zeros((cfg.experts, cfg.hidden), float32)
+        d_logits = self._router_backward(ctx, d_weights)                              # [T, E] fp32
+        d_logits_16 = cupy.zeros((t, self._router_pad), np.uint16)
+        d_logits_16[:, :cfg.experts] = f32_to_bf16(d_logits).view(np.uint16)
+        d_logits_16 = d_logits_16.view(bfloat16)
+        dx = gemm.matmul(d_logits_16, self._padded_router_w(params), "NN", out_dtype=float32)
+        # [64k, H] over T tokens: a few output tiles, so split-K (fixed-order sums: reproducible)
+        d_router_w = gemm.matmul(d_logits_16, x, "NT", out_dtype=float32, split_k=None)[:cfg.experts]
+        return dx, d_router_w
+
+    def _shared_backward(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype, extra: Any) -> tuple:
+        """(dW1, dW2) of the shared experts (None without them), as the routed experts' (the
+        forward's h and [gate, up]); their dx is added to `extra` [T, H] fp32 in place."""
+        import cupy
+
+        cfg = self.cfg
+        if not cfg.shared:
+            return None, None
+        bits = np.uint32 if wdt == float32 else np.uint16  # zeros (bits 0 in both dtypes) stay without tokens
+        d_sw1 = cupy.zeros((cfg.shared, 2 * cfg.shared_width, cfg.hidden), bits).view(wdt)
+        d_sw2 = cupy.zeros((cfg.shared, cfg.hidden, cfg.shared_width), bits).view(wdt)
+        for j, (a_s, gate_up_s) in enumerate(ctx.shared):
+            gemm.matmul(dy, a_s, "NT", out=d_sw2[j])
+            d_pre_s = gemm.matmul(dy, params.shared_w2[j], "NN", epilogue="swiglu_backward", gate_up=gate_up_s)
+            gemm.matmul(d_pre_s, ctx.x, "NT", out=d_sw1[j])
+            extra += gemm.matmul(d_pre_s, params.shared_w1[j], "NN", out_dtype=float32)
+        return d_sw1, d_sw2
 
     def _router_backward(self, ctx: MoEContext, d_weights: Any) -> Any:
         return router_backward(ctx.logits, ctx.routing.experts, d_weights, self.cfg, _backward_kernels(self.world))
