@@ -149,9 +149,14 @@ def router_backward(logits: Any, chosen: Any, d_weights: Any, cfg: MoEConfig, ke
     d_logits = cupy.empty((t, e), float32)
     if t == 0:
         return d_logits
+    import cupyx
+
     chosen = cupy.ascontiguousarray(chosen, dtype=cupy.int32)
-    frac = (cupy.bincount(chosen.ravel(), minlength=e).astype(float32) / np.float32(t * k) if cfg.aux_loss_coef
-            else cupy.zeros((e,), float32))
+    frac = cupy.zeros((e,), float32)
+    if cfg.aux_loss_coef:  # each expert's share of the pairs; a scatter-add, not cupy.bincount, which
+        counts = cupy.zeros((e,), cupy.int32)  # reads the max to the host (a sync, and no graph capture)
+        cupyx.scatter_add(counts, chosen.ravel(), 1)
+        frac = counts.astype(float32) / np.float32(t * k)
     logits = cupy.ascontiguousarray(logits, dtype=float32)
     d_weights = cupy.ascontiguousarray(d_weights, dtype=float32)
     kernels("kosmos_moe_router_bwd")((min(t, 65535),), (64,), (
