@@ -7,7 +7,9 @@ an equal-FLOP dense cuBLAS GEMM, at world size 1 or over P ranks, one GPU each.
 P EP-8 ranks' share of each model (kosmos/configs/moe_models.yaml): P E/8 experts with their H and
 I, E/8 on each rank (P = 8: the model itself); the tokens route top-max(1, P k/8) over them (the
 GEMM work of the share; the routing rule itself is the model's), each rank with as many tokens as
-give `--rows` rows per expert on average (so a rank's GEMM work is the same at every P); `--skew`
+give `--rows` rows per expert on average (so a rank's routed-expert GEMM work is the same at every
+P; the shared experts' scales with the tokens); the layers' capacity is 3x a rank's mean rows
+(dropless at P = 1); `--skew`
 adds a linear per-expert bias ramp (models with expert_bias only; each case records its min and max
 rows per expert). Contenders, timed interleaved call by call through kosmos.timing (device
 events behind the stream blocker): layer (path "device": router GEMM, routing, dispatch, both
@@ -61,6 +63,13 @@ def tokens_of(cfg, rows_per, ranks: int = 1):
     return rows_per * cfg.experts // (cfg.top_k * ranks)
 
 
+def capacity_of(cfg, tokens: int, ranks: int) -> int:
+    """Rows a rank may receive: dropless at one rank; at P ranks 3x the mean (the dropless bound,
+    P T min(k, E/P), would size every arena P times over the rows that come)."""
+    dropless = ranks * tokens * min(cfg.top_k, cfg.experts // ranks)
+    return min(dropless, 3 * tokens * cfg.top_k)
+
+
 def per_rank(world, value: float, op: str = "mean") -> float:
     """A rank's number over the world: the mean, min or max."""
     from mpi4py import MPI
@@ -84,9 +93,10 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
     import cupy
 
     tokens = tokens_of(cfg, rows_per, world.size)
-    layer = MoELayer(world, cfg, max_tokens=tokens, path="device")
-    fused = {m: MoELayer(world, cfg, max_tokens=tokens, path="fused", movers=m) for m in movers}
-    base = MoELayer(world, cfg, max_tokens=tokens, path="baseline") if baseline else None
+    cap = capacity_of(cfg, tokens, world.size)
+    layer = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="device")
+    fused = {m: MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="fused", movers=m) for m in movers}
+    base = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="baseline") if baseline else None
     try:
         params = case_params(world, cfg, skew, seed)
         x = random_bf16((tokens, cfg.hidden), seed + 3 + 7919 * world.rank)
@@ -177,9 +187,10 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
     from kosmos.reference import NcclBaseline
 
     tokens = tokens_of(cfg, rows_per, world.size)
-    layer = MoELayer(world, cfg, max_tokens=tokens, path="device")
-    serial = MoELayer(world, cfg, max_tokens=tokens, path="serial")
-    base = MoELayer(world, cfg, max_tokens=tokens, path="baseline") if NcclBaseline.available(world) else None
+    cap = capacity_of(cfg, tokens, world.size)
+    layer = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="device")
+    serial = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="serial")
+    base = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="baseline") if NcclBaseline.available(world) else None
     try:
         params = case_params(world, cfg, skew, seed)
         s = 7919 * world.rank

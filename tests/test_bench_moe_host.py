@@ -32,3 +32,10 @@ def test_shares_keep_each_ranks_work(name):
 def test_more_than_eight_ranks_refused():
     with pytest.raises(SystemExit, match="1 to 8 ranks"):
         moe_bench.share("DeepSeek-V3", 16)
+
+
+def test_capacity_is_dropless_alone_and_three_means_over_ranks():
+    cfg1, cfg8 = moe_bench.share("DeepSeek-V3", 1), moe_bench.share("DeepSeek-V3", 8)
+    t1, t8 = moe_bench.tokens_of(cfg1, 2048, 1), moe_bench.tokens_of(cfg8, 2048, 8)
+    assert moe_bench.capacity_of(cfg1, t1, 1) == t1 * cfg1.top_k  # every row a rank can receive
+    assert moe_bench.capacity_of(cfg8, t8, 8) == 3 * t8 * cfg8.top_k  # not 8 ranks' worth

@@ -154,8 +154,8 @@ def router_backward(logits: Any, chosen: Any, d_weights: Any, cfg: MoEConfig, ke
     chosen = cupy.ascontiguousarray(chosen, dtype=cupy.int32)
     frac = cupy.zeros((e,), float32)
     if cfg.aux_loss_coef:  # each expert's share of the pairs; a scatter-add, not cupy.bincount, which
-        counts = cupy.zeros((e,), cupy.int32)  # reads the max to the host (a sync, and no graph capture)
-        cupyx.scatter_add(counts, chosen.ravel(), 1)
+        counts = cupy.zeros((e,), cupy.int32)  # reads the max to the host (a sync, and no graph capture);
+        cupyx.scatter_add(counts, chosen.ravel(), cupy.ones(chosen.size, cupy.int32))  # ones made on the device
         frac = counts.astype(float32) / np.float32(t * k)
     logits = cupy.ascontiguousarray(logits, dtype=float32)
     d_weights = cupy.ascontiguousarray(d_weights, dtype=float32)
@@ -433,8 +433,8 @@ class MoELayer:
         router's and the shared experts' dx added in fp32 before the one rounding). The serial and
         baseline paths move the same rows as their forward does (kosmos AllToAll or NCCL, counts
         from the forward) and run the experts' backward with our grouped GEMMs (serial) or
-        cupy.matmul per expert (baseline, recomputing GEMM1 as a framework without kept
-        pre-activations would). The router gradients come from each pair's expert output in fp32."""
+        cupy.matmul per expert (baseline: bf16 products, so its dW carry bf16 precision whatever
+        wgrad_dtype). The router gradients come from each pair's expert output in fp32."""
         import cupy
 
         cfg, k = self.cfg, self.cfg.top_k

@@ -292,19 +292,22 @@ def test_backward_matches_the_reference(world, name, path):
         assert rel(total(g["d_shared_w2"]), summed("d_shared_w2")) < 5e-2
 
 
+@pytest.mark.parametrize("path", ["device", "serial", "baseline"])
 @pytest.mark.parametrize("name", ["deepseek-like", "top1-shared"])
-def test_bf16_wgrads_are_the_fp32_ones_rounded_once(world, name):
+def test_bf16_wgrads_are_the_fp32_ones_rounded_once(world, name, path):
     """wgrad_dtype=bfloat16: every expert weight gradient (routed and shared) is the fp32 one rounded
-    to bf16 once, bitwise (the same accumulators); dx and the router's dW (fp32) are unchanged,
-    bitwise. Two forwards of the same input (bitwise reruns), one backward each; a bad dtype is
-    refused on every rank."""
+    to bf16 once, bitwise (the same accumulators; the baseline's products are bf16 anyway); dx and
+    the router's dW (fp32) are unchanged, bitwise. Two forwards of the same input (bitwise reruns),
+    one backward each; a bad dtype is refused on every rank."""
     from kosmos.dtypes import f32_to_bf16
 
     cfg = TINY[name]
     P = world.size
     if cfg.experts % P:
         pytest.skip(f"{cfg.experts} experts do not divide over {P} ranks")
-    layer = MoELayer(world, cfg, max_tokens=400, path="device")
+    if path == "baseline" and not NcclBaseline.available(world):
+        pytest.skip(f"the NCCL baseline cannot run here: {NcclBaseline.unavailable_reason(world)}")
+    layer = MoELayer(world, cfg, max_tokens=400, path=path)
     try:
         params = MoEParams.random(cfg, world, 5)
         t = tokens_of(world.rank, P, 120)
