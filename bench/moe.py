@@ -158,7 +158,7 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
         flops = per_rank(world, 2 * total * (2 * i * h + h * i) + 2 * tokens * cfg.shared * 3 * h * s_w)
         rec = {"model": cfg.name, "E": cfg.experts, "top_k": cfg.top_k, "H": h, "I": i, "tokens": tokens,
                "ranks": world.size, "rows_per_expert": rows_per, "skew": skew, "total_rows": total,
-               "max_rows": int(per_rank(world, int(counts.max()), "max")),
+               "layer_bytes": layer.memory(), "max_rows": int(per_rank(world, int(counts.max()), "max")),
                "min_rows": int(per_rank(world, int(counts.min()), "min"))}
         for name, tm in t.items():
             rec[name] = {"ms": tm.median_ms, "min_ms": tm.min_ms, "host_us": tm.host_us}

@@ -64,3 +64,16 @@ def test_arena_and_source_rows_match_the_model(layout_host, P, kind):
                 assert source_row[g, s] == first, (g, s)
                 for i in range(n):  # the run is contiguous on both sides, in the same order
                     assert arena[arena_row[g, s] + i] == (s, first + i), (g, s, i)
+
+
+def test_context_bytes_counts_what_a_forward_keeps():
+    from kosmos.moe import MoEConfig
+    from kosmos.moe.layer import context_bytes
+
+    cfg = MoEConfig(experts=8, top_k=2, hidden=128, intermediate=192, name="t")
+    cap, t, pad = 1000, 300, 64
+    want = cap * 3 * 192 * 2 + t * pad * 4 + 4 * t * 2 * 4  # [gate, up] + h, logits, routing
+    assert context_bytes(cfg, cap, t, pad) == want
+    assert context_bytes(cfg, cap, t, pad, expert_rows_copied=True) == want + (cap + t * 2) * 128 * 2
+    shared = MoEConfig(experts=8, top_k=2, hidden=128, intermediate=192, shared=1, shared_intermediate=64, name="s")
+    assert context_bytes(shared, cap, t, pad) == want + t * 3 * 64 * 2

@@ -166,6 +166,20 @@ def router_backward(logits: Any, chosen: Any, d_weights: Any, cfg: MoEConfig, ke
     return d_logits
 
 
+def context_bytes(cfg: MoEConfig, capacity_rows: int, tokens: int, router_cols: int,
+                  expert_rows_copied: bool = False) -> int:
+    """Bytes a forward keeps for its backward (MoEContext): GEMM1's pre-activations [gate, up] and
+    h (capacity rows, bf16), the router logits (fp32), the routing (experts, weights, order, slot:
+    4 bytes per pair each), the shared experts' h and [gate, up] (bf16); the host paths also keep a
+    copy of the expert rows (capacity x H) and each pair's returned row (T k x H), bf16."""
+    i, h, k = cfg.intermediate, cfg.hidden, cfg.top_k
+    kept = capacity_rows * 3 * i * 2 + tokens * router_cols * 4 + 4 * tokens * k * 4
+    kept += cfg.shared * tokens * 3 * cfg.shared_width * 2 if cfg.shared else 0
+    if expert_rows_copied:
+        kept += (capacity_rows + tokens * k) * h * 2
+    return int(kept)
+
+
 def _u16(x: Any) -> Any:
     return x.view(np.uint16)
 
@@ -220,6 +234,18 @@ class MoELayer:
         for plan in (self._dispatch, self._combine, getattr(self, "_dispatch_bwd", None), getattr(self, "_nccl", None)):
             if plan is not None:
                 plan.close()
+
+    def memory(self) -> dict[str, int]:
+        """Bytes on this rank: `symmetric_heaps`, held from the build to close() (the dispatch
+        arenas of capacity_rows rows, the combine buffer, their flags; the baseline's NCCL buffers
+        are NCCL's and not counted); `forward_context`, what one forward at max_tokens keeps for its
+        backward (from CuPy's pool, until the context is dropped; the dispatch arena it also points
+        into is in the heaps)."""
+        heaps = sum(plan.heap.nbytes for plan in (self._dispatch, self._combine, getattr(self, "_dispatch_bwd", None))
+                    if getattr(plan, "heap", None) is not None)
+        return {"symmetric_heaps": int(heaps),
+                "forward_context": context_bytes(self.cfg, self.capacity_rows, self.max_tokens, self._router_pad,
+                                                 expert_rows_copied=self.path in ("serial", "baseline"))}
 
     # ---- checks ----
     def _check_params(self, p: MoEParams) -> MoEParams:
