@@ -105,34 +105,47 @@ def gemm_shape(layout: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...], 
         m, k, n = a0, a1, b0
         if b1 != k:
             raise ValueError(f"TN needs a[M,K] and b[N,K] with the same K; got {tuple(a_shape)} and {tuple(b_shape)}")
-        shape = (m, n, k, (m, n))
+        shape = (m, n, k)
     elif layout == "NN":  # dX[M,K] = dY[M,N] @ W[N,K]
         m, n, k = a0, a1, b1
         if b0 != n:
             raise ValueError(f"NN needs a[M,N] and b[N,K] with the same N; got {tuple(a_shape)} and {tuple(b_shape)}")
-        shape = (m, k, n, (m, k))
+        shape = (m, k, n)
     else:  # NT: dW[N,K] = dY[M,N]^T @ X[M,K]
         m, n, k = a0, a1, b1
         if b0 != m:
             raise ValueError(f"NT needs a[M,N] and b[M,K] with the same M; got {tuple(a_shape)} and {tuple(b_shape)}")
-        shape = (n, k, m, (n, k))
+        shape = (n, k, m)
     if n < 64 or n % 64:
         raise _dim_error("N", n)
     if k < 64 or k % 64:
         raise _dim_error("K", k)
-    mo, no, kr, out_shape = shape
+    mo, no, kr = shape
+    cols, f = epilogue_columns(layout, epilogue, no)
+    return GemmShape(layout, mo, no, kr, (mo, cols), swiglu_f=f, epilogue=epilogue)
+
+
+def epilogue_columns(layout: str, epilogue: str, no: int, per: str = "") -> tuple[int, int]:
+    """(output columns, swiglu_f) of `epilogue` over `no` accumulator columns: the SwiGLU forward
+    halves them (gate and up pairs), its backward doubles them ([d gate, d up]); each refuses a
+    layout it does not take. `per`: how b's rows are counted in the message (" per group")."""
     if epilogue == "swiglu":
         if layout != "TN":
             raise ValueError("epilogue='swiglu' is a forward (TN) epilogue")
         if no % 128:
-            raise ValueError(f"swiglu needs b with 2F rows, F a multiple of 64; got {no} rows")
-        f = no // 2
-        return GemmShape(layout, mo, no, kr, (mo, f), swiglu_f=f, epilogue=epilogue)
+            raise ValueError(f"swiglu needs b with 2F rows{per}, F a multiple of 64; got {no} rows")
+        return no // 2, no // 2
     if epilogue == "swiglu_backward":
         if layout != "NN":
             raise ValueError("epilogue='swiglu_backward' is a dgrad (NN) epilogue")
-        return GemmShape(layout, mo, no, kr, (mo, 2 * no), epilogue=epilogue)
-    return GemmShape(layout, mo, no, kr, out_shape)
+        return 2 * no, 0
+    return no, 0
+
+
+def stores_through_tma(epilogue: str, uses_tma: bool) -> bool:
+    """The store epilogues (bf16, fp32, split-K's fp32 partials) write through TMA on the Hopper
+    layer, so their kernels read the output's map; the SwiGLU epilogues store from registers."""
+    return uses_tma and epilogue == "store"
 
 
 TILE_WIDTHS = (256, 128)  # the builder's tile configurations (config.h TileConfig): 128 x BN
@@ -446,9 +459,7 @@ class GemmPlan:
 
     @property
     def tma_store(self) -> bool:
-        """The store epilogues (bf16, fp32, split-K's fp32 partials) write through TMA on the Hopper
-        layer: the kernel reads the output's map."""
-        return self.uses_tma and self.shape.epilogue == "store"
+        return stores_through_tma(self.shape.epilogue, self.uses_tma)
 
     @property
     def partial_rows(self) -> int:

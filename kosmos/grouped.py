@@ -115,17 +115,9 @@ def grouped_shape(layout: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...
     for what, v in (("N", n), ("K", k)):
         if v < 64 or v % 64:
             raise gemm._dim_error(what, v)
-    if epilogue == "swiglu":
-        if layout != "TN":
-            raise ValueError("epilogue='swiglu' is a forward (TN) epilogue")
-        if no % 128:
-            raise ValueError(f"swiglu needs b with 2F rows per group, F a multiple of 64; got {no} rows")
-        return GroupedShape(layout, groups, rows, mo, no, kr, (rows, no // 2), swiglu_f=no // 2, epilogue=epilogue)
-    if epilogue == "swiglu_backward":
-        if layout != "NN":
-            raise ValueError("epilogue='swiglu_backward' is a dgrad (NN) epilogue")
-        return GroupedShape(layout, groups, rows, mo, no, kr, (rows, 2 * no), epilogue=epilogue)
-    return GroupedShape(layout, groups, rows, mo, no, kr, out)
+    cols, f = gemm.epilogue_columns(layout, epilogue, no, " per group")
+    return GroupedShape(layout, groups, rows, mo, no, kr, out if epilogue == "store" else (rows, cols),
+                        swiglu_f=f, epilogue=epilogue)
 
 
 def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256) -> str:
@@ -163,10 +155,6 @@ def _module():
     return load_module("grouped.hip", extra_options=gemm._extra_options)
 
 
-def stores_through_tma(shape: GroupedShape, out_dtype: Any, uses_tma: bool) -> bool:
-    return uses_tma and shape.epilogue == "store"  # bf16, and the wgrad's fp32
-
-
 def kernel_head(shape: GroupedShape, a, b, out, tmaps: dict, tile_n: int, uses_tma: bool, gate_up=None) -> tuple:
     """The arguments every grouped kernel starts with, the fused MoE launches' too: the (a, b, out)
     tensor maps (cached in `tmaps`), the Problem and the epilogue's records (gate_up: the SwiGLU
@@ -174,7 +162,7 @@ def kernel_head(shape: GroupedShape, a, b, out, tmaps: dict, tile_n: int, uses_t
     prob = gemm.problem_record(a, b, shape.mo, shape.no, shape.kr, shape.tiles(tile_n), shape.swiglu_f, 1,
                                b.shape[1] * b.shape[2] if b.ndim == 3 else 0)
     epi = gemm.epi_record(out, out.size // out.shape[-1], shape.swiglu_f or shape.no, shape.epilogue, gate_up)
-    tma_store = stores_through_tma(shape, out.dtype, uses_tma)
+    tma_store = gemm.stores_through_tma(shape.epilogue, uses_tma)
     return (*gemm.operand_tmaps(tmaps, a, b, out, uses_tma, tma_store), prob, epi)
 
 
@@ -196,8 +184,7 @@ class GroupedPlan:
 
     @property
     def tma_store(self) -> bool:
-        """The bf16 store epilogue writes through TMA (Hopper layer): the kernel reads the output's map."""
-        return stores_through_tma(self.shape, self.out_dtype, self.uses_tma)
+        return gemm.stores_through_tma(self.shape.epilogue, self.uses_tma)
 
     def args(self, a, b, group_rows, out, gate_up=None) -> tuple:
         s = self.shape
