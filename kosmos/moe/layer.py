@@ -184,6 +184,21 @@ def _u16(x: Any) -> Any:
     return x.view(np.uint16)
 
 
+def _zeros(shape: tuple[int, ...], dt: np.dtype) -> Any:
+    """Zeros of fp32 or bf16 (bits 0 in both; CuPy has no bf16 fill of its own)."""
+    import cupy
+
+    return cupy.zeros(shape, np.uint32 if dt == float32 else np.uint16).view(dt)
+
+
+def _pair_rows(rows: Any, r: DeviceRouting, t: int) -> Any:
+    """[T, k, H] fp32: each (token, choice) pair's row of `rows` (bf16, in the dispatch order, the
+    pair's at index slot)."""
+    import cupy
+
+    return bf16_to_f32(_u16(rows)[r.slot.astype(cupy.int64)].view(bfloat16)).reshape(t, r.experts.shape[1], -1)
+
+
 class MoELayer:
     def __init__(self, world: World, cfg: MoEConfig, max_tokens: int, *, capacity_rows: int | None = None,
                  path: str = "device", movers: int | None = None):
@@ -355,8 +370,7 @@ class MoELayer:
         acc = cupy.zeros((t, hid), float32)
         kept = ()
         if t:
-            rows = bf16_to_f32(_u16(y_back)[r.slot.astype(cupy.int64)].view(bfloat16)).reshape(t, k, hid)
-            acc += (rows * r.weights[:, :, None]).sum(axis=1)
+            acc += (_pair_rows(y_back, r, t) * r.weights[:, :, None]).sum(axis=1)
             shared, kept = self._shared(x, params)
             if shared is not None:
                 acc += shared
@@ -514,7 +528,7 @@ class MoELayer:
         else:
             acc = extra
             if t:
-                acc = acc + bf16_to_f32(_u16(d_back)[r.slot.astype(cupy.int64)].view(bfloat16)).reshape(t, k, hid).sum(axis=1)
+                acc = acc + _pair_rows(d_back, r, t).sum(axis=1)
             dx = f32_to_bf16(acc)
         return MoEGradients(dx, d_router_w, dw1, dw2, d_sw1, d_sw2)
 
@@ -550,8 +564,7 @@ class MoELayer:
         d_recv, _ = out_a2a(d_sent, ctx.send_counts.tolist())
         received = int(d_recv.shape[0])
         rows_host = cupy.asnumpy(ctx.group_rows).astype(np.int64)
-        zeros = (lambda shape: cupy.zeros(shape, np.uint32 if wdt == float32 else np.uint16).view(wdt))
-        dw1, dw2 = zeros((self.e_loc, 2 * f, hid)), zeros((self.e_loc, hid, f))
+        dw1, dw2 = _zeros((self.e_loc, 2 * f, hid), wdt), _zeros((self.e_loc, hid, f), wdt)
         d_xe = cupy.empty((received, hid), bfloat16)
         if received:
             d_ye = cupy.empty((self.capacity_rows, hid), np.uint16)
@@ -611,14 +624,12 @@ class MoELayer:
     def _shared_backward(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype, extra: Any) -> tuple:
         """(dW1, dW2) of the shared experts (None without them), as the routed experts' (the
         forward's h and [gate, up]); their dx is added to `extra` [T, H] fp32 in place."""
-        import cupy
-
         cfg = self.cfg
         if not cfg.shared:
             return None, None
-        bits = np.uint32 if wdt == float32 else np.uint16  # zeros (bits 0 in both dtypes) stay without tokens
-        d_sw1 = cupy.zeros((cfg.shared, 2 * cfg.shared_width, cfg.hidden), bits).view(wdt)
-        d_sw2 = cupy.zeros((cfg.shared, cfg.hidden, cfg.shared_width), bits).view(wdt)
+        # zeros stay where the rank has no tokens
+        d_sw1 = _zeros((cfg.shared, 2 * cfg.shared_width, cfg.hidden), wdt)
+        d_sw2 = _zeros((cfg.shared, cfg.hidden, cfg.shared_width), wdt)
         for j, (a_s, gate_up_s) in enumerate(ctx.shared):
             gemm.matmul(dy, a_s, "NT", out=d_sw2[j])
             d_pre_s = gemm.matmul(dy, params.shared_w2[j], "NN", epilogue="swiglu_backward", gate_up=gate_up_s)
