@@ -190,6 +190,12 @@ class _FusedOp(SymmetricPlan):
                writable: bool = False) -> Any:
         return super()._check(x, name, shape, dtype, stream, writable=writable)
 
+    def _local_operand(self, t: Any, name: str, shape: tuple[int, ...], layout: str, operand: int,
+                       stream: Any) -> Any:
+        """A local GEMM operand, checked: bf16, or a DeviceMX with its blocks along its contracting
+        axis in `layout` (operand 0: a, 1: b), dequantized on the stream first."""
+        return self._check(gemm.dequantized_operand(t, name, layout, operand, stream), name, shape, stream=stream)
+
     def describe(self) -> str:
         c = self.crew
         return (f"{type(self).__name__}(P={self.P}, m={self.m}, n={self.n}, k={self.k}): grid {c.grid}, "
@@ -334,7 +340,7 @@ class AllGatherMatmul(_AllGatherBase):
         gathered operand (dequantized, mxfp8); without it the plan's scratch array is used and
         overwritten next call. w: bf16, or a DeviceMX with blocks along its contracting axis."""
         x = self._gather_input(x, "x" if self.layout == "TN" else "dy", stream)
-        w = self._check(gemm.dequantized_operand(w, "w", self.layout, 1, stream), "w", (self.n, self.k), stream=stream)
+        w = self._local_operand(w, "w", (self.n, self.k), self.layout, 1, stream)
         xs = _arrays(x)
         out = self._output(out, self.out_shape, bfloat16, stream)
         gathered = self._keep(gathered, "gathered", stream, **xs, w=w)
@@ -397,8 +403,8 @@ class AllGatherMatmulNNNT(_AllGatherBase):
         P, m, n, k = self.P, self.m, self.n, self.k
         dy_rows = self._gather_input(dy_rows, "dy_rows", stream)
         dy_cols = mx.check_mx(dy_cols, "dy_cols", (m, n), axis=0, stream=stream)
-        w = self._check(gemm.dequantized_operand(w, "w", "NN", 1, stream), "w", (n, k), stream=stream)
-        x = self._check(gemm.dequantized_operand(x, "x", "NT", 1, stream), "x", (P * m, k), stream=stream)
+        w = self._local_operand(w, "w", (n, k), "NN", 1, stream)
+        x = self._local_operand(x, "x", (P * m, k), "NT", 1, stream)
         dx = self._output(dx, (P * m, k), bfloat16, stream, name="dx")
         dw = self._output(dw, (n, k), bfloat16, stream, name="dw")
         ins = dict(dy_rows=dy_rows.data, dy_rows_scales=dy_rows.scales, dy_cols=dy_cols.data,
@@ -458,8 +464,8 @@ class BulkAllGatherMatmul(_AllGatherBase):
 
         P, m = self.P, self.m
         x = self._gather_input(x, "x", stream)
-        dy = self._check(gemm.dequantized_operand(dy, "dy", "NN", 0, stream), "dy", (P * m, self.n), stream=stream)
-        w = self._check(gemm.dequantized_operand(w, "w", "NN", 1, stream), "w", (self.n, self.k), stream=stream)
+        dy = self._local_operand(dy, "dy", (P * m, self.n), "NN", 0, stream)
+        w = self._local_operand(w, "w", (self.n, self.k), "NN", 1, stream)
         xs = _arrays(x)
         dx = self._output(dx, self.shape.out_shape, bfloat16, stream, name="dx")
         if x_full is None:
@@ -555,8 +561,8 @@ class MatmulReduceScatter(_ReduceScatterBase):
     @uses_stream
     def __call__(self, x: Any, w: Any, out: Any = None, stream: Any = None) -> Any:
         P, m, n = self.P, self.m, self.n
-        x = self._check(gemm.dequantized_operand(x, "x", "TN", 0, stream), "x", (P * m, self.k), stream=stream)
-        w = self._check(gemm.dequantized_operand(w, "w", "TN", 1, stream), "w", (n, self.k), stream=stream)
+        x = self._local_operand(x, "x", (P * m, self.k), "TN", 0, stream)
+        w = self._local_operand(w, "w", (n, self.k), "TN", 1, stream)
         out = self._output(out, (m, n), bfloat16, stream)
         refuse_overlap("out", out, x=x, w=w)
         # Partials go to the staging buffer of this call's epoch parity (alone: straight to out).
@@ -589,9 +595,8 @@ class BulkReduceScatterMatmul(_ReduceScatterBase):
                  stream: Any = None) -> tuple[Any, Any]:
         P, m, n, k = self.P, self.m, self.n, self.k
         dx_partial = self._check(dx_partial, "dx_partial", (P * m, k), stream=stream)
-        dy = self._check(gemm.dequantized_operand(dy, "dy", "NT", 0, stream), "dy", (P * m, n), stream=stream)
-        x_full = self._check(gemm.dequantized_operand(x_full, "x_full", "NT", 1, stream), "x_full", (P * m, k),
-                             stream=stream)
+        dy = self._local_operand(dy, "dy", (P * m, n), "NT", 0, stream)
+        x_full = self._local_operand(x_full, "x_full", (P * m, k), "NT", 1, stream)
         # Alone the reduce-scatter is the identity: without a dx to fill, dx is dx_partial itself.
         dx = dx_partial if dx is None and P == 1 else self._output(dx, (m, k), bfloat16, stream, name="dx")
         dw = self._output(dw, (n, k), self.dw_dtype, stream, name="dw")
