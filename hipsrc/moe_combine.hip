@@ -5,5 +5,8 @@
 using namespace kosmos;
 using namespace kosmos::moe;
 
-extern "C" __global__ void kosmos_moe_combine(const CombineParams d) { combine(d); }
+extern "C" __global__ void kosmos_moe_combine(const CombineParams d) {
+  const CallScope call(d.calls);
+  combine(d);
+}
 

@@ -6,4 +6,7 @@
 using namespace kosmos;
 using namespace kosmos::moe;
 
-extern "C" __global__ void kosmos_moe_dispatch(const DispatchParams d) { dispatch(d); }
+extern "C" __global__ void kosmos_moe_dispatch(const DispatchParams d) {
+  const CallScope call(d.calls);
+  dispatch(d);
+}

@@ -17,6 +17,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     kosmos_moe_dispatch_swiglu(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,
                                const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiSwiGLU epi,
                                const KOSMOS_GRID_CONSTANT DispatchParams d, i32 movers, u64* words) {
+  const CallScope call(d.calls);
   dispatch_gemm1<DefaultTile, KOSMOS_MOE_PUSH_UNROLL>(tma, tmb, p, epi, d, movers, words);
 }
 
@@ -25,6 +26,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                              const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiStoreBf16 epi,
                              const KOSMOS_GRID_CONSTANT CombineParams d, i32 movers, i32 rows_cap, u64* words,
                              u64* rows_done) {
+  const CallScope call(d.calls);
   gemm2_combine<DefaultTile, KOSMOS_MOE_PUSH_UNROLL>(tma, tmb, p, EpiStoreBf16Tma(epi, &tmc), d, movers, rows_cap,
                                                      words, rows_done);
 }

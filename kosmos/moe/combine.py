@@ -38,7 +38,7 @@ def combine_smem_bytes(world: int, experts: int, e_loc: int) -> int:
     """The combine's shared-memory tables (hipsrc/kosmos/moe/combine.h: combine_smem_bytes)."""
     return 4 * (world * experts + 3 * e_loc * world + 1 + world)
 COMBINE_PARAMS_DTYPE = np.dtype(
-    [("peer_bases", _u64), ("wait", WAIT_CTX_DTYPE), ("epoch", _u64), ("flags_off", _u64), ("comb_off", _u64),
+    [("peer_bases", _u64), ("wait", WAIT_CTX_DTYPE), ("calls", _u64), ("flags_off", _u64), ("comb_off", _u64),
      ("row_bytes", _u64), ("all_counts", _u64), ("dispatch_status", _u64), ("y", _u64), ("run_done", _u64),
      ("slot", _u64), ("weights", _u64), ("shared", _u64), ("out", _u64), ("rank", _i32), ("world", _i32),
      ("experts", _i32), ("e_loc", _i32), ("top_k", _i32), ("tokens", _i32), ("item_rows", _i32), ("pad_", _i32)],
@@ -71,6 +71,7 @@ class MoECombine(SymmetricPlan):
         super().__init__(world, max_tokens * top_k * self.row_bytes + 256)
         self.comb = self.heap.alloc((max_tokens * top_k, self.row_bytes), np.uint8)
         self.run_done = cupy.zeros((2, P), np.uint64)
+        self.calls = cupy.zeros(2, np.uint64)  # the device's call count, as MoEDispatch.calls
         smem = combine_smem_bytes(P, experts, self.e_loc)
         mod = load_module("moe_combine.hip", world=world)
         # Resident, all of it: every CTA folds after waiting for rows other CTAs of this grid push.
@@ -166,9 +167,9 @@ class MoECombine(SymmetricPlan):
             if out.shape != (t, self.hidden):
                 raise ValueError(f"out must be [{t}, {self.hidden}] bf16, got {tuple(out.shape)}")
         w = self.world
-        epoch, ctx = self._next_call(stream)
+        _, ctx = self._next_call(stream)
         rec = record(
-            COMBINE_PARAMS_DTYPE, peer_bases=self.heap.peer_bases.data.ptr, wait=ctx, epoch=epoch,
+            COMBINE_PARAMS_DTYPE, peer_bases=self.heap.peer_bases.data.ptr, wait=ctx, calls=self.calls.data.ptr,
             flags_off=self.flags.offset, comb_off=self.comb.offset, row_bytes=self.row_bytes,
             all_counts=dispatch.all_counts.data.ptr, dispatch_status=dispatch.status.data.ptr, y=y_experts.data.ptr,
             run_done=self.run_done.data.ptr, slot=address(routing.slot), weights=address(routing.weights),

@@ -37,7 +37,7 @@ from .route import DeviceRouting
 
 _u64, _i32 = np.uint64, np.int32
 DISPATCH_PARAMS_DTYPE = np.dtype(
-    [("peer_bases", _u64), ("wait", WAIT_CTX_DTYPE), ("epoch", _u64), ("flags_off", _u64), ("counts_off", _u64),
+    [("peer_bases", _u64), ("wait", WAIT_CTX_DTYPE), ("calls", _u64), ("flags_off", _u64), ("counts_off", _u64),
      ("arrived_off", _u64), ("arena_off", _u64), ("row_bytes", _u64), ("capacity", _u64), ("start", _u64),
      ("order", _u64), ("x", _u64), ("weights", _u64), ("run_done", _u64), ("group_rows", _u64), ("run_rows", _u64),
      ("all_counts", _u64), ("status", _u64),
@@ -108,6 +108,9 @@ class MoEDispatch(SymmetricPlan):
         self.run_rows = cupy.zeros((self.e_loc, P), np.int32)
         self.all_counts = cupy.zeros((P, experts), np.int32)  # every rank's counts of the last call
         self.status = cupy.zeros(1, np.int64)
+        # calls done and CTAs out (hipsrc/kosmos/calls.h): each launch's epoch comes from the device, so
+        # a CUDA graph replays it (self.epoch counts the host's calls, for the layer's checks)
+        self.calls = cupy.zeros(2, np.uint64)
         smem = dispatch_smem_bytes(P, experts)
         mod = load_module("moe_dispatch.hip", world=world)
         # Resident, all of it: CTA 0 waits for runs other CTAs of this grid push.
@@ -158,9 +161,9 @@ class MoEDispatch(SymmetricPlan):
             # a refusal launches the plain dispatch (its counts of -1 stop the peers' fused launches too)
             refusal, x, start, order, weights, k, gemm1 = e, None, None, None, None, 1, None
         w = self.world
-        epoch, ctx = self._next_call(stream)
+        _, ctx = self._next_call(stream)
         rec = record(
-            DISPATCH_PARAMS_DTYPE, peer_bases=self.heap.peer_bases.data.ptr, wait=ctx, epoch=epoch,
+            DISPATCH_PARAMS_DTYPE, peer_bases=self.heap.peer_bases.data.ptr, wait=ctx, calls=self.calls.data.ptr,
             flags_off=self.flags.offset, counts_off=self.counts.offset, arrived_off=self.arrived.offset,
             arena_off=self.arena.offset, row_bytes=self.row_bytes, capacity=self.capacity_rows,
             start=address(start), order=address(order), x=address(x), weights=address(weights),

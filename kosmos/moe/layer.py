@@ -8,12 +8,14 @@ Four paths, the same result (the fused and device paths bitwise so, output and g
 - path="device" (the default: correct at 1-4 ranks on the H200, and the fastest at world 1): our
   kernels as separate launches with nothing on the host: route, MoEDispatch (counts through the
   symmetric heap, rows pushed to their final expert-major place), the grouped GEMMs on its arena,
-  MoECombine (rows back and the fold). Not yet CUDA-graph capturable: each launch's record carries
-  its call epoch, which a replay would repeat; the epochs must come from device memory first.
+  MoECombine (rows back and the fold). A forward + backward step captures in one CUDA graph
+  (kosmos.graphs.capture) and replays with new tokens and so a new routing: the plans take their
+  call epochs from the device (hipsrc/kosmos/calls.h), the GEMM queues reset on the device.
 - path="fused": as "device" in two launches after the routing: the dispatch with the experts' first
   GEMM (MoEDispatch.swiglu: movers push rows, builders start each tile once its rows have landed),
   and the second GEMM with the combine and the fold (MoECombine.gemm2: rows go home as soon as
   their tiles are done). Steps towards the one-launch megakernel; slower than "device" at world 1.
+  Captures in a CUDA graph as "device" does.
 - path="serial": the counts cross ranks through MPI and the rows through kosmos AllToAll:
   1. router logits X Wr^T (fp32, kosmos.matmul) and kosmos.moe.route: experts, weights, the
      dispatch order (expert-major, so owner-major);
@@ -24,6 +26,7 @@ Four paths, the same result (the fused and device paths bitwise so, output and g
      by its fp32 router weights and summed in fp32 with the shared experts' output, rounded once.
 - path="baseline": what one would write without kosmos, for the benchmarks: as "serial" with the
   rows moved by NCCL grouped send/recv and cuBLAS (cupy.matmul) per expert; one rank per GPU.
+  Neither host path captures in a CUDA graph (their counts cross ranks on the host).
 The backward (MoELayer.backward) runs on every path: the device and fused paths as separate
 launches over their plans (bitwise equal to each other), the serial and baseline paths moving rows
 as their forward did (AllToAll or NCCL) with our grouped GEMMs or cupy.matmul per expert. Every

@@ -33,6 +33,11 @@ class DeviceOrder:
         s = cupy.cuda.get_current_stream() if stream is None else stream
         last = self._last
         if last is not None and last.ptr != s.ptr:
+            if not cupy.cuda.runtime.is_hip and s.is_capturing():
+                from ..errors import KosmosError
+
+                raise KosmosError("a captured kosmos call must follow this World's (or plan's) previous calls on "
+                                  "the capture stream: make one eager call on that stream first (kosmos.graphs)")
             event = cupy.cuda.Event(block=False, disable_timing=True, interprocess=False)
             event.record(last)  # after all that was issued on the previous stream, that launch included
             s.wait_event(event)

@@ -81,6 +81,7 @@ def test_rows_land_where_the_layout_says(world, item_rows):
         cupy.cuda.Device().synchronize()
         world.status.raise_if_failed()
         assert int(disp.status.get()[0]) == 0
+        assert int(disp.calls[0].get()) == disp.epoch, "the device's call count (the launches' epochs)"
         for c, ((_, _, everyone), (arena, group_rows, run_rows, arrived)) in enumerate(zip(calls, snaps)):
             want, want_runs = expected_arena(world, cfg, everyone)
             got = cupy.asnumpy(arena).view(np.uint16).reshape(arena.shape[0], H)

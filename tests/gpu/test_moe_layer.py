@@ -381,3 +381,64 @@ def test_router_backward_kernel_is_the_reference_rule(world, rule, experts, top_
     rel = np.linalg.norm(got - want) / np.linalg.norm(want)
     assert rel < 1e-5, rel  # fp32 sums over at most 256 experts
     np.testing.assert_array_equal(got.view(np.uint32), cupy.asnumpy(again).view(np.uint32))
+
+
+@pytest.mark.parametrize("path", ["device", "fused"])
+def test_a_captured_step_replays_with_new_tokens(world, path):
+    """forward + backward captured in one CUDA graph (kosmos.graphs.capture) and replayed with new
+    token values and gradients in the captured inputs, so a new routing on every replay (the third
+    with a bias that sends every token's first choice to expert 0: rank 0 is hot): every replay's
+    output, losses and gradients, poisoned before it, are bitwise an eager step's on the same inputs.
+    Uneven token counts; shared expert, groups, sigmoid scores, aux and z losses."""
+    from kosmos.dtypes import copy_into
+    from kosmos.graphs import capture
+
+    if cupy.cuda.runtime.is_hip:
+        pytest.skip("CuPy's stream capture is CUDA-only")
+    cfg = dataclasses.replace(TINY["deepseek-like"], aux_loss_coef=0.01, z_loss_coef=0.001)
+    P, r = world.size, world.rank
+    if cfg.experts % P:
+        pytest.skip(f"{cfg.experts} experts do not divide over {P} ranks")
+    t = tokens_of(r, P, 300)
+    layer = MoELayer(world, cfg, max_tokens=300 + 37 * P, path=path)
+    try:
+        params = MoEParams.random(cfg, world, 41)
+        fresh = lambda seed: cupy.asarray(rank_input(seed, r, (t, cfg.hidden), np.float32).astype(bfloat16))  # noqa: E731
+        x, dy = fresh(41), fresh(42)
+
+        def results(y, ctx, g):
+            return [y, ctx.routing.losses, ctx.routing.experts, g.dx, g.d_router_w, g.dw1, g.dw2, g.d_shared_w1,
+                    g.d_shared_w2]
+
+        stream = cupy.cuda.Stream(non_blocking=True)
+        with stream:
+            y0, ctx0 = layer.forward(x, params)  # the eager step first: plans, kernels, the device order
+            layer.backward(dy, ctx0, params)
+            with capture(stream) as step:
+                y, ctx = layer.forward(x, params)
+                g = layer.backward(dy, ctx, params)
+            captured = results(y, ctx, g)
+            routings = []
+            for replay in range(3):
+                copy_into(x, fresh(50 + replay), stream)
+                copy_into(dy, fresh(60 + replay), stream)
+                if replay == 2:
+                    params.bias[0] = 10.0
+                for a in captured:
+                    a.view(np.uint8).fill(0xFF)
+                step.launch()
+                got = [cupy.asnumpy(a) for a in captured]
+                ye, ce = layer.forward(x, params)
+                want = [cupy.asnumpy(a) for a in results(ye, ce, layer.backward(dy, ce, params))]
+                stream.synchronize()
+                world.status.raise_if_failed()
+                names = ("y", "losses", "experts", "dx", "d_router_w", "dw1", "dw2", "d_shared_w1", "d_shared_w2")
+                for name, a, b in zip(names, got, want):
+                    assert a.tobytes() == b.tobytes(), f"replay {replay}: {name} differs from the eager step's"
+                assert np.isfinite(got[0].astype(np.float32)).all() and np.isfinite(got[3].astype(np.float32)).all()
+                routings.append(got[2])
+        if t:
+            assert not (routings[0] == routings[1]).all(), "new tokens, the same routing: did the replay read them?"
+            assert (routings[2][:, 0] == 0).all()
+    finally:
+        layer.close()

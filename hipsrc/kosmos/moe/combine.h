@@ -13,6 +13,7 @@
 // free. Per destination s, the owner's last item releases ready[owner] = e in s's flags; the fold
 // waits for every owner that sends s rows at all.
 #pragma once
+#include "../calls.h"
 #include "../flags.h"
 #include "../mover.h"
 #include "../protocol.h"
@@ -26,7 +27,8 @@ namespace moe {
 struct CombineParams {
   const u64* peer_bases;
   WaitCtx wait;
-  u64 epoch, flags_off;
+  u64* calls;  // [2] the plan's call count: this call's epoch (calls.h)
+  u64 flags_off;
   u64 comb_off;            // heap offset of the combine buffer [max rows back][row_bytes] (every rank)
   u64 row_bytes;
   const i32* all_counts;   // [P][E] the dispatch's counts of this call
@@ -87,7 +89,7 @@ KOSMOS_DEVICE CombineTables combine_tables(const CombineParams& d) {
 template <int Unroll, class Ready>
 KOSMOS_DEVICE bool combine_push(const CombineParams& d, const CombineTables& m, const Ready& ready) {
   const i32 P = d.world, E = d.experts, L = d.e_loc, me = d.rank, R = L * P;
-  FusedHeads* heads = fused_heads(flags_of(d.peer_bases, me, d.flags_off), d.epoch);
+  FusedHeads* heads = fused_heads(flags_of(d.peer_bases, me, d.flags_off), call_epoch());
   const i32 n_items = m.chunk_start[R];
   for (;;) {
     const i64 item = claim_item(heads);
@@ -99,8 +101,8 @@ KOSMOS_DEVICE bool combine_push(const CombineParams& d, const CombineTables& m, 
     const u8* src = d.y + u64(m.run_base[v] + first) * d.row_bytes;
     cta_copy_rows<Unroll>([&](u32 r) { return dst + u64(r) * d.row_bytes; },
                           [&](u32 r) { return src + u64(r) * d.row_bytes; }, u32(rows), u32(d.row_bytes));
-    item_done(&d.run_done[i64(d.epoch & 1) * P + s], u64(m.dest_chunks[s]),
-              &flags_of(d.peer_bases, s, d.flags_off)->ready[me], d.epoch);
+    item_done(&d.run_done[i64(call_epoch() & 1) * P + s], u64(m.dest_chunks[s]),
+              &flags_of(d.peer_bases, s, d.flags_off)->ready[me], call_epoch());
   }
 }
 
@@ -115,7 +117,7 @@ KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) 
     for (int o = 0; o < d.world && ok; ++o) {
       i32 rows = 0;
       for (i32 l = 0; l < L; ++l) rows += m.counts[me * E + o * L + l];
-      if (rows > 0) ok = wait_flag_sys(d.wait, SITE_PEER_ARRIVED, &mine->ready[o], d.epoch);
+      if (rows > 0) ok = wait_flag_sys(d.wait, SITE_PEER_ARRIVED, &mine->ready[o], call_epoch());
     }
   if (!cta_broadcast(&s_ok, ok)) return false;
   const u8* comb = reinterpret_cast<const u8*>(d.peer_bases[me] + d.comb_off);
@@ -142,9 +144,9 @@ KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) 
 // All threads, first (whatever follows): the next call's queue heads and destination counters
 // zeroed (CTA 0); after a dispatch that moved nothing (the same on every rank), the output NaN and true (nothing else to do, no waits).
 KOSMOS_DEVICE bool combine_skipped(const CombineParams& d) {
-  fused_heads(flags_of(d.peer_bases, d.rank, d.flags_off), d.epoch);  // CTA 0 zeroes the next call's heads
+  fused_heads(flags_of(d.peer_bases, d.rank, d.flags_off), call_epoch());  // CTA 0 zeroes the next call's heads
   if (blockIdx.x == 0)
-    for (i32 s = threadIdx.x; s < d.world; s += blockDim.x) d.run_done[i64((d.epoch + 1) & 1) * d.world + s] = 0;
+    for (i32 s = threadIdx.x; s < d.world; s += blockDim.x) d.run_done[i64((call_epoch() + 1) & 1) * d.world + s] = 0;
   if (*d.dispatch_status == 0) return false;
   const i64 n = i64(d.tokens) * i64(d.row_bytes / 2);
   for (i64 v = i64(blockIdx.x) * blockDim.x + threadIdx.x; v < n; v += i64(gridDim.x) * blockDim.x) d.out[v] = 0x7FC0;

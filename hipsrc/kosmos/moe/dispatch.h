@@ -18,6 +18,7 @@
 //   4. the owner (standalone kernel) waits for every non-empty run aimed at it before it exits, so
 //      the next launch on its stream reads a complete arena.
 #pragma once
+#include "../calls.h"
 #include "../flags.h"
 #include "../mover.h"
 #include "../protocol.h"
@@ -31,7 +32,8 @@ namespace moe {
 struct DispatchParams {
   const u64* peer_bases;
   WaitCtx wait;
-  u64 epoch, flags_off;
+  u64* calls;  // [2] the plan's call count: this call's epoch (calls.h)
+  u64 flags_off;
   u64 counts_off, arrived_off, arena_off;  // heap offsets (every rank)
   u64 row_bytes, capacity;                 // arena rows
   const i32* start;       // [E + 1] this rank's dispatch plan (kosmos.moe.route: DeviceRouting.start)
@@ -60,7 +62,7 @@ KOSMOS_DEVICE i32 chunks_of_run(const DispatchParams& d, i32 g) {
 
 KOSMOS_DEVICE i32* counts_slot(const DispatchParams& d, int owner, int source) {
   return reinterpret_cast<i32*>(d.peer_bases[owner] + d.counts_off) +
-         (i64(d.epoch & 1) * kMaxWorld + source) * d.experts;
+         (i64(call_epoch() & 1) * kMaxWorld + source) * d.experts;
 }
 
 KOSMOS_DEVICE u64* arrived_flag(const DispatchParams& d, int owner, i32 local_expert, int source) {
@@ -71,14 +73,14 @@ KOSMOS_DEVICE u64* arrived_flag(const DispatchParams& d, int owner, i32 local_ex
 // counters zeroed (the call that last used them has finished).
 KOSMOS_DEVICE void publish_counts(const DispatchParams& d) {
   const i32 P = d.world, E = d.experts, me = d.rank;
-  for (i32 g = threadIdx.x; g < E; g += blockDim.x) d.run_done[i64((d.epoch + 1) & 1) * E + g] = 0;
+  for (i32 g = threadIdx.x; g < E; g += blockDim.x) d.run_done[i64((call_epoch() + 1) & 1) * E + g] = 0;
   for (int o = 0; o < P; ++o)
     for (i32 g = threadIdx.x; g < E; g += blockDim.x)
       counts_slot(d, o, me)[g] = d.refused ? -1 : d.start[g + 1] - d.start[g];
   __syncthreads();
   if (threadIdx.x == 0) {
     fence_acq_rel_sys();
-    for (int o = 0; o < P; ++o) st_release_sys(&flags_of(d.peer_bases, o, d.flags_off)->ready[me], d.epoch);
+    for (int o = 0; o < P; ++o) st_release_sys(&flags_of(d.peer_bases, o, d.flags_off)->ready[me], call_epoch());
   }
 }
 
@@ -89,7 +91,7 @@ KOSMOS_DEVICE bool wait_counts(const DispatchParams& d) {
   OpFlags* mine = flags_of(d.peer_bases, d.rank, d.flags_off);
   int ok = 1;
   if (threadIdx.x == 0)
-    for (int s = 0; s < d.world && ok; ++s) ok = wait_flag_sys(d.wait, SITE_PEER_READY, &mine->ready[s], d.epoch);
+    for (int s = 0; s < d.world && ok; ++s) ok = wait_flag_sys(d.wait, SITE_PEER_READY, &mine->ready[s], call_epoch());
   return cta_broadcast(&s_ok, ok);
 }
 
@@ -129,7 +131,7 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d) {
   i32* my_base = counts + P * E;                         // [E]
   i32* chunk_start = my_base + E;                        // [E + 1]
   // First, whatever the verdict: CTA 0 zeroes the next call's queue heads here (flags.h)
-  FusedHeads* heads = fused_heads(flags_of(d.peer_bases, me, d.flags_off), d.epoch);
+  FusedHeads* heads = fused_heads(flags_of(d.peer_bases, me, d.flags_off), call_epoch());
   if (blockIdx.x == 0) publish_counts(d);
   if (!wait_counts(d)) return false;
   const i64 worst = load_counts(d, counts);
@@ -177,8 +179,8 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d) {
       cta_copy_rows<Unroll>(dst_row, src, u32(last - first), u32(d.row_bytes),
                             [&](u32 r, vec16& v) { v = scale_bf16x8(v, d.weights[d.order[first + i32(r)]]); });
     }
-    item_done(&d.run_done[i64(d.epoch & 1) * E + g], u64(chunks_of_run(d, g)),
-              arrived_flag(d, o, g - o * d.e_loc, me), d.epoch);
+    item_done(&d.run_done[i64(call_epoch() & 1) * E + g], u64(chunks_of_run(d, g)),
+              arrived_flag(d, o, g - o * d.e_loc, me), call_epoch());
   }
   return true;
 }
@@ -194,7 +196,7 @@ KOSMOS_DEVICE void dispatch(const DispatchParams& d) {
     for (i32 l = 0; l < d.e_loc && ok; ++l)
       for (int s = 0; s < d.world && ok; ++s)
         if (counts[s * d.experts + d.rank * d.e_loc + l] > 0)
-          ok = wait_flag_sys(d.wait, SITE_PEER_ARRIVED, arrived_flag(d, d.rank, l, s), d.epoch);
+          ok = wait_flag_sys(d.wait, SITE_PEER_ARRIVED, arrived_flag(d, d.rank, l, s), call_epoch());
   }
 }
 

@@ -39,7 +39,7 @@ KOSMOS_DEVICE void dispatch_gemm1(const gemm::TensorMap& tma, const gemm::Tensor
       // run (l, s): rows slot[s * E + col + l] (the heap slot: the pipeline has the shared memory
       // now), flag arrived[l * kMaxWorld + s]
       const gemm::RunsArrived<gemm::LAYOUT_TN> ready{counts_slot(d, d.rank, 0) + d.rank * d.e_loc, 1, d.experts,
-                                                     arrived_flag(d, d.rank, 0, 0), kMaxWorld, d.epoch, d.world,
+                                                     arrived_flag(d, d.rank, 0, 0), kMaxWorld, call_epoch(), d.world,
                                                      d.wait};
       gemm::run_builder<gemm::LAYOUT_TN>(sched, &tma, &tmb, smem, claim, ready, epi);
     }

@@ -1,0 +1,37 @@
+// A plan's call count on the device. A launch takes its epoch (the number its cross-rank flags are
+// compared with, flags.h) from the count at entry, and its last CTA out advances the count. So
+// nothing in a launch's arguments changes from call to call, and a captured CUDA graph replays with
+// the right epochs. words[0]: calls completed; words[1]: CTAs out of the running launch. Every
+// rank's plan makes the same calls in the same order, so the counts agree across ranks.
+#pragma once
+#include "platform.h"
+
+namespace kosmos {
+
+KOSMOS_DEVICE u64& call_epoch_slot() {
+  __shared__ u64 epoch;
+  return epoch;
+}
+
+// This launch's epoch, on every thread, inside a CallScope.
+KOSMOS_DEVICE u64 call_epoch() { return call_epoch_slot(); }
+
+// For the whole kernel body, on every thread of every CTA (the body may return early, but every
+// thread must leave through the scope: its exit is a CTA barrier).
+struct CallScope {
+  u64* words;
+  KOSMOS_DEVICE explicit CallScope(u64* w) : words(w) {
+    // Nobody writes words[0] before every CTA has passed here (the last one out does).
+    if (threadIdx.x == 0) call_epoch_slot() = ld_acquire_dev(&words[0]) + 1;
+    __syncthreads();
+  }
+  KOSMOS_DEVICE ~CallScope() {
+    __syncthreads();
+    if (threadIdx.x == 0 && atomic_add_acq_rel_dev(&words[1], 1ull) == u64(gridDim.x) - 1) {
+      words[1] = 0;
+      words[0] = call_epoch();  // the next launch on the stream reads it
+    }
+  }
+};
+
+}  // namespace kosmos
