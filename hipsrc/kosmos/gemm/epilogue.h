@@ -7,6 +7,8 @@
 // for each such pair (row: global output row, may be >= tile.row_end in a row tail (not stored); lc: even, 0..BN/2-2; the upper half is tile.half columns further),
 // then, once every thread of the tile has stored, one thread calls epi.done(tile) when
 // Epi::kHasDone is true: the tile's single completion point (fused kernels release a flag there).
+// An epilogue that reads memory per pair (kLoadBatch > 0) also offers load(tile, row, lc) -> Loaded
+// and pair(..., const Loaded&), so the Hopper layer can load a batch before computing it.
 // Adding an epilogue (e.g. MXFP8 quantization) = adding a struct with this interface.
 #pragma once
 #include "../platform.h"
@@ -20,6 +22,7 @@ struct EpiStoreBf16 {
   u16* out;
   i32 ldo, mo, no;
   static constexpr bool kHasDone = false;
+  static constexpr int kLoadBatch = 0;  // reads no memory
   static constexpr bool kTmaStore = false;
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
                           float hi1) const {
@@ -50,6 +53,7 @@ struct EpiStoreF32 {
   float* out;
   i32 ldo, mo, no;
   static constexpr bool kHasDone = false;
+  static constexpr int kLoadBatch = 0;  // reads no memory
   static constexpr bool kTmaStore = false;
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
                           float hi1) const {
@@ -82,6 +86,7 @@ struct EpiSwiGLU {
   i32 ldo, mo, f;
   u16* pre;  // nullptr: not kept
   static constexpr bool kHasDone = false;
+  static constexpr int kLoadBatch = 0;  // reads no memory
   static constexpr bool kTmaStore = false;
   KOSMOS_DEVICE static float silu(float g) { return g / (1.0f + __expf(-g)); }
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float g0, float g1, float u0,
@@ -109,10 +114,29 @@ struct EpiSwiGLUBackward {
   const u16* pre;
   static constexpr bool kHasDone = false;
   static constexpr bool kTmaStore = false;
-  KOSMOS_DEVICE void two(i32 row, i32 col, float da0, float da1) const {
+  static constexpr int kLoadBatch = 4;  // n8 blocks whose pre the Hopper layer loads together
+  struct Loaded {
+    u32 g_lo, u_lo, g_hi, u_hi;  // pre's (g, u) pairs at the pair's lower and upper columns
+  };
+  KOSMOS_DEVICE u32 pre_word(i32 row, i32 col) const {
+    return *reinterpret_cast<const u32*>(pre + i64(row) * (2 * f) + col);
+  }
+  KOSMOS_DEVICE Loaded load(const TileCoord& t, i32 row, i32 lc) const {
+    Loaded l{0, 0, 0, 0};
+    if (row >= t.row_end) return l;
+    const i32 lo = t.col0 + lc, hi = lo + t.half;
+    if (lo < f) {
+      l.g_lo = pre_word(row, lo);
+      l.u_lo = pre_word(row, lo + f);
+    }
+    if (hi < f) {
+      l.g_hi = pre_word(row, hi);
+      l.u_hi = pre_word(row, hi + f);
+    }
+    return l;
+  }
+  KOSMOS_DEVICE void two(i32 row, i32 col, u32 gs, u32 us, float da0, float da1) const {
     if (col >= f) return;
-    const u16* p = pre + i64(row) * (2 * f) + col;
-    const u32 gs = *reinterpret_cast<const u32*>(p), us = *reinterpret_cast<const u32*>(p + f);
     const float g[2] = {bf16_to_f32(u16(gs)), bf16_to_f32(u16(gs >> 16))};
     const float u[2] = {bf16_to_f32(u16(us)), bf16_to_f32(u16(us >> 16))};
     const float da[2] = {da0, da1};
@@ -128,11 +152,15 @@ struct EpiSwiGLUBackward {
     *reinterpret_cast<u32*>(o) = pack_bf16x2(dg[0], dg[1]);
     *reinterpret_cast<u32*>(o + f) = pack_bf16x2(du[0], du[1]);
   }
+  KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0, float hi1,
+                          const Loaded& l) const {
+    if (row >= t.row_end) return;
+    two(row, t.col0 + lc, l.g_lo, l.u_lo, lo0, lo1);
+    two(row, t.col0 + lc + t.half, l.g_hi, l.u_hi, hi0, hi1);
+  }
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
                           float hi1) const {
-    if (row >= t.row_end) return;
-    two(row, t.col0 + lc, lo0, lo1);
-    two(row, t.col0 + lc + t.half, hi0, hi1);
+    pair(t, row, lc, lo0, lo1, hi0, hi1, load(t, row, lc));
   }
   KOSMOS_DEVICE void done(const TileCoord&) const {}
 };
