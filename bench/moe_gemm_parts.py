@@ -39,6 +39,7 @@ def parts(world, name: str, rows_per: int) -> None:
     kept = cupy.empty((r, 2 * i), a.dtype)
     f32 = np.float32
     ours = {  # name: (call, FLOPs / (R H I), the cuBLAS contender)
+        "fwd1 plain": (lambda _: grouped_matmul(xe, w1, rows, "TN"), 4, "fwd1"),  # [gate, up] stored as is
         "fwd1 swiglu": (lambda _: grouped_matmul(xe, w1, rows, "TN", epilogue="swiglu"), 4, "fwd1"),
         "fwd1 keep": (lambda _: grouped_matmul(xe, w1, rows, "TN", epilogue="swiglu", gate_up=kept), 4, "fwd1"),
         "fwd2": (lambda _: grouped_matmul(a, w2, rows, "TN"), 2, "fwd2"),

@@ -8,14 +8,12 @@
 using namespace kosmos;
 using namespace kosmos::gemm;
 
-// tmc: TMA map of the output (the store and SwiGLU kernels on Hopper; zeros elsewhere); tmd: of the
-// SwiGLU forward's kept pre-activations (zeros elsewhere). MAKE_EPI turns the
+// tmc: TMA map of the output (the store kernels on Hopper; zeros elsewhere). MAKE_EPI turns the
 // host's epilogue struct into the one the builder runs.
 #define KOSMOS_GEMM_KERNEL_TILE(NAME, LAYOUT, EPI, MAKE_EPI, TILE)                                         \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
       NAME(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,             \
-           const KOSMOS_GRID_CONSTANT TensorMap tmc, const KOSMOS_GRID_CONSTANT TensorMap tmd, Problem p,     \
-           EPI epi, u64* words) {                                                                           \
+           const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EPI epi, u64* words) {                     \
     extern __shared__ __align__(16) u8 kosmos_gemm_smem[];                                                 \
     builder_init(kosmos_gemm_smem);                                                                        \
     QueueClaim claim{words, work_units(p)};                                                                \
@@ -27,11 +25,10 @@ using namespace kosmos::gemm;
 #define KOSMOS_EPI_AS_IS epi
 #define KOSMOS_EPI_TMA EpiStoreBf16Tma(epi, &tmc)
 #define KOSMOS_EPI_TMA32 EpiStoreF32Tma(epi, &tmc)
-#define KOSMOS_EPI_SWIGLU_TMA EpiSwiGLUTma(epi, &tmc, &tmd)
 
 KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_bf16, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_f32, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_TMA32)
-KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_swiglu, LAYOUT_TN, EpiSwiGLU, KOSMOS_EPI_SWIGLU_TMA)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_swiglu, LAYOUT_TN, EpiSwiGLU, KOSMOS_EPI_AS_IS)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_bf16, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_f32, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_TMA32)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_swiglu_bwd, LAYOUT_NN, EpiSwiGLUBackward, KOSMOS_EPI_AS_IS)
@@ -53,8 +50,7 @@ KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_f32_n128, LAYOUT_NT, EpiStoreF32, KOSMOS_
 // (RowFlagsReady, kosmos/gemm/ready.h); finished tiles are counted in *tiles_done.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     kosmos_gemm_tn_bf16_gated(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,
-                              const KOSMOS_GRID_CONSTANT TensorMap tmc, const KOSMOS_GRID_CONSTANT TensorMap tmd,
-                              Problem p, EpiStoreBf16 epi, u64* words,
+                              const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiStoreBf16 epi, u64* words,
                               const u64* row_flags, u64 target, WaitCtx w, u64* tiles_done) {
   extern __shared__ __align__(16) u8 kosmos_gemm_smem[];
   builder_init(kosmos_gemm_smem);

@@ -36,8 +36,7 @@ KOSMOS_DEVICE void grouped_gemm(const TensorMap& tma, const TensorMap& tmb, cons
 #define KOSMOS_GROUPED_KERNEL_TILE(NAME, LAYOUT, EPI, MAKE_EPI, TILE)                                      \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
       NAME(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,             \
-           const KOSMOS_GRID_CONSTANT TensorMap tmc, const KOSMOS_GRID_CONSTANT TensorMap tmd, Problem p,     \
-           EPI epi, const i32* __restrict__ group_rows,                                                     \
+           const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EPI epi, const i32* __restrict__ group_rows, \
            i32 groups, i32 rows_cap, u64* words) {                                                         \
     grouped_gemm<LAYOUT, TILE>(tma, tmb, p, MAKE_EPI, group_rows, groups, rows_cap, words);                \
   }
@@ -47,10 +46,9 @@ KOSMOS_DEVICE void grouped_gemm(const TensorMap& tma, const TensorMap& tmb, cons
 #define KOSMOS_EPI_AS_IS epi
 #define KOSMOS_EPI_TMA EpiStoreBf16Tma(epi, &tmc)
 #define KOSMOS_EPI_TMA32 EpiStoreF32Tma(epi, &tmc)
-#define KOSMOS_EPI_SWIGLU_TMA EpiSwiGLUTma(epi, &tmc, &tmd)
 
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_tn_bf16, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA)
-KOSMOS_GROUPED_KERNEL(kosmos_grouped_tn_swiglu, LAYOUT_TN, EpiSwiGLU, KOSMOS_EPI_SWIGLU_TMA)
+KOSMOS_GROUPED_KERNEL(kosmos_grouped_tn_swiglu, LAYOUT_TN, EpiSwiGLU, KOSMOS_EPI_AS_IS)
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_nn_bf16, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_nn_swiglu_bwd, LAYOUT_NN, EpiSwiGLUBackward, KOSMOS_EPI_AS_IS)
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_nt_bf16, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA)
@@ -70,8 +68,7 @@ KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nt_f32_n128, LAYOUT_NT, EpiStoreF32, K
 // (arrived[e * runs + s] >= target); finished tiles are counted in *tiles_done.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     kosmos_grouped_tn_bf16_gated(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,
-                                 const KOSMOS_GRID_CONSTANT TensorMap tmc, const KOSMOS_GRID_CONSTANT TensorMap tmd,
-                                 Problem p, EpiStoreBf16 epi,
+                                 const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiStoreBf16 epi,
                                  const i32* __restrict__ group_rows, i32 groups, i32 rows_cap, u64* words,
                                  const i32* __restrict__ run_rows, i32 runs, const u64* arrived, u64 target, WaitCtx w,
                                  u64* tiles_done) {

@@ -15,17 +15,15 @@ using namespace kosmos::moe;
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     kosmos_moe_dispatch_swiglu(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,
-                               const KOSMOS_GRID_CONSTANT TensorMap tmc, const KOSMOS_GRID_CONSTANT TensorMap tmd,
-                               Problem p, EpiSwiGLU epi,
+                               const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiSwiGLU epi,
                                const KOSMOS_GRID_CONSTANT DispatchParams d, i32 movers, u64* words) {
   const CallScope call(d.calls);
-  dispatch_gemm1<DefaultTile, KOSMOS_MOE_PUSH_UNROLL>(tma, tmb, p, EpiSwiGLUTma(epi, &tmc, &tmd), d, movers, words);
+  dispatch_gemm1<DefaultTile, KOSMOS_MOE_PUSH_UNROLL>(tma, tmb, p, epi, d, movers, words);
 }
 
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     kosmos_moe_gemm2_combine(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,
-                             const KOSMOS_GRID_CONSTANT TensorMap tmc, const KOSMOS_GRID_CONSTANT TensorMap tmd,
-                             Problem p, EpiStoreBf16 epi,
+                             const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiStoreBf16 epi,
                              const KOSMOS_GRID_CONSTANT CombineParams d, i32 movers, i32 rows_cap, u64* words,
                              u64* rows_done) {
   const CallScope call(d.calls);

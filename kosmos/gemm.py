@@ -143,10 +143,9 @@ def epilogue_columns(layout: str, epilogue: str, no: int, per: str = "") -> tupl
 
 
 def stores_through_tma(epilogue: str, uses_tma: bool) -> bool:
-    """The store epilogues (bf16, fp32, split-K's fp32 partials) and the SwiGLU forward (h and the
-    kept pre-activations) write through TMA on the Hopper layer, so their kernels read the output's
-    map (and the pre-activations'); the SwiGLU backward stores from registers."""
-    return uses_tma and epilogue in ("store", "swiglu")
+    """The store epilogues (bf16, fp32, split-K's fp32 partials) write through TMA on the Hopper
+    layer, so their kernels read the output's map; the SwiGLU epilogues store from registers."""
+    return uses_tma and epilogue == "store"
 
 
 TILE_WIDTHS = (256, 128)  # the builder's tile configurations (config.h TileConfig): 128 x BN
@@ -379,21 +378,18 @@ def tmap_of(arr) -> np.void:
 ZERO_TMAP = np.zeros(1, TMAP_DTYPE)[0]
 
 
-def operand_tmaps(cache: dict, a, b, out, uses_tma: bool, tma_store: bool,
-                  pre=None) -> tuple[np.void, np.void, np.void, np.void]:
-    """(a, b, out, pre) TMA maps for a plan, cached by the arrays' addresses: the output's (a 3-D
-    output mapped as its 2-D rows) and the SwiGLU forward's kept pre-activations' only when the
-    kernel stores through TMA; zeros off Hopper and where not stored."""
+def operand_tmaps(cache: dict, a, b, out, uses_tma: bool, tma_store: bool) -> tuple[np.void, np.void, np.void]:
+    """(a, b, out) TMA maps for a plan, cached by the arrays' addresses (the output's map only when
+    the kernel stores through TMA; a 3-D output is mapped as its 2-D rows); zeros off Hopper."""
     if not uses_tma:
-        return ZERO_TMAP, ZERO_TMAP, ZERO_TMAP, ZERO_TMAP
-    key = (a.data.ptr, b.data.ptr, out.data.ptr, 0 if pre is None else pre.data.ptr)
+        return ZERO_TMAP, ZERO_TMAP, ZERO_TMAP
+    key = (a.data.ptr, b.data.ptr, out.data.ptr)
     hit = cache.get(key)
     if hit is None:
         tc = tmap_of(out.reshape(-1, out.shape[-1])) if tma_store else ZERO_TMAP
-        td = tmap_of(pre) if tma_store and pre is not None else ZERO_TMAP
         if len(cache) > 32:
             cache.clear()
-        hit = cache[key] = (tmap_of(a), tmap_of(b), tc, td)
+        hit = cache[key] = (tmap_of(a), tmap_of(b), tc)
     return hit
 
 
@@ -471,14 +467,13 @@ class GemmPlan:
         return self.tiles[0] * DEVICE_CONSTANTS["kTileM"]
 
     def args(self, a, b, out, words=None, gate_up=None, epi_rows=None) -> tuple:
-        """The standard kernel arguments (tma, tmb, tmc, tmd, problem, epilogue, queue words); epi_rows:
+        """The standard kernel arguments (tma, tmb, tmc, problem, epilogue, queue words); epi_rows:
         the epilogue's rows per split (split-K's padded partials), default the output's."""
         s = self.shape
         prob = problem_record(a, b, s.mo, s.no, s.kr, self.tiles, s.swiglu_f, self.splits)
         epi = epi_record(out, epi_rows or s.mo, s.swiglu_f or s.no, s.epilogue, gate_up)
-        maps = operand_tmaps(self._tmaps, a, b, out, self.uses_tma, self.tma_store,
-                             gate_up if s.epilogue == "swiglu" else None)
-        return (*maps, prob, epi, self.words if words is None else words)
+        ta, tb, tc = operand_tmaps(self._tmaps, a, b, out, self.uses_tma, self.tma_store)
+        return (ta, tb, tc, prob, epi, self.words if words is None else words)
 
     def __call__(self, a, b, out, stream=None, gate_up=None) -> None:
         with self._order.lock:

@@ -156,15 +156,14 @@ def _module():
 
 
 def kernel_head(shape: GroupedShape, a, b, out, tmaps: dict, tile_n: int, uses_tma: bool, gate_up=None) -> tuple:
-    """The arguments every grouped kernel starts with, the fused MoE launches' too: the (a, b, out,
-    pre) tensor maps (cached in `tmaps`), the Problem and the epilogue's records (gate_up: the SwiGLU
+    """The arguments every grouped kernel starts with, the fused MoE launches' too: the (a, b, out)
+    tensor maps (cached in `tmaps`), the Problem and the epilogue's records (gate_up: the SwiGLU
     epilogues' pre-activations)."""
     prob = gemm.problem_record(a, b, shape.mo, shape.no, shape.kr, shape.tiles(tile_n), shape.swiglu_f, 1,
                                b.shape[1] * b.shape[2] if b.ndim == 3 else 0)
     epi = gemm.epi_record(out, out.size // out.shape[-1], shape.swiglu_f or shape.no, shape.epilogue, gate_up)
     tma_store = gemm.stores_through_tma(shape.epilogue, uses_tma)
-    pre = gate_up if shape.epilogue == "swiglu" else None
-    return (*gemm.operand_tmaps(tmaps, a, b, out, uses_tma, tma_store, pre), prob, epi)
+    return (*gemm.operand_tmaps(tmaps, a, b, out, uses_tma, tma_store), prob, epi)
 
 
 @dataclass

@@ -278,44 +278,45 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
       if constexpr (Epi::kTmaStore) {
         if (!Sched::kMaskedRows || !tc.masked) {
           stored = true;
-          // Through shared memory, in boxes of 64 rows x 128 bytes per warpgroup (epilogue.h: which
-          // boxes, where, what values) and two 8 KB slots: box n is written into slot n % 2 while
-          // the TMA store of box n-1 still reads the other slot. The slots hold the TMA's 128-byte
-          // swizzle (16-byte chunk ^= row % 8), which also keeps the fragment's 8-row stores free
-          // of bank conflicts.
-          constexpr int kEB = Epi::kTmaElemBytes;
-          u8* ebuf = epi_smem + cw * (kEpiBytes / 2);
-          const int r0 = warp * 16 + lane / 4;
-          const i32 map_row = epi.tma_row(tc) + cw * 64;
-          int issued = 0;
-          unrolled<Epi::template tma_boxes<kN>()>([&](auto box) {
-            constexpr int q = decltype(box)::value;
-            i32 col = 0;
-            const TensorMap* map = epi.tma_box(tc, q, col);
-            if (map == nullptr) return;  // the same on every thread (it depends on the tile alone)
-            u8* slot_q = ebuf + (issued++ % 2) * kBoxBytes;
-            if (tid == 0) bulk_wait_read_but_one();  // the store that last used this slot has read it
-            (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
-            unrolled<2 * (16 / kEB)>([&](auto ji) {
-              constexpr int jj = decltype(ji)::value / 2, i = decltype(ji)::value % 2;
+        // Through shared memory, in subtiles of 64 rows x 128 bytes per warpgroup (64 bf16 or 32
+        // fp32 columns) and two 8 KB slots: subtile q is written into slot q%2 while the TMA store
+        // of subtile q-1 still reads the other slot. The slots hold the TMA's 128-byte swizzle
+        // (16-byte chunk ^= row % 8), which also keeps the fragment's 8-row stores free of bank
+        // conflicts.
+        constexpr int kEB = Epi::kTmaElemBytes;
+        constexpr int kBoxCols = 128 / kEB, kN8 = kBoxCols / 8;  // columns and n8 blocks per subtile
+        u8* ebuf = epi_smem + cw * (kEpiBytes / 2);
+        const int r0 = warp * 16 + lane / 4;
+        const i32 map_row = epi.tma_row(tc) + cw * 64;
+#pragma unroll
+        for (int q = 0; q < kN / kBoxCols; ++q) {
+          u8* slot_q = ebuf + (q % 2) * kBoxBytes;
+          if (tid == 0) bulk_wait_read_but_one();  // the store that last used this slot has read it
+          (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
+#pragma unroll
+          for (int jj = 0; jj < kN8; ++jj) {
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
               const int r = r0 + 8 * i;
-              const float2 v = epi.template tma_values<q, jj, i>(acc);
+              const int a = 4 * (kN8 * q + jj) + 2 * i;
               if constexpr (kEB == 2) {  // an n8 block is one 16-byte chunk, 4 bytes a lane
                 *reinterpret_cast<u32*>(slot_q + r * 128 + ((jj ^ (r % 8)) * 16) + (lane % 4) * 4) =
-                    pack_bf16x2(v.x, v.y);
+                    pack_bf16x2(acc[a], acc[a + 1]);
               } else {  // two chunks, 8 bytes a lane
                 const int chunk = 2 * jj + (lane % 4) / 2;
-                *reinterpret_cast<float2*>(slot_q + r * 128 + ((chunk ^ (r % 8)) * 16) + (lane % 2) * 8) = v;
+                *reinterpret_cast<float2*>(slot_q + r * 128 + ((chunk ^ (r % 8)) * 16) + (lane % 2) * 8) =
+                    make_float2(acc[a], acc[a + 1]);
               }
-            });
-            fence_proxy_async_shared();
-            (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
-            if (tid == 0) {
-              tma_store_2d(map, slot_q, col, map_row);
-              bulk_commit();
             }
-          });
-          if (Epi::kHasDone && tid == 0) bulk_wait_all();
+          }
+          fence_proxy_async_shared();
+          (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
+          if (tid == 0) {
+            tma_store_2d(epi.map, slot_q, tc.col0 + kBoxCols * q, map_row);
+            bulk_commit();
+          }
+        }
+        if (Epi::kHasDone && tid == 0) bulk_wait_all();
         }
       }
       if (!stored) {

@@ -35,35 +35,15 @@ struct EpiStoreBf16 {
   KOSMOS_DEVICE void done(const TileCoord&) const {}
 };
 
-// What the Hopper layer's TMA stores ask of an epilogue with kTmaStore: per warpgroup and tile,
-// tma_boxes<kN>() boxes of 64 rows x 128 bytes (kTmaElemBytes 2: 64 bf16 columns; 4: 32 fp32);
-// tma_box(tile, q, col) gives box q's map (nullptr: not stored) and first column, tma_row(tile)
-// the map row of the tile's first row, and tma_values<q, jj, i>(acc) the two values this thread
-// puts at n8 block jj of box q, row 8 i further down. Other layers store through pair().
-template <int kEB>
-struct TmaAsIs {  // the accumulators as they are: box q = the tile's columns [q * 128 / kEB, ...)
-  static constexpr bool kTmaStore = true;
-  static constexpr int kTmaElemBytes = kEB;
-  template <int kN>
-  KOSMOS_DEVICE static constexpr int tma_boxes() { return kN * kEB / 128; }
-  template <int Q, int JJ, int I>
-  KOSMOS_DEVICE static float2 tma_values(const float* acc) {
-    constexpr int a = 4 * (Q * (16 / kEB) + JJ) + 2 * I;
-    return make_float2(acc[a], acc[a + 1]);
-  }
-};
-
-// EpiStoreBf16 through shared memory and TMA stores (full 128-byte lines, and the consumers move
-// on to the next tile while the stores drain). `map` describes `out` (boxes of 64 rows x 128
-// bytes, 128-byte swizzle).
-struct EpiStoreBf16Tma : EpiStoreBf16, TmaAsIs<2> {
-  using TmaAsIs<2>::kTmaStore;
+// The same through shared memory and TMA stores on the Hopper layer (full 128-byte lines, and the
+// consumers move on to the next tile while the stores drain). `map` describes `out` (boxes of 64
+// rows x 128 bytes, 128-byte swizzle); other layers ignore it and use pair(). tma_row: the map row
+// of the tile's first row.
+struct EpiStoreBf16Tma : EpiStoreBf16 {
   const TensorMap* map;
+  static constexpr bool kTmaStore = true;
+  static constexpr int kTmaElemBytes = 2;
   KOSMOS_DEVICE EpiStoreBf16Tma(const EpiStoreBf16& e, const TensorMap* m) : EpiStoreBf16(e), map(m) {}
-  KOSMOS_DEVICE const TensorMap* tma_box(const TileCoord& t, int q, i32& col) const {
-    col = t.col0 + 64 * q;
-    return map;
-  }
   KOSMOS_DEVICE i32 tma_row(const TileCoord& t) const { return t.row0; }
 };
 
@@ -89,14 +69,11 @@ struct EpiStoreF32 {
 // The same through TMA stores (Hopper layer), 64-row x 32-column boxes. Split-K partials: the map
 // covers [splits * mo, no], so the host pads mo to whole tiles (a tile's rows past the output land
 // in its own split's padding, not in the next split's rows).
-struct EpiStoreF32Tma : EpiStoreF32, TmaAsIs<4> {
-  using TmaAsIs<4>::kTmaStore;
+struct EpiStoreF32Tma : EpiStoreF32 {
   const TensorMap* map;
+  static constexpr bool kTmaStore = true;
+  static constexpr int kTmaElemBytes = 4;
   KOSMOS_DEVICE EpiStoreF32Tma(const EpiStoreF32& e, const TensorMap* m) : EpiStoreF32(e), map(m) {}
-  KOSMOS_DEVICE const TensorMap* tma_box(const TileCoord& t, int q, i32& col) const {
-    col = t.col0 + 32 * q;
-    return map;
-  }
   KOSMOS_DEVICE i32 tma_row(const TileCoord& t) const { return t.split * mo + t.row0; }
 };
 
@@ -109,9 +86,11 @@ struct EpiSwiGLU {
   i32 ldo, mo, f;
   u16* pre;  // nullptr: not kept
   static constexpr bool kHasDone = false;
-  static constexpr bool kTmaStore = false;
   static constexpr int kLoadBatch = 0;  // reads no memory
-  KOSMOS_DEVICE static float silu(float g) { return g / (1.0f + __expf(-g)); }
+  static constexpr bool kTmaStore = false;
+  // __frcp_rn, not g / x: IEEE division's slow path in every tile's epilogue (measured: the
+  // grouped SwiGLU GEMM 3-6 % slower)
+  KOSMOS_DEVICE static float silu(float g) { return g * __frcp_rn(1.0f + __expf(-g)); }
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float g0, float g1, float u0,
                           float u1) const {
     if (row >= t.row_end) return;
@@ -127,40 +106,6 @@ struct EpiSwiGLU {
   KOSMOS_DEVICE void done(const TileCoord&) const {}
 };
 
-// The same through TMA stores (Hopper layer; the bits of pair()): per warpgroup two boxes of h
-// (the tile's 128 output columns), then, when pre is kept, its gate boxes and its up boxes f
-// columns further. `h_map` describes out, `pre_map` pre; a box at or past f is not stored (f is
-// a multiple of 64: no box straddles it).
-struct EpiSwiGLUTma : EpiSwiGLU {
-  static constexpr bool kTmaStore = true;
-  static constexpr int kTmaElemBytes = 2;
-  const TensorMap *h_map, *pre_map;
-  KOSMOS_DEVICE EpiSwiGLUTma(const EpiSwiGLU& e, const TensorMap* h, const TensorMap* p)
-      : EpiSwiGLU(e), h_map(h), pre_map(p) {}
-  template <int kN>
-  KOSMOS_DEVICE static constexpr int tma_boxes() {
-    static_assert(kN == 256, "SwiGLU tiles are 256 wide");
-    return 6;
-  }
-  KOSMOS_DEVICE const TensorMap* tma_box(const TileCoord& t, int q, i32& col) const {
-    const i32 c = t.col0 + 64 * (q < 2 ? q : q % 2);  // boxes 2, 3: gate; 4, 5: up
-    if (c >= f || (q >= 2 && pre == nullptr)) return nullptr;
-    col = q < 4 ? c : c + f;
-    return q < 2 ? h_map : pre_map;
-  }
-  KOSMOS_DEVICE i32 tma_row(const TileCoord& t) const { return t.row0; }
-  template <int Q, int JJ, int I>
-  KOSMOS_DEVICE float2 tma_values(const float* acc) const {
-    if constexpr (Q < 2) {  // h: gate in the lower half's block, up 16 blocks further
-      constexpr int a = 4 * (8 * Q + JJ) + 2 * I, b = a + 64;
-      return make_float2(silu(acc[a]) * acc[b], silu(acc[a + 1]) * acc[b + 1]);
-    } else {  // pre: the accumulators as they are, gate then up
-      constexpr int a = 4 * (8 * (Q - 2) + JJ) + 2 * I;
-      return make_float2(acc[a], acc[a + 1]);
-    }
-  }
-};
-
 // The SwiGLU backward as the epilogue of the GEMM that computes dA = dOut W2 (NN, [mo, f]): with
 // a = silu(g) u, it reads the forward's kept pre[row] = [g, u] (EpiSwiGLU's, row stride 2f) and
 // writes out[row] = [dg, du] (bf16, row stride ldo = 2f) from the fp32 accumulators of dA, so dA
@@ -171,7 +116,7 @@ struct EpiSwiGLUBackward {
   const u16* pre;
   static constexpr bool kHasDone = false;
   static constexpr bool kTmaStore = false;
-  static constexpr int kLoadBatch = 8;  // n8 blocks whose pre the Hopper layer loads together
+  static constexpr int kLoadBatch = 4;  // n8 blocks whose pre the Hopper layer loads together
   struct Loaded {
     u32 g_lo, u_lo, g_hi, u_hi;  // pre's (g, u) pairs at the pair's lower and upper columns
   };
