@@ -31,7 +31,7 @@ def check_ag_tn(world, cupy, m: int, n: int, k: int):
     """AllGatherMatmul (AG+TN) on fresh inputs: (ok, op, x, w). ok: relative error against float64
     below 1e-2 (one bf16 rounding of fp32 sums) and bitwise our plain GEMM on the gathered X."""
     from . import gemm
-    from .tp import AllGatherMatmul
+    from .tp.ops import AllGatherMatmul
 
     P, r = world.size, world.rank
     xs = [rank_input(6, p, (m, k)) for p in range(P)]
