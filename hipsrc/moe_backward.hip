@@ -20,7 +20,7 @@ extern "C" __global__ void __launch_bounds__(256) kosmos_moe_weight_grads(
   const i64 p = i64(blockIdx.x) * 8 + threadIdx.x / 32;
   const i32 lane = i32(threadIdx.x % 32);
   float acc = 0.0f;
-  if (p < pairs) {
+  if (p < pairs && slot[p] >= 0) {  // a dropped pair (slot -1) contributed nothing: 0
     const u16* a = comb + i64(slot[p]) * h;
     const u16* b = dy + (p / top_k) * h;
     for (i32 c = lane * 8; c < h; c += 32 * 8) {

@@ -82,8 +82,12 @@ extern "C" __global__ void kosmos_moe_place(const i32* __restrict__ experts, i32
   const i32 n = load_chunk(experts, tokens, top_k, ex, t0, t1);
   const i32* first = offsets + i64(blockIdx.x) * num_experts;  // start[e] already added
   for (i32 i = i32(threadIdx.x); i < n; i += i32(blockDim.x)) {
-    const i32 row = first[ex[i]] + rank_in_chunk(ex, i);
     const i64 p = i64(t0) * top_k + i;
+    if (ex[i] < 0) {  // a pair dropped past its expert's capacity: no row
+      slot[p] = -1;
+      continue;
+    }
+    const i32 row = first[ex[i]] + rank_in_chunk(ex, i);
     order[row] = i32(p);
     slot[p] = row;
   }

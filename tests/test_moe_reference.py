@@ -38,6 +38,7 @@ def test_shipped_models_load_and_check():
     (dict(topk_groups=2), "needs groups"),
     (dict(hidden=100), "multiple of 64"),
     (dict(experts=0), "positive integer"),
+    (dict(capacity_factor=-1.0), "capacity_factor"),
 ])
 def test_bad_configs(kw, match):
     with pytest.raises(ValueError, match=match):
@@ -137,6 +138,44 @@ def test_forward_equals_a_per_token_loop():
         np.testing.assert_allclose(y[t], want, rtol=1e-12, atol=1e-12)
 
 
+def test_capacity_keeps_each_experts_highest_weights_per_rank():
+    """capacity_keep against a loop: per rank segment and expert, the cap pairs of highest weight
+    (the lower pair index first among equal weights) are kept; dropless configs keep everything."""
+    rng = np.random.default_rng(4)
+    c = cfg(top_k=3, capacity_factor=0.5)
+    segments = [11, 0, 29, 5]
+    experts = np.stack([rng.choice(8, 3, replace=False) for _ in range(sum(segments))])
+    weights = np.round(rng.random(experts.shape), 1)  # coarse: many equal weights
+    kept = ref.capacity_keep(experts, weights, c, segments)
+    lo = 0
+    for n in segments:
+        cap = c.capacity_of(n)
+        for e in range(8):
+            pairs = [(-weights[t, j], (t - lo) * 3 + j) for t in range(lo, lo + n) for j in range(3) if experts[t, j] == e]
+            want = {q for _, q in sorted(pairs)[:cap]}
+            got = {(t - lo) * 3 + j for t in range(lo, lo + n) for j in range(3) if experts[t, j] == e and kept[t, j]}
+            assert got == want, (n, e)
+        lo += n
+    assert not kept.all()
+    assert ref.capacity_keep(experts, weights, cfg(top_k=3), segments).all()
+    assert cfg().capacity_of(100) is None and cfg(capacity_factor=1.0).capacity_of(100) == 25
+
+
+def test_forward_with_drops_equals_a_per_token_loop_over_the_kept_pairs():
+    rng = np.random.default_rng(3)
+    c = cfg(top_k=2, capacity_factor=0.7, shared=1)
+    x, rw = rng.standard_normal((9, 64)), rng.standard_normal((8, 64))
+    w1, w2 = rng.standard_normal((8, 128, 64)) / 8, rng.standard_normal((8, 64, 64)) / 8
+    sw1, sw2 = rng.standard_normal((1, 128, 64)) / 8, rng.standard_normal((1, 64, 64)) / 8
+    y, r = ref.forward(x, rw, w1, w2, c, None, sw1, sw2, rank_tokens=[4, 5])
+    assert not r.kept.all()
+    for t in range(9):
+        want = ref.expert_mlp(x[t:t + 1], sw1[0], sw2[0])[0]
+        want = want + sum(r.weights[t, j] * ref.expert_mlp(x[t:t + 1], w1[e], w2[e])[0]
+                          for j, e in enumerate(r.experts[t]) if r.kept[t, j])
+        np.testing.assert_allclose(y[t], want, rtol=1e-12, atol=1e-12)
+
+
 # ---- the backward: analytic gradients against central finite differences (float64) ----
 def _loss(x, wr, w1, w2, c, dy, bias, sw1, sw2):
     y, r = ref.forward(x, wr, w1, w2, c, bias, sw1, sw2)
@@ -149,6 +188,7 @@ def _loss(x, wr, w1, w2, c, dy, bias, sw1, sw2):
     dict(score="sigmoid", expert_bias=True, groups=4, topk_groups=2, top_k=3, shared=1, shared_intermediate=64),
     dict(aux_loss_coef=0.3, z_loss_coef=0.2),
     dict(score="sigmoid", aux_loss_coef=0.5, shared=2),
+    dict(capacity_factor=0.6, aux_loss_coef=0.1),               # drops: each expert keeps 2 of 7 x 2 pairs
 ])
 def test_backward_matches_finite_differences(kw):
     c = cfg(**kw)

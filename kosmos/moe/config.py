@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import functools
+import math
 import os
 from dataclasses import dataclass, fields
 
@@ -24,6 +25,7 @@ class MoEConfig:
     shared_intermediate: int = 0   # their width (0 = intermediate)
     aux_loss_coef: float = 0.0     # load-balancing loss weight (0 = not computed)
     z_loss_coef: float = 0.0       # router z-loss weight (0 = not computed)
+    capacity_factor: float = 0.0   # > 0: token dropping (capacity_of); 0 = dropless
     name: str = ""
 
     def __post_init__(self) -> None:
@@ -52,6 +54,8 @@ class MoEConfig:
         for f in ("hidden", "intermediate"):
             if getattr(self, f) % 64:
                 raise bad(f"{f} = {getattr(self, f)} must be a multiple of 64 (the GEMM builder's tiles)")
+        if not (isinstance(self.capacity_factor, (int, float)) and 0 <= self.capacity_factor < 2**20):
+            raise bad(f"capacity_factor must be a number >= 0 (0: dropless), got {self.capacity_factor!r}")
         if self.shared < 0 or self.shared_intermediate < 0:
             raise bad("shared and shared_intermediate must be >= 0")
         if self.shared and self.shared_width % 64:
@@ -60,6 +64,16 @@ class MoEConfig:
     @property
     def shared_width(self) -> int:
         return self.shared_intermediate or self.intermediate
+
+    def capacity_of(self, tokens: int) -> int | None:
+        """Token dropping (capacity_factor > 0): each rank sends each expert at most
+        ceil(capacity_factor * tokens * top_k / experts) of its `tokens` tokens' pairs, those with the
+        highest combine weights (the lower pair index t * k + j first among equal weights); the
+        others are dropped: they add nothing to the output, and their weights still normalise the
+        kept ones'. The aux loss counts the choices before dropping. None: dropless."""
+        if not self.capacity_factor:
+            return None
+        return math.ceil(self.capacity_factor * tokens * self.top_k / self.experts)
 
     def local_experts(self, world_size: int) -> int:
         """Experts per rank under expert parallelism over `world_size` ranks."""

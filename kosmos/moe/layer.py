@@ -196,17 +196,21 @@ def _zeros(shape: tuple[int, ...], dt: np.dtype) -> Any:
 
 def _pair_rows(rows: Any, r: DeviceRouting, t: int) -> Any:
     """[T, k, H] fp32: each (token, choice) pair's row of `rows` (bf16, in the dispatch order, the
-    pair's at index slot)."""
+    pair's at index slot), zeros for a pair dropped past its expert's capacity (slot -1)."""
     import cupy
 
-    return bf16_to_f32(_u16(rows)[r.slot.astype(cupy.int64)].view(bfloat16)).reshape(t, r.experts.shape[1], -1)
+    got = bf16_to_f32(_u16(rows)[cupy.maximum(r.slot, 0).astype(cupy.int64)].view(bfloat16))
+    if r.kept is not None:
+        got *= r.kept.reshape(-1, 1)
+    return got.reshape(t, r.experts.shape[1], -1)
 
 
 class MoELayer:
     def __init__(self, world: World, cfg: MoEConfig, max_tokens: int, *, capacity_rows: int | None = None,
                  path: str = "device", movers: int | None = None):
         """max_tokens: the most tokens any rank passes to forward. capacity_rows: the most rows a rank
-        may receive in one call (default: dropless, P * max_tokens * min(k, E/P)); a routing that would
+        may receive in one call (default: dropless, P * max_tokens * min(k, E/P); under token dropping,
+        cfg.capacity_factor > 0, at most P * E/P * cfg.capacity_of(max_tokens)); a routing that would
         exceed it raises on every rank before anything moves. movers (path "fused"): CTAs that push
         rows before they build (default: MoEDispatch.swiglu's)."""
         world.require_gpu()
@@ -225,7 +229,9 @@ class MoELayer:
             raise ValueError(f"{self.e_loc} experts per rank: the grouped GEMM takes at most {grouped.max_groups()}; "
                              f"use more ranks")
         k = cfg.top_k
-        self.capacity_rows = capacity_rows or self.P * max_tokens * min(k, self.e_loc)
+        most = self.P * max_tokens * min(k, self.e_loc)  # dropless: every pair of every rank here
+        cap = cfg.capacity_of(max_tokens)  # token dropping: each rank sends each expert at most cap rows
+        self.capacity_rows = capacity_rows or (most if cap is None else min(most, self.P * self.e_loc * cap))
         # Bounds that would otherwise fail on one rank alone, mid-forward (the hot rank's grouped GEMM,
         # the router's int32 indices): refused here, on every rank alike.
         if self.capacity_rows // gemm.tile_shape()[0] + self.e_loc >= 2**16:
@@ -294,8 +300,10 @@ class MoELayer:
     @uses_stream
     def forward(self, x: Any, params: MoEParams, *, check: bool = False,
                 stream: Any = None) -> tuple[Any, MoEContext]:
-        """y [T, H] bf16 and the context. A routing past capacity_rows: the serial path raises on every
-        rank; the device path moves nothing and returns NaN (check=True: a host sync, then it raises)."""
+        """y [T, H] bf16 and the context (ctx.routing.losses: the aux and z losses; under token
+        dropping ctx.routing.dropped counts this rank's dropped pairs, ctx.routing.kept marks the
+        others). A routing past capacity_rows: the serial path raises on every rank; the device path
+        moves nothing and returns NaN (check=True: a host sync, then it raises)."""
         import cupy
 
         cfg, P, rank, k = self.cfg, self.P, self.world.rank, self.cfg.top_k
@@ -333,7 +341,7 @@ class MoELayer:
         if most > self.capacity_rows:
             raise ValueError(f"the routing sends a rank {most} rows, past capacity_rows = {self.capacity_rows}: "
                              f"nothing was moved (raise capacity_rows, or route more evenly)")
-        tokens = (r.order // k).astype(cupy.int64)
+        tokens = (r.order[:int(counts.sum())] // k).astype(cupy.int64)  # the kept pairs' rows
         x_sent = _u16(x)[tokens].view(bfloat16) if t else cupy.empty((0, cfg.hidden), bfloat16)
         rows_a2a = self._nccl.all_to_all_rows if self.path == "baseline" else self._dispatch
         x_recv, recv_counts = rows_a2a(x_sent, send_counts.tolist())
@@ -560,7 +568,7 @@ class MoELayer:
         out_a2a = self._nccl.all_to_all_rows if baseline else self._dispatch
         back_a2a = self._nccl.all_to_all_rows if baseline else self._combine
         if t:  # dispatch-order row i is pair order[i] (token order[i] // k), weighted as the forward's fold
-            order = r.order.astype(cupy.int64)
+            order = r.order[:int(ctx.send_counts.sum())].astype(cupy.int64)  # the kept pairs
             d_sent = f32_to_bf16(bf16_to_f32(dy)[order // k] * r.weights.ravel()[order][:, None])
         else:
             d_sent = cupy.empty((0, hid), bfloat16)

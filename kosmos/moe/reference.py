@@ -21,6 +21,7 @@ class Routing:
     scores: np.ndarray    # [T, E] float64: the score function's output (without the bias)
     aux_loss: float       # cfg.aux_loss_coef * load-balancing loss (0.0 when the coefficient is 0)
     z_loss: float         # cfg.z_loss_coef * mean(logsumexp(logits)^2)
+    kept: np.ndarray      # [T, k] bool: the pair is dispatched (False: dropped past its capacity)
 
 
 def _top(values: np.ndarray, k: int) -> np.ndarray:
@@ -28,11 +29,35 @@ def _top(values: np.ndarray, k: int) -> np.ndarray:
     return np.argsort(-values, axis=-1, kind="stable")[..., :k]
 
 
+def capacity_keep(experts: np.ndarray, weights: np.ndarray, cfg: MoEConfig,
+                  rank_tokens: list[int] | None = None) -> np.ndarray:
+    """[T, k] bool: the pairs MoEConfig.capacity_of keeps, per rank (`rank_tokens`: the tokens of
+    each rank, in order, when the batch is several ranks' concatenated; default: one rank): per
+    expert, its pairs by combine weight, highest first, the lower pair index first among equals."""
+    t, k = experts.shape
+    kept = np.ones((t, k), dtype=bool)
+    lo = 0
+    for n in (rank_tokens if rank_tokens is not None else [t]):
+        cap = cfg.capacity_of(n)
+        if cap is not None:
+            e, w = experts[lo:lo + n].ravel(), weights[lo:lo + n].ravel()
+            srt = np.lexsort((np.arange(e.size), -w, e))  # expert, then weight desc, then pair
+            first = np.searchsorted(e[srt], np.arange(cfg.experts))  # each expert's first sorted pair
+            pos = np.arange(e.size) - first[e[srt]]
+            mine = np.empty(e.size, dtype=bool)
+            mine[srt] = pos < cap
+            kept[lo:lo + n] = mine.reshape(n, k)
+        lo += n
+    return kept
+
+
 def route(logits: np.ndarray, cfg: MoEConfig, bias: np.ndarray | None = None,
-          experts: np.ndarray | None = None) -> Routing:
+          experts: np.ndarray | None = None, kept: np.ndarray | None = None,
+          rank_tokens: list[int] | None = None) -> Routing:
     """Route tokens from router logits [T, E] (float64 math whatever comes in). `experts` [T, k]: take
     this choice instead of making it (to compare with a device routing that broke a near-tie the
-    other way); everything else follows from it."""
+    other way); everything else follows from it; `kept` likewise for the capacity's drops (default:
+    capacity_keep over `rank_tokens`)."""
     logits = np.asarray(logits, dtype=np.float64)
     if logits.ndim != 2 or logits.shape[1] != cfg.experts:
         raise ValueError(f"logits must be [tokens, {cfg.experts}], got {logits.shape}")
@@ -74,7 +99,9 @@ def route(logits: np.ndarray, cfg: MoEConfig, bias: np.ndarray | None = None,
         m = logits.max(axis=1)
         lse = m + np.log(np.exp(logits - m[:, None]).sum(axis=1))
         zl = cfg.z_loss_coef * float(np.mean(lse**2))
-    return Routing(experts, weights, scores, aux, zl)
+    if kept is None:
+        kept = capacity_keep(experts, weights, cfg, rank_tokens)
+    return Routing(experts, weights, scores, aux, zl, np.asarray(kept, dtype=bool))
 
 
 def dispatch_order(experts: np.ndarray, num_experts: int) -> tuple[np.ndarray, np.ndarray]:
@@ -101,18 +128,21 @@ def expert_mlp(x: np.ndarray, w1: np.ndarray, w2: np.ndarray) -> np.ndarray:
 
 def forward(x: np.ndarray, router_w: np.ndarray, w1: np.ndarray, w2: np.ndarray, cfg: MoEConfig,
             bias: np.ndarray | None = None, shared_w1: np.ndarray | None = None,
-            shared_w2: np.ndarray | None = None) -> tuple[np.ndarray, Routing]:
-    """The whole layer in float64: y = sum_j w_j * expert_{e_j}(x) (+ shared experts' output).
+            shared_w2: np.ndarray | None = None, rank_tokens: list[int] | None = None) -> tuple[np.ndarray, Routing]:
+    """The whole layer in float64: y = sum over the kept pairs j of w_j * expert_{e_j}(x) (+ the
+    shared experts' output).
 
-    x [T, H]; router_w [E, H]; w1 [E, 2I, H]; w2 [E, H, I]; shared_w1 [S, 2Is, H], shared_w2 [S, H, Is]."""
+    x [T, H]; router_w [E, H]; w1 [E, 2I, H]; w2 [E, H, I]; shared_w1 [S, 2Is, H], shared_w2 [S, H, Is];
+    rank_tokens: see capacity_keep (token dropping is per rank)."""
     x = np.asarray(x, dtype=np.float64)
-    r = route(x @ np.asarray(router_w, dtype=np.float64).T, cfg, bias)
+    r = route(x @ np.asarray(router_w, dtype=np.float64).T, cfg, bias, rank_tokens=rank_tokens)
     y = np.zeros_like(x)
     order, counts = dispatch_order(r.experts, cfg.experts)
     start = 0
     for e in range(cfg.experts):
         rows = order[start:start + counts[e]]
         start += counts[e]
+        rows = rows[r.kept.ravel()[rows]]
         if rows.size == 0:
             continue
         tok, j = rows // cfg.top_k, rows % cfg.top_k
@@ -195,23 +225,26 @@ def router_logit_grads(xp, logits, experts, d_weights, cfg: MoEConfig):
 
 def backward(x: np.ndarray, router_w: np.ndarray, w1: np.ndarray, w2: np.ndarray, cfg: MoEConfig, dy: np.ndarray,
              bias: np.ndarray | None = None, shared_w1: np.ndarray | None = None,
-             shared_w2: np.ndarray | None = None, experts: np.ndarray | None = None) -> Gradients:
+             shared_w2: np.ndarray | None = None, experts: np.ndarray | None = None,
+             kept: np.ndarray | None = None) -> Gradients:
     """Analytic gradients of the layer of `forward`, in float64. The routing choice (top-k, group
     limit) is piecewise constant: gradients reach the router through the chosen experts' weights,
     the aux loss and the z-loss; the expert bias (a choice-only offset, trained by a rule, not by
-    gradients) gets none. `experts`: a given choice (see route)."""
+    gradients) gets none. `experts`, `kept`: a given choice and drops (see route); a dropped pair
+    contributes nothing, so its weight's gradient is 0 (the kept weights still depend on it through
+    the normalisation). x is one rank's tokens (capacity is per rank)."""
     x = np.asarray(x, dtype=np.float64)
     dy = np.asarray(dy, dtype=np.float64)
     wr = np.asarray(router_w, dtype=np.float64)
     t, k, e_num = x.shape[0], cfg.top_k, cfg.experts
     logits = x @ wr.T
-    r = route(logits, cfg, bias, experts)
+    r = route(logits, cfg, bias, experts, kept)
     dx = np.zeros_like(x)
     dw1 = np.zeros(np.shape(w1), np.float64)
     dw2 = np.zeros(np.shape(w2), np.float64)
     d_weights = np.zeros((t, k))
     for e in range(e_num):
-        tok, j = np.nonzero(r.experts == e)
+        tok, j = np.nonzero((r.experts == e) & r.kept)
         if tok.size == 0:
             continue
         we = r.weights[tok, j][:, None]

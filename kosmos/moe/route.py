@@ -51,10 +51,17 @@ class DeviceRouting:
     start: Any    # [E + 1] int32: rows start[e]:start[e + 1] are expert e's
     losses: Any   # [2] float32: (aux, z), each already multiplied by its coefficient
     mean_prob: Any = None  # [E] float32 when a loss was computed
+    kept: Any = None       # [T, k] bool under token dropping (MoEConfig.capacity_of), else None
 
     @property
     def counts(self) -> Any:
+        """[E] int32: the rows dispatched to each expert (the kept pairs)."""
         return self.start[1:] - self.start[:-1]
+
+    @property
+    def dropped(self) -> Any:
+        """int32 0-d device array: this rank's pairs dropped past their experts' capacity."""
+        return self.experts.size - self.start[-1]
 
 
 def check_routable(cfg: MoEConfig) -> None:
@@ -138,6 +145,33 @@ def route(logits: Any, cfg: MoEConfig, bias: Any = None, *, stream: Any = None) 
         np.int32(e), np.int32(t), np.int32(k), counts, offsets, start, null if prob_sums is None else prob_sums,
         null if lse_sq is None else lse_sq, null if mean_prob is None else mean_prob,
         np.float32(cfg.aux_loss_coef), np.float32(cfg.z_loss_coef), losses))
-    mod.get_function("kosmos_moe_place")((chunks,), (_THREADS,), (experts, np.int32(t), np.int32(k),
-                                         np.int32(e), offsets, order, slot))
-    return DeviceRouting(experts, weights, order, slot, start, losses, mean_prob)
+
+    def place(chosen: Any) -> None:
+        mod.get_function("kosmos_moe_place")((chunks,), (_THREADS,), (chosen, np.int32(t), np.int32(k),
+                                             np.int32(e), offsets, order, slot))
+
+    kept = None
+    cap = cfg.capacity_of(t)
+    if cap is not None and cap < t * k:
+        # Token dropping: each expert keeps its `cap` pairs of highest weight (the lower pair index
+        # first among equals; reference.capacity_keep), ranked within the experts' rows of the plan
+        # above; the plan is then counted and placed again over the kept pairs (a dropped pair's
+        # expert -1: no row, slot -1). The losses stay the choices' (they were computed above).
+        pairs = cupy.arange(t * k, dtype=np.float64)
+        srt = cupy.lexsort(cupy.stack([pairs, -weights.ravel().astype(np.float64),
+                                       experts.ravel().astype(np.float64)]))
+        pos = cupy.arange(t * k, dtype=np.int32) - start[experts.ravel()[srt]]
+        kept = cupy.empty(t * k, dtype=bool)
+        kept[srt] = pos < cap
+        kept = kept.reshape(t, k)
+        chosen = cupy.where(kept, experts, np.int32(-1))
+        mod.get_function("kosmos_moe_count")((chunks,), (_THREADS,), (
+            rule, logits, ld, np.int32(t), chosen, counts, null, null))
+        start = cupy.zeros(e + 1, np.int32)
+        mod.get_function("kosmos_moe_scan")((1,), (_SCAN_THREADS,), (
+            np.int32(e), np.int32(t), np.int32(k), counts, offsets, start, null, null, null,
+            np.float32(0), np.float32(0), cupy.zeros(2, np.float32)))
+        place(chosen)
+    else:
+        place(experts)
+    return DeviceRouting(experts, weights, order, slot, start, losses, mean_prob, kept)

@@ -30,6 +30,9 @@ TINY = {
                                name="tiny-deepseek"),
     "top1-shared": MoEConfig(experts=8, top_k=1, hidden=192, intermediate=128, score="sigmoid", normalize=False,
                              shared=1, shared_intermediate=64, name="tiny-llama4"),
+    # token dropping: each rank sends each expert at most ceil(0.8 T k / E) pairs
+    "capacity": MoEConfig(experts=8, top_k=2, hidden=128, intermediate=128, capacity_factor=0.8,
+                          name="tiny-capacity"),
 }
 
 
@@ -63,12 +66,20 @@ def run_and_check(world, cfg, base_tokens, seed, params_hook=None, path="serial"
         w2 = np.stack([host(expert_tensors(cfg, g, seed)[1]) for g in range(cfg.experts)])
         x_all = np.concatenate([xx.astype(np.float64) for xx in xs])
         ref, routing = reference.forward(x_all, host(params.router_w), w1, w2, cfg, host(params.bias),
-                                         host(params.shared_w1), host(params.shared_w2))
+                                         host(params.shared_w1), host(params.shared_w2),
+                                         rank_tokens=[len(xx) for xx in xs])
         lo = sum(len(xx) for xx in xs[:r])
         t = len(xs[r])
         got = cupy.asnumpy(y1).astype(np.float64)
         assert got.shape == (t, cfg.hidden) and np.isfinite(got).all()
         same = (cupy.asnumpy(ctx.routing.experts) == routing.experts[lo:lo + t]).all(axis=1)
+        if cfg.capacity_factor:  # the same pairs dropped, and counted
+            kept = np.ones((t, cfg.top_k), bool) if ctx.routing.kept is None else cupy.asnumpy(ctx.routing.kept)
+            same &= (kept == routing.kept[lo:lo + t]).all(axis=1)
+            if same.all():
+                assert int(ctx.routing.dropped) == int((~kept).sum())
+        else:
+            assert ctx.routing.kept is None
         assert (~same).sum() <= max(1, t // 100), f"{(~same).sum()} of {t} tokens routed differently"
         if same.any():
             want = ref[lo:lo + t][same]
@@ -89,10 +100,12 @@ def test_forward_matches_the_reference(world, name, path):
     run_and_check(world, TINY[name], 150 if name == "softmax" else 300, seed=21, path=path)
 
 
+@pytest.mark.parametrize("capacity_factor", [0.0, 1.0])
 @pytest.mark.parametrize("path", PATHS)
-def test_one_expert_takes_every_token(world, path):
-    """A bias that makes expert 0 everybody's first choice: rank 0 receives every token (a hot rank)."""
-    cfg = TINY["deepseek-like"]
+def test_one_expert_takes_every_token(world, path, capacity_factor):
+    """A bias that makes expert 0 everybody's first choice: rank 0 receives every token (a hot rank);
+    with a capacity factor of 1 each rank drops three quarters of those pairs."""
+    cfg = dataclasses.replace(TINY["deepseek-like"], capacity_factor=capacity_factor)
 
     def hot(params):
         params.bias[0] = 10.0
@@ -245,12 +258,13 @@ def backward_case(world, cfg, seed, zero_dy=False, path="device"):
         host_g = {f: None if getattr(g, f) is None else cupy.asnumpy(getattr(g, f)).astype(np.float64)
                   for f in ("dx", "d_router_w", "dw1", "dw2", "d_shared_w1", "d_shared_w2")}
         experts = world.comm.allgather(cupy.asnumpy(ctx.routing.experts))  # the device's choices
+        kepts = world.comm.allgather(None if ctx.routing.kept is None else cupy.asnumpy(ctx.routing.kept))
         w1 = np.stack([host(expert_tensors(cfg, e, seed)[0]) for e in range(cfg.experts)])
         w2 = np.stack([host(expert_tensors(cfg, e, seed)[1]) for e in range(cfg.experts)])
         refs = [reference.backward(xx.astype(np.float64), host(params.router_w), w1, w2, cfg,
                                    d.astype(np.float64), host(params.bias), host(params.shared_w1),
-                                   host(params.shared_w2), experts=ex) if len(xx) else None
-                for xx, d, ex in zip(xs, dys, experts)]
+                                   host(params.shared_w2), experts=ex, kept=kp) if len(xx) else None
+                for xx, d, ex, kp in zip(xs, dys, experts, kepts)]
         return host_g, refs
     finally:
         layer.close()
@@ -261,7 +275,7 @@ def rel(got, ref):
 
 
 @pytest.mark.parametrize("path", ["device", "serial", "baseline"])
-@pytest.mark.parametrize("name", ["softmax", "deepseek-like", "top1-shared"])
+@pytest.mark.parametrize("name", ["softmax", "deepseek-like", "top1-shared", "capacity"])
 def test_backward_matches_the_reference(world, name, path):
     """MoELayer.backward against kosmos.moe.reference.backward on the device's routing, per rank
     (each rank's router losses are over its own tokens, so the distributed loss is the sum of the

@@ -35,7 +35,7 @@ struct CombineParams {
   const i64* dispatch_status;  // the dispatch's status: nonzero (an overflow: nothing moved) -> NaN out
   const u8* y;             // [rows][row_bytes] this owner's expert outputs, expert-major, source-major
   u64* run_done;           // [2][P] local: items finished per destination, call parity (reset per call)
-  const i32* slot;         // [T * k] the row of pair t * k + j in this rank's dispatch order
+  const i32* slot;         // [T * k] the row of pair t * k + j in this rank's dispatch order (-1: dropped)
   const float* weights;    // [T][k]
   const float* shared;     // [T][H] fp32 shared experts' output to add, or null
   u16* out;                // [T][H] bf16
@@ -127,9 +127,11 @@ KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) 
     float acc[8];
     for (int u = 0; u < 8; ++u) acc[u] = 0.0f;
     for (i32 j = 0; j < d.top_k; ++j) {
+      const i32 row = d.slot[t * d.top_k + j];
+      if (row < 0) continue;  // dropped past its expert's capacity (MoEConfig.capacity_factor)
       const float wt = d.weights[t * d.top_k + j];
       float r[8];
-      bf16x8_to_f32(ld16_volatile(comb + u64(d.slot[t * d.top_k + j]) * d.row_bytes + c * 16), r);
+      bf16x8_to_f32(ld16_volatile(comb + u64(row) * d.row_bytes + c * 16), r);
       for (int u = 0; u < 8; ++u) acc[u] += wt * r[u];
     }
     if (d.shared) {
