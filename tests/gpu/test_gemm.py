@@ -179,6 +179,35 @@ def test_a_captured_call_replays_with_new_inputs(layout, epilogue, out_kind):
             assert (out.view(view) == eager.view(view)).all(), f"replay {seed} differs from the eager call"
 
 
+def test_a_split_k_call_replays_under_kosmos_capture():
+    """Split-K allocates its fp32 workspace per call: under kosmos.graphs.capture that memory comes
+    from the graph's own pool and stays the graph's, so replays with new operands give the eager
+    call's bits (a plain stream capture would hand the workspace back to CuPy's pool)."""
+    from kosmos.dtypes import copy_into
+    from kosmos.graphs import capture
+
+    if cupy.cuda.runtime.is_hip:
+        pytest.skip("CuPy's stream capture is CUDA-only")
+    m, n, k = 256, 320, 2048
+    sa, sb = operands("TN", m, n, k)
+    a = cupy.asarray(rand_bf16(np.random.default_rng(1), sa))
+    b = cupy.asarray(rand_bf16(np.random.default_rng(2), sb))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        out = gemm.matmul(a, b, "TN", out_dtype=np.float32, split_k=4)  # the plan, and a warm-up
+        with capture(stream) as step:
+            gemm.matmul(a, b, "TN", out=out, split_k=4)
+        cupy.get_default_memory_pool().free_all_blocks()  # nothing of the graph's may come back from here
+        for seed in range(3):
+            copy_into(a, cupy.asarray(rand_bf16(np.random.default_rng(seed + 20), sa)), stream)
+            copy_into(b, cupy.asarray(rand_bf16(np.random.default_rng(seed + 30), sb)), stream)
+            out.fill(np.nan)
+            step.launch()
+            eager = gemm.matmul(a, b, "TN", out_dtype=np.float32, split_k=4)
+            stream.synchronize()
+            assert (out.view(np.uint32) == eager.view(np.uint32)).all(), f"replay {seed} differs from the eager call"
+
+
 @pytest.mark.parametrize("tile_n", [256, 128])
 def test_back_to_back_calls_and_sm_caps(tile_n):
     """The queue's epoch base must be right call after call, for every cap."""
