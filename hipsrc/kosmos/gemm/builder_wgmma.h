@@ -70,55 +70,53 @@ KOSMOS_DEVICE void ring_advance(u32& s, u32& ph) {
   }
 }
 
-// f(Index<0>{}), ..., f(Index<N - 1>{}): unrolled by template recursion. A `#pragma unroll` loop
-// stays rolled once its body is large (measured with EpiSwiGLUBackward), and a rolled loop over
-// the fragment indexes the accumulators dynamically: they go to the stack and ptxas serializes
-// the wgmma.
-template <int V>
-struct Index {
-  static constexpr int value = V;
-};
-template <int N, int Q = 0, class F>
-KOSMOS_DEVICE void unrolled(const F& f) {
-  if constexpr (Q < N) {
-    f(Index<Q>{});
-    unrolled<N, Q + 1>(f);
-  }
-}
-
 // The register epilogue over one warpgroup's m64nN fragment: thread (warp, lane) holds, for each
 // n8 block j, rows warp*16 + lane/4 (+8) and columns 8j + 2*(lane%4) (+1), and the same 128
-// columns further (kN / 16 blocks on). An epilogue that reads memory (Epi::kLoadBatch > 0) loads
-// what kLoadBatch blocks' pairs need before it computes any of them: one round trip per batch,
-// not per pair (its stores between two pairs would keep the compiler from hoisting the next
-// pair's loads above them: the pointers might alias).
-template <int kN, class Epi>
+// columns further (kN / 16 blocks on). Unrolled by template recursion: a `#pragma unroll` loop
+// stays rolled once the epilogue's body is large (measured with EpiSwiGLUBackward), and a rolled
+// loop indexes the accumulators dynamically: they go to the stack and ptxas serializes the wgmma.
+// (No generic lambdas here: some NVRTC versions take their call operators for host functions.)
+// An epilogue that reads memory (Epi::kLoadBatch > 0) loads what kLoadBatch blocks' pairs need
+// before it computes any of them: one round trip per batch, not per pair (its stores between two
+// pairs would keep the compiler from hoisting the next pair's loads: the pointers might alias).
+// Pair q of a batch from block J: block J + q / 2, row 8 (q % 2) further.
+template <int kN, int J, int Q, int N, class Epi>
+KOSMOS_DEVICE void load_pairs(const Epi& epi, const TileCoord& tc, i32 row0, i32 lc0, typename Epi::Loaded* l) {
+  if constexpr (Q < N) {
+    l[Q] = epi.load(tc, row0 + 8 * (Q % 2), lc0 + 8 * (J + Q / 2));
+    load_pairs<kN, J, Q + 1, N>(epi, tc, row0, lc0, l);
+  }
+}
+template <int kN, int J, int Q, int N, class Epi>
+KOSMOS_DEVICE void loaded_pairs(const Epi& epi, const TileCoord& tc, i32 row0, i32 lc0, const float* acc,
+                                const typename Epi::Loaded* l) {
+  if constexpr (Q < N) {
+    constexpr int j = J + Q / 2, i = Q % 2, kHi = kN / 16;
+    epi.pair(tc, row0 + 8 * i, lc0 + 8 * j, acc[4 * j + 2 * i], acc[4 * j + 2 * i + 1], acc[4 * (j + kHi) + 2 * i],
+             acc[4 * (j + kHi) + 2 * i + 1], l[Q]);
+    loaded_pairs<kN, J, Q + 1, N>(epi, tc, row0, lc0, acc, l);
+  }
+}
+template <int kN, int J = 0, class Epi>
 KOSMOS_DEVICE void fragment_pairs(const Epi& epi, const TileCoord& tc, i32 row0, i32 lc0, const float* acc) {
   constexpr int kHi = kN / 16;  // n8 blocks from the lower half to the upper one
-  constexpr int B = Epi::kLoadBatch > 0 ? Epi::kLoadBatch : 1;
-  static_assert(kHi % B == 0, "kLoadBatch must divide the fragment's n8 blocks");
-  unrolled<kHi / B>([&](auto batch) {
-    constexpr int J0 = decltype(batch)::value * B;
-    const auto at = [&](auto q, auto&& f) {  // pair q of the batch: block J0 + q / 2, row 8 (q % 2) further
-      constexpr int j = J0 + decltype(q)::value / 2, i = decltype(q)::value % 2;
-      f(row0 + 8 * i, lc0 + 8 * j, acc + 4 * j + 2 * i, acc + 4 * (j + kHi) + 2 * i);
-    };
+  if constexpr (J < kHi) {
     if constexpr (Epi::kLoadBatch > 0) {
+      constexpr int B = Epi::kLoadBatch;
+      static_assert(kHi % B == 0, "kLoadBatch must divide the fragment's n8 blocks");
       typename Epi::Loaded l[2 * B];
-      unrolled<2 * B>([&](auto q) {
-        at(q, [&](i32 row, i32 lc, const float*, const float*) { l[decltype(q)::value] = epi.load(tc, row, lc); });
-      });
-      unrolled<2 * B>([&](auto q) {
-        at(q, [&](i32 row, i32 lc, const float* lo, const float* hi) {
-          epi.pair(tc, row, lc, lo[0], lo[1], hi[0], hi[1], l[decltype(q)::value]);
-        });
-      });
+      load_pairs<kN, J, 0, 2 * B>(epi, tc, row0, lc0, l);
+      loaded_pairs<kN, J, 0, 2 * B>(epi, tc, row0, lc0, acc, l);
+      fragment_pairs<kN, J + B>(epi, tc, row0, lc0, acc);
     } else {
-      unrolled<2>([&](auto q) {
-        at(q, [&](i32 row, i32 lc, const float* lo, const float* hi) { epi.pair(tc, row, lc, lo[0], lo[1], hi[0], hi[1]); });
-      });
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+        epi.pair(tc, row0 + 8 * i, lc0 + 8 * J, acc[4 * J + 2 * i], acc[4 * J + 2 * i + 1],
+                 acc[4 * (J + kHi) + 2 * i], acc[4 * (J + kHi) + 2 * i + 1]);
+      }
+      fragment_pairs<kN, J + 1>(epi, tc, row0, lc0, acc);
     }
-  });
+  }
 }
 
 template <int L, class Sched, class Claim, class Ready, class Epi>
