@@ -23,7 +23,9 @@ the slowest rank's; TFLOP/s are per GPU (the ranks' mean FLOPs).
 `--phases` (world 1) also times each part alone (router GEMM + routing, dispatch, routed grouped
 GEMMs, shared expert, combine + fold). `--backward` times the backward instead (bench_backward).
 Issue 12's targets: layer within 5 % of experts, experts >= 0.85 of dense; issue 13's: the
-backward within 5 % of its GEMMs alone, its GEMMs >= 0.85 of dense. Writes JSON (GPU, commit, world size).
+backward within 5 % of its GEMMs alone, its GEMMs >= 0.85 of dense. Writes JSON (GPU, commit, world
+size; per case the bytes the busiest rank pushes to other ranks per forward, bytes_out_max, and the
+bytes a layer holds, layer_bytes) and a PNG of TFLOP/s per contender beside it.
 """
 from __future__ import annotations
 
@@ -68,6 +70,50 @@ def capacity_of(cfg, tokens: int, ranks: int) -> int:
     P T min(k, E/P), would size every arena P times over the rows that come)."""
     dropless = ranks * tokens * min(cfg.top_k, cfg.experts // ranks)
     return min(dropless, 3 * tokens * cfg.top_k)
+
+
+def bytes_out(all_counts, rank: int, e_loc: int, row_bytes: int) -> int:
+    """Bytes rank `rank` pushes to other ranks in one forward (the backward's are the same): its
+    rows to the other experts' owners (dispatch) and its experts' rows back to the other ranks
+    (combine). all_counts [P, E]: the rows each source sends each expert (MoEDispatch.all_counts)."""
+    import numpy as np
+
+    c = np.asarray(all_counts, dtype=np.int64)
+    p = c.shape[0]
+    to_owner = c.reshape(p, p, e_loc).sum(axis=2)  # [source, owner] rows
+    return int((to_owner[rank].sum() - to_owner[rank, rank] + to_owner[:, rank].sum() - to_owner[rank, rank])
+               * row_bytes)
+
+
+def plot(results: list, path, backward: bool) -> None:
+    """One panel per model: TFLOP/s per contender at each rows-per-expert (the slowest rank's median)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    names = (["backward", "bwd gemms", "bwd dense"] if backward
+             else ["layer", "fused m=auto", "experts", "dense", "layer unheld", "baseline"])
+    models = list(dict.fromkeys(r["model"] for r in results))
+    fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models), 3.6), squeeze=False)
+    for ax, model in zip(axes[0], models):
+        cases = [r for r in results if r["model"] == model]
+        width = 0.8 / len(names)
+        for j, name in enumerate(names):
+            xs = [i + j * width for i, r in enumerate(cases) if "tflops" in r.get(name, {})]
+            ys = [r[name]["tflops"] for r in cases if "tflops" in r.get(name, {})]
+            if ys:
+                ax.bar(xs, ys, width, label=name)
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(cases))])
+        ax.set_xticklabels([f"{r['rows_per_expert']}{' skew' if r['skew'] else ''}" for r in cases])
+        ax.set_xlabel("rows per expert")
+        ax.set_title(model, fontsize=9)
+    axes[0][0].set_ylabel("TFLOP/s per GPU")
+    axes[0][-1].legend(fontsize=7)
+    fig.suptitle(f"MoE {'backward' if backward else 'forward'}, {results[0]['ranks']} rank(s)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def per_rank(world, value: float, op: str = "mean") -> float:
@@ -159,6 +205,8 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
         rec = {"model": cfg.name, "E": cfg.experts, "top_k": cfg.top_k, "H": h, "I": i, "tokens": tokens,
                "ranks": world.size, "rows_per_expert": rows_per, "skew": skew, "total_rows": total,
                "layer_bytes": layer.memory(), "max_rows": int(per_rank(world, int(counts.max()), "max")),
+               "bytes_out_max": int(per_rank(world, bytes_out(cupy.asnumpy(layer._dispatch.all_counts), world.rank,
+                                                               layer.e_loc, 2 * h), "max")),
                "min_rows": int(per_rank(world, int(counts.min()), "min"))}
         for name, tm in t.items():
             rec[name] = {"ms": tm.median_ms, "min_ms": tm.min_ms, "host_us": tm.host_us}
@@ -326,6 +374,7 @@ def main(argv=None):
         for r in results if not args.backward else []:
             say(f"{r['model']:22s} {r['rows_per_expert']:5d} layer/experts {r['layer_vs_experts']:.3f} "
                   f"experts/dense {r['experts_vs_dense']:.3f}")
+        plot(results, stem.with_suffix(".png"), args.backward)
 
 
 if __name__ == "__main__":

@@ -39,3 +39,26 @@ def test_capacity_is_dropless_alone_and_three_means_over_ranks():
     t1, t8 = moe_bench.tokens_of(cfg1, 2048, 1), moe_bench.tokens_of(cfg8, 2048, 8)
     assert moe_bench.capacity_of(cfg1, t1, 1) == t1 * cfg1.top_k  # every row a rank can receive
     assert moe_bench.capacity_of(cfg8, t8, 8) == 3 * t8 * cfg8.top_k  # not 8 ranks' worth
+
+
+def test_bytes_out_counts_rows_to_other_ranks_both_ways():
+    import numpy as np
+
+    # 2 ranks, 2 experts each: all_counts[s, e] rows from source s to expert e
+    c = np.array([[5, 1, 2, 3],     # rank 0 sends 6 rows to itself, 5 to rank 1
+                  [7, 0, 4, 4]])    # rank 1 sends 7 to rank 0, 8 to itself
+    assert moe_bench.bytes_out(c, 0, 2, 10) == (5 + 7) * 10  # dispatch out 5, combine back out 7
+    assert moe_bench.bytes_out(c, 1, 2, 10) == (7 + 5) * 10
+    assert moe_bench.bytes_out(c[:1, :2], 0, 2, 10) == 0     # alone: nothing crosses
+
+
+@pytest.mark.parametrize("backward", [False, True])
+def test_plot_writes_a_png(tmp_path, backward):
+    pytest.importorskip("matplotlib")
+    names = ["backward", "bwd gemms", "bwd dense"] if backward else ["layer", "experts", "dense", "baseline"]
+    results = [{"model": m, "rows_per_expert": rows, "skew": False, "ranks": 1,
+                **{n: {"ms": 1.0, "tflops": 100.0 + j} for j, n in enumerate(names)}}
+               for m in ("A", "B") for rows in (256, 2048)]
+    path = tmp_path / "moe.png"
+    moe_bench.plot(results, path, backward)
+    assert path.stat().st_size > 1000

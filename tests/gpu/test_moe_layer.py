@@ -44,20 +44,27 @@ def host(a):
     return cupy.asnumpy(a).astype(np.float64) if a is not None else None
 
 
-def run_and_check(world, cfg, base_tokens, seed, params_hook=None, path="serial"):
+def run_and_check(world, cfg, base_tokens, seed, params_hook=None, path="serial", counts=None, late=False):
+    """counts: the tokens of each rank (default tokens_of); late: the last rank sleeps before its
+    first forward (the others wait for its counts on the device)."""
     P, r = world.size, world.rank
     if cfg.experts % P:
         pytest.skip(f"{cfg.experts} experts do not divide over {P} ranks")
     if path == "baseline" and not NcclBaseline.available(world):
         pytest.skip(f"the NCCL baseline cannot run here: {NcclBaseline.unavailable_reason(world)}")
-    layer = MoELayer(world, cfg, max_tokens=base_tokens + 37 * P, path=path)
+    counts = counts or [tokens_of(s, P, base_tokens) for s in range(P)]
+    layer = MoELayer(world, cfg, max_tokens=max(max(counts), 1), path=path)
     try:
         params = MoEParams.random(cfg, world, seed)
         if params_hook:
             params_hook(params)
-        xs = [rank_input(seed, s, (tokens_of(s, P, base_tokens), cfg.hidden), np.float32).astype(bfloat16)
-              for s in range(P)]
+        xs = [rank_input(seed, s, (counts[s], cfg.hidden), np.float32).astype(bfloat16) for s in range(P)]
         x = cupy.asarray(xs[r])
+        if late and r == P - 1:
+            import time
+
+            cupy.cuda.Device().synchronize()
+            time.sleep(0.5)
         y1, ctx = layer.forward(x, params, check=True)
         y2, _ = layer.forward(x, params, check=True)
         assert cupy.asnumpy(y1).view(np.uint16).tobytes() == cupy.asnumpy(y2).view(np.uint16).tobytes()
@@ -112,6 +119,15 @@ def test_one_expert_takes_every_token(world, path, capacity_factor):
 
     ctx = run_and_check(world, cfg, 257, seed=5, params_hook=hot, path=path)
     assert (cupy.asnumpy(ctx.routing.experts)[:, 0] == 0).all()
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_tiny_token_counts_top_k_of_every_local_expert_and_a_late_rank(world, path):
+    """1, 7, 129 and 0 tokens on the ranks (cycled), top_k = E/P (every pair of a token may go to one
+    owner), the last rank arriving late: the forward against the float64 layer."""
+    P = world.size
+    cfg = MoEConfig(experts=8, top_k=max(1, 8 // P), hidden=128, intermediate=128, name="tiny-topk-eloc")
+    run_and_check(world, cfg, 0, seed=9, path=path, counts=[(1, 7, 129, 0)[s % 4] for s in range(P)], late=True)
 
 
 def test_bad_inputs_raise_on_every_rank(world):
