@@ -4,8 +4,9 @@
 //   kosmos_moe_route   one thread per token: experts [T, k] and weights [T, k]
 //   kosmos_moe_count   one CTA per chunk of kChunk tokens: counts[chunk][e] (+ the loss partials)
 //   kosmos_moe_scan    one CTA: offsets[chunk][e] in expert-major, chunk-minor order, start[E + 1]
-//                      (start[E] = T * k), and with losses mean_prob[E] and losses[2] = (aux, z)
-//   kosmos_moe_place   one CTA per chunk: order[row] = t * k + j, slot[t * k + j] = row
+//                      (start[E] = T * k, or the kept pairs: experts of -1 are dropped pairs and
+//                      counted nowhere), and with losses mean_prob[E] and losses[2] = (aux, z)
+//   kosmos_moe_place   one CTA per chunk: order[row] = t * k + j, slot[t * k + j] = row (or -1)
 // Count and place read the chunk's pair experts from shared memory (at most kChunk * kMaxTopK).
 #include "kosmos/moe/plan.h"
 

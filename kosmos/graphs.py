@@ -4,7 +4,7 @@
     with stream:                                   # one eager step first, on the capture stream
         y, ctx = layer.forward(x, params)
         layer.backward(dy, ctx, params)
-    with kosmos.graphs.capture(stream) as step:    # every rank captures the same calls
+    with kosmos.graphs.capture(stream, world) as step:  # every rank captures the same calls
         y, ctx = layer.forward(x, params)
         grads = layer.backward(dy, ctx, params)
     for batch, grad in data:                       # new values in the captured inputs, then replay
@@ -21,10 +21,12 @@ allocation comes from a pool of the graph's own, which the CapturedGraph keeps: 
 captured calls returned (y, grads) and their temporaries stay the graph's while it lives. Drop the
 CapturedGraph and those temporaries go back to the device.
 
-What replays: kernel arguments are fixed at capture (pointers, shapes, token counts), and every
-kosmos op used on a captured path keeps its per-call state on the device (GEMM tile queues, the MoE
-plans' call counts: hipsrc/kosmos/calls.h), so a replay computes a new routing from new tokens.
-CUDA only: CuPy's stream capture does not support HIP.
+What replays: kernel arguments are fixed at capture (pointers, shapes, token counts). The ops that
+keep their per-call state on the device capture: kosmos.matmul and grouped_matmul (tile queues
+reset by the last CTA), the MoE plans (MoEDispatch, MoECombine: call counts, hipsrc/kosmos/calls.h)
+and so MoELayer's device and fused paths, whose replays compute a new routing from new tokens. The
+collectives and the TP+SP ops still take their call epochs from the host: called inside a capture
+they raise (a replay would repeat the epoch). CUDA only: CuPy's stream capture does not support HIP.
 """
 from __future__ import annotations
 
@@ -33,35 +35,53 @@ from typing import Any, Iterator
 
 
 class CapturedGraph:
-    """A captured cupy.cuda.graph.Graph, its stream, and the memory pool its allocations came from."""
+    """A captured cupy.cuda.graph.Graph, its stream, the memory pool its allocations came from, and
+    (when given) the World whose ops it replays."""
 
-    def __init__(self, stream: Any, pool: Any):
-        self.stream, self.pool = stream, pool
+    def __init__(self, stream: Any, pool: Any, world: Any = None):
+        self.stream, self.pool, self.world = stream, pool, world
         self.graph: Any = None
+        self._failures = None if world is None else world.status.failures
 
-    def launch(self, stream: Any = None) -> None:
-        """Replay on `stream` (default: the capture stream, which keeps the World's device order)."""
+    def launch(self) -> None:
+        """Replay on the capture stream, after every earlier launch of the World's ops (as an eager
+        call would be ordered); refused after a device timeout since the capture (the cross-rank
+        protocols' state is unknown then: rebuild the plans and capture again)."""
         if self.graph is None:
             raise RuntimeError("the capture has not finished")
-        self.graph.launch(self.stream if stream is None else stream)
+        if self.world is not None:
+            self.world.check()
+            if self.world.status.failures != self._failures:
+                from .errors import KosmosError
+
+                raise KosmosError("a device timeout happened since this graph was captured: its plans may not "
+                                  "run again; build new plans and capture again")
+            self.world.order.join(self.stream)
+        self.graph.launch(self.stream)
 
 
 @contextlib.contextmanager
-def capture(stream: Any) -> Iterator[CapturedGraph]:
+def capture(stream: Any, world: Any = None) -> Iterator[CapturedGraph]:
     """Capture what the block issues on `stream` (made current, its allocations from the graph's
-    own pool); the CapturedGraph's `graph` is set when the block exits. An exception inside the
-    block ends the capture and propagates (no graph)."""
+    own pool); the CapturedGraph's `graph` is set when the block exits. `world`: the World whose ops
+    the block calls (its replays are then ordered and checked as eager calls are). An exception
+    inside the block ends the capture and propagates (no graph). Keep the CapturedGraph as long as
+    the arrays the captured calls returned are used: their memory is its pool's."""
     import cupy
 
     if cupy.cuda.runtime.is_hip:
         raise NotImplementedError("CUDA-graph capture: CuPy's stream capture does not support HIP")
     if stream is None or stream.ptr == 0:
         raise ValueError("capture needs a created stream (cupy.cuda.Stream(non_blocking=True)), not the null stream")
-    captured = CapturedGraph(stream, cupy.cuda.MemoryPool())
+    captured = CapturedGraph(stream, cupy.cuda.MemoryPool(), world)
     with stream, cupy.cuda.using_allocator(captured.pool.malloc):
         stream.begin_capture()
         try:
             yield captured
-        finally:
-            graph = stream.end_capture()
-    captured.graph = graph
+        except BaseException:
+            try:
+                stream.end_capture()  # the block's error is the one to see, not an invalidated capture's
+            except Exception:  # noqa: BLE001
+                pass
+            raise
+        captured.graph = stream.end_capture()

@@ -24,6 +24,9 @@ MAX_WORLD = 16   # kMaxWorld in flags.h
 
 class SymmetricPlan:
     kernel_enum = ""  # the KernelId named in timeout errors
+    # True where the kernels take their epoch from the device (hipsrc/kosmos/calls.h): only such a
+    # plan may be captured in a CUDA graph (a replay of a host epoch would repeat it).
+    device_epochs = False
 
     def __init__(self, world: World, heap_bytes: int):
         world.require_gpu()
@@ -65,7 +68,7 @@ class SymmetricPlan:
         self.world.check()
         if self.stale:
             raise KosmosError(f"{type(self).__name__} was built before a device timeout; build a new plan")
-        self.world.order.join(stream)
+        self.world.order.join(stream, capturable=self.device_epochs, who=type(self).__name__)
         self.epoch += 1
         return np.uint64(self.epoch), self._wait_ctx()
 
@@ -105,3 +108,4 @@ class SymmetricPlan:
         if out is None:
             return cupy.empty(shape, dtype)
         return self._check(out, name, shape, dtype, stream, writable=True)
+

@@ -164,7 +164,7 @@ def _stand_in_op():
     op.heap, op._args, op.epoch, op._ctx, op._failures_at_build = object(), {}, 0, "ctx", 0
     joined: list = []  # the streams each launch was ordered on (World.order)
     op.world = types.SimpleNamespace(check=lambda: None, status=types.SimpleNamespace(failures=0),
-                                     order=types.SimpleNamespace(join=joined.append, joined=joined))
+                                     order=types.SimpleNamespace(join=lambda s, **_: joined.append(s), joined=joined))
     launched = []  # (the maps, the params record's bytes) at each launch: the record is reused
     op.launch = lambda args, stream=None: launched.append((args[:3], args[3].tobytes()))
     return op, launched

@@ -49,6 +49,7 @@ MIRRORS = [StructMirror("kosmos::moe::CombineParams", COMBINE_PARAMS_DTYPE)]
 
 class MoECombine(SymmetricPlan):
     kernel_enum = "KERNEL_MOE_COMBINE"
+    device_epochs = True  # calls.h: a captured CUDA graph replays its launches
 
     def __init__(self, world: World, experts: int, hidden: int, max_tokens: int, top_k: int, *,
                  grid: int | None = None):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import math
+import numbers
 import os
 from dataclasses import dataclass, fields
 
@@ -54,7 +55,8 @@ class MoEConfig:
         for f in ("hidden", "intermediate"):
             if getattr(self, f) % 64:
                 raise bad(f"{f} = {getattr(self, f)} must be a multiple of 64 (the GEMM builder's tiles)")
-        if not (isinstance(self.capacity_factor, (int, float)) and 0 <= self.capacity_factor < 2**20):
+        cf = self.capacity_factor
+        if isinstance(cf, bool) or not isinstance(cf, numbers.Real) or not 0 <= cf < 2**20:
             raise bad(f"capacity_factor must be a number >= 0 (0: dropless), got {self.capacity_factor!r}")
         if self.shared < 0 or self.shared_intermediate < 0:
             raise bad("shared and shared_intermediate must be >= 0")

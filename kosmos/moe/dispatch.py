@@ -73,6 +73,7 @@ ITEM_BYTES = 256 * 1024  # bytes an item moves (each item ends in a system-scope
 
 class MoEDispatch(SymmetricPlan):
     kernel_enum = "KERNEL_MOE_DISPATCH"
+    device_epochs = True  # calls.h: a captured CUDA graph replays its launches
 
     def __init__(self, world: World, experts: int, row_bytes: int, capacity_rows: int, *,
                  item_rows: int | None = None, grid: int | None = None):

@@ -200,8 +200,8 @@ def _pair_rows(rows: Any, r: DeviceRouting, t: int) -> Any:
     import cupy
 
     got = bf16_to_f32(_u16(rows)[cupy.maximum(r.slot, 0).astype(cupy.int64)].view(bfloat16))
-    if r.kept is not None:
-        got *= r.kept.reshape(-1, 1)
+    if r.kept is not None:  # a select, not a product: row 0 may hold an Inf
+        got = cupy.where(r.kept.reshape(-1, 1), got, np.float32(0))
     return got.reshape(t, r.experts.shape[1], -1)
 
 

@@ -4,7 +4,8 @@ plan out, in four small launches (hipsrc/moe_route.hip: a thread per token, then
 
     r = route(logits, cfg, bias=None)        # logits: float32 CuPy [T, L], L >= cfg.experts
     r.experts [T, k] int32 (best first), r.weights [T, k] float32,
-    r.order [T*k] int32 (row -> t*k + j, expert-major), r.slot [T*k] (its inverse),
+    r.order [T*k] int32 (row -> t*k + j, expert-major; rows past start[E] are not written: under
+    token dropping fewer rows than pairs), r.slot [T*k] (its inverse; -1 for a dropped pair),
     r.start [E + 1] int32 (expert e owns rows start[e]:start[e+1])
     r.losses [2] float32 (aux, z: reference.route's aux_loss and z_loss; zeros unless the config
     has a coefficient), r.mean_prob [E] float32 (each expert's normalised score averaged over the
@@ -46,8 +47,8 @@ _SCAN_THREADS = 512  # the scan's one CTA: a thread per expert (more experts: th
 class DeviceRouting:
     experts: Any  # [T, k] int32, best first
     weights: Any  # [T, k] float32
-    order: Any    # [T * k] int32: order[row] = t * k + j, expert-major, then token, then j
-    slot: Any     # [T * k] int32: slot[t * k + j] = its row
+    order: Any    # [T * k] int32: order[row] = t * k + j, expert-major, then token, then j (row < start[E])
+    slot: Any     # [T * k] int32: slot[t * k + j] = its row, or -1 (dropped)
     start: Any    # [E + 1] int32: rows start[e]:start[e + 1] are expert e's
     losses: Any   # [2] float32: (aux, z), each already multiplied by its coefficient
     mean_prob: Any = None  # [E] float32 when a loss was computed

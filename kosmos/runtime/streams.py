@@ -26,18 +26,26 @@ class DeviceOrder:
         # plan); a World's ops are issued from one thread, in the same order on every rank.
         self.lock = threading.Lock()
 
-    def join(self, stream: Any) -> None:
-        """Order the next launch, on `stream` (None: the current stream), after every earlier one."""
+    def join(self, stream: Any, capturable: bool = True, who: str = "this op") -> None:
+        """Order the next launch, on `stream` (None: the current stream), after every earlier one.
+        capturable=False: the launch takes its call epoch from the host, so it refuses a stream
+        that is capturing a CUDA graph (a replay would repeat the epoch)."""
         import cupy
 
         s = cupy.cuda.get_current_stream() if stream is None else stream
+        if not capturable and not cupy.cuda.runtime.is_hip and s.is_capturing():
+            from ..errors import KosmosError
+
+            raise KosmosError(f"{who} takes its call epoch from the host: it cannot be captured in a CUDA graph "
+                              f"(kosmos.graphs says what can)")
         last = self._last
         if last is not None and last.ptr != s.ptr:
-            if not cupy.cuda.runtime.is_hip and s.is_capturing():
+            if not cupy.cuda.runtime.is_hip and (s.is_capturing() or last.is_capturing()):
                 from ..errors import KosmosError
 
                 raise KosmosError("a captured kosmos call must follow this World's (or plan's) previous calls on "
-                                  "the capture stream: make one eager call on that stream first (kosmos.graphs)")
+                                  "the capture stream, and no other stream may issue kosmos calls during a "
+                                  "capture: make one eager call on the capture stream first (kosmos.graphs)")
             event = cupy.cuda.Event(block=False, disable_timing=True, interprocess=False)
             event.record(last)  # after all that was issued on the previous stream, that launch included
             s.wait_event(event)

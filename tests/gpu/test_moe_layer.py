@@ -87,7 +87,8 @@ def run_and_check(world, cfg, base_tokens, seed, params_hook=None, path="serial"
                 assert int(ctx.routing.dropped) == int((~kept).sum())
         else:
             assert ctx.routing.kept is None
-        assert (~same).sum() <= max(1, t // 100), f"{(~same).sum()} of {t} tokens routed differently"
+        # fp32 near-ties may route up to 1 % of the tokens otherwise (none of fewer than 100)
+        assert (~same).sum() <= t // 100, f"{(~same).sum()} of {t} tokens routed differently"
         if same.any():
             want = ref[lo:lo + t][same]
             err = np.linalg.norm(got[same] - want) / max(np.linalg.norm(want), 1e-30)
@@ -118,7 +119,12 @@ def test_one_expert_takes_every_token(world, path, capacity_factor):
         params.bias[0] = 10.0
 
     ctx = run_and_check(world, cfg, 257, seed=5, params_hook=hot, path=path)
-    assert (cupy.asnumpy(ctx.routing.experts)[:, 0] == 0).all()
+    experts = cupy.asnumpy(ctx.routing.experts)
+    assert (experts[:, 0] == 0).all()
+    t = experts.shape[0]
+    if capacity_factor and t:  # expert 0 keeps cap of its t first choices (its other pairs: none)
+        kept = cupy.asnumpy(ctx.routing.kept)
+        assert kept[:, 0].sum() == cfg.capacity_of(t) and int(ctx.routing.dropped) >= t - cfg.capacity_of(t)
 
 
 @pytest.mark.parametrize("path", PATHS)
@@ -413,19 +419,22 @@ def test_router_backward_kernel_is_the_reference_rule(world, rule, experts, top_
     np.testing.assert_array_equal(got.view(np.uint32), cupy.asnumpy(again).view(np.uint32))
 
 
+@pytest.mark.parametrize("capacity_factor", [0.0, 1.0])
 @pytest.mark.parametrize("path", ["device", "fused"])
-def test_a_captured_step_replays_with_new_tokens(world, path):
+def test_a_captured_step_replays_with_new_tokens(world, path, capacity_factor):
     """forward + backward captured in one CUDA graph (kosmos.graphs.capture) and replayed with new
     token values and gradients in the captured inputs, so a new routing on every replay (the third
     with a bias that sends every token's first choice to expert 0: rank 0 is hot): every replay's
     output, losses and gradients, poisoned before it, are bitwise an eager step's on the same inputs.
-    Uneven token counts; shared expert, groups, sigmoid scores, aux and z losses."""
+    Uneven token counts; shared expert, groups, sigmoid scores, aux and z losses; with token
+    dropping too (the drop plan's sort inside the graph)."""
     from kosmos.dtypes import copy_into
     from kosmos.graphs import capture
 
     if cupy.cuda.runtime.is_hip:
         pytest.skip("CuPy's stream capture is CUDA-only")
-    cfg = dataclasses.replace(TINY["deepseek-like"], aux_loss_coef=0.01, z_loss_coef=0.001)
+    cfg = dataclasses.replace(TINY["deepseek-like"], aux_loss_coef=0.01, z_loss_coef=0.001,
+                              capacity_factor=capacity_factor)
     P, r = world.size, world.rank
     if cfg.experts % P:
         pytest.skip(f"{cfg.experts} experts do not divide over {P} ranks")
@@ -437,14 +446,15 @@ def test_a_captured_step_replays_with_new_tokens(world, path):
         x, dy = fresh(41), fresh(42)
 
         def results(y, ctx, g):
+            kept = [] if ctx.routing.kept is None else [ctx.routing.kept]
             return [y, ctx.routing.losses, ctx.routing.experts, g.dx, g.d_router_w, g.dw1, g.dw2, g.d_shared_w1,
-                    g.d_shared_w2]
+                    g.d_shared_w2, *kept]
 
         stream = cupy.cuda.Stream(non_blocking=True)
         with stream:
             y0, ctx0 = layer.forward(x, params)  # the eager step first: plans, kernels, the device order
             layer.backward(dy, ctx0, params)
-            with capture(stream) as step:
+            with capture(stream, world) as step:
                 y, ctx = layer.forward(x, params)
                 g = layer.backward(dy, ctx, params)
             captured = results(y, ctx, g)
@@ -462,7 +472,9 @@ def test_a_captured_step_replays_with_new_tokens(world, path):
                 want = [cupy.asnumpy(a) for a in results(ye, ce, layer.backward(dy, ce, params))]
                 stream.synchronize()
                 world.status.raise_if_failed()
-                names = ("y", "losses", "experts", "dx", "d_router_w", "dw1", "dw2", "d_shared_w1", "d_shared_w2")
+                names = ("y", "losses", "experts", "dx", "d_router_w", "dw1", "dw2", "d_shared_w1", "d_shared_w2",
+                         "kept")
+                assert len(got) == len(want)
                 for name, a, b in zip(names, got, want):
                     assert a.tobytes() == b.tobytes(), f"replay {replay}: {name} differs from the eager step's"
                 assert np.isfinite(got[0].astype(np.float32)).all() and np.isfinite(got[3].astype(np.float32)).all()
