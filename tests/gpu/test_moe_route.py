@@ -183,3 +183,38 @@ def test_many_groups_without_a_limit_route_over_every_expert():
     """groups = 64 with topk_groups = 64 is no limit at all (a 32-bit group mask must not be involved)."""
     cfg = MoEConfig(experts=128, top_k=8, hidden=64, intermediate=64, groups=64, topk_groups=64)
     check(cfg, logits_for(np.random.default_rng(12), 333, 128))
+
+
+@pytest.mark.parametrize("capacity_factor,coarse", [(1.0, False), (0.5, False), (1.25, True)])
+def test_token_dropping_keeps_each_experts_highest_weights(capacity_factor, coarse):
+    """Under MoEConfig.capacity_factor the device's drop plan is reference.capacity_keep of its own
+    experts and weights, exactly (coarse logits: many equal weights, the lower pair index wins); the
+    plan is the stable dispatch order of the kept pairs, slot -1 for the dropped ones; the losses
+    are the dropless routing's (the choices before dropping); reruns bitwise equal."""
+    cfg = dataclasses.replace(MODELS["Qwen3-30B-A3B"], aux_loss_coef=0.01, capacity_factor=capacity_factor)
+    rng = np.random.default_rng([11, int(4 * capacity_factor)])
+    lg = logits_for(rng, 1029, cfg.experts)
+    if coarse:
+        lg[:, :cfg.experts] = np.round(lg[:, :cfg.experts])
+    lg[:, 3] += 2.0  # expert 3 over capacity on most cases
+    dev = cupy.asarray(lg)
+    r = route(dev, cfg)
+    r2 = route(dev, cfg)
+    for f in ("experts", "weights", "order", "slot", "start", "losses", "kept"):
+        assert cupy.asnumpy(getattr(r, f)).tobytes() == cupy.asnumpy(getattr(r2, f)).tobytes(), f
+    experts, weights = cupy.asnumpy(r.experts), cupy.asnumpy(r.weights)
+    kept = cupy.asnumpy(r.kept)
+    want = reference.capacity_keep(experts.astype(np.int64), weights.astype(np.float64), cfg)
+    assert (kept == want).all() and not kept.all()
+    n = int(kept.sum())
+    assert int(r.dropped) == kept.size - n
+    flat = np.where(kept.ravel(), experts.ravel(), cfg.experts)  # dropped pairs sort past every expert
+    order = np.argsort(flat, kind="stable")[:n]
+    start, slot = cupy.asnumpy(r.start), cupy.asnumpy(r.slot)
+    assert (cupy.asnumpy(r.order)[:n] == order).all()
+    assert (np.diff(start) == np.bincount(experts.ravel()[kept.ravel()], minlength=cfg.experts)).all()
+    assert (slot[order] == np.arange(n)).all() and (slot[~kept.ravel()] == -1).all()
+    assert max(np.bincount(experts.ravel()[kept.ravel()], minlength=cfg.experts)) <= cfg.capacity_of(1029)
+    dropless = route(dev, dataclasses.replace(cfg, capacity_factor=0.0))
+    assert cupy.asnumpy(dropless.losses).tobytes() == cupy.asnumpy(r.losses).tobytes()
+    assert dropless.kept is None
