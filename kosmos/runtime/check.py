@@ -33,7 +33,9 @@ def compile_nvidia(path: Path, arch: str) -> int:
     except Exception as e:  # noqa: BLE001 - no CuPy, or no libnvrtc
         raise RuntimeError(f"{path.name} ({arch}): NVRTC is not usable ({type(e).__name__}: {e}); "
                            f"{NVRTC_FIX}") from None
-    opts = list(compile_options("cuda", arch))
+    # What cupy.RawModule adds to every NVRTC compile (cupy/cuda/compiler.py), so that this check
+    # compiles what runs: unannotated functions are device functions, and fp32 denormals flush
+    opts = list(compile_options("cuda", arch)) + ["--device-as-default-execution-space", "-ftz=true"]
     if arch == "sm_90a":
         opts.append("--ptxas-options=-v")  # for ptxas's wgmma performance warnings, below
     prog = nvrtc.createProgram(path.read_text(), path.name, [], [])
