@@ -26,7 +26,9 @@ keep their per-call state on the device capture: kosmos.matmul and grouped_matmu
 reset by the last CTA), the MoE plans (MoEDispatch, MoECombine: call counts, hipsrc/kosmos/calls.h)
 and so MoELayer's device and fused paths, whose replays compute a new routing from new tokens. The
 collectives and the TP+SP ops still take their call epochs from the host: called inside a capture
-they raise (a replay would repeat the epoch). CUDA only: CuPy's stream capture does not support HIP.
+they raise (a replay would repeat the epoch). A replay joins the World's device order, not a GEMM
+plan's: eager kosmos.matmul / grouped_matmul calls of a captured shape share its plan's tile queue,
+so issue them on the capture stream too. CUDA only: CuPy's stream capture does not support HIP.
 """
 from __future__ import annotations
 
