@@ -8,6 +8,18 @@
 
 namespace kosmos {
 
+// All threads, last thing a CTA does: count it out in *out; true on thread 0 of the launch's last
+// CTA, which has reset *out for the next launch (state that outlives a launch is reset on the
+// device, so no launch depends on the host: gemm::queue_exit, CallScope).
+KOSMOS_DEVICE bool last_cta_out(u64* out) {
+  __syncthreads();
+  if (threadIdx.x == 0 && atomic_add_acq_rel_dev(out, 1ull) == u64(gridDim.x) - 1) {
+    *out = 0;
+    return true;
+  }
+  return false;
+}
+
 KOSMOS_DEVICE u64& call_epoch_slot() {
   __shared__ u64 epoch;
   return epoch;
@@ -26,11 +38,7 @@ struct CallScope {
     __syncthreads();
   }
   KOSMOS_DEVICE ~CallScope() {
-    __syncthreads();
-    if (threadIdx.x == 0 && atomic_add_acq_rel_dev(&words[1], 1ull) == u64(gridDim.x) - 1) {
-      words[1] = 0;
-      words[0] = call_epoch();  // the next launch on the stream reads it
-    }
+    if (last_cta_out(&words[1])) words[0] = call_epoch();  // the next launch on the stream reads it
   }
 };
 

@@ -9,6 +9,7 @@
 //   const Problem& p                   the dimensions (of one group, for grouped schedules)
 //   TileCoord tile(i32 u) const        queue position -> tile
 #pragma once
+#include "../calls.h"
 #include "config.h"
 
 namespace kosmos {
@@ -160,11 +161,7 @@ struct QueueClaim {
 // queue (words[0], words[1]) for the next launch (only the device knows how many tiles a grouped
 // launch had; and a replayed graph's launches must not depend on the host).
 KOSMOS_DEVICE void queue_exit(u64* words) {
-  __syncthreads();
-  if (threadIdx.x == 0 && atomic_add_acq_rel_dev(&words[1], 1ull) == u64(gridDim.x) - 1) {
-    words[0] = 0;
-    words[1] = 0;
-  }
+  if (last_cta_out(&words[1])) words[0] = 0;
 }
 
 // The group that queue position q (in units of `per_row` tiles per tile row) falls in: the last

@@ -169,7 +169,7 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d) {
     if (item >= n_items) break;
     const i32 g = run_of(chunk_start, E, item), o = g / d.e_loc, c = i32(item) - chunk_start[g];
     const i32 first = d.start[g] + c * d.item_rows, last = min(first + d.item_rows, d.start[g + 1]);
-    // gathered rows (token order[i] / k, or row i itself) to consecutive arena rows
+    // gathered rows (row i is token order[i] / k) to consecutive arena rows
     u8* dst = reinterpret_cast<u8*>(d.peer_bases[o] + d.arena_off) + u64(my_base[g] + first - d.start[g]) * d.row_bytes;
     const auto src = [&](u32 r) { return d.x + u64(d.order[first + i32(r)] / d.top_k) * d.row_bytes; };
     const auto dst_row = [&](u32 r) { return dst + u64(r) * d.row_bytes; };
