@@ -29,11 +29,16 @@ class SymmetricPlan:
     device_epochs = False
 
     def __init__(self, world: World, heap_bytes: int):
+        import cupy
+
         world.require_gpu()
         check_world_size(world.size, MAX_WORLD)
         self.world = world
         self.heap = SymmetricHeap(world, heap_bytes + FLAG_WORDS * 8 + 8192)
         self.flags = self.heap.alloc((FLAG_WORDS,), np.uint64)
+        # device_epochs: calls done and CTAs out (calls.h), the kernels' epoch source; self.epoch then
+        # counts the host's calls only (a replayed graph makes none), for callers' own checks
+        self.calls = cupy.zeros(2, np.uint64) if self.device_epochs else None
         self.epoch = 0
         self._ctx: np.void | None = None
         self._budget_s: float | None = None

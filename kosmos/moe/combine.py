@@ -72,7 +72,6 @@ class MoECombine(SymmetricPlan):
         super().__init__(world, max_tokens * top_k * self.row_bytes + 256)
         self.comb = self.heap.alloc((max_tokens * top_k, self.row_bytes), np.uint8)
         self.run_done = cupy.zeros((2, P), np.uint64)
-        self.calls = cupy.zeros(2, np.uint64)  # the device's call count, as MoEDispatch.calls
         smem = combine_smem_bytes(P, experts, self.e_loc)
         mod = load_module("moe_combine.hip", world=world)
         # Resident, all of it: every CTA folds after waiting for rows other CTAs of this grid push.

@@ -109,9 +109,6 @@ class MoEDispatch(SymmetricPlan):
         self.run_rows = cupy.zeros((self.e_loc, P), np.int32)
         self.all_counts = cupy.zeros((P, experts), np.int32)  # every rank's counts of the last call
         self.status = cupy.zeros(1, np.int64)
-        # calls done and CTAs out (hipsrc/kosmos/calls.h): each launch's epoch comes from the device, so
-        # a CUDA graph replays it (self.epoch counts the host's calls, for the layer's checks)
-        self.calls = cupy.zeros(2, np.uint64)
         smem = dispatch_smem_bytes(P, experts)
         mod = load_module("moe_dispatch.hip", world=world)
         # Resident, all of it: CTA 0 waits for runs other CTAs of this grid push.

@@ -139,18 +139,23 @@ def route(logits: Any, cfg: MoEConfig, bias: Any = None, *, stream: Any = None) 
     mod = _module()
     blocks = lambda n: (-(-n // _THREADS),)  # noqa: E731
     mod.get_function("kosmos_moe_route")(blocks(t), (_THREADS,), (rule, logits, ld, np.int32(t), experts, weights))
-    mod.get_function("kosmos_moe_count")((chunks,), (_THREADS,), (
-        rule, logits, ld, np.int32(t), experts, counts, null if prob_sums is None else prob_sums,
-        null if lse_sq is None else lse_sq))
-    mod.get_function("kosmos_moe_scan")((1,), (_SCAN_THREADS,), (
-        np.int32(e), np.int32(t), np.int32(k), counts, offsets, start, null if prob_sums is None else prob_sums,
-        null if lse_sq is None else lse_sq, null if mean_prob is None else mean_prob,
-        np.float32(cfg.aux_loss_coef), np.float32(cfg.z_loss_coef), losses))
+
+    def count_and_scan(chosen: Any, start: Any, losses_too: bool) -> None:
+        """Per-chunk counts of `chosen`'s pairs (expert -1: counted nowhere), their offsets and
+        start; losses_too: the loss partials, mean_prob and losses as well."""
+        sums = (prob_sums, lse_sq, mean_prob) if losses_too else (None, None, None)
+        ps, ls, mp = (null if a is None else a for a in sums)
+        mod.get_function("kosmos_moe_count")((chunks,), (_THREADS,), (
+            rule, logits, ld, np.int32(t), chosen, counts, ps, ls))
+        mod.get_function("kosmos_moe_scan")((1,), (_SCAN_THREADS,), (
+            np.int32(e), np.int32(t), np.int32(k), counts, offsets, start, ps, ls, mp,
+            np.float32(cfg.aux_loss_coef), np.float32(cfg.z_loss_coef), losses))
 
     def place(chosen: Any) -> None:
         mod.get_function("kosmos_moe_place")((chunks,), (_THREADS,), (chosen, np.int32(t), np.int32(k),
                                              np.int32(e), offsets, order, slot))
 
+    count_and_scan(experts, start, True)
     kept = None
     cap = cfg.capacity_of(t)
     if cap is not None and cap < t * k:
@@ -166,12 +171,8 @@ def route(logits: Any, cfg: MoEConfig, bias: Any = None, *, stream: Any = None) 
         kept[srt] = pos < cap
         kept = kept.reshape(t, k)
         chosen = cupy.where(kept, experts, np.int32(-1))
-        mod.get_function("kosmos_moe_count")((chunks,), (_THREADS,), (
-            rule, logits, ld, np.int32(t), chosen, counts, null, null))
         start = cupy.zeros(e + 1, np.int32)
-        mod.get_function("kosmos_moe_scan")((1,), (_SCAN_THREADS,), (
-            np.int32(e), np.int32(t), np.int32(k), counts, offsets, start, null, null, null,
-            np.float32(0), np.float32(0), cupy.zeros(2, np.float32)))
+        count_and_scan(chosen, start, False)
         place(chosen)
     else:
         place(experts)

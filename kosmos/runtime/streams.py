@@ -14,6 +14,8 @@ import inspect
 import threading
 from typing import Any, Callable, TypeVar
 
+from ..errors import KosmosError
+
 F = TypeVar("F", bound=Callable[..., Any])
 
 
@@ -33,16 +35,12 @@ class DeviceOrder:
         import cupy
 
         s = cupy.cuda.get_current_stream() if stream is None else stream
-        if not capturable and not cupy.cuda.runtime.is_hip and s.is_capturing():
-            from ..errors import KosmosError
-
+        if not capturable and _capturing(s):
             raise KosmosError(f"{who} takes its call epoch from the host: it cannot be captured in a CUDA graph "
                               f"(kosmos.graphs says what can)")
         last = self._last
         if last is not None and last.ptr != s.ptr:
-            if not cupy.cuda.runtime.is_hip and (s.is_capturing() or last.is_capturing()):
-                from ..errors import KosmosError
-
+            if _capturing(s) or _capturing(last):
                 raise KosmosError("a captured kosmos call must follow this World's (or plan's) previous calls on "
                                   "the capture stream, and no other stream may issue kosmos calls during a "
                                   "capture: make one eager call on the capture stream first (kosmos.graphs)")
@@ -50,6 +48,13 @@ class DeviceOrder:
             event.record(last)  # after all that was issued on the previous stream, that launch included
             s.wait_event(event)
         self._last = s
+
+
+def _capturing(s: Any) -> bool:
+    """Is stream s capturing a CUDA graph (never on HIP: CuPy captures on CUDA only)."""
+    import cupy
+
+    return not cupy.cuda.runtime.is_hip and s.is_capturing()
 
 
 def uses_stream(fn: F) -> F:
