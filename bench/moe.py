@@ -254,9 +254,13 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
             sx, sd = random_bf16((tokens, h), seed + 7), random_bf16((tokens, 2 * s_w), seed + 8)
             sa, sw1 = random_bf16((tokens, s_w), seed + 9), random_bf16((2 * s_w, h), seed + 10)
 
-        def step(_):
-            _y, c = layer.forward(x, params)
-            layer.backward(dy, c, params)
+        def step_of(lay):  # a forward and the backward of its context
+            def call(_):
+                _y, c = lay.forward(x, params)
+                lay.backward(dy, c, params)
+            return call
+
+        step = step_of(layer)
 
         def gemms(_):
             grouped_matmul(d_ye, a, rows, "NT", out_dtype=np.float32)
@@ -286,16 +290,10 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
         t = time_calls(world, {"step": step, "forward": lambda _: layer.forward(x, params), "bwd gemms": gemms,
                                "bwd dense": dense}, warmup, iters, rounds_per_hold=2)
 
-        def host_step(lay):
-            def call(_):
-                _y, c = lay.forward(x, params)
-                lay.backward(dy, c, params)
-            return call
-
         unheld = {"step unheld": step, "forward unheld": lambda _: layer.forward(x, params),
-                  "serial step": host_step(serial), "serial forward": lambda _: serial.forward(x, params)}
+                  "serial step": step_of(serial), "serial forward": lambda _: serial.forward(x, params)}
         if base is not None:
-            unheld.update({"baseline step": host_step(base), "baseline forward": lambda _: base.forward(x, params)})
+            unheld.update({"baseline step": step_of(base), "baseline forward": lambda _: base.forward(x, params)})
         t.update(time_calls(world, unheld, warmup, iters, hold=False))
         flops = per_rank(world, 12 * h * (total * i + tokens * cfg.shared * s_w))  # 2 + 2 + 4 + 4 (x R H I) per expert
         rec = {"model": cfg.name, "E": cfg.experts, "top_k": cfg.top_k, "H": h, "I": i, "tokens": tokens,
