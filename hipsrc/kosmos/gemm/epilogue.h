@@ -89,7 +89,7 @@ struct EpiSwiGLU {
   static constexpr int kLoadBatch = 0;  // reads no memory
   static constexpr bool kTmaStore = false;
   // __frcp_rn, not g / x: IEEE division's slow path in every tile's epilogue (measured: the
-  // grouped SwiGLU GEMM 3-6 % slower)
+  // grouped SwiGLU GEMM 4-8 % slower against cuBLAS, notes/moe.md attempt 17)
   KOSMOS_DEVICE static float silu(float g) { return g * __frcp_rn(1.0f + __expf(-g)); }
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float g0, float g1, float u0,
                           float u1) const {
