@@ -4,8 +4,8 @@ plan out, in four small launches (hipsrc/moe_route.hip: a thread per token, then
 
     r = route(logits, cfg, bias=None)        # logits: float32 CuPy [T, L], L >= cfg.experts
     r.experts [T, k] int32 (best first), r.weights [T, k] float32,
-    r.order [T*k] int32 (row -> t*k + j, expert-major; rows past start[E] are not written: under
-    token dropping fewer rows than pairs), r.slot [T*k] (its inverse; -1 for a dropped pair),
+    r.order [T*k] int32 (row -> t*k + j, expert-major; under token dropping there are fewer rows
+    than pairs and the rows past start[E] hold -1), r.slot [T*k] (its inverse; -1 for a dropped pair),
     r.start [E + 1] int32 (expert e owns rows start[e]:start[e+1])
     r.losses [2] float32 (aux, z: reference.route's aux_loss and z_loss; zeros unless the config
     has a coefficient), r.mean_prob [E] float32 (each expert's normalised score averaged over the
@@ -47,7 +47,7 @@ _SCAN_THREADS = 512  # the scan's one CTA: a thread per expert (more experts: th
 class DeviceRouting:
     experts: Any  # [T, k] int32, best first
     weights: Any  # [T, k] float32
-    order: Any    # [T * k] int32: order[row] = t * k + j, expert-major, then token, then j (row < start[E])
+    order: Any    # [T * k] int32: order[row] = t * k + j, expert-major, then token, then j (row < start[E]; -1 past it)
     slot: Any     # [T * k] int32: slot[t * k + j] = its row, or -1 (dropped)
     start: Any    # [E + 1] int32: rows start[e]:start[e + 1] are expert e's
     losses: Any   # [2] float32: (aux, z), each already multiplied by its coefficient
@@ -170,6 +170,7 @@ def route(logits: Any, cfg: MoEConfig, bias: Any = None, *, stream: Any = None) 
         kept = cupy.empty(t * k, dtype=bool)
         kept[srt] = pos < cap
         kept = kept.reshape(t, k)
+        order.fill(-1)  # the tail past the kept rows: defined, so reruns are bitwise equal
         chosen = cupy.where(kept, experts, np.int32(-1))
         start = cupy.zeros(e + 1, np.int32)
         count_and_scan(chosen, start, False)

@@ -189,7 +189,7 @@ def test_many_groups_without_a_limit_route_over_every_expert():
 def test_token_dropping_keeps_each_experts_highest_weights(capacity_factor, coarse):
     """Under MoEConfig.capacity_factor the device's drop plan is reference.capacity_keep of its own
     experts and weights, exactly (coarse logits: many equal weights, the lower pair index wins); the
-    plan is the stable dispatch order of the kept pairs, slot -1 for the dropped ones; the losses
+    plan is the stable dispatch order of the kept pairs (-1 past them), slot -1 for the dropped ones; the losses
     are the dropless routing's (the choices before dropping); reruns bitwise equal."""
     cfg = dataclasses.replace(MODELS["Qwen3-30B-A3B"], aux_loss_coef=0.01, capacity_factor=capacity_factor)
     rng = np.random.default_rng([11, int(4 * capacity_factor)])
@@ -211,7 +211,7 @@ def test_token_dropping_keeps_each_experts_highest_weights(capacity_factor, coar
     flat = np.where(kept.ravel(), experts.ravel(), cfg.experts)  # dropped pairs sort past every expert
     order = np.argsort(flat, kind="stable")[:n]
     start, slot = cupy.asnumpy(r.start), cupy.asnumpy(r.slot)
-    assert (cupy.asnumpy(r.order)[:n] == order).all()
+    assert (cupy.asnumpy(r.order)[:n] == order).all() and (cupy.asnumpy(r.order)[n:] == -1).all()
     assert (np.diff(start) == np.bincount(experts.ravel()[kept.ravel()], minlength=cfg.experts)).all()
     assert (slot[order] == np.arange(n)).all() and (slot[~kept.ravel()] == -1).all()
     assert max(np.bincount(experts.ravel()[kept.ravel()], minlength=cfg.experts)) <= cfg.capacity_of(1029)
