@@ -422,9 +422,11 @@ class MoELayer:
 
     def _padded_router_w(self, params: MoEParams) -> Any:
         """router_w [E, H] with zero rows up to the GEMM's 64-row multiple (their logits are zero and
-        never read)."""
+        never read); router_w itself when E is a multiple of 64 (DeepSeek-V3, Qwen3: no copy)."""
         import cupy
 
+        if self._router_pad == self.cfg.experts:
+            return params.router_w
         wr = cupy.zeros((self._router_pad, self.cfg.hidden), np.uint16)
         wr[:self.cfg.experts] = _u16(params.router_w)
         return wr.view(bfloat16)
