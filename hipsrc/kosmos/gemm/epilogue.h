@@ -21,6 +21,7 @@ namespace gemm {
 struct EpiStoreBf16 {
   u16* out;
   i32 ldo, mo, no;
+  static constexpr int kElemBytes = 2;
   static constexpr bool kHasDone = false;
   static constexpr int kLoadBatch = 0;  // reads no memory
   static constexpr bool kTmaStore = false;
@@ -35,23 +36,12 @@ struct EpiStoreBf16 {
   KOSMOS_DEVICE void done(const TileCoord&) const {}
 };
 
-// The same through shared memory and TMA stores on the Hopper layer (full 128-byte lines, and the
-// consumers move on to the next tile while the stores drain). `map` describes `out` (boxes of 64
-// rows x 128 bytes, 128-byte swizzle); other layers ignore it and use pair(). tma_row: the map row
-// of the tile's first row.
-struct EpiStoreBf16Tma : EpiStoreBf16 {
-  const TensorMap* map;
-  static constexpr bool kTmaStore = true;
-  static constexpr int kTmaElemBytes = 2;
-  KOSMOS_DEVICE EpiStoreBf16Tma(const EpiStoreBf16& e, const TensorMap* m) : EpiStoreBf16(e), map(m) {}
-  KOSMOS_DEVICE i32 tma_row(const TileCoord& t) const { return t.row0; }
-};
-
 // out[mo, no] fp32 (a partial-sum staging buffer, or a full-precision result), row stride ldo.
 // Under split-K, unit `split` writes the partial out[split][mo][ldo].
 struct EpiStoreF32 {
   float* out;
   i32 ldo, mo, no;
+  static constexpr int kElemBytes = 4;
   static constexpr bool kHasDone = false;
   static constexpr int kLoadBatch = 0;  // reads no memory
   static constexpr bool kTmaStore = false;
@@ -66,16 +56,22 @@ struct EpiStoreF32 {
   KOSMOS_DEVICE void done(const TileCoord&) const {}
 };
 
-// The same through TMA stores (Hopper layer), 64-row x 32-column boxes. Split-K partials: the map
-// covers [splits * mo, no], so the host pads mo to whole tiles (a tile's rows past the output land
-// in its own split's padding, not in the next split's rows).
-struct EpiStoreF32Tma : EpiStoreF32 {
+// A store epilogue through shared memory and TMA stores on the Hopper layer (full 128-byte lines,
+// and the consumers move on to the next tile while the stores drain). `map` describes `out` (boxes
+// of 64 rows x 128 bytes: 64 bf16 or 32 fp32 columns, 128-byte swizzle); other layers ignore it and
+// use pair(). tma_row: the map row of the tile's first row. Split-K partials (fp32): the map covers
+// [splits * mo, no], so the host pads mo to whole tiles (a tile's rows past the output land in its
+// own split's padding, not in the next split's rows); without split-K, split is 0.
+template <class Store>
+struct EpiTma : Store {
   const TensorMap* map;
   static constexpr bool kTmaStore = true;
-  static constexpr int kTmaElemBytes = 4;
-  KOSMOS_DEVICE EpiStoreF32Tma(const EpiStoreF32& e, const TensorMap* m) : EpiStoreF32(e), map(m) {}
-  KOSMOS_DEVICE i32 tma_row(const TileCoord& t) const { return t.split * mo + t.row0; }
+  static constexpr int kTmaElemBytes = Store::kElemBytes;
+  KOSMOS_DEVICE EpiTma(const Store& e, const TensorMap* m) : Store(e), map(m) {}
+  KOSMOS_DEVICE i32 tma_row(const TileCoord& t) const { return t.split * this->mo + t.row0; }
 };
+typedef EpiTma<EpiStoreBf16> EpiStoreBf16Tma;
+typedef EpiTma<EpiStoreF32> EpiStoreF32Tma;
 
 // SwiGLU: the tile's lower half holds gate columns, its upper half the matching up columns
 // (see b_chunk_col); out[mo, f] = silu(gate) * up in bf16, f output columns per row. With `pre`
