@@ -59,7 +59,7 @@ KOSMOS_DEVICE void builder_init_arch(u8* smem_raw) {
   if (threadIdx.x == 0) {
     for (int i = 0; i < kMaxStages; ++i) {  // every tile configuration's ring
       sm90::mbar_init(&ps->full[i], 1);
-      sm90::mbar_init(&ps->empty[i], 8);  // one arrival per consumer warp (ping-pong: two per warp of one)
+      sm90::mbar_init(&ps->empty[i], 8);  // one arrival per consumer warp
     }
     ps->prod_stage = ps->prod_phase = ps->cons_stage = ps->cons_phase = 0;
     ps->aborted = ps->turn_stop = 0;
@@ -229,9 +229,6 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
     // of a ping-pong one.
     constexpr bool kPP = Cfg::kPingPong;
     const int half = kPP ? 0 : cw;
-    // A stage's empty barrier counts 8 arrivals (builder_init: one per consumer warp); a ping-pong
-    // stage is read by one warpgroup's 4 warps, so each of them arrives twice.
-    constexpr u32 kReleases = kPP ? 2 : 1;
     // Defined here (the first wgmma of a unit overwrites them anyway): left undefined, their value
     // would flow around a caller's loop (two-way AG) and the compiler keeps all 128 live, spilled,
     // through the mover code between calls (measured: the AG kernels 7x slower).
@@ -253,7 +250,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
       mbar_wait(&full[s], ph);
       const i32 t = slot[s];
       if (t < 0) {
-        if (lane == 0) mbar_arrive(&empty[s], kReleases);
+        if (lane == 0) mbar_arrive(&empty[s]);
         ring_advance<Cfg::kStages>(s, ph);
         if constexpr (kPP) hand_over_turn(ps, cw, tid, s, ph, true);
         break;
@@ -273,7 +270,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
 #pragma unroll
         for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
         if (nslabs == 0) {
-          if (lane == 0) mbar_arrive(&empty[s], kReleases);
+          if (lane == 0) mbar_arrive(&empty[s]);
           ring_advance<Cfg::kStages>(s, ph);
         }
       }
@@ -309,7 +306,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
         wgmma_commit();
         wgmma_wait<1>();
         fence_regs<Cfg::kAcc>(acc);
-        if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev], kReleases);
+        if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
         prev = int(s);
         ring_advance<Cfg::kStages>(s, ph);
       }
@@ -317,7 +314,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
       if constexpr (kPP) hand_over_turn(ps, cw, tid, s, ph, false);
       wgmma_wait<0>();
       fence_regs<Cfg::kAcc>(acc);
-      if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev], kReleases);
+      if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
       const TileCoord tc = sched.tile(t);
       bool stored = false;
       if constexpr (Epi::kTmaStore) {

@@ -25,9 +25,6 @@ KOSMOS_DEVICE void mbar_arrive_expect_tx(u64* bar, u32 bytes) {
 KOSMOS_DEVICE void mbar_arrive(u64* bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
-KOSMOS_DEVICE void mbar_arrive(u64* bar, u32 count) {
-  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
-}
 KOSMOS_DEVICE bool mbar_try_wait(u64* bar, u32 parity) {
   u32 ok;
   asm volatile(
