@@ -100,11 +100,6 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
                 a, b = sets[i % nsets]
                 gemm.matmul(a, b, s.layout, out=out, split_k=split_k, tile_n=width)
             fns[f"w{width}"] = run_w
-
-        def run_pp(i):  # the 64 x 256 ping-pong tile, forced (the chooser does not pick it yet)
-            a, b = sets[i % nsets]
-            gemm.matmul(a, b, s.layout, out=out, split_k=split_k, tile_n=256, tile_m=64)
-        fns["m64"] = run_pp
     if mxfp8:  # dequantize both operands (exact) + our bf16 GEMM: the H200's MXFP8 path
         mx_sets = [mx_copies(s.layout, a, b) for a, b in sets]
 
@@ -126,7 +121,7 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
     full = rec["ours"][str(sms)]["tflops"]
     rec["ratio"] = full / rec["cublas"]["tflops"]
     rec["cap_retention"] = {k: v["tflops"] / full for k, v in rec["ours"].items() if not k.startswith("w")
-                            and k not in ("mxfp8", "m64")}
+                            and k != "mxfp8"}
     if mxfp8:
         rec["mxfp8_vs_bf16"] = rec["ours"]["mxfp8"]["tflops"] / full
     del sets, out, ref, o32, r32
@@ -216,8 +211,7 @@ def main(argv=None):
             print(f"{s.kernel:11s} {s.layout} {s.name:20s} {s.m:6d} {s.n:6d} {s.k:6d}  cuBLAS {rec['cublas']['tflops']:6.1f}"
                   f"  ours {rec['ours'][str(sms)]['tflops']:6.1f}  ratio {rec['ratio']:.3f}  diff {rec['rel_diff_vs_cublas']:.1e}"
                   f"  split {rec['split_k']}  tile {rec['tile_n']}"
-                  + "".join(f"  {w} {rec['ours'][w]['tflops']:6.1f}" for w in [f"w{n}" for n in gemm.TILE_WIDTHS] + ["m64"]
-                            if w in rec["ours"])
+                  + "".join(f"  w{w} {rec['ours'][f'w{w}']['tflops']:6.1f}" for w in gemm.TILE_WIDTHS if f"w{w}" in rec["ours"])
                   + (f"  mxfp8/bf16 {rec['mxfp8_vs_bf16']:.3f}" if "mxfp8_vs_bf16" in rec else "")
                   + f"  {capstr}", flush=True)
 

@@ -1,7 +1,7 @@
 """Each expert GEMM of the MoE layer alone, ours (kosmos.grouped_matmul) against cuBLAS on the same
 FLOPs (cupy.matmul over all the routed rows as one group), world 1: where the layer's GEMM time goes.
 
-    python3 bench/moe_gemm_parts.py [--models Qwen3-30B-A3B,DeepSeek-V3] [--rows 256,2048] [--tile-m 64]
+    python3 bench/moe_gemm_parts.py [--models Qwen3-30B-A3B,DeepSeek-V3] [--rows 256,2048]
 
 Shapes are bench/moe.py's one-EP-8-rank shares, every expert given the same rows. Median of 20
 timed calls after 3 of warm-up, contenders interleaved (kosmos.timing). The cuBLAS contender of a
@@ -26,7 +26,7 @@ from kosmos.timing import time_calls  # noqa: E402
 from one_gpu import one_gpu  # noqa: E402
 
 
-def parts(world, name: str, rows_per: int, tile_heights: tuple) -> None:
+def parts(world, name: str, rows_per: int) -> None:
     import cupy
 
     cfg = bench_moe.share(name)
@@ -38,51 +38,44 @@ def parts(world, name: str, rows_per: int, tile_heights: tuple) -> None:
     w1, w2 = random_bf16((e, 2 * i, h), 6), random_bf16((e, h, i), 7)
     kept = cupy.empty((r, 2 * i), a.dtype)
     f32 = np.float32
-
-    def part(*args, **kw):  # a grouped_matmul call on a tile height
-        return lambda tile_m: grouped_matmul(*args, tile_m=tile_m, **kw)
-
     ours = {  # name: (call, FLOPs / (R H I), the cuBLAS contender)
-        "fwd1 plain": (part(xe, w1, rows, "TN"), 4, "fwd1"),  # [gate, up] stored as is
-        "fwd1 swiglu": (part(xe, w1, rows, "TN", epilogue="swiglu"), 4, "fwd1"),
-        "fwd1 keep": (part(xe, w1, rows, "TN", epilogue="swiglu", gate_up=kept), 4, "fwd1"),
-        "fwd2": (part(a, w2, rows, "TN"), 2, "fwd2"),
-        "wgrad2 f32": (part(dye, a, rows, "NT", out_dtype=f32), 2, "wgrad2"),
-        "wgrad2 bf16": (part(dye, a, rows, "NT"), 2, "wgrad2"),
-        "dgrad2 swiglu": (part(dye, w2, rows, "NN", epilogue="swiglu_backward", gate_up=pre), 2, "dgrad2"),
-        "dgrad2 plain": (part(dye, w2, rows, "NN"), 2, "dgrad2"),
-        "wgrad1 f32": (part(dpre, xe, rows, "NT", out_dtype=f32), 4, "wgrad1"),
-        "wgrad1 bf16": (part(dpre, xe, rows, "NT"), 4, "wgrad1"),
-        "dgrad1": (part(dpre, w1, rows, "NN"), 4, "dgrad1"),
+        "fwd1 plain": (lambda _: grouped_matmul(xe, w1, rows, "TN"), 4, "fwd1"),  # [gate, up] stored as is
+        "fwd1 swiglu": (lambda _: grouped_matmul(xe, w1, rows, "TN", epilogue="swiglu"), 4, "fwd1"),
+        "fwd1 keep": (lambda _: grouped_matmul(xe, w1, rows, "TN", epilogue="swiglu", gate_up=kept), 4, "fwd1"),
+        "fwd2": (lambda _: grouped_matmul(a, w2, rows, "TN"), 2, "fwd2"),
+        "wgrad2 f32": (lambda _: grouped_matmul(dye, a, rows, "NT", out_dtype=f32), 2, "wgrad2"),
+        "wgrad2 bf16": (lambda _: grouped_matmul(dye, a, rows, "NT"), 2, "wgrad2"),
+        "dgrad2 swiglu": (lambda _: grouped_matmul(dye, w2, rows, "NN", epilogue="swiglu_backward", gate_up=pre),
+                          2, "dgrad2"),
+        "dgrad2 plain": (lambda _: grouped_matmul(dye, w2, rows, "NN"), 2, "dgrad2"),
+        "wgrad1 f32": (lambda _: grouped_matmul(dpre, xe, rows, "NT", out_dtype=f32), 4, "wgrad1"),
+        "wgrad1 bf16": (lambda _: grouped_matmul(dpre, xe, rows, "NT"), 4, "wgrad1"),
+        "dgrad1": (lambda _: grouped_matmul(dpre, w1, rows, "NN"), 4, "dgrad1"),
     }
-    # Every part on each tile height asked for (None: the default), interleaved with the rest.
-    label = lambda k, tm: k if tm is None else f"{k} m{tm}"  # noqa: E731
-    calls = {label(k, tm): (lambda _, c=c, tm=tm: c(tm)) for k, (c, _, _) in ours.items() for tm in tile_heights}
     w1_0, w2_0 = w1[0], w2[0]
     dense = {"fwd1": lambda _: cupy.matmul(xe, w1_0.T), "fwd2": lambda _: cupy.matmul(a, w2_0.T),
              "wgrad2": lambda _: cupy.matmul(dye.T, a), "dgrad2": lambda _: cupy.matmul(dye, w2_0),
              "wgrad1": lambda _: cupy.matmul(dpre.T, xe), "dgrad1": lambda _: cupy.matmul(dpre, w1_0)}
-    t = time_calls(world, {**calls, **{"cublas " + k: v for k, v in dense.items()}}, 3, 20, rounds_per_hold=4)
+    t = time_calls(world, {**{k: v[0] for k, v in ours.items()}, **{"cublas " + k: v for k, v in dense.items()}},
+                   3, 20, rounds_per_hold=4)
     print(f"{cfg.name} rows/expert {rows_per} (E {e}, H {h}, I {i}, R {r})", flush=True)
     for k, (_, units, d) in ours.items():
-        for tm in tile_heights:
-            m, c = t[label(k, tm)].median_ms, t["cublas " + d].median_ms
-            print(f"  {label(k, tm):18s} ours {m:8.3f} ms {units * r * h * i / m / 1e9:6.0f} TF/s   cublas {c:8.3f} ms  "
-                  f"cublas/ours {c / m:5.2f}", flush=True)
+        m, c = t[k].median_ms, t["cublas " + d].median_ms
+        print(f"  {k:14s} ours {m:8.3f} ms {units * r * h * i / m / 1e9:6.0f} TF/s   cublas {c:8.3f} ms  "
+              f"cublas/ours {c / m:5.2f}", flush=True)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="Qwen3-30B-A3B,DeepSeek-V3")
     ap.add_argument("--rows", default="256,2048", help="rows per expert")
-    ap.add_argument("--tile-m", default="", help="tile heights besides the default, e.g. 64 (the ping-pong tile)")
     args = ap.parse_args(argv)
     import cupy
 
     with one_gpu("bench/moe_gemm_parts.py") as (world, _commit):
         for name in args.models.split(","):
             for rows_per in (int(v) for v in args.rows.split(",")):
-                parts(world, name, rows_per, (None, *(int(v) for v in args.tile_m.split(",") if v)))
+                parts(world, name, rows_per)
                 cupy.get_default_memory_pool().free_all_blocks()
     return 0
 

@@ -44,16 +44,6 @@ KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_bf16_n128, LAYOUT_NN, EpiStoreBf16, KOSMO
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_f32_n128, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_TMA32, NarrowTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_bf16_n128, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_f32_n128, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32, NarrowTile)
-// 64x256 ping-pong tiles (Hopper only): one consumer warpgroup's epilogue under the other's mainloop.
-typedef TileConfig<256, 64> PingPongTile;
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_bf16_m64, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA, PingPongTile)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_f32_m64, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_TMA32, PingPongTile)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_swiglu_m64, LAYOUT_TN, EpiSwiGLU, KOSMOS_EPI_AS_IS, PingPongTile)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_bf16_m64, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA, PingPongTile)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_f32_m64, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_TMA32, PingPongTile)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_swiglu_bwd_m64, LAYOUT_NN, EpiSwiGLUBackward, KOSMOS_EPI_AS_IS, PingPongTile)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_bf16_m64, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA, PingPongTile)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_f32_m64, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32, PingPongTile)
 #endif
 
 // The hooks fused kernels use, exercised standalone: tile row tm waits for row_flags[tm] >= target
@@ -69,45 +59,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                          EpiCountDone<EpiStoreBf16Tma>(EpiStoreBf16Tma(epi, &tmc), tiles_done));
   queue_exit(words);
 }
-
-// The builder leaving and re-entering between tiles, exercised standalone: the claim stops the
-// builder after every `burst` tiles it hands out and the CTA calls it again until the queue is dry
-// (the persistent pipeline's ring position, and ping-pong's turn, survive each exit).
-struct BurstClaim {
-  QueueClaim queue;
-  i32 burst, taken;
-  int* drained;  // shared: read by every thread after run_builder's closing barrier
-  KOSMOS_DEVICE i32 operator()() {
-    if (taken == burst) {
-      taken = 0;
-      return -1;
-    }
-    const i32 t = queue();
-    if (t < 0) *drained = 1;
-    else ++taken;
-    return t;
-  }
-};
-
-#define KOSMOS_GEMM_BURSTS_KERNEL(NAME, TILE)                                                                  \
-  extern "C" __global__ void __launch_bounds__(kThreads, 1)                                                 \
-      NAME(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,                \
-           const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiStoreBf16 epi, u64* words, i32 burst) {     \
-    extern __shared__ __align__(16) u8 kosmos_gemm_smem[];                                                    \
-    __shared__ int drained;                                                                                   \
-    if (threadIdx.x == 0) drained = 0;                                                                        \
-    builder_init(kosmos_gemm_smem); /* (its barrier publishes drained = 0) */                                 \
-    BurstClaim claim{QueueClaim{words, work_units(p)}, burst, 0, &drained};                                   \
-    do {                                                                                                      \
-      run_builder<LAYOUT_TN>(DenseSchedule<TILE>{p}, &tma, &tmb, kosmos_gemm_smem, claim, AlwaysReady{},      \
-                             EpiStoreBf16Tma(epi, &tmc));                                                     \
-    } while (!drained);                                                                                       \
-    queue_exit(words);                                                                                        \
-  }
-KOSMOS_GEMM_BURSTS_KERNEL(kosmos_gemm_tn_bf16_bursts, DefaultTile)
-#if KOSMOS_GEMM_WGMMA
-KOSMOS_GEMM_BURSTS_KERNEL(kosmos_gemm_tn_bf16_bursts_m64, PingPongTile)
-#endif
 
 // Split-K's second step: out = sum of the k_splits fp32 partials ws[split * stride + v], v < n,
 // added in split order (bitwise deterministic), rounded once. n is a multiple of 4 (columns are

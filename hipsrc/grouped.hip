@@ -23,7 +23,7 @@ KOSMOS_DEVICE void grouped_gemm(const TensorMap& tma, const TensorMap& tmb, cons
   extern __shared__ __align__(16) u8 smem[];
   __shared__ GroupTable table;
   builder_init(smem);
-  const bool ok = build_group_table<Tile::kTileM>(&table, group_rows, groups, rows_cap);
+  const bool ok = build_group_table(&table, group_rows, groups, rows_cap);
   if (blockIdx.x == 0 && threadIdx.x == 0) words[2] = u64(i64(table.bad));
   if (ok) {
     const GroupedSchedule<L, Tile> sched{p, &table};
@@ -61,14 +61,6 @@ KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_tn_bf16_n128, LAYOUT_TN, EpiStoreBf16,
 KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nn_bf16_n128, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
 KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nt_bf16_n128, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
 KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nt_f32_n128, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32, NarrowTile)
-// 64x256 ping-pong tiles (Hopper only): one consumer warpgroup's epilogue under the other's mainloop.
-typedef TileConfig<256, 64> PingPongTile;
-KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_tn_bf16_m64, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA, PingPongTile)
-KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_tn_swiglu_m64, LAYOUT_TN, EpiSwiGLU, KOSMOS_EPI_AS_IS, PingPongTile)
-KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nn_bf16_m64, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA, PingPongTile)
-KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nn_swiglu_bwd_m64, LAYOUT_NN, EpiSwiGLUBackward, KOSMOS_EPI_AS_IS, PingPongTile)
-KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nt_bf16_m64, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA, PingPongTile)
-KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nt_f32_m64, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32, PingPongTile)
 #endif
 
 // The readiness hook MoE movers release rows through (RunsArrived), exercised standalone: group e

@@ -148,8 +148,7 @@ def stores_through_tma(epilogue: str, uses_tma: bool) -> bool:
     return uses_tma and epilogue == "store"
 
 
-TILE_WIDTHS = (256, 128)  # the builder's tile configurations (config.h TileConfig): 128 x BN, and
-TILE_ROWS = (128, 64)     # 64 x 256, the ping-pong tile (Hopper: each consumer warpgroup owns a tile)
+TILE_WIDTHS = (256, 128)  # the builder's tile configurations (config.h TileConfig): 128 x BN
 
 
 def tile_columns(no: int, swiglu_f: int, tile_n: int) -> int:
@@ -159,10 +158,10 @@ def tile_columns(no: int, swiglu_f: int, tile_n: int) -> int:
     return -(-no // tile_n)
 
 
-def tile_counts(shape: GemmShape, tile_n: int = 256, tile_m: int = 128) -> tuple[int, int, int]:
-    """(tiles_m, tiles_n, k_slabs) of the tile_m x tile_n x 64 builder on this GEMM."""
-    tk = tile_shape()[2]
-    return -(-shape.mo // tile_m), tile_columns(shape.no, shape.swiglu_f, tile_n), -(-shape.kr // tk)
+def tile_counts(shape: GemmShape, tile_n: int = 256) -> tuple[int, int, int]:
+    """(tiles_m, tiles_n, k_slabs) of the 128 x tile_n x 64 builder on this GEMM."""
+    tm, _, tk = tile_shape()
+    return -(-shape.mo // tm), tile_columns(shape.no, shape.swiglu_f, tile_n), -(-shape.kr // tk)
 
 
 # Per-FLOP speed of a 128x128 tile relative to 128x256 (smaller tiles reuse each operand byte half as
@@ -191,16 +190,6 @@ def check_tile_n(tile_n: int | None, epilogue: str, wgmma: bool) -> None:
     if tile_n == 128 and (epilogue != "store" or not wgmma):
         raise ValueError("tile_n=128 is a Hopper (wgmma) tile for the store epilogues; "
                          + ("SwiGLU needs 256" if epilogue != "store" else "this GPU's layer builds 256-wide tiles"))
-
-
-def check_tile_m(tile_m: int | None, tile_n: int | None, wgmma: bool) -> None:
-    if tile_m is None:
-        return
-    if tile_m not in TILE_ROWS:
-        raise ValueError(f"tile_m must be one of {TILE_ROWS} or None (automatic), got {tile_m!r}")
-    if tile_m == 64 and (tile_n not in (None, 256) or not wgmma):
-        raise ValueError("tile_m=64 is the Hopper (wgmma) ping-pong tile, 64 x 256: "
-                         + ("it needs tile_n 256" if wgmma else "this GPU's layer builds 128-row tiles"))
 
 
 def grid_size(ntiles: int, sms: int, sm_cap: int | None) -> int:
@@ -258,9 +247,9 @@ def choose_split_k(ntiles: int, grid: int, k_slabs: int, out_elems: int) -> int:
     return best
 
 
-def tile_order(shape: GemmShape, tile_n: int = 256, tile_m: int = 128) -> list[tuple[int, int]]:
+def tile_order(shape: GemmShape, tile_n: int = 256) -> list[tuple[int, int]]:
     """Queue index -> (tile row, tile column): the device's DenseSchedule, for tests and tools."""
-    tiles_m, tiles_n, _ = tile_counts(shape, tile_n, tile_m)
+    tiles_m, tiles_n, _ = tile_counts(shape, tile_n)
     g = device_constants()["kGroupM"]
     out = []
     for t in range(tiles_m * tiles_n):
@@ -284,18 +273,13 @@ SWIGLU_EPI_DTYPE = np.dtype([("out", np.uint64), ("ldo", np.int32), ("mo", np.in
 TMAP_DTYPE = np.dtype([("words", np.uint64, (16,))], align=True)
 
 
-def tile_suffix(tile_n: int, tile_m: int) -> str:
-    """The kernel name's tile suffix (hipsrc/gemm.hip, grouped.hip): none for 128 x 256."""
-    return ("_n128" if tile_n == 128 else "") + ("_m64" if tile_m == 64 else "")
-
-
-def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256, tile_m: int = 128) -> str:
+def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256) -> str:
     if epilogue == "swiglu":
-        return "kosmos_gemm_tn_swiglu" + tile_suffix(tile_n, tile_m)
+        return "kosmos_gemm_tn_swiglu"
     if epilogue == "swiglu_backward":
-        return "kosmos_gemm_nn_swiglu_bwd" + tile_suffix(tile_n, tile_m)
+        return "kosmos_gemm_nn_swiglu_bwd"
     suffix = "f32" if np.dtype(out_dtype) == np.float32 else "bf16"
-    return f"kosmos_gemm_{layout.lower()}_{suffix}" + tile_suffix(tile_n, tile_m)
+    return f"kosmos_gemm_{layout.lower()}_{suffix}" + ("_n128" if tile_n == 128 else "")
 
 
 def _bf16():
@@ -467,8 +451,7 @@ class GemmPlan:
     uses_tma: bool = True
     splits: int = 1  # split-K: the kernel writes fp32 partials, reduce_kernel sums them in order
     reduce_kernel: Any = None
-    tile_n: int = 256  # the tile configuration, tile_m x tile_n
-    tile_m: int = 128
+    tile_n: int = 256  # the tile configuration, 128 x tile_n
     _tmaps: dict = field(default_factory=dict)
     # The queue words are shared by every call, so calls must run one after another on the device,
     # from any thread or stream. Nothing else of a call lives on the host: graphs can replay it.
@@ -481,7 +464,7 @@ class GemmPlan:
     @property
     def partial_rows(self) -> int:
         """Rows of each split-K partial in the workspace: the output's, padded to whole tiles."""
-        return self.tiles[0] * self.tile_m
+        return self.tiles[0] * DEVICE_CONSTANTS["kTileM"]
 
     def args(self, a, b, out, words=None, gate_up=None, epi_rows=None) -> tuple:
         """The standard kernel arguments (tma, tmb, tmc, problem, epilogue, queue words); epi_rows:
@@ -514,15 +497,15 @@ _plans_lock = threading.Lock()
 
 
 def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, split_k: int | None = 1,
-             tile_n: int | None = None, tile_m: int | None = None) -> GemmPlan:
+             tile_n: int | None = None) -> GemmPlan:
     """The cached plan for a GEMM; split_k: 1 = none, None = choose_split_k, n = n K-ranges;
-    tile_n: 256 or 128, None = choose_tile_n; tile_m: 128 or 64 (ping-pong), None = 128."""
+    tile_n: 256 or 128, None = choose_tile_n."""
     import cupy
 
     from .runtime.launch import PersistentLaunch, sm_count
 
     dev = cupy.cuda.Device().id
-    key = (shape, np.dtype(out_dtype).str, sm_cap, split_k, tile_n, tile_m, dev, _extra_options)
+    key = (shape, np.dtype(out_dtype).str, sm_cap, split_k, tile_n, dev, _extra_options)
     with _plans_lock:
         plan = _plans.get(key)
     if plan is not None:
@@ -532,12 +515,10 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     wgmma = _arch_info(dev, _extra_options)[0] == 1
     plain = shape.epilogue == "store"
     check_tile_n(tile_n, shape.epilogue, wgmma)
-    check_tile_m(tile_m, tile_n, wgmma)
-    tile_m = tile_m or 128
     if tile_n is None:
         count = lambda bn: math.prod(tile_counts(shape, bn)[:2])  # noqa: E731
-        tile_n = choose_tile_n(count(256), count(128), ctas, narrow_ok=wgmma and plain and tile_m == 128)
-    tiles = tile_counts(shape, tile_n, tile_m)
+        tile_n = choose_tile_n(count(256), count(128), ctas, narrow_ok=wgmma and plain)
+    tiles = tile_counts(shape, tile_n)
     ntiles = tiles[0] * tiles[1]
     if split_k is None:
         splits = choose_split_k(ntiles, ctas, tiles[2], shape.mo * shape.no) if plain else 1
@@ -548,17 +529,17 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     units = ntiles * splits
     mod = _module()
     if splits > 1:
-        name = kernel_name(shape.layout, "store", np.float32, tile_n, tile_m)  # fp32 partials into a workspace
+        name = kernel_name(shape.layout, "store", np.float32, tile_n)  # fp32 partials into a workspace
         red = mod.get_function("kosmos_gemm_splitk_reduce_" + ("f32" if np.dtype(out_dtype) == np.float32 else "bf16"))
     else:
-        name = kernel_name(shape.layout, shape.epilogue, out_dtype, tile_n, tile_m)
+        name = kernel_name(shape.layout, shape.epilogue, out_dtype, tile_n)
         red = None
     kern = mod.get_function(name)
     grid = grid_size(units, sms, sm_cap)
     launch = PersistentLaunch.checked(kern, grid, block_threads(), shared_mem_bytes())
     plan = GemmPlan(shape, np.dtype(out_dtype), name, grid, units, tiles, launch,
                     words=cupy.zeros(2, dtype=cupy.uint64), uses_tma=wgmma, splits=splits, reduce_kernel=red,
-                    tile_n=tile_n, tile_m=tile_m)
+                    tile_n=tile_n)
     with _plans_lock:
         _plans[key] = plan
     return plan
@@ -599,15 +580,14 @@ def dequantized_operand(t: Any, name: str, layout: str, operand: int, stream: An
 @uses_stream
 def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | None = None, *,
            epilogue: str = "store", gate_up=None, split_k: int | None = 1, tile_n: int | None = None,
-           tile_m: int | None = None, stream=None):
+           stream=None):
     """Persistent GEMM on the builder tile; see the module docstring for layouts.
 
     Returns ``out`` (allocated when None). ``sm_cap`` limits the grid to that many CTAs (SMs).
     ``split_k``: 1 (default) = one work unit per output tile; n > 1 = n K-ranges per tile, fp32
     partials summed in a fixed order by a second kernel (bitwise reproducible); None = choose it
     from a wave model (choose_split_k) when the tiles alone would leave SMs idle. ``tile_n``: the
-    tile width, 256 or 128 (Hopper, store epilogues), None = choose_tile_n's wave model; ``tile_m``:
-    the tile height, 128 or 64 (Hopper's ping-pong 64 x 256 tile), None = 128. Results are
+    tile width, 256 or 128 (Hopper, store epilogues), None = choose_tile_n's wave model. Results are
     bitwise reproducible for a given (shape, sm_cap, split_k, tile width); different splits round differently.
     ``gate_up``: the SwiGLU epilogues' pre-activations (see the module docstring).
 
@@ -633,7 +613,7 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     dt = resolve_out_dtype(out_dtype, epilogue)
     out = output_array(out, shape.out_shape, dt, a=a, b=b)
     gate_up = gate_up_array(gate_up, shape, dev, stream, a=a, b=b, output=out)
-    plan = get_plan(shape, dt, sm_cap, split_k, tile_n, tile_m)
+    plan = get_plan(shape, dt, sm_cap, split_k, tile_n)
     plan(a, b, out, stream=stream, gate_up=gate_up)
     return out
 

@@ -54,21 +54,21 @@ class GroupedShape:
     swiglu_f: int = 0
     epilogue: str = "store"
 
-    def tiles(self, tile_n: int = 256, tile_m: int = 128) -> tuple[int, int, int]:
+    def tiles(self, tile_n: int = 256) -> tuple[int, int, int]:
         """(tiles_m, tiles_n, k_slabs) of one group: tiles_m only for NT (TN/NN: from the counts),
         k_slabs only for TN/NN (NT: from the counts)."""
-        tm, tk = tile_m, gemm.tile_shape()[2]
+        tm, _, tk = gemm.tile_shape()
         tiles_n = gemm.tile_columns(self.no, self.swiglu_f, tile_n)
         if self.layout == "NT":
             return -(-self.mo // tm), tiles_n, 0
         return 0, tiles_n, -(-self.kr // tk)
 
-    def tile_estimate(self, tile_n: int, tile_m: int = 128) -> int:
+    def tile_estimate(self, tile_n: int) -> int:
         """Tiles of a launch whose counts fill every packed row (exact for NT and balanced groups)."""
-        tiles_m, tiles_n, _ = self.tiles(tile_n, tile_m)
+        tiles_m, tiles_n, _ = self.tiles(tile_n)
         if self.layout == "NT":
             return self.groups * tiles_m * tiles_n
-        return -(-self.rows // tile_m) * tiles_n
+        return -(-self.rows // gemm.tile_shape()[0]) * tiles_n
 
     def flops(self, total_rows: int) -> int:
         """Multiply-add FLOPs for `total_rows` rows over all groups."""
@@ -91,8 +91,8 @@ def grouped_shape(layout: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...
     rows = a_shape[0]
     if rows < 1:
         raise ValueError(f"a has {rows} rows; it needs at least one (the counts may still be zero)")
-    tm = min(gemm.TILE_ROWS)
-    if rows // tm + groups >= 2**16:  # the device's u16 tile-row prefix (at the shortest tile)
+    tm = gemm.tile_shape()[0]
+    if rows // tm + groups >= 2**16:  # the device's u16 tile-row prefix
         raise ValueError(f"a has {rows} rows: one launch takes fewer than {(2**16 - groups) * tm}")
     if layout == "NT":
         if len(b_shape) != 2 or b_shape[0] != rows:
@@ -120,14 +120,13 @@ def grouped_shape(layout: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...
                         swiglu_f=f, epilogue=epilogue)
 
 
-def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256, tile_m: int = 128) -> str:
-    tiles = gemm.tile_suffix(tile_n, tile_m)
+def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256) -> str:
     if epilogue == "swiglu":
-        return "kosmos_grouped_tn_swiglu" + tiles
+        return "kosmos_grouped_tn_swiglu"
     if epilogue == "swiglu_backward":
-        return "kosmos_grouped_nn_swiglu_bwd" + tiles
+        return "kosmos_grouped_nn_swiglu_bwd"
     suffix = "f32" if out_dtype is not None and np.dtype(out_dtype) == np.float32 else "bf16"
-    return f"kosmos_grouped_{layout.lower()}_{suffix}" + tiles
+    return f"kosmos_grouped_{layout.lower()}_{suffix}" + ("_n128" if tile_n == 128 else "")
 
 
 def resolve_out_dtype(layout: str, out_dtype: Any, epilogue: str) -> np.dtype:
@@ -156,12 +155,11 @@ def _module():
     return load_module("grouped.hip", extra_options=gemm._extra_options)
 
 
-def kernel_head(shape: GroupedShape, a, b, out, tmaps: dict, tile_n: int, uses_tma: bool, gate_up=None,
-                tile_m: int = 128) -> tuple:
+def kernel_head(shape: GroupedShape, a, b, out, tmaps: dict, tile_n: int, uses_tma: bool, gate_up=None) -> tuple:
     """The arguments every grouped kernel starts with, the fused MoE launches' too: the (a, b, out)
     tensor maps (cached in `tmaps`), the Problem and the epilogue's records (gate_up: the SwiGLU
     epilogues' pre-activations)."""
-    prob = gemm.problem_record(a, b, shape.mo, shape.no, shape.kr, shape.tiles(tile_n, tile_m), shape.swiglu_f, 1,
+    prob = gemm.problem_record(a, b, shape.mo, shape.no, shape.kr, shape.tiles(tile_n), shape.swiglu_f, 1,
                                b.shape[1] * b.shape[2] if b.ndim == 3 else 0)
     epi = gemm.epi_record(out, out.size // out.shape[-1], shape.swiglu_f or shape.no, shape.epilogue, gate_up)
     tma_store = gemm.stores_through_tma(shape.epilogue, uses_tma)
@@ -180,7 +178,6 @@ class GroupedPlan:
     words: Any  # cupy uint64[3]: queue head, CTAs out, status of the last launch
     uses_tma: bool = True
     tile_n: int = 256
-    tile_m: int = 128
     _tmaps: dict = field(default_factory=dict)
     # The queue words are shared by every call, so calls run one after another on the device.
     _order: DeviceOrder = field(default_factory=DeviceOrder)
@@ -191,7 +188,7 @@ class GroupedPlan:
 
     def args(self, a, b, group_rows, out, gate_up=None) -> tuple:
         s = self.shape
-        return (*kernel_head(s, a, b, out, self._tmaps, self.tile_n, self.uses_tma, gate_up, self.tile_m), group_rows,
+        return (*kernel_head(s, a, b, out, self._tmaps, self.tile_n, self.uses_tma, gate_up), group_rows,
                 np.int32(s.groups), np.int32(s.rows), self.words)
 
     def __call__(self, a, b, group_rows, out, stream=None, gate_up=None) -> None:
@@ -212,13 +209,13 @@ _plans_lock = threading.Lock()
 
 
 def get_plan(shape: GroupedShape, out_dtype: np.dtype, sm_cap: int | None = None,
-             tile_n: int | None = None, tile_m: int | None = None) -> GroupedPlan:
+             tile_n: int | None = None) -> GroupedPlan:
     import cupy
 
     from .runtime.launch import PersistentLaunch, sm_count
 
     dev = cupy.cuda.Device().id
-    key = (shape, np.dtype(out_dtype).str, sm_cap, tile_n, tile_m, dev, gemm._extra_options)
+    key = (shape, np.dtype(out_dtype).str, sm_cap, tile_n, dev, gemm._extra_options)
     with _plans_lock:
         plan = _plans.get(key)
     if plan is not None:
@@ -226,19 +223,17 @@ def get_plan(shape: GroupedShape, out_dtype: np.dtype, sm_cap: int | None = None
     wgmma = gemm.arch_path() == "wgmma"
     epilogue = shape.epilogue
     gemm.check_tile_n(tile_n, epilogue, wgmma)
-    gemm.check_tile_m(tile_m, tile_n, wgmma)
-    tile_m = tile_m or 128
     # The tile count is the device's to know: one CTA per SM (or the cap), and the tile width from
     # the count every packed row in use would give.
     grid = gemm.grid_size(sm_count(), sm_count(), sm_cap)
     if tile_n is None:
         tile_n = gemm.choose_tile_n(shape.tile_estimate(256), shape.tile_estimate(128), grid,
-                                    narrow_ok=wgmma and epilogue == "store" and tile_m == 128)
-    name = kernel_name(shape.layout, epilogue, out_dtype, tile_n, tile_m)
+                                    narrow_ok=wgmma and epilogue == "store")
+    name = kernel_name(shape.layout, epilogue, out_dtype, tile_n)
     kern = _module().get_function(name)
     launch = PersistentLaunch.checked(kern, grid, gemm.block_threads(), gemm.shared_mem_bytes())
     plan = GroupedPlan(shape, np.dtype(out_dtype), name, grid, launch, words=cupy.zeros(3, dtype=cupy.uint64),
-                       uses_tma=wgmma, tile_n=tile_n, tile_m=tile_m)
+                       uses_tma=wgmma, tile_n=tile_n)
     with _plans_lock:
         _plans[key] = plan
     return plan
@@ -247,10 +242,10 @@ def get_plan(shape: GroupedShape, out_dtype: np.dtype, sm_cap: int | None = None
 @uses_stream
 def grouped_matmul(a, b, group_rows, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | None = None, *,
                    epilogue: str = "store", gate_up=None, check: bool = False, tile_n: int | None = None,
-                   tile_m: int | None = None, stream=None):
+                   stream=None):
     """Grouped GEMM over ragged groups in one launch; see the module docstring. Returns ``out``.
     ``tile_n``: 256 or 128 (Hopper, store epilogues); None = gemm.choose_tile_n on the tiles every
-    packed row would give. ``tile_m``: 128 or 64 (Hopper's ping-pong 64 x 256 tile), None = 128."""
+    packed row would give."""
     import cupy
 
     if isinstance(layout, str):
@@ -270,7 +265,7 @@ def grouped_matmul(a, b, group_rows, layout: str = "TN", out=None, out_dtype=Non
     dt = resolve_out_dtype(layout, out_dtype, epilogue)
     out = gemm.output_array(out, shape.out_shape, dt, a=a, b=b, group_rows=group_rows)
     gate_up = gemm.gate_up_array(gate_up, shape, dev, stream, a=a, b=b, output=out, group_rows=group_rows)
-    plan = get_plan(shape, dt, sm_cap, tile_n, tile_m)
+    plan = get_plan(shape, dt, sm_cap, tile_n)
     plan(a, b, group_rows, out, stream=stream, gate_up=gate_up)
     if check:
         msg = status_message(plan.status(stream), group_rows.get())

@@ -205,38 +205,6 @@ def test_tile_width_chooser():
             assert gemm.kernel_name(layout, "store", dt or np.dtype("V2"), 128) in text
 
 
-def test_ping_pong_tile_names_counts_and_refusals():
-    """tile_m=64: the 64 x 256 ping-pong tile (Hopper): its kernels (every layout and epilogue, dense
-    and grouped) exist under the names the host asks for; other heights and widths are refused."""
-    from kosmos import grouped
-    from kosmos.runtime.source import hipsrc_dir
-
-    s = gemm.gemm_shape("TN", (1000, 1024), (768, 1024))
-    assert gemm.tile_counts(s, 256, 64) == (16, 3, 16)
-    assert gemm.kernel_name("TN", "swiglu", None, 256, 64) == "kosmos_gemm_tn_swiglu_m64"
-    assert grouped.kernel_name("NN", "swiglu_backward", None, 256, 64) == "kosmos_grouped_nn_swiglu_bwd_m64"
-    gs = grouped.grouped_shape("NT", (300, 192), (300, 128), 2)
-    assert gs.tiles(256, 64) == (3, 1, 0) and gs.tile_estimate(256, 64) == 2 * 3
-    ts = grouped.grouped_shape("TN", (300, 128), (2, 256, 128), 2)
-    assert ts.tile_estimate(256, 64) == 5 and ts.tile_estimate(256) == 3
-    for f, pre in (("gemm.hip", "kosmos_gemm"), ("grouped.hip", "kosmos_grouped")):
-        text = (hipsrc_dir() / f).read_text()
-        mod = gemm if f == "gemm.hip" else grouped
-        for layout in ("TN", "NN", "NT"):
-            assert mod.kernel_name(layout, "store", None, 256, 64) + "," in text
-        assert mod.kernel_name("NT", "store", np.float32, 256, 64) + "," in text
-        assert mod.kernel_name("TN", "swiglu", None, 256, 64) + "," in text
-        assert mod.kernel_name("NN", "swiglu_backward", None, 256, 64) + "," in text
-    gemm.check_tile_m(64, None, True)
-    gemm.check_tile_m(64, 256, True)
-    with pytest.raises(ValueError, match="tile_m must be"):
-        gemm.check_tile_m(32, 256, True)
-    with pytest.raises(ValueError, match="needs tile_n 256"):
-        gemm.check_tile_m(64, 128, True)
-    with pytest.raises(ValueError, match="128-row tiles"):
-        gemm.check_tile_m(64, None, False)
-
-
 def test_tma_store_follows_the_plan_not_the_kernel_name():
     """The store epilogues (bf16, fp32, split-K partials) read the output's TMA map whatever the
     kernel is called (the _n128 kernels once got a zero map, an illegal instruction on the H200);

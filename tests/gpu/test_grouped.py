@@ -58,10 +58,7 @@ def dense_group(layout, a_d, b_d, lo, hi, e, out_dtype, epilogue="store", tile_n
                        gate_up=None if gate_up is None else gate_up[lo:hi])
 
 
-def run_case(layout, counts, n, k, rows_extra=37, out_kind="bf16", cap=None, epilogue="store", seed=0, tile_n=256,
-             tile_m=None):
-    """tile_m: the grouped launch's tile height; the oracle (kosmos.matmul per group) always builds
-    128-row tiles, which reduce every output in the same order as the 64-row ping-pong ones."""
+def run_case(layout, counts, n, k, rows_extra=37, out_kind="bf16", cap=None, epilogue="store", seed=0, tile_n=256):
     rng = np.random.default_rng([seed, len(counts), n, k])
     counts = np.asarray(counts, dtype=np.int32)
     e_count, total = len(counts), int(counts.sum())
@@ -86,13 +83,13 @@ def run_case(layout, counts, n, k, rows_extra=37, out_kind="bf16", cap=None, epi
         out = poisoned(shape.out_shape, dt)
         gate_up = poisoned((rows, shape.no), BF16) if epilogue == "swiglu" else None if pre is None else cupy.asarray(pre)
         grouped.grouped_matmul(a_d, b_d, c_d, layout, out=out, sm_cap=cap, epilogue=epilogue, gate_up=gate_up,
-                               check=True, tile_n=tile_n, tile_m=tile_m)
+                               check=True, tile_n=tile_n)
         outs.append(out)
         kept.append(gate_up)
     assert (bits(outs[0]) == bits(outs[1])).all(), "two runs differ"
     if epilogue == "swiglu":
         assert (bits(kept[0]) == bits(kept[1])).all(), "two runs keep different pre-activations"
-    width = tile_n or grouped.get_plan(shape, dt, cap, tile_m=tile_m).tile_n  # the oracle builds the same widths
+    width = tile_n or grouped.get_plan(shape, dt, cap).tile_n  # the oracle builds the same tiles
     got = cupy.asnumpy(outs[0])
     st = starts(counts)
     for e in range(e_count):

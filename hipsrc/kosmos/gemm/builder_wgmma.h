@@ -2,13 +2,8 @@
 //
 // Threads 0..127 (warpgroup 0) are the producer: one thread claims tiles, runs the readiness
 // hook and issues TMA loads into a kStages-deep ring of shared-memory stages. Warpgroups 1 and 2
-// are consumers, each computing 64 rows of output with wgmma m64nBNk16 (BN/2 fp32 accumulators
-// per thread; the schedule's TileConfig fixes BM and BN) and running the epilogue on them:
-//  - cooperative (BM = 128): both work on every tile, a 64-row half each;
-//  - ping-pong (BM = 64): each owns whole tiles and the two take turns on the ring: the one whose
-//    turn it is consumes the next tile's stages, hands the turn (and the ring position: only the
-//    consumer of a tile knows how many stages it had) to the other, then runs its epilogue while
-//    the other's mainloop keeps the tensor cores busy.
+// are consumers: each computes a 64-row half of the 128 x BN output tile with wgmma m64nBNk16
+// (BN/2 fp32 accumulators per thread; the schedule's TileConfig fixes BN) and runs the epilogue.
 // The producer writes the claimed unit (or -1 = no more work, -2 = aborted) into a per-stage slot
 // before the stage's full barrier completes, so consumers learn the unit from the data stream and
 // the producer can run ahead into the next tile while consumers finish the epilogue.
@@ -37,9 +32,8 @@ struct PipelineState {
   u64 full[kMaxStages];   // TMA bytes of the stage landed (count 1 + tx)
   u64 empty[kMaxStages];  // the consumers' 8 warps are done reading it
   i32 slot[kMaxStages];   // the unit the stage belongs to, or -1 / -2
-  u32 prod_stage, prod_phase, cons_stage, cons_phase;  // (ping-pong: cons_* pass with the turn)
+  u32 prod_stage, prod_phase, cons_stage, cons_phase;
   i32 aborted;         // a readiness hook failed: the kernel is on its way out
-  i32 turn_stop;       // ping-pong: the warpgroup handing over the turn has consumed the stop stage
 };
 static_assert(sizeof(PipelineState) <= 256, "the pipeline state must fit the 256 bytes kSmemBytes keeps for it");
 
@@ -62,7 +56,7 @@ KOSMOS_DEVICE void builder_init_arch(u8* smem_raw) {
       sm90::mbar_init(&ps->empty[i], 8);  // one arrival per consumer warp
     }
     ps->prod_stage = ps->prod_phase = ps->cons_stage = ps->cons_phase = 0;
-    ps->aborted = ps->turn_stop = 0;
+    ps->aborted = 0;
     sm90::mbar_fence_init();
   }
   __syncthreads();
@@ -125,25 +119,6 @@ KOSMOS_DEVICE void fragment_pairs(const Epi& epi, const TileCoord& tc, i32 row0,
   }
 }
 
-// The consumer warpgroups that work on one tile meet: both (cooperative, barrier 1) or this one
-// alone (ping-pong: its own barrier, 2 + cw, which its TMA-store epilogue also uses).
-template <bool PingPong>
-KOSMOS_DEVICE void consumers_sync(int cw) {
-  if (PingPong) sm90::named_barrier(2 + cw, 128);
-  else sm90::named_barrier(1, 256);
-}
-
-// Ping-pong: hand the ring's consumer turn to the other warpgroup, with the ring position after
-// this warpgroup's stages (stop: it consumed the stop stage, so the other leaves the builder too).
-KOSMOS_DEVICE void hand_over_turn(PipelineState* ps, int cw, int tid, u32 s, u32 ph, bool stop) {
-  if (tid == 0) {
-    ps->cons_stage = s;
-    ps->cons_phase = ph;
-    ps->turn_stop = stop ? 1 : 0;
-  }
-  sm90::named_barrier_arrive(4 + (1 - cw), 256);
-}
-
 template <int L, class Sched, class Claim, class Ready, class Epi>
 KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, const TensorMap* tmb, u8* smem_raw,
                                     Claim& claim, const Ready& ready, const Epi& epi) {
@@ -152,7 +127,6 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
   constexpr int kN = Cfg::kTileN;
   constexpr bool AK = LayoutTraits<L>::kAKMajor;
   constexpr bool BK = LayoutTraits<L>::kBKMajor;
-  static_assert(Ready::kTrivial || !Cfg::kPingPong, "the readiness hooks (ready.h) place 128-row tiles");
   const Problem& p = sched.p;
   u8* base = stage_base(smem_raw);
   u8* epi_smem = base + kRingBytes;  // kEpiBytes: 16 KB per consumer warpgroup
@@ -194,10 +168,10 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
           slot[s] = t;
           mbar_arrive_expect_tx(&full[s], Cfg::kStageBytes);
           u8* sa = base + s * Cfg::kStageBytes;
-          u8* sb = sa + Cfg::kStageBytesA;
+          u8* sb = sa + kStageBytesA;
           const i32 k = tc.k_off + kb * kTileK;
 #pragma unroll
-          for (int h = 0; h < Cfg::kBoxesA; ++h) {
+          for (int h = 0; h < 2; ++h) {
             const i32 mn = tc.a_m0 + 64 * h;
             if (AK) tma_load_2d(sa + h * kBoxBytes, tma, k, mn, &full[s]);
             else tma_load_2d(sa + h * kBoxBytes, tma, mn, k, &full[s]);
@@ -225,10 +199,6 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
     const int cw = wg - 1;
     const int tid = threadIdx.x - 128 * wg;
     const int warp = tid / 32, lane = tid % 32;
-    // The 64 rows of the tile this warpgroup computes: its half of a cooperative tile, or the whole
-    // of a ping-pong one.
-    constexpr bool kPP = Cfg::kPingPong;
-    const int half = kPP ? 0 : cw;
     // Defined here (the first wgmma of a unit overwrites them anyway): left undefined, their value
     // would flow around a caller's loop (two-way AG) and the compiler keeps all 128 live, spilled,
     // through the mover code between calls (measured: the AG kernels 7x slower).
@@ -236,23 +206,12 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
 #pragma unroll
     for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
     u32 s = ps->cons_stage, ph = ps->cons_phase;
-    for (bool first = true;; first = false) {
-      if constexpr (kPP) {
-        // Warpgroup 0 starts with the turn; otherwise wait for it (named barrier 4 + cw: this
-        // warpgroup's bar.sync and the other's bar.arrive), and the ring position with it.
-        if (cw == 1 || !first) {
-          named_barrier(4 + cw, 256);
-          s = ps->cons_stage;
-          ph = ps->cons_phase;
-          if (ps->turn_stop) break;
-        }
-      }
+    for (;;) {
       mbar_wait(&full[s], ph);
       const i32 t = slot[s];
       if (t < 0) {
         if (lane == 0) mbar_arrive(&empty[s]);
         ring_advance<Cfg::kStages>(s, ph);
-        if constexpr (kPP) hand_over_turn(ps, cw, tid, s, ph, true);
         break;
       }
       // Only the slab count (and, ragged, the reduction rows left) stay live across the mainloop;
@@ -284,18 +243,17 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
           const i32 valid = k_left - i * kTileK;
           if (valid < kTileK) {
             const i32 chunks = (kTileK - valid) * 8;  // 16-byte chunks per 64x64 box
-            constexpr int kZeroThreads = kPP ? 128 : 256;  // the warpgroups reading the stage
-            const int ctid = kPP ? tid : tid + 128 * cw;
-            for (i32 c = ctid; c < (Cfg::kBoxesA + Cfg::kBoxesB) * chunks; c += kZeroThreads) {
+            const int ctid = tid + 128 * cw;
+            for (i32 c = ctid; c < (2 + Cfg::kBoxesB) * chunks; c += 256) {
               const i32 box = c / chunks, r = valid + (c % chunks) / 8;
               st16(stage + box * kBoxBytes + r * 128 + (c % 8) * 16, vec16{0u, 0u, 0u, 0u});
             }
             fence_proxy_async_shared();
-            consumers_sync<kPP>(cw);
+            named_barrier(1, 256);
           }
         }
-        const u32 a0 = smem_addr(stage + half * kBoxBytes);
-        const u32 b0 = smem_addr(stage + Cfg::kStageBytesA);
+        const u32 a0 = smem_addr(stage + cw * kBoxBytes);
+        const u32 b0 = smem_addr(stage + kStageBytesA);
         wgmma_fence();
 #pragma unroll
         for (int kk = 0; kk < kTileK / 16; ++kk) {
@@ -310,8 +268,6 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
         prev = int(s);
         ring_advance<Cfg::kStages>(s, ph);
       }
-      // Ping-pong: every MMA of the tile is issued; the other warpgroup's mainloop may start.
-      if constexpr (kPP) hand_over_turn(ps, cw, tid, s, ph, false);
       wgmma_wait<0>();
       fence_regs<Cfg::kAcc>(acc);
       if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
@@ -329,7 +285,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
         constexpr int kBoxCols = 128 / kEB, kN8 = kBoxCols / 8;  // columns and n8 blocks per subtile
         u8* ebuf = epi_smem + cw * (kEpiBytes / 2);
         const int r0 = warp * 16 + lane / 4;
-        const i32 map_row = epi.tma_row(tc) + half * 64;
+        const i32 map_row = epi.tma_row(tc) + cw * 64;
 #pragma unroll
         for (int q = 0; q < kN / kBoxCols; ++q) {
           u8* slot_q = ebuf + (q % 2) * kBoxBytes;
@@ -363,15 +319,15 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
       }
       if (!stored) {
         // Epilogue from registers (also every tile whose rows end inside the output).
-        fragment_pairs<kN>(epi, tc, tc.row0 + half * 64 + warp * 16 + lane / 4, 2 * (lane % 4), acc);
+        fragment_pairs<kN>(epi, tc, tc.row0 + cw * 64 + warp * 16 + lane / 4, 2 * (lane % 4), acc);
       }
       if (Epi::kHasDone) {
-        consumers_sync<kPP>(cw);
-        if (tid == 0 && (kPP || cw == 0)) epi.done(tc);
+        named_barrier(1, 256);
+        if (tid == 0 && cw == 0) epi.done(tc);
       }
     }
     if (Epi::kTmaStore && tid == 0) bulk_wait_all();  // shared memory stays ours until the stores are done
-    if (!kPP && tid == 0 && cw == 0) {
+    if (tid == 0 && cw == 0) {
       ps->cons_stage = s;
       ps->cons_phase = ph;
     }

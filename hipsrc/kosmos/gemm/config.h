@@ -41,27 +41,18 @@ static_assert(kStageBytes == kStageBytesA + kStageBytesB, "stage size");
 static_assert(kSmemBytesHopper == kStages * kStageBytes + kEpiBytes + 1024 + 256, "shared memory size");
 static_assert(kSmemBytesPortable >= (kTileM + kTileN) * (kTileK + 8) * 2 + 128, "the portable slabs must fit");
 
-// A builder tile configuration: BM x BN output tiles, 64-deep stages, as many stages as fit the
+// A builder tile configuration: 128 x BN output tiles, 64-deep stages, as many stages as fit the
 // same shared-memory plan (kSmemBytes), so every configuration runs in the same grid as movers.
-// BM = 128 is cooperative: the two consumer warpgroups compute a 64-row half of every tile each.
-// BN = 256 (the constants above) is the default and the only one of the portable layers; BN = 128
-// (Hopper) gives twice the tiles, for grids of few tiles (small M, narrow N) where whole waves
-// matter more than per-tile efficiency.
-// BM = 64 (Hopper, BN = 256) is ping-pong: each consumer warpgroup owns a whole 64 x 256 tile and
-// the two take turns on the tensor cores, so one's epilogue runs under the other's mainloop (the
-// SwiGLU epilogues' math, which a cooperative tile leaves the tensor cores idle for).
+// BN = 256 (the constants above: one consumer warpgroup per 64-row half) is the default and the
+// only one of the portable layers and of SwiGLU; BN = 128 (Hopper) gives twice the tiles, for
+// grids of few tiles (small M, narrow N) where whole waves matter more than per-tile efficiency.
 constexpr int kMaxStages = 6;
 constexpr int kRingBytes = kStages * kStageBytes;  // the stages' share of kSmemBytes
-template <int BN, int BM = kTileM>
+template <int BN>
 struct TileConfig {
-  static_assert((BM == 128 && (BN == 128 || BN == 256)) || (BM == 64 && BN == 256),
-                "tiles: 128 x 256, 128 x 128, or 64 x 256 (ping-pong)");
-  static constexpr int kTileM = BM;
+  static_assert(BN == 128 || BN == 256, "tile widths: 128 or 256");
   static constexpr int kTileN = BN;
-  static constexpr bool kPingPong = (BM == 64);
-  static constexpr int kBoxesA = BM / 64;
   static constexpr int kBoxesB = BN / 64;
-  static constexpr int kStageBytesA = kBoxesA * kBoxBytes;
   static constexpr int kStageBytesB = kBoxesB * kBoxBytes;
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
   static constexpr int kStages = kRingBytes / kStageBytes;

@@ -72,7 +72,7 @@ struct DenseSchedule {
     c.kb0 = c.split * per;
     c.kb1 = (c.kb0 + per) < p.k_slabs ? (c.kb0 + per) : p.k_slabs;
     c.group = 0;
-    c.a_m0 = c.row0 = c.tm * Cfg::kTileM;
+    c.a_m0 = c.row0 = c.tm * kTileM;
     c.a_mlim = c.row_end = p.mo;
     c.k_off = 0;
     c.k_end = p.kr;
@@ -90,7 +90,7 @@ static_assert(kMaxGroups <= kThreads, "build_group_table gives every group its o
 
 struct GroupTable {
   i32 row_start[kMaxGroups + 1];   // prefix of the group row counts
-  u16 tile_start[kMaxGroups + 1];  // prefix of the groups' tile rows (TN/NN; ceil(rows / BM) each)
+  u16 tile_start[kMaxGroups + 1];  // prefix of the groups' tile rows (TN/NN; ceil(rows / kTileM) each)
   i32 groups;
   i32 bad;                         // 0, or 1 + the first group whose count is negative, or -1: rows overflow
 };
@@ -99,8 +99,8 @@ struct GroupTable {
 // blockDim >= groups; `count` is a functor, e.g. a sum over a MoE counts table, or an array).
 // rows_cap: rows of the packed operands. Returns false (g->bad set) on a negative count or a sum
 // past rows_cap (or one count alone past it: the i32 prefix cannot wrap); the host checks that
-// rows_cap / BM + groups fits tile_start's u16 and that rows_cap < 2^23. BM: the schedule's tile rows.
-template <int BM, class Count>
+// rows_cap / kTileM + groups fits tile_start's u16 and that rows_cap < 2^23.
+template <class Count>
 KOSMOS_DEVICE bool build_group_table(GroupTable* g, const Count& count, i32 groups, i32 rows_cap) {
   const i32 e = i32(threadIdx.x);
   i32 n = 0;
@@ -121,7 +121,7 @@ KOSMOS_DEVICE bool build_group_table(GroupTable* g, const Count& count, i32 grou
       n = 0;
     }
     g->row_start[e + 1] = n;
-    g->tile_start[e + 1] = u16((n + BM - 1) / BM);
+    g->tile_start[e + 1] = u16((n + kTileM - 1) / kTileM);
   }
   for (i32 off = 1; off < groups; off <<= 1) {
     __syncthreads();
@@ -142,9 +142,8 @@ KOSMOS_DEVICE bool build_group_table(GroupTable* g, const Count& count, i32 grou
   return g->bad == 0;
 }
 
-template <int BM>
 KOSMOS_DEVICE bool build_group_table(GroupTable* g, const i32* counts, i32 groups, i32 rows_cap) {
-  return build_group_table<BM>(g, [=](i32 e) { return counts[e]; }, groups, rows_cap);
+  return build_group_table(g, [=](i32 e) { return counts[e]; }, groups, rows_cap);
 }
 
 // Every persistent GEMM's tile queue: words[0] is its head, counted from 0 in each launch (queue_exit
@@ -207,7 +206,7 @@ struct GroupedSchedule {
       c.k_off = g->row_start[e];
       c.k_end = g->row_start[e + 1];
       c.kb1 = (c.k_end - c.k_off + kTileK - 1) / kTileK;
-      c.a_m0 = c.tm * Cfg::kTileM;
+      c.a_m0 = c.tm * kTileM;
       c.a_mlim = p.mo;
       c.row0 = e * p.mo + c.a_m0;
       c.row_end = (e + 1) * p.mo;
@@ -219,10 +218,10 @@ struct GroupedSchedule {
       c.kb1 = p.k_slabs;
       c.k_off = 0;
       c.k_end = p.kr;
-      c.a_m0 = c.row0 = g->row_start[e] + c.tm * Cfg::kTileM;
+      c.a_m0 = c.row0 = g->row_start[e] + c.tm * kTileM;
       c.a_mlim = c.row_end = g->row_start[e + 1];
     }
-    c.masked = c.row0 + Cfg::kTileM > c.row_end ? 1 : 0;
+    c.masked = c.row0 + kTileM > c.row_end ? 1 : 0;
     place_columns<Cfg::kTileN>(p, c.tn, c);
     return c;
   }

@@ -88,11 +88,6 @@ template <int N> KOSMOS_DEVICE void setmaxnreg_dec() { asm volatile("setmaxnreg.
 
 // Named barrier among `count` threads (consumer warpgroups only).
 KOSMOS_DEVICE void named_barrier(u32 id, u32 count) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory"); }
-// Arrive without waiting (the other side of a named barrier another thread group waits on with bar.sync;
-// the writes before it are visible to those threads once their bar.sync returns).
-KOSMOS_DEVICE void named_barrier_arrive(u32 id, u32 count) {
-  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
-}
 
 // ---- wgmma ----
 // Shared-memory matrix descriptor, 128-byte swizzle. Addresses and offsets in bytes.

@@ -28,7 +28,7 @@ KOSMOS_DEVICE void dispatch_gemm1(const gemm::TensorMap& tma, const gemm::Tensor
   i32* counts = reinterpret_cast<i32*>(smem);
   const bool go = i32(blockIdx.x) < movers ? dispatch_push<PushUnroll>(d) : wait_counts(d) && load_counts(d, counts) == 0;
   if (go) {
-    const bool ok = gemm::build_group_table<Tile::kTileM>(
+    const bool ok = gemm::build_group_table(
         &table, [&](i32 l) { return i32(expert_rows(counts, d.world, d.experts, d.e_loc, d.rank, l)); }, d.e_loc,
         i32(d.capacity));
     __syncthreads();  // the counts' shared memory becomes the pipeline

@@ -24,7 +24,7 @@ KOSMOS_DEVICE void gemm2_combine(const gemm::TensorMap& tma, const gemm::TensorM
   __shared__ gemm::GroupTable table;
   __shared__ int s_ok;
   if (!combine_skipped(d)) {
-    const bool ok = gemm::build_group_table<Tile::kTileM>(
+    const bool ok = gemm::build_group_table(
         &table, [&](i32 l) { return i32(expert_rows(d.all_counts, d.world, d.experts, d.e_loc, d.rank, l)); }, d.e_loc,
         rows_cap);
     if (ok) {
@@ -43,7 +43,7 @@ KOSMOS_DEVICE void gemm2_combine(const gemm::TensorMap& tma, const gemm::TensorM
         int fine = 1;
         if (threadIdx.x == 0) {
           const i32 off = row - table.row_start[l], base = table.tile_start[l];
-          for (i32 tr = off / Tile::kTileM; tr <= (off + rows - 1) / Tile::kTileM && fine; ++tr)
+          for (i32 tr = off / gemm::kTileM; tr <= (off + rows - 1) / gemm::kTileM && fine; ++tr)
             fine = wait_flag_dev(d.wait, SITE_TILE_READY, &done_now[base + tr], u64(p.tiles_n));
         }
         return cta_broadcast(&s_ok, fine) != 0;
