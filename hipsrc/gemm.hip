@@ -60,6 +60,41 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   queue_exit(words);
 }
 
+// The builder leaving and re-entering between tiles, exercised standalone: the claim stops the
+// builder after every `burst` tiles it hands out and the CTA calls it again until the queue is dry
+// (the persistent pipeline's ring position survives each exit).
+struct BurstClaim {
+  QueueClaim queue;
+  i32 burst, taken;
+  int* drained;  // shared: read by every thread after run_builder's closing barrier
+  KOSMOS_DEVICE i32 operator()() {
+    if (taken == burst) {
+      taken = 0;
+      return -1;
+    }
+    const i32 t = queue();
+    if (t < 0) *drained = 1;
+    else ++taken;
+    return t;
+  }
+};
+
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+    kosmos_gemm_tn_bf16_bursts(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,
+                               const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiStoreBf16 epi, u64* words,
+                               i32 burst) {
+  extern __shared__ __align__(16) u8 kosmos_gemm_smem[];
+  __shared__ int drained;
+  if (threadIdx.x == 0) drained = 0;
+  builder_init(kosmos_gemm_smem);  // (its barrier publishes drained = 0)
+  BurstClaim claim{QueueClaim{words, work_units(p)}, burst, 0, &drained};
+  do {
+    run_builder<LAYOUT_TN>(DenseSchedule<>{p}, &tma, &tmb, kosmos_gemm_smem, claim, AlwaysReady{},
+                           EpiStoreBf16Tma(epi, &tmc));
+  } while (!drained);
+  queue_exit(words);
+}
+
 // Split-K's second step: out = sum of the k_splits fp32 partials ws[split * stride + v], v < n,
 // added in split order (bitwise deterministic), rounded once. n is a multiple of 4 (columns are
 // multiples of 64); stride >= n (each split's partial is padded to whole tile rows).

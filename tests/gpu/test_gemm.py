@@ -246,6 +246,26 @@ def test_automatic_tile_width():
     assert gemm.get_plan(gemm.gemm_shape("TN", (8192, 1024), (8192, 1024)), BF16).tile_n == 256
 
 
+@pytest.mark.parametrize("burst", [1, 3])
+def test_the_builder_leaves_and_reenters_between_tiles(burst):
+    """kosmos_gemm_tn_bf16_bursts: the claim stops the builder after every `burst` tiles and the CTA
+    calls it again (the persistent ring survives each exit and re-entry)."""
+    from kosmos.runtime import PersistentLaunch
+
+    m, n, k = 1537, 768, 640
+    rng = np.random.default_rng([burst, 17])
+    a, b = cupy.asarray(rand_bf16(rng, (m, k))), cupy.asarray(rand_bf16(rng, (n, k)))
+    plan = gemm.get_plan(gemm.gemm_shape("TN", (m, k), (n, k)), BF16, 5, tile_n=256)
+    kern = gemm._module().get_function("kosmos_gemm_tn_bf16_bursts")
+    launch = PersistentLaunch.checked(kern, plan.grid, gemm.block_threads(), gemm.shared_mem_bytes())
+    want = gemm.matmul(a, b, "TN", tile_n=256)
+    for _ in range(2):  # the kernel's last CTA resets the queue: a second launch must work too
+        whole, out = nan_buffer((m, n), BF16)
+        launch(plan.args(a, b, out) + (np.int32(burst),))
+        assert (out.view(cupy.uint16) == want.view(cupy.uint16)).all(), "not the plain GEMM's bits"
+        assert np.isnan(whole[m:].get().astype(np.float32)).all()
+
+
 @pytest.mark.parametrize("layout,m,n,k,splits", [("NT", 4099, 192, 320, 3), ("TN", 300, 320, 4096, 4),
                                                  ("NN", 129, 2048, 256, 2)])
 def test_split_k(layout, m, n, k, splits):
