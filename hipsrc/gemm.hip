@@ -46,6 +46,28 @@ KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_bf16_n128, LAYOUT_NT, EpiStoreBf16, KOSMO
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_f32_n128, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32, NarrowTile)
 #endif
 
+// Stream-K (Hopper only; kosmos/gemm.py chooses it): the raster's last tiles dealt to the grid by
+// reduction slabs (StreamKSchedule); w bounds the finishers' waits for the other pieces.
+#if KOSMOS_GEMM_WGMMA
+#define KOSMOS_GEMM_SK_KERNEL(NAME, LAYOUT, EPI, MAKE_EPI)                                                    \
+  extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
+      NAME(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,             \
+           const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EPI epi, u64* words, StreamK sk, WaitCtx w) { \
+    extern __shared__ __align__(16) u8 kosmos_gemm_smem[];                                                 \
+    builder_init(kosmos_gemm_smem);                                                                        \
+    const StreamKSchedule<> sched{p, sk, w};                                                               \
+    StreamKClaim claim{QueueClaim{words, sk.full}, sk.full, sched.pieces(), -1};                           \
+    run_builder<LAYOUT>(sched, &tma, &tmb, kosmos_gemm_smem, claim, AlwaysReady{}, MAKE_EPI);             \
+    queue_exit(words);                                                                                     \
+  }
+KOSMOS_GEMM_SK_KERNEL(kosmos_gemm_tn_bf16_sk, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA)
+KOSMOS_GEMM_SK_KERNEL(kosmos_gemm_tn_f32_sk, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_TMA32)
+KOSMOS_GEMM_SK_KERNEL(kosmos_gemm_nn_bf16_sk, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA)
+KOSMOS_GEMM_SK_KERNEL(kosmos_gemm_nn_f32_sk, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_TMA32)
+KOSMOS_GEMM_SK_KERNEL(kosmos_gemm_nt_bf16_sk, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA)
+KOSMOS_GEMM_SK_KERNEL(kosmos_gemm_nt_f32_sk, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32)
+#endif
+
 // The hooks fused kernels use, exercised standalone: tile row tm waits for row_flags[tm] >= target
 // (RowFlagsReady, kosmos/gemm/ready.h); finished tiles are counted in *tiles_done.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)

@@ -247,6 +247,74 @@ def choose_split_k(ntiles: int, grid: int, k_slabs: int, out_elems: int) -> int:
     return best
 
 
+# ---- stream-K: the raster's last tiles dealt to the grid by reduction slabs (schedule.h StreamK)
+# Each piece of a tail tile that is not its first writes a 128 x 256 fp32 partial that the first
+# piece's CTA reads back: their bytes, against the wave model's idle SMs.
+PARTIAL_BYTES = 128 * 256 * 4
+
+
+@dataclass(frozen=True)
+class StreamKSplit:
+    """full tiles through the queue, then `tail` tiles over `ctas` CTAs by slabs (`k_slabs` each)."""
+
+    full: int
+    tail: int
+    ctas: int
+    k_slabs: int
+
+    @property
+    def slabs(self) -> int:
+        return self.tail * self.k_slabs
+
+    def deal(self, c: int) -> int:
+        """CTA c's first tail slab (the device's StreamKSchedule::deal)."""
+        return c * self.slabs // self.ctas
+
+    def cta_of(self, x: int) -> int:
+        """The CTA whose range holds tail slab x."""
+        return ((x + 1) * self.ctas + self.slabs - 1) // self.slabs - 1
+
+    def pieces_of(self, j: int) -> int:
+        """Pieces of tail tile j (1: one CTA reduces it whole)."""
+        ks = self.k_slabs
+        return self.cta_of(j * ks + ks - 1) - self.cta_of(j * ks) + 1
+
+    @property
+    def max_pieces(self) -> int:
+        return max(self.pieces_of(j) for j in range(self.tail))
+
+    def cta_pieces(self, c: int) -> list[tuple[int, int, int, int, int]]:
+        """CTA c's pieces as the device places them: (tail tile, kb0, kb1, rank, pieces)."""
+        s0, s1, ks = self.deal(c), self.deal(c + 1), self.k_slabs
+        out = []
+        for j in range(s0 // ks, (s1 - 1) // ks + 1 if s1 > s0 else s0 // ks):
+            first = j * ks
+            out.append((j, max(s0, first) - first, min(s1, first + ks) - first, c - self.cta_of(first),
+                        self.pieces_of(j)))
+        return out
+
+
+def stream_k_split(ntiles: int, ctas: int, k_slabs: int) -> StreamKSplit | None:
+    """All but the last two waves' worth of tiles whole (one wave and the remainder go by slabs:
+    each CTA then covers one to two tiles of reduction, so a tile has few pieces); None when the
+    tail has fewer slabs than CTAs (every CTA needs at least one)."""
+    full = max(0, (ntiles // ctas - 1) * ctas)
+    split = StreamKSplit(full, ntiles - full, ctas, k_slabs)
+    return split if split.slabs >= ctas else None
+
+
+def choose_stream_k(ntiles: int, ctas: int, k_slabs: int) -> bool:
+    """Whether stream-K beats whole tiles by 15% in the wave model (choose_split_k's constants)."""
+    split = stream_k_split(ntiles, ctas, k_slabs)
+    if split is None or ntiles % ctas == 0:
+        return False
+    dense = -(-ntiles // ctas) * k_slabs * SLAB_SECONDS
+    partials = sum(split.pieces_of(j) - 1 for j in range(split.tail))
+    sk = (split.full // ctas * k_slabs + -(-split.slabs // ctas)) * SLAB_SECONDS
+    sk += 2 * partials * PARTIAL_BYTES / REDUCE_BYTES_PER_S
+    return sk < 0.85 * dense
+
+
 def tile_order(shape: GemmShape, tile_n: int = 256) -> list[tuple[int, int]]:
     """Queue index -> (tile row, tile column): the device's DenseSchedule, for tests and tools."""
     tiles_m, tiles_n, _ = tile_counts(shape, tile_n)
@@ -267,19 +335,21 @@ PROBLEM_DTYPE = np.dtype(
     align=True,
 )
 EPI_DTYPE = np.dtype([("out", np.uint64), ("ldo", np.int32), ("mo", np.int32), ("no", np.int32)], align=True)
+STREAM_K_DTYPE = np.dtype([("ws", np.uint64), ("arrived", np.uint64), ("full", np.int32), ("tail", np.int32),
+                           ("ctas", np.int32), ("max_pieces", np.int32)], align=True)
 # EpiSwiGLU / EpiSwiGLUBackward: f output (or dA) columns, pre = the [gate, up] pre-activations
 SWIGLU_EPI_DTYPE = np.dtype([("out", np.uint64), ("ldo", np.int32), ("mo", np.int32), ("f", np.int32),
                              ("pre", np.uint64)], align=True)
 TMAP_DTYPE = np.dtype([("words", np.uint64, (16,))], align=True)
 
 
-def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256) -> str:
+def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256, stream_k: bool = False) -> str:
     if epilogue == "swiglu":
         return "kosmos_gemm_tn_swiglu"
     if epilogue == "swiglu_backward":
         return "kosmos_gemm_nn_swiglu_bwd"
     suffix = "f32" if np.dtype(out_dtype) == np.float32 else "bf16"
-    return f"kosmos_gemm_{layout.lower()}_{suffix}" + ("_n128" if tile_n == 128 else "")
+    return f"kosmos_gemm_{layout.lower()}_{suffix}" + ("_n128" if tile_n == 128 else "") + ("_sk" if stream_k else "")
 
 
 def _bf16():
@@ -452,6 +522,10 @@ class GemmPlan:
     splits: int = 1  # split-K: the kernel writes fp32 partials, reduce_kernel sums them in order
     reduce_kernel: Any = None
     tile_n: int = 256  # the tile configuration, 128 x tile_n
+    stream_k: StreamKSplit | None = None
+    sk_record: Any = None  # STREAM_K_DTYPE: its workspace and counters (allocated with the plan)
+    status: Any = None     # the stream-K finishers' bounded waits (kosmos.runtime.DeviceStatus)
+    _sk_buffers: tuple = ()  # the workspace and counters sk_record points to
     _tmaps: dict = field(default_factory=dict)
     # The queue words are shared by every call, so calls must run one after another on the device,
     # from any thread or stream. Nothing else of a call lives on the host: graphs can replay it.
@@ -478,7 +552,13 @@ class GemmPlan:
     def __call__(self, a, b, out, stream=None, gate_up=None) -> None:
         with self._order.lock:
             self._order.join(stream)
-            if self.splits == 1:
+            if self.stream_k is not None:
+                from .runtime import kernel_id
+
+                self.status.raise_if_failed()  # an earlier call's (host-mapped: no synchronization)
+                self.launch(self.args(a, b, out) + (self.sk_record, self.status.wait_ctx(kernel_id("KERNEL_GEMM"))),
+                            stream=stream)
+            elif self.splits == 1:
                 self.launch(self.args(a, b, out, gate_up=gate_up), stream=stream)
             else:
                 import cupy
@@ -497,15 +577,15 @@ _plans_lock = threading.Lock()
 
 
 def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, split_k: int | None = 1,
-             tile_n: int | None = None) -> GemmPlan:
+             tile_n: int | None = None, stream_k: bool | None = False) -> GemmPlan:
     """The cached plan for a GEMM; split_k: 1 = none, None = choose_split_k, n = n K-ranges;
-    tile_n: 256 or 128, None = choose_tile_n."""
+    tile_n: 256 or 128, None = choose_tile_n; stream_k: True, False, None = choose_stream_k."""
     import cupy
 
     from .runtime.launch import PersistentLaunch, sm_count
 
     dev = cupy.cuda.Device().id
-    key = (shape, np.dtype(out_dtype).str, sm_cap, split_k, tile_n, dev, _extra_options)
+    key = (shape, np.dtype(out_dtype).str, sm_cap, split_k, tile_n, stream_k, dev, _extra_options)
     with _plans_lock:
         plan = _plans.get(key)
     if plan is not None:
@@ -526,20 +606,45 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
         splits = check_split_k(split_k, tiles[2])
         if splits > 1 and not plain:
             raise ValueError(f"split_k > 1 does not combine with epilogue={shape.epilogue!r}")
+    sk = None
+    if stream_k is not False:
+        if stream_k is True and not (wgmma and plain and splits == 1 and tile_n == 256):
+            raise ValueError("stream_k=True is a Hopper (wgmma) path for the store epilogues on 128 x 256 tiles, "
+                             "without split-K")
+        if wgmma and plain and splits == 1 and tile_n == 256 and (
+                stream_k is True or choose_stream_k(ntiles, ctas, tiles[2])):
+            sk = stream_k_split(ntiles, ctas, tiles[2])
+            if sk is None and stream_k is True:
+                raise ValueError(f"stream_k=True: {ntiles} tiles x {tiles[2]} slabs give fewer slabs than the "
+                                 f"{ctas} CTAs (each needs one)")
     units = ntiles * splits
     mod = _module()
-    if splits > 1:
+    if sk is not None:
+        name = kernel_name(shape.layout, "store", out_dtype, 256, stream_k=True)
+        red = None
+    elif splits > 1:
         name = kernel_name(shape.layout, "store", np.float32, tile_n)  # fp32 partials into a workspace
         red = mod.get_function("kosmos_gemm_splitk_reduce_" + ("f32" if np.dtype(out_dtype) == np.float32 else "bf16"))
     else:
         name = kernel_name(shape.layout, shape.epilogue, out_dtype, tile_n)
         red = None
     kern = mod.get_function(name)
-    grid = grid_size(units, sms, sm_cap)
+    grid = ctas if sk is not None else grid_size(units, sms, sm_cap)  # stream-K deals slabs to all CTAs
     launch = PersistentLaunch.checked(kern, grid, block_threads(), shared_mem_bytes())
     plan = GemmPlan(shape, np.dtype(out_dtype), name, grid, units, tiles, launch,
                     words=cupy.zeros(2, dtype=cupy.uint64), uses_tma=wgmma, splits=splits, reduce_kernel=red,
                     tile_n=tile_n)
+    if sk is not None:
+        from .runtime import DeviceStatus
+
+        # Owned by the plan (a CUDA graph replays it): max_pieces - 1 partials per tail tile.
+        ws = cupy.empty(max(1, sk.tail * (sk.max_pieces - 1) * PARTIAL_BYTES // 4), dtype=cupy.float32)
+        arrived = cupy.zeros(sk.tail, dtype=cupy.uint64)
+        rec = np.zeros((), STREAM_K_DTYPE)
+        rec["ws"], rec["arrived"] = ws.data.ptr, arrived.data.ptr
+        rec["full"], rec["tail"], rec["ctas"], rec["max_pieces"] = sk.full, sk.tail, sk.ctas, sk.max_pieces
+        plan.stream_k, plan.sk_record, plan.status = sk, rec[()], DeviceStatus(rank=0)
+        plan._sk_buffers = (ws, arrived)
     with _plans_lock:
         _plans[key] = plan
     return plan
@@ -580,14 +685,18 @@ def dequantized_operand(t: Any, name: str, layout: str, operand: int, stream: An
 @uses_stream
 def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | None = None, *,
            epilogue: str = "store", gate_up=None, split_k: int | None = 1, tile_n: int | None = None,
-           stream=None):
+           stream_k: bool | None = False, stream=None):
     """Persistent GEMM on the builder tile; see the module docstring for layouts.
 
     Returns ``out`` (allocated when None). ``sm_cap`` limits the grid to that many CTAs (SMs).
     ``split_k``: 1 (default) = one work unit per output tile; n > 1 = n K-ranges per tile, fp32
     partials summed in a fixed order by a second kernel (bitwise reproducible); None = choose it
     from a wave model (choose_split_k) when the tiles alone would leave SMs idle. ``tile_n``: the
-    tile width, 256 or 128 (Hopper, store epilogues), None = choose_tile_n's wave model. Results are
+    tile width, 256 or 128 (Hopper, store epilogues), None = choose_tile_n's wave model.
+    ``stream_k`` (Hopper, store epilogues, 128 x 256 tiles, no split-K): the last one to two waves of
+    tiles are dealt to the CTAs by 64-deep reduction slabs, a tile's pieces summed in K order inside
+    the kernel (fp32 partials in a workspace the plan owns: up to a few 128 KB per tail tile);
+    True, False (default until measured), None = choose_stream_k's wave model. Results are
     bitwise reproducible for a given (shape, sm_cap, split_k, tile width); different splits round differently.
     ``gate_up``: the SwiGLU epilogues' pre-activations (see the module docstring).
 
@@ -613,7 +722,7 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     dt = resolve_out_dtype(out_dtype, epilogue)
     out = output_array(out, shape.out_shape, dt, a=a, b=b)
     gate_up = gate_up_array(gate_up, shape, dev, stream, a=a, b=b, output=out)
-    plan = get_plan(shape, dt, sm_cap, split_k, tile_n)
+    plan = get_plan(shape, dt, sm_cap, split_k, tile_n, stream_k)
     plan(a, b, out, stream=stream, gate_up=gate_up)
     return out
 

@@ -249,3 +249,53 @@ def test_problem_and_epilogue_records():
     e = gemm.epi_record(arr(0x3000, 4, 256, 128), 1024, 128)
     assert (e["out"], e["ldo"], e["mo"], e["no"]) == (0x3000, 128, 1024, 128)
     assert gemm.tile_columns(320, 0, 128) == 3 and gemm.tile_columns(640, 320, 256) == 3
+
+
+@pytest.mark.parametrize("ntiles,ctas,k_slabs", [(160, 132, 80), (8, 132, 64), (40, 7, 16), (4, 3, 65), (2048, 132, 128),
+                                                 (133, 132, 1), (1, 1, 3), (300, 132, 2)])
+def test_stream_k_deal_covers_every_slab_once_and_waits_point_to_higher_ctas(ntiles, ctas, k_slabs):
+    """The host's model of StreamKSchedule (schedule.h): every tail tile's slabs are reduced by
+    exactly one piece each, in K order by rank; rank 0 holds slab 0 and is its CTA's last piece (so
+    a finisher only ever waits for pieces of higher CTAs: no cycle); max_pieces is the most any
+    tile has; CTAs that get no slab cannot exist (the split is refused)."""
+    split = gemm.stream_k_split(ntiles, ctas, k_slabs)
+    if ntiles * k_slabs < ctas:
+        assert split is None
+        return
+    if split is None:
+        assert (ntiles - max(0, (ntiles // ctas - 1) * ctas)) * k_slabs < ctas
+        return
+    assert split.full % ctas == 0 and split.full + split.tail == ntiles and split.tail < 2 * ctas
+    seen = {}
+    for c in range(ctas):
+        pieces = split.cta_pieces(c)
+        assert pieces, f"CTA {c} has no slab"
+        for q, (j, kb0, kb1, rank, n) in enumerate(pieces):
+            assert 0 <= kb0 < kb1 <= k_slabs and 0 <= rank < n == split.pieces_of(j)
+            seen.setdefault(j, []).append((rank, kb0, kb1, c))
+            if rank == 0 and n > 1:
+                assert q == len(pieces) - 1, "a finisher that is not its CTA's last piece"
+    assert sorted(seen) == list(range(split.tail))
+    for j, ps in seen.items():
+        ps.sort()
+        assert [r for r, *_ in ps] == list(range(len(ps)))
+        assert ps[0][1] == 0 and ps[-1][2] == k_slabs
+        assert all(ps[i][2] == ps[i + 1][1] for i in range(len(ps) - 1)), f"tile {j}: slabs not covered once"
+        assert all(ps[i][3] < ps[i + 1][3] for i in range(len(ps) - 1)), "higher ranks on higher CTAs"
+    assert split.max_pieces == max(len(ps) for ps in seen.values())
+
+
+def test_stream_k_choice():
+    """The wave model takes stream-K for a last wave mostly idle, never for whole waves or many of them."""
+    assert gemm.choose_stream_k(160, 132, 80)       # M = 1000, N = K = 5120: 1.21 waves of 128 x 256
+    assert gemm.choose_stream_k(64, 132, 128)       # M = 256, N = K = 8192: half a wave
+    assert not gemm.choose_stream_k(264, 132, 64)   # two whole waves
+    assert not gemm.choose_stream_k(2048, 132, 128)  # 15.5 waves: the last one's idle SMs are 3 %
+    assert not gemm.choose_stream_k(1, 132, 1)      # fewer slabs than CTAs
+    assert gemm.kernel_name("NT", "store", np.float32, stream_k=True) == "kosmos_gemm_nt_f32_sk"
+    from kosmos.runtime.source import hipsrc_dir
+
+    text = (hipsrc_dir() / "gemm.hip").read_text()
+    for layout in ("TN", "NN", "NT"):
+        for dt in (np.float32, np.dtype("V2")):
+            assert gemm.kernel_name(layout, "store", dt, stream_k=True) + "," in text

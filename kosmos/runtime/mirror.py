@@ -104,6 +104,7 @@ def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
     structs = [StructMirror("kosmos::WaitCtx", status.WAIT_CTX_DTYPE),
                StructMirror("kosmos::Status", status.STATUS_DTYPE),
                StructMirror("kosmos::gemm::Problem", gemm.PROBLEM_DTYPE),
+               StructMirror("kosmos::gemm::StreamK", gemm.STREAM_K_DTYPE),
                StructMirror("kosmos::gemm::EpiStoreBf16", gemm.EPI_DTYPE),
                StructMirror("kosmos::gemm::EpiStoreF32", gemm.EPI_DTYPE),
                StructMirror("kosmos::gemm::EpiSwiGLU", gemm.SWIGLU_EPI_DTYPE),

@@ -286,6 +286,49 @@ def test_split_k(layout, m, n, k, splits):
     assert gemm.get_plan(gemm.gemm_shape(layout, sa, sb), BF16, 5, splits).splits == splits
 
 
+@pytest.mark.parametrize("layout,m,n,k,cap", [("TN", 1000, 1280, 1024, 7), ("TN", 256, 1024, 4096, None),
+                                              ("NN", 515, 640, 1536, 5), ("NT", 4099, 192, 320, 3),
+                                              ("NT", 1999, 384, 512, 11)])
+def test_stream_k(layout, m, n, k, cap):
+    """stream_k=True: the last tiles dealt to the CTAs by slabs (2 to ~17 pieces a tile here), the
+    pieces summed in K order inside the kernel: float64 reference, NaN-poisoned output and guard
+    rows, bitwise reruns (the same grid, so the same pieces), and a second plan call after the
+    first's counters were reset by their finishers."""
+    if gemm.arch_path() != "wgmma":
+        pytest.skip("stream-K is Hopper-only")
+    rng = np.random.default_rng([m, n, k, 99])
+    sa, sb = operands(layout, m, n, k)
+    a_h, b_h = rand_bf16(rng, sa), rand_bf16(rng, sb)
+    a, b = cupy.asarray(a_h), cupy.asarray(b_h)
+    ref = reference(layout, a_h, b_h)
+    plan = gemm.get_plan(gemm.gemm_shape(layout, sa, sb), np.dtype(np.float32), cap, stream_k=True)
+    assert plan.stream_k is not None and plan.stream_k.max_pieces > 1
+    for dt, kind in ((np.dtype(np.float32), "f32"), (BF16, "bf16")):
+        view = cupy.uint32 if kind == "f32" else cupy.uint16
+        runs = []
+        for _ in range(3):
+            whole, out = nan_buffer(ref.shape, dt)
+            gemm.matmul(a, b, layout, out=out, sm_cap=cap, stream_k=True)
+            assert rel_err(out.get().astype(np.float64), ref) < TOL[kind], f"{layout} {kind}"
+            assert np.isnan(whole[ref.shape[0]:].get().astype(np.float32)).all(), "rows past the output"
+            runs.append(out.view(view).copy())
+        assert all((r == runs[0]).all() for r in runs[1:]), "stream-K reruns differ"
+    plan.status.raise_if_failed()
+
+
+def test_stream_k_choice_and_refusals():
+    if gemm.arch_path() != "wgmma":
+        pytest.skip("stream-K is Hopper-only")
+    shape = gemm.gemm_shape("TN", (1000, 5120), (5120, 5120))
+    assert gemm.get_plan(shape, BF16, stream_k=None).stream_k is not None  # 1.21 waves of 128 x 256
+    assert gemm.get_plan(shape, BF16).stream_k is None  # off unless asked (until measured)
+    a = cupy.asarray(rand_bf16(np.random.default_rng(1), (128, 256)))
+    with pytest.raises(ValueError, match="stream_k"):
+        gemm.matmul(a, a, "TN", stream_k=True, split_k=2)
+    with pytest.raises(ValueError, match="stream_k"):
+        gemm.matmul(a, a, "TN", stream_k=True, epilogue="swiglu")
+
+
 def test_compiled_for_sm90a_on_hopper():
     """Hopper must get the wgmma layer: a CuPy option change must not silently drop sm_90a."""
     if cupy.cuda.Device().compute_capability != "90":

@@ -119,6 +119,43 @@ KOSMOS_DEVICE void fragment_pairs(const Epi& epi, const TileCoord& tc, i32 row0,
   }
 }
 
+// Stream-K (StreamKSchedule): a piece of a tail tile, with the reduction of its k-range in `acc`.
+// A piece of rank > 0 stores its partial (256 consumer threads x N floats, fragment order: the
+// finisher's threads hold the same elements) and counts it in arrived[tile]; returns false (no
+// epilogue). The finisher (rank 0) waits for the others, adds them in rank order (K order) and
+// returns true: the epilogue stores the tile. Called by both consumer warpgroups (ctid 0..255).
+template <class Sched, int N>
+KOSMOS_DEVICE bool stream_k_fixup(const Sched& sched, const TileCoord& tc, float (&acc)[N], int ctid) {
+  using namespace sm90;
+  const StreamK& sk = sched.sk;
+  constexpr i64 kPartial = i64(N) * 256;
+  float* tile_ws = sk.ws + i64(tc.sk_tile) * (sk.max_pieces - 1) * kPartial + ctid;
+  if (tc.sk_rank > 0) {
+    float* w = tile_ws + (tc.sk_rank - 1) * kPartial;
+#pragma unroll
+    for (int i = 0; i < N; ++i) st_cg_f32(w + i * 256, acc[i]);
+    named_barrier(1, 256);
+    if (ctid == 0) {
+      fence_acq_rel_dev();  // every consumer's stores (ordered before by the barrier), then the count
+      atomic_add_relaxed_dev(&sk.arrived[tc.sk_tile], 1ull);
+    }
+    return false;
+  }
+  if (ctid == 0) {
+    // Cannot time out but by a defect (the waits point to higher CTAs only, all resident); if one
+    // does, the status names SITE_GRID and the tile is stored without the missing partials.
+    wait_flag_dev(sched.wait, SITE_GRID, &sk.arrived[tc.sk_tile], u64(tc.sk_pieces - 1));
+    sk.arrived[tc.sk_tile] = 0;  // for the next launch: nobody else touches it in this one
+  }
+  named_barrier(1, 256);
+  for (i32 r = 1; r < tc.sk_pieces; ++r) {
+    const float* w = tile_ws + (r - 1) * kPartial;
+#pragma unroll
+    for (int i = 0; i < N; ++i) acc[i] += ld_cg_f32(w + i * 256);
+  }
+  return true;
+}
+
 template <int L, class Sched, class Claim, class Ready, class Epi>
 KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, const TensorMap* tmb, u8* smem_raw,
                                     Claim& claim, const Ready& ready, const Epi& epi) {
@@ -272,6 +309,9 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
       fence_regs<Cfg::kAcc>(acc);
       if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
       const TileCoord tc = sched.tile(t);
+      if constexpr (Sched::kStreamK) {
+        if (tc.sk_pieces > 1 && !stream_k_fixup(sched, tc, acc, tid + 128 * cw)) continue;
+      }
       bool stored = false;
       if constexpr (Epi::kTmaStore) {
         if (!Sched::kMaskedRows || !tc.masked) {

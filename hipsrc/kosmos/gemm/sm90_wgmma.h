@@ -89,6 +89,14 @@ template <int N> KOSMOS_DEVICE void setmaxnreg_dec() { asm volatile("setmaxnreg.
 // Named barrier among `count` threads (consumer warpgroups only).
 KOSMOS_DEVICE void named_barrier(u32 id, u32 count) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory"); }
 
+// ---- L2-coherent global accesses (data other CTAs of this launch write or read: not through L1) ----
+KOSMOS_DEVICE void st_cg_f32(float* p, float v) { asm volatile("st.global.cg.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory"); }
+KOSMOS_DEVICE float ld_cg_f32(const float* p) {
+  float v;
+  asm volatile("ld.global.cg.f32 %0, [%1];" : "=f"(v) : "l"(p) : "memory");
+  return v;
+}
+
 // ---- wgmma ----
 // Shared-memory matrix descriptor, 128-byte swizzle. Addresses and offsets in bytes.
 //   K-major operand: rows of 64 bf16 (128 B); 8-row groups SBO = 1024 B apart; LBO unused.
