@@ -595,7 +595,23 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     wgmma = _arch_info(dev, _extra_options)[0] == 1
     plain = shape.epilogue == "store"
     check_tile_n(tile_n, shape.epilogue, wgmma)
-    if tile_n is None:
+    # Stream-K first (128 x 256 tiles, no split-K): when asked, or when its wave model wins.
+    sk = None
+    sk_ok = wgmma and plain and split_k in (1, None) and tile_n in (None, 256)
+    if stream_k is True and not sk_ok:
+        raise ValueError("stream_k=True is a Hopper (wgmma) path for the store epilogues on 128 x 256 tiles, "
+                         "without split-K")
+    if stream_k is not False and sk_ok:
+        t256 = tile_counts(shape, 256)
+        n256 = t256[0] * t256[1]
+        if stream_k is True or choose_stream_k(n256, ctas, t256[2]):
+            sk = stream_k_split(n256, ctas, t256[2])
+            if sk is None and stream_k is True:
+                raise ValueError(f"stream_k=True: {n256} tiles x {t256[2]} slabs give fewer slabs than the "
+                                 f"{ctas} CTAs (each needs one)")
+    if sk is not None:
+        tile_n, split_k = 256, 1
+    elif tile_n is None:
         count = lambda bn: math.prod(tile_counts(shape, bn)[:2])  # noqa: E731
         tile_n = choose_tile_n(count(256), count(128), ctas, narrow_ok=wgmma and plain)
     tiles = tile_counts(shape, tile_n)
@@ -606,17 +622,6 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
         splits = check_split_k(split_k, tiles[2])
         if splits > 1 and not plain:
             raise ValueError(f"split_k > 1 does not combine with epilogue={shape.epilogue!r}")
-    sk = None
-    if stream_k is not False:
-        if stream_k is True and not (wgmma and plain and splits == 1 and tile_n == 256):
-            raise ValueError("stream_k=True is a Hopper (wgmma) path for the store epilogues on 128 x 256 tiles, "
-                             "without split-K")
-        if wgmma and plain and splits == 1 and tile_n == 256 and (
-                stream_k is True or choose_stream_k(ntiles, ctas, tiles[2])):
-            sk = stream_k_split(ntiles, ctas, tiles[2])
-            if sk is None and stream_k is True:
-                raise ValueError(f"stream_k=True: {ntiles} tiles x {tiles[2]} slabs give fewer slabs than the "
-                                 f"{ctas} CTAs (each needs one)")
     units = ntiles * splits
     mod = _module()
     if sk is not None:
