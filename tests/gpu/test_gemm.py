@@ -287,7 +287,7 @@ def test_split_k(layout, m, n, k, splits):
 
 
 @pytest.mark.parametrize("layout,m,n,k,cap", [("TN", 1000, 1280, 1024, 7), ("TN", 256, 1024, 4096, None),
-                                              ("NN", 515, 640, 1536, 5), ("NT", 4099, 192, 320, 3),
+                                              ("NN", 515, 640, 1536, 7), ("NT", 4099, 192, 320, 3),
                                               ("NT", 1999, 384, 512, 11)])
 def test_stream_k(layout, m, n, k, cap):
     """stream_k=True: the last tiles dealt to the CTAs by slabs (2 to ~17 pieces a tile here), the
