@@ -46,8 +46,8 @@ KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_bf16_n128, LAYOUT_NT, EpiStoreBf16, KOSMO
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_f32_n128, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32, NarrowTile)
 #endif
 
-// Stream-K (Hopper only; kosmos/gemm.py chooses it): the raster's last tiles dealt to the grid by
-// reduction slabs (StreamKSchedule); w bounds the finishers' waits for the other pieces.
+// Stream-K (Hopper only; kosmos/gemm.py chooses it): the raster's last tiles cut into K-ranges
+// (StreamKSchedule); w bounds each tile's last range's wait for the others.
 #if KOSMOS_GEMM_WGMMA
 #define KOSMOS_GEMM_SK_KERNEL(NAME, LAYOUT, EPI, MAKE_EPI)                                                    \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                              \
@@ -56,7 +56,7 @@ KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_f32_n128, LAYOUT_NT, EpiStoreF32, KOSMOS_
     extern __shared__ __align__(16) u8 kosmos_gemm_smem[];                                                 \
     builder_init(kosmos_gemm_smem);                                                                        \
     const StreamKSchedule<> sched{p, sk, w};                                                               \
-    StreamKClaim claim{QueueClaim{words, sk.full}, sk.full, sched.pieces(), -1};                           \
+    QueueClaim claim{words, sched.units()};                                                                \
     run_builder<LAYOUT>(sched, &tma, &tmb, kosmos_gemm_smem, claim, AlwaysReady{}, MAKE_EPI);             \
     queue_exit(words);                                                                                     \
   }

@@ -247,60 +247,57 @@ def choose_split_k(ntiles: int, grid: int, k_slabs: int, out_elems: int) -> int:
     return best
 
 
-# ---- stream-K: the raster's last tiles dealt to the grid by reduction slabs (schedule.h StreamK)
-# Each piece of a tail tile that is not its first writes a 128 x 256 fp32 partial that the first
-# piece's CTA reads back: their bytes, against the wave model's idle SMs.
+# ---- stream-K: the raster's last tiles cut into K-ranges, fixed up in the kernel (schedule.h StreamK)
+# Each range of a tail tile but its last writes a 128 x 256 fp32 partial that the last range's CTA
+# reads back: their bytes, against the wave model's idle SMs.
 PARTIAL_BYTES = 128 * 256 * 4
+MIN_SLABS_PER_RANGE = 8
 
 
 @dataclass(frozen=True)
 class StreamKSplit:
-    """full tiles through the queue, then `tail` tiles over `ctas` CTAs by slabs (`k_slabs` each)."""
+    """`full` whole tiles, then `tail` tiles of `k_slabs` slabs cut into `ranges` K-ranges of `per`."""
 
     full: int
     tail: int
-    ctas: int
+    ranges: int
     k_slabs: int
 
     @property
-    def slabs(self) -> int:
-        return self.tail * self.k_slabs
-
-    def deal(self, c: int) -> int:
-        """CTA c's first tail slab (the device's StreamKSchedule::deal)."""
-        return c * self.slabs // self.ctas
-
-    def cta_of(self, x: int) -> int:
-        """The CTA whose range holds tail slab x."""
-        return ((x + 1) * self.ctas + self.slabs - 1) // self.slabs - 1
-
-    def pieces_of(self, j: int) -> int:
-        """Pieces of tail tile j (1: one CTA reduces it whole)."""
-        ks = self.k_slabs
-        return self.cta_of(j * ks + ks - 1) - self.cta_of(j * ks) + 1
+    def per(self) -> int:
+        return -(-self.k_slabs // self.ranges)
 
     @property
-    def max_pieces(self) -> int:
-        return max(self.pieces_of(j) for j in range(self.tail))
+    def units(self) -> int:
+        return self.full + self.tail * self.ranges
 
-    def cta_pieces(self, c: int) -> list[tuple[int, int, int, int, int]]:
-        """CTA c's pieces as the device places them: (tail tile, kb0, kb1, rank, pieces)."""
-        s0, s1, ks = self.deal(c), self.deal(c + 1), self.k_slabs
-        out = []
-        for j in range(s0 // ks, (s1 - 1) // ks + 1 if s1 > s0 else s0 // ks):
-            first = j * ks
-            out.append((j, max(s0, first) - first, min(s1, first + ks) - first, c - self.cta_of(first),
-                        self.pieces_of(j)))
-        return out
+    def unit(self, u: int) -> tuple[int, int, int, int]:
+        """Queue position u as the device places it: (raster tile, kb0, kb1, range or -1 whole)."""
+        if u < self.full:
+            return u, 0, self.k_slabs, -1
+        r, j = divmod(u - self.full, self.tail)
+        return self.full + j, r * self.per, min(r * self.per + self.per, self.k_slabs), r
+
+    def seconds(self, ctas: int) -> float:
+        """The wave model: whole-tile waves, the ranges' waves, the partials' round trip."""
+        t = self.full // ctas * self.k_slabs * SLAB_SECONDS
+        t += -(-self.tail * self.ranges // ctas) * self.per * SLAB_SECONDS
+        return t + 2 * self.tail * (self.ranges - 1) * PARTIAL_BYTES / REDUCE_BYTES_PER_S
 
 
 def stream_k_split(ntiles: int, ctas: int, k_slabs: int) -> StreamKSplit | None:
-    """All but the last two waves' worth of tiles whole (one wave and the remainder go by slabs:
-    each CTA then covers one to two tiles of reduction, so a tile has few pieces); None when the
-    tail has fewer slabs than CTAs (every CTA needs at least one)."""
+    """All but the last one to two waves' worth of tiles whole; the rest cut into the number of
+    K-ranges (2 to 4, each non-empty and at least MIN_SLABS_PER_RANGE deep) the wave model likes
+    best; None when no cut is possible."""
     full = max(0, (ntiles // ctas - 1) * ctas)
-    split = StreamKSplit(full, ntiles - full, ctas, k_slabs)
-    return split if split.slabs >= ctas else None
+    best = None
+    for ranges in (2, 3, 4):
+        split = StreamKSplit(full, ntiles - full, ranges, k_slabs)
+        if split.per < MIN_SLABS_PER_RANGE or (ranges - 1) * split.per >= k_slabs:
+            break
+        if best is None or split.seconds(ctas) < best.seconds(ctas):
+            best = split
+    return best
 
 
 def choose_stream_k(ntiles: int, ctas: int, k_slabs: int) -> bool:
@@ -308,11 +305,7 @@ def choose_stream_k(ntiles: int, ctas: int, k_slabs: int) -> bool:
     split = stream_k_split(ntiles, ctas, k_slabs)
     if split is None or ntiles % ctas == 0:
         return False
-    dense = -(-ntiles // ctas) * k_slabs * SLAB_SECONDS
-    partials = sum(split.pieces_of(j) - 1 for j in range(split.tail))
-    sk = (split.full // ctas * k_slabs + -(-split.slabs // ctas)) * SLAB_SECONDS
-    sk += 2 * partials * PARTIAL_BYTES / REDUCE_BYTES_PER_S
-    return sk < 0.85 * dense
+    return split.seconds(ctas) < 0.85 * -(-ntiles // ctas) * k_slabs * SLAB_SECONDS
 
 
 def tile_order(shape: GemmShape, tile_n: int = 256) -> list[tuple[int, int]]:
@@ -336,7 +329,7 @@ PROBLEM_DTYPE = np.dtype(
 )
 EPI_DTYPE = np.dtype([("out", np.uint64), ("ldo", np.int32), ("mo", np.int32), ("no", np.int32)], align=True)
 STREAM_K_DTYPE = np.dtype([("ws", np.uint64), ("arrived", np.uint64), ("full", np.int32), ("tail", np.int32),
-                           ("ctas", np.int32), ("max_pieces", np.int32)], align=True)
+                           ("ranges", np.int32), ("per", np.int32)], align=True)
 # EpiSwiGLU / EpiSwiGLUBackward: f output (or dA) columns, pre = the [gate, up] pre-activations
 SWIGLU_EPI_DTYPE = np.dtype([("out", np.uint64), ("ldo", np.int32), ("mo", np.int32), ("f", np.int32),
                              ("pre", np.uint64)], align=True)
@@ -607,8 +600,8 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
         if stream_k is True or choose_stream_k(n256, ctas, t256[2]):
             sk = stream_k_split(n256, ctas, t256[2])
             if sk is None and stream_k is True:
-                raise ValueError(f"stream_k=True: {n256} tiles x {t256[2]} slabs give fewer slabs than the "
-                                 f"{ctas} CTAs (each needs one)")
+                raise ValueError(f"stream_k=True: a reduction of {t256[2]} slabs of 64 is too short to cut into "
+                                 f"K-ranges of {MIN_SLABS_PER_RANGE} or more")
     if sk is not None:
         tile_n, split_k = 256, 1
     elif tile_n is None:
@@ -622,7 +615,7 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
         splits = check_split_k(split_k, tiles[2])
         if splits > 1 and not plain:
             raise ValueError(f"split_k > 1 does not combine with epilogue={shape.epilogue!r}")
-    units = ntiles * splits
+    units = sk.units if sk is not None else ntiles * splits
     mod = _module()
     if sk is not None:
         name = kernel_name(shape.layout, "store", out_dtype, 256, stream_k=True)
@@ -634,7 +627,7 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
         name = kernel_name(shape.layout, shape.epilogue, out_dtype, tile_n)
         red = None
     kern = mod.get_function(name)
-    grid = ctas if sk is not None else grid_size(units, sms, sm_cap)  # stream-K deals slabs to all CTAs
+    grid = grid_size(units, sms, sm_cap)
     launch = PersistentLaunch.checked(kern, grid, block_threads(), shared_mem_bytes())
     plan = GemmPlan(shape, np.dtype(out_dtype), name, grid, units, tiles, launch,
                     words=cupy.zeros(2, dtype=cupy.uint64), uses_tma=wgmma, splits=splits, reduce_kernel=red,
@@ -642,12 +635,12 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     if sk is not None:
         from .runtime import DeviceStatus
 
-        # Owned by the plan (a CUDA graph replays it): max_pieces - 1 partials per tail tile.
-        ws = cupy.empty(max(1, sk.tail * (sk.max_pieces - 1) * PARTIAL_BYTES // 4), dtype=cupy.float32)
+        # Owned by the plan (a CUDA graph replays it): ranges - 1 partials per tail tile.
+        ws = cupy.empty(sk.tail * (sk.ranges - 1) * PARTIAL_BYTES // 4, dtype=cupy.float32)
         arrived = cupy.zeros(sk.tail, dtype=cupy.uint64)
         rec = np.zeros((), STREAM_K_DTYPE)
         rec["ws"], rec["arrived"] = ws.data.ptr, arrived.data.ptr
-        rec["full"], rec["tail"], rec["ctas"], rec["max_pieces"] = sk.full, sk.tail, sk.ctas, sk.max_pieces
+        rec["full"], rec["tail"], rec["ranges"], rec["per"] = sk.full, sk.tail, sk.ranges, sk.per
         plan.stream_k, plan.sk_record, plan.status = sk, rec[()], DeviceStatus(rank=0)
         plan._sk_buffers = (ws, arrived)
     with _plans_lock:
@@ -699,9 +692,9 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     from a wave model (choose_split_k) when the tiles alone would leave SMs idle. ``tile_n``: the
     tile width, 256 or 128 (Hopper, store epilogues), None = choose_tile_n's wave model.
     ``stream_k`` (Hopper, store epilogues, 128 x 256 tiles, no split-K): the last one to two waves of
-    tiles are dealt to the CTAs by 64-deep reduction slabs, a tile's pieces summed in K order inside
-    the kernel (fp32 partials in a workspace the plan owns: up to a few 128 KB per tail tile);
-    True, False (default until measured), None = choose_stream_k's wave model. Results are
+    tiles are cut into 2-4 K-ranges each, summed in range order inside the kernel (fp32 partials in
+    a workspace the plan owns: 128 KB per cut); True, False (default: not yet measured to pay,
+    notes/gemm.md), None = choose_stream_k's wave model. Results are
     bitwise reproducible for a given (shape, sm_cap, split_k, tile width); different splits round differently.
     ``gate_up``: the SwiGLU epilogues' pre-activations (see the module docstring).
 

@@ -252,46 +252,42 @@ def test_problem_and_epilogue_records():
 
 
 @pytest.mark.parametrize("ntiles,ctas,k_slabs", [(160, 132, 80), (8, 132, 64), (40, 7, 16), (4, 3, 65), (2048, 132, 128),
-                                                 (133, 132, 1), (1, 1, 3), (300, 132, 2)])
-def test_stream_k_deal_covers_every_slab_once_and_waits_point_to_higher_ctas(ntiles, ctas, k_slabs):
-    """The host's model of StreamKSchedule (schedule.h): every tail tile's slabs are reduced by
-    exactly one piece each, in K order by rank; rank 0 holds slab 0 and is its CTA's last piece (so
-    a finisher only ever waits for pieces of higher CTAs: no cycle); max_pieces is the most any
-    tile has; CTAs that get no slab cannot exist (the split is refused)."""
+                                                 (133, 132, 16), (1, 1, 24), (300, 132, 9)])
+def test_stream_k_units_cover_every_slab_once_range_major(ntiles, ctas, k_slabs):
+    """The host's model of StreamKSchedule (schedule.h): every tile's slabs are reduced exactly once
+    (whole, or by its K-ranges in order, none empty); ranges are queued range-major, so each tile's
+    last range (the one that waits) comes after all of its other ranges in the queue."""
     split = gemm.stream_k_split(ntiles, ctas, k_slabs)
-    if ntiles * k_slabs < ctas:
+    if k_slabs < 2 * gemm.MIN_SLABS_PER_RANGE:
         assert split is None
         return
-    if split is None:
-        assert (ntiles - max(0, (ntiles // ctas - 1) * ctas)) * k_slabs < ctas
-        return
-    assert split.full % ctas == 0 and split.full + split.tail == ntiles and split.tail < 2 * ctas
-    seen = {}
-    for c in range(ctas):
-        pieces = split.cta_pieces(c)
-        assert pieces, f"CTA {c} has no slab"
-        for q, (j, kb0, kb1, rank, n) in enumerate(pieces):
-            assert 0 <= kb0 < kb1 <= k_slabs and 0 <= rank < n == split.pieces_of(j)
-            seen.setdefault(j, []).append((rank, kb0, kb1, c))
-            if rank == 0 and n > 1:
-                assert q == len(pieces) - 1, "a finisher that is not its CTA's last piece"
-    assert sorted(seen) == list(range(split.tail))
-    for j, ps in seen.items():
-        ps.sort()
-        assert [r for r, *_ in ps] == list(range(len(ps)))
+    assert split is not None and split.full % ctas == 0 and split.full + split.tail == ntiles
+    assert split.tail < 2 * ctas or split.full == 0
+    assert 2 <= split.ranges <= 4 and split.per >= gemm.MIN_SLABS_PER_RANGE
+    got = {}
+    for u in range(split.units):
+        t, kb0, kb1, r = split.unit(u)
+        assert 0 <= kb0 < kb1 <= k_slabs
+        got.setdefault(t, []).append((r, kb0, kb1, u))
+    assert sorted(got) == list(range(ntiles))
+    for t, ps in got.items():
+        if t < split.full:
+            assert ps == [(-1, 0, k_slabs, t)]
+            continue
+        assert [r for r, *_ in ps] == list(range(split.ranges))
         assert ps[0][1] == 0 and ps[-1][2] == k_slabs
-        assert all(ps[i][2] == ps[i + 1][1] for i in range(len(ps) - 1)), f"tile {j}: slabs not covered once"
-        assert all(ps[i][3] < ps[i + 1][3] for i in range(len(ps) - 1)), "higher ranks on higher CTAs"
-    assert split.max_pieces == max(len(ps) for ps in seen.values())
+        assert all(ps[i][2] == ps[i + 1][1] for i in range(len(ps) - 1)), f"tile {t}: slabs not covered once"
+        assert all(ps[i][3] < ps[-1][3] for i in range(len(ps) - 1)), "the last range is queued last"
 
 
 def test_stream_k_choice():
     """The wave model takes stream-K for a last wave mostly idle, never for whole waves or many of them."""
-    assert gemm.choose_stream_k(160, 132, 80)       # M = 1000, N = K = 5120: 1.21 waves of 128 x 256
     assert gemm.choose_stream_k(64, 132, 128)       # M = 256, N = K = 8192: half a wave
+    # M = 1000, N = K = 5120 (1.21 waves of 128 x 256): 2 K-ranges win ~15 %, minus the partials: no
+    assert not gemm.choose_stream_k(160, 132, 80)
     assert not gemm.choose_stream_k(264, 132, 64)   # two whole waves
     assert not gemm.choose_stream_k(2048, 132, 128)  # 15.5 waves: the last one's idle SMs are 3 %
-    assert not gemm.choose_stream_k(1, 132, 1)      # fewer slabs than CTAs
+    assert not gemm.choose_stream_k(100, 132, 8)    # too short a reduction to cut
     assert gemm.kernel_name("NT", "store", np.float32, stream_k=True) == "kosmos_gemm_nt_f32_sk"
     from kosmos.runtime.source import hipsrc_dir
 

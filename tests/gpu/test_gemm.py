@@ -287,13 +287,12 @@ def test_split_k(layout, m, n, k, splits):
 
 
 @pytest.mark.parametrize("layout,m,n,k,cap", [("TN", 1000, 1280, 1024, 7), ("TN", 256, 1024, 4096, None),
-                                              ("NN", 515, 640, 1536, 7), ("NT", 4099, 192, 320, 3),
+                                              ("NN", 515, 1536, 640, 7), ("NT", 4099, 192, 320, 3),
                                               ("NT", 1999, 384, 512, 11)])
 def test_stream_k(layout, m, n, k, cap):
-    """stream_k=True: the last tiles dealt to the CTAs by slabs (2 to ~17 pieces a tile here), the
-    pieces summed in K order inside the kernel: float64 reference, NaN-poisoned output and guard
-    rows, bitwise reruns (the same grid, so the same pieces), and a second plan call after the
-    first's counters were reset by their finishers."""
+    """stream_k=True: the last tiles cut into K-ranges, summed in range order inside the kernel:
+    float64 reference, NaN-poisoned output and guard rows, bitwise reruns (calls after the first
+    find the counters their last ranges reset)."""
     if gemm.arch_path() != "wgmma":
         pytest.skip("stream-K is Hopper-only")
     rng = np.random.default_rng([m, n, k, 99])
@@ -302,7 +301,7 @@ def test_stream_k(layout, m, n, k, cap):
     a, b = cupy.asarray(a_h), cupy.asarray(b_h)
     ref = reference(layout, a_h, b_h)
     plan = gemm.get_plan(gemm.gemm_shape(layout, sa, sb), np.dtype(np.float32), cap, stream_k=True)
-    assert plan.stream_k is not None and plan.stream_k.max_pieces > 1
+    assert plan.stream_k is not None and plan.stream_k.tail > 0
     for dt, kind in ((np.dtype(np.float32), "f32"), (BF16, "bf16")):
         view = cupy.uint32 if kind == "f32" else cupy.uint16
         runs = []
@@ -319,8 +318,8 @@ def test_stream_k(layout, m, n, k, cap):
 def test_stream_k_choice_and_refusals():
     if gemm.arch_path() != "wgmma":
         pytest.skip("stream-K is Hopper-only")
-    shape = gemm.gemm_shape("TN", (1000, 5120), (5120, 5120))
-    assert gemm.get_plan(shape, BF16, stream_k=None).stream_k is not None  # 1.21 waves of 128 x 256
+    shape = gemm.gemm_shape("TN", (256, 8192), (8192, 8192))
+    assert gemm.get_plan(shape, BF16, stream_k=None).stream_k is not None  # half a wave of 128 x 256
     assert gemm.get_plan(shape, BF16).stream_k is None  # off unless asked (until measured)
     a = cupy.asarray(rand_bf16(np.random.default_rng(1), (128, 256)))
     with pytest.raises(ValueError, match="stream_k"):

@@ -119,19 +119,19 @@ KOSMOS_DEVICE void fragment_pairs(const Epi& epi, const TileCoord& tc, i32 row0,
   }
 }
 
-// Stream-K (StreamKSchedule): a piece of a tail tile, with the reduction of its k-range in `acc`.
-// A piece of rank > 0 stores its partial (256 consumer threads x N floats, fragment order: the
-// finisher's threads hold the same elements) and counts it in arrived[tile]; returns false (no
-// epilogue). The finisher (rank 0) waits for the others, adds them in rank order (K order) and
-// returns true: the epilogue stores the tile. Called by both consumer warpgroups (ctid 0..255).
+// Stream-K (StreamKSchedule): a K-range of a tail tile, its reduction in `acc`. A range other than
+// the tile's last stores its partial (256 consumer threads x N floats, fragment order: the last
+// range's threads hold the same elements) and counts it in arrived[tile]; returns false (no
+// epilogue). The last range waits for the others, adds them in range order and returns true: the
+// epilogue stores the tile. Called by both consumer warpgroups (ctid 0..255).
 template <class Sched, int N>
 KOSMOS_DEVICE bool stream_k_fixup(const Sched& sched, const TileCoord& tc, float (&acc)[N], int ctid) {
   using namespace sm90;
   const StreamK& sk = sched.sk;
   constexpr i64 kPartial = i64(N) * 256;
-  float* tile_ws = sk.ws + i64(tc.sk_tile) * (sk.max_pieces - 1) * kPartial + ctid;
-  if (tc.sk_rank > 0) {
-    float* w = tile_ws + (tc.sk_rank - 1) * kPartial;
+  float* tile_ws = sk.ws + i64(tc.sk_tile) * (tc.sk_pieces - 1) * kPartial + ctid;
+  if (tc.sk_rank < tc.sk_pieces - 1) {
+    float* w = tile_ws + tc.sk_rank * kPartial;
 #pragma unroll
     for (int i = 0; i < N; ++i) st_cg_f32(w + i * 256, acc[i]);
     named_barrier(1, 256);
@@ -142,14 +142,14 @@ KOSMOS_DEVICE bool stream_k_fixup(const Sched& sched, const TileCoord& tc, float
     return false;
   }
   if (ctid == 0) {
-    // Cannot time out but by a defect (the waits point to higher CTAs only, all resident); if one
-    // does, the status names SITE_GRID and the tile is stored without the missing partials.
+    // Cannot time out but by a defect (the other ranges were claimed earlier and never wait); if
+    // it does, the status names SITE_GRID and the tile is stored without the missing partials.
     wait_flag_dev(sched.wait, SITE_GRID, &sk.arrived[tc.sk_tile], u64(tc.sk_pieces - 1));
     sk.arrived[tc.sk_tile] = 0;  // for the next launch: nobody else touches it in this one
   }
   named_barrier(1, 256);
-  for (i32 r = 1; r < tc.sk_pieces; ++r) {
-    const float* w = tile_ws + (r - 1) * kPartial;
+  for (i32 r = 0; r < tc.sk_pieces - 1; ++r) {
+    const float* w = tile_ws + r * kPartial;
 #pragma unroll
     for (int i = 0; i < N; ++i) acc[i] += ld_cg_f32(w + i * 256);
   }

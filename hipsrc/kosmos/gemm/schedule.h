@@ -6,7 +6,7 @@
 //   static constexpr bool kGroupedB   B is one matrix per group (a 3-D TMA map [groups, rows, cols])
 //   static constexpr bool kRaggedK    the reduction of a unit may end inside a 64-deep slab
 //   static constexpr bool kMaskedRows a tile's rows may end inside the output (TileCoord::masked)
-//   static constexpr bool kStreamK    some units are pieces of a tile's reduction (StreamKSchedule)
+//   static constexpr bool kStreamK    some units are K-ranges of a tile (StreamKSchedule)
 //   const Problem& p                   the dimensions (of one group, for grouped schedules)
 //   TileCoord tile(i32 u) const        queue position -> tile
 #pragma once
@@ -33,8 +33,8 @@ struct TileCoord {
   i32 masked;     // 1: row_end lies inside the output tensor, so rows are stored one by one (no TMA box)
   i32 col0;       // output column of the tile's first column (SwiGLU: of its first gate/up pair)
   i32 half;       // columns from the tile's lower half to its upper half (BN / 2)
-  // StreamKSchedule only: a piece of a tail tile (sk_pieces > 1), its rank among the tile's pieces
-  // in K order (0 holds slab 0 and finishes the tile) and the tail tile it belongs to.
+  // StreamKSchedule only: a K-range of a tail tile (sk_pieces > 1 ranges), its index in K order
+  // (the last finishes the tile) and the tail tile it belongs to.
   i32 sk_tile, sk_rank, sk_pieces;
 };
 
@@ -93,22 +93,22 @@ struct DenseSchedule {
   }
 };
 
-// ---- stream-K (the standalone GEMM): a tail of tiles dealt to the grid by reduction slabs ----
-// The raster's first `full` tiles go through the queue whole. The `tail` tiles after them are one
-// run of tail * k_slabs slabs that CTA c owns [c S / G, (c + 1) S / G) of (S slabs, G = ctas CTAs,
-// at least one slab each: the host checks S >= G), so every CTA gets the same reduction work
-// however few tiles there are. A CTA's range cuts at most a few tiles into pieces; the piece
-// holding a tile's slab 0 (rank 0: its CTA's last piece, so the other pieces, which are later
-// CTAs' first ones, are mostly done by then) waits for the others' fp32 partials, adds them in K
-// order (bitwise reproducible for a given grid) and runs the epilogue; the others only store
-// their partial (builder_wgmma.h stream_k_fixup). Waits point to higher CTAs only: no cycle.
+// ---- stream-K (the standalone GEMM): the last tiles cut into K-ranges, fixed up in the kernel ----
+// The raster's first `full` tiles are whole units. Each of the `tail` tiles after them is cut into
+// `ranges` K-ranges of `per` slabs, queued range-major (every tail tile's range 0, then every
+// range 1, ...), so CTAs working at the same time read the same K slabs of the operands (L2
+// reuse, as whole tiles do; a first version dealt each CTA a contiguous run of slabs, staggering
+// K across the grid, and measured slower than whole tiles: notes/gemm.md). A range other than a
+// tile's last stores its fp32 partial; the last range's unit (queued after the others, which never
+// wait: no cycle) waits for them, adds them in range order (bitwise reproducible) and stores the
+// tile (builder_wgmma.h stream_k_fixup).
 struct StreamK {
-  float* ws;       // [tail][max_pieces - 1][kAcc * 256] fp32: partials in accumulator-fragment order
-  u64* arrived;    // [tail]: partials stored so far in this launch (the finisher resets its tile's)
-  i32 full;        // raster tiles [0, full) are whole units through the queue
-  i32 tail;        // raster tiles [full, full + tail) are cut into pieces
-  i32 ctas;        // G: the grid the slabs are dealt to
-  i32 max_pieces;  // the most pieces any tail tile has (the workspace's partials per tile + 1)
+  float* ws;      // [tail][ranges - 1][kAcc * 256] fp32: partials in accumulator-fragment order
+  u64* arrived;   // [tail]: partials stored so far in this launch (the last range resets its tile's)
+  i32 full;       // raster tiles [0, full) are whole units
+  i32 tail;       // raster tiles [full, full + tail) are cut into K-ranges
+  i32 ranges;     // K-ranges per tail tile (>= 2)
+  i32 per;        // slabs per K-range (the host keeps every range non-empty)
 };
 
 template <class Cfg = DefaultTile>
@@ -120,18 +120,8 @@ struct StreamKSchedule {
   static constexpr bool kStreamK = true;
   const Problem& p;
   const StreamK& sk;
-  const WaitCtx& wait;  // the finisher's bounded wait for the other pieces
-  KOSMOS_DEVICE i64 slabs() const { return i64(sk.tail) * p.k_slabs; }
-  KOSMOS_DEVICE i64 deal(i32 c) const { return i64(c) * slabs() / sk.ctas; }  // CTA c's first slab
-  // The CTA whose range holds tail slab x: the last c with deal(c) <= x.
-  KOSMOS_DEVICE i32 cta_of(i64 x) const { return i32(((x + 1) * sk.ctas + slabs() - 1) / slabs()) - 1; }
-  // This CTA's pieces: the tail tiles its range touches.
-  KOSMOS_DEVICE i32 pieces() const {
-    const i64 s0 = deal(i32(blockIdx.x)), s1 = deal(i32(blockIdx.x) + 1);
-    return s1 > s0 ? i32((s1 - 1) / p.k_slabs - s0 / p.k_slabs + 1) : 0;
-  }
-  // Unit u < full: raster tile u, whole. Unit full + q: this CTA's piece q (the same CTA asks:
-  // the producer and consumers of the one that claimed it).
+  const WaitCtx& wait;  // the last range's bounded wait for the others
+  KOSMOS_DEVICE i32 units() const { return sk.full + sk.tail * sk.ranges; }
   KOSMOS_DEVICE TileCoord tile(i32 u) const {
     if (u < sk.full) {
       TileCoord c = DenseSchedule<Cfg>::place(p, u, u, 0, 0, p.k_slabs);
@@ -140,20 +130,14 @@ struct StreamKSchedule {
       c.sk_pieces = 1;
       return c;
     }
-    const i32 cta = i32(blockIdx.x);
-    const i64 s0 = deal(cta), s1 = deal(cta + 1), ks = p.k_slabs;
-    const i32 j = i32(s0 / ks) + (u - sk.full);
-    const i64 first = i64(j) * ks;
-    TileCoord c = DenseSchedule<Cfg>::place(p, u, sk.full + j, 0, i32((s0 > first ? s0 : first) - first),
-                                            i32((s1 < first + ks ? s1 : first + ks) - first));
-    const i32 c0 = cta_of(first);
+    const i32 r = (u - sk.full) / sk.tail, j = (u - sk.full) - r * sk.tail;
+    TileCoord c = DenseSchedule<Cfg>::place(p, u, sk.full + j, 0, r * sk.per, min(r * sk.per + sk.per, p.k_slabs));
     c.sk_tile = j;
-    c.sk_rank = cta - c0;
-    c.sk_pieces = cta_of(first + ks - 1) - c0 + 1;
+    c.sk_rank = r;
+    c.sk_pieces = sk.ranges;
     return c;
   }
 };
-
 
 // ---- ragged groups (the MoE expert GEMMs) ----
 // Group e owns rows [row_start[e], row_start[e+1]) of the packed operand(s); the counts come
@@ -227,20 +211,6 @@ struct QueueClaim {
   KOSMOS_DEVICE i32 operator()() const {
     const u64 v = atomic_add_relaxed_dev(head, 1ull);
     return v < u64(units) ? i32(v) : -1;
-  }
-};
-
-// The stream-K claim: whole tiles from the queue while it lasts, then this CTA's own pieces.
-struct StreamKClaim {
-  QueueClaim queue;  // units = full
-  i32 full, pieces, next;  // next < 0: still on the queue
-  KOSMOS_DEVICE i32 operator()() {
-    if (next < 0) {
-      const i32 t = queue();
-      if (t >= 0) return t;
-      next = 0;
-    }
-    return next < pieces ? full + next++ : -1;
   }
 };
 
