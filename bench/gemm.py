@@ -100,6 +100,12 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
                 a, b = sets[i % nsets]
                 gemm.matmul(a, b, s.layout, out=out, split_k=split_k, tile_n=width)
             fns[f"w{width}"] = run_w
+        tm, tn, ks = gemm.tile_counts(gemm.gemm_shape(s.layout, a_shape, b_shape), 256)
+        if split_k == 1 and gemm.stream_k_split(tm * tn, sms, ks) is not None:  # stream-K forced
+            def run_sk(i):
+                a, b = sets[i % nsets]
+                gemm.matmul(a, b, s.layout, out=out, stream_k=True)
+            fns["sk"] = run_sk
     if mxfp8:  # dequantize both operands (exact) + our bf16 GEMM: the H200's MXFP8 path
         mx_sets = [mx_copies(s.layout, a, b) for a, b in sets]
 
@@ -121,7 +127,7 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
     full = rec["ours"][str(sms)]["tflops"]
     rec["ratio"] = full / rec["cublas"]["tflops"]
     rec["cap_retention"] = {k: v["tflops"] / full for k, v in rec["ours"].items() if not k.startswith("w")
-                            and k != "mxfp8"}
+                            and k not in ("mxfp8", "sk")}
     if mxfp8:
         rec["mxfp8_vs_bf16"] = rec["ours"]["mxfp8"]["tflops"] / full
     del sets, out, ref, o32, r32
@@ -211,7 +217,8 @@ def main(argv=None):
             print(f"{s.kernel:11s} {s.layout} {s.name:20s} {s.m:6d} {s.n:6d} {s.k:6d}  cuBLAS {rec['cublas']['tflops']:6.1f}"
                   f"  ours {rec['ours'][str(sms)]['tflops']:6.1f}  ratio {rec['ratio']:.3f}  diff {rec['rel_diff_vs_cublas']:.1e}"
                   f"  split {rec['split_k']}  tile {rec['tile_n']}"
-                  + "".join(f"  w{w} {rec['ours'][f'w{w}']['tflops']:6.1f}" for w in gemm.TILE_WIDTHS if f"w{w}" in rec["ours"])
+                  + "".join(f"  {w} {rec['ours'][w]['tflops']:6.1f}" for w in [f"w{n}" for n in gemm.TILE_WIDTHS] + ["sk"]
+                            if w in rec["ours"])
                   + (f"  mxfp8/bf16 {rec['mxfp8_vs_bf16']:.3f}" if "mxfp8_vs_bf16" in rec else "")
                   + f"  {capstr}", flush=True)
 
