@@ -47,6 +47,7 @@ DEVICE_CONSTANTS = {
     "kSmemBytesHopper": 230656, "kSmemBytesPortable": 57344,
     "kGroupM": 8,          # tile raster: tile rows per group
     "kMaxGroups": 256,     # grouped GEMM: groups the device-side table holds
+    "kStreamKPartialBytes": 131072,  # stream-K: one K-range's fp32 partial of a 128 x 256 tile
 }
 
 
@@ -250,7 +251,7 @@ def choose_split_k(ntiles: int, grid: int, k_slabs: int, out_elems: int) -> int:
 # ---- stream-K: the raster's last tiles cut into K-ranges, fixed up in the kernel (schedule.h StreamK)
 # Each range of a tail tile but its last writes a 128 x 256 fp32 partial that the last range's CTA
 # reads back: their bytes, against the wave model's idle SMs.
-PARTIAL_BYTES = 128 * 256 * 4
+PARTIAL_BYTES = DEVICE_CONSTANTS["kStreamKPartialBytes"]
 MIN_SLABS_PER_RANGE = 8
 
 
@@ -293,8 +294,8 @@ def stream_k_split(ntiles: int, ctas: int, k_slabs: int) -> StreamKSplit | None:
     best = None
     for ranges in (2, 3, 4):
         split = StreamKSplit(full, ntiles - full, ranges, k_slabs)
-        if split.per < MIN_SLABS_PER_RANGE or (ranges - 1) * split.per >= k_slabs:
-            break
+        if k_slabs - (ranges - 1) * split.per < MIN_SLABS_PER_RANGE:  # the last range, the shortest
+            continue
         if best is None or split.seconds(ctas) < best.seconds(ctas):
             best = split
     return best
@@ -542,13 +543,24 @@ class GemmPlan:
         ta, tb, tc = operand_tmaps(self._tmaps, a, b, out, self.uses_tma, self.tma_store)
         return (ta, tb, tc, prob, epi, self.words if words is None else words)
 
+    def check_stream_k(self) -> None:
+        """Raise an earlier call's failed stream-K wait (host-mapped: no synchronization unless one
+        failed); the counters are zeroed first (late partials may have counted after the wait gave
+        up), so the plan works again after the error."""
+        if self.status._words[0]:
+            import cupy
+
+            cupy.cuda.runtime.deviceSynchronize()
+            self._sk_buffers[1].fill(0)
+            self.status.raise_if_failed()
+
     def __call__(self, a, b, out, stream=None, gate_up=None) -> None:
         with self._order.lock:
             self._order.join(stream)
             if self.stream_k is not None:
                 from .runtime import kernel_id
 
-                self.status.raise_if_failed()  # an earlier call's (host-mapped: no synchronization)
+                self.check_stream_k()
                 self.launch(self.args(a, b, out) + (self.sk_record, self.status.wait_ctx(kernel_id("KERNEL_GEMM"))),
                             stream=stream)
             elif self.splits == 1:
@@ -589,6 +601,8 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     plain = shape.epilogue == "store"
     check_tile_n(tile_n, shape.epilogue, wgmma)
     # Stream-K first (128 x 256 tiles, no split-K): when asked, or when its wave model wins.
+    if not (stream_k is None or isinstance(stream_k, bool)):
+        raise TypeError(f"stream_k must be True, False or None (automatic), got {stream_k!r}")
     sk = None
     sk_ok = wgmma and plain and split_k in (1, None) and tile_n in (None, 256)
     if stream_k is True and not sk_ok:

@@ -252,7 +252,8 @@ def test_problem_and_epilogue_records():
 
 
 @pytest.mark.parametrize("ntiles,ctas,k_slabs", [(160, 132, 80), (8, 132, 64), (40, 7, 16), (4, 3, 65), (2048, 132, 128),
-                                                 (133, 132, 16), (1, 1, 24), (300, 132, 9)])
+                                                 (133, 132, 16), (1, 1, 24), (300, 132, 9), (50, 132, 15),
+                                                 (50, 132, 33)])
 def test_stream_k_units_cover_every_slab_once_range_major(ntiles, ctas, k_slabs):
     """The host's model of StreamKSchedule (schedule.h): every tile's slabs are reduced exactly once
     (whole, or by its K-ranges in order, none empty); ranges are queued range-major, so each tile's
@@ -263,7 +264,7 @@ def test_stream_k_units_cover_every_slab_once_range_major(ntiles, ctas, k_slabs)
         return
     assert split is not None and split.full % ctas == 0 and split.full + split.tail == ntiles
     assert split.tail < 2 * ctas or split.full == 0
-    assert 2 <= split.ranges <= 4 and split.per >= gemm.MIN_SLABS_PER_RANGE
+    assert 2 <= split.ranges <= 4 and k_slabs - (split.ranges - 1) * split.per >= gemm.MIN_SLABS_PER_RANGE
     got = {}
     for u in range(split.units):
         t, kb0, kb1, r = split.unit(u)

@@ -290,29 +290,33 @@ def test_split_k(layout, m, n, k, splits):
                                               ("NN", 515, 1536, 640, 7), ("NT", 4099, 192, 320, 3),
                                               ("NT", 1999, 384, 512, 11)])
 def test_stream_k(layout, m, n, k, cap):
-    """stream_k=True: the last tiles cut into K-ranges, summed in range order inside the kernel:
-    float64 reference, NaN-poisoned output and guard rows, bitwise reruns (calls after the first
-    find the counters their last ranges reset)."""
+    """stream_k=True: the last tiles cut into K-ranges, summed inside the kernel: float64 reference
+    with new operands on every call (so a last range that did not wait would read the previous
+    call's partials, or the NaN the workspace is poisoned with first), NaN-poisoned outputs and
+    guard rows, bitwise reruns, every counter back at zero after each call."""
     if gemm.arch_path() != "wgmma":
         pytest.skip("stream-K is Hopper-only")
     rng = np.random.default_rng([m, n, k, 99])
     sa, sb = operands(layout, m, n, k)
-    a_h, b_h = rand_bf16(rng, sa), rand_bf16(rng, sb)
-    a, b = cupy.asarray(a_h), cupy.asarray(b_h)
-    ref = reference(layout, a_h, b_h)
-    plan = gemm.get_plan(gemm.gemm_shape(layout, sa, sb), np.dtype(np.float32), cap, stream_k=True)
-    assert plan.stream_k is not None and plan.stream_k.tail > 0
     for dt, kind in ((np.dtype(np.float32), "f32"), (BF16, "bf16")):
+        plan = gemm.get_plan(gemm.gemm_shape(layout, sa, sb), dt, cap, stream_k=True)
+        assert plan.stream_k is not None and plan.stream_k.tail > 0
+        ws, arrived = plan._sk_buffers
         view = cupy.uint32 if kind == "f32" else cupy.uint16
-        runs = []
-        for _ in range(3):
+        for call in range(3):
+            ws.fill(np.nan)
+            a_h, b_h = rand_bf16(rng, sa), rand_bf16(rng, sb)
+            a, b = cupy.asarray(a_h), cupy.asarray(b_h)
+            ref = reference(layout, a_h, b_h)
             whole, out = nan_buffer(ref.shape, dt)
             gemm.matmul(a, b, layout, out=out, sm_cap=cap, stream_k=True)
-            assert rel_err(out.get().astype(np.float64), ref) < TOL[kind], f"{layout} {kind}"
-            assert np.isnan(whole[ref.shape[0]:].get().astype(np.float32)).all(), "rows past the output"
-            runs.append(out.view(view).copy())
-        assert all((r == runs[0]).all() for r in runs[1:]), "stream-K reruns differ"
-    plan.status.raise_if_failed()
+            err = rel_err(out.get().astype(np.float64), ref)
+            assert err < TOL[kind], f"{layout} {kind} call {call}: relative error {err:.3e}"
+            assert np.isnan(whole[out.shape[0]:].get().astype(np.float32)).all(), "rows past the output"
+            assert int(arrived.sum()) == 0, "a tile's counter was not reset for the next launch"
+            again = gemm.matmul(a, b, layout, out_dtype=dt, sm_cap=cap, stream_k=True)
+            assert (again.view(view) == out.view(view)).all(), "stream-K rerun differs"
+        plan.check_stream_k()
 
 
 def test_stream_k_choice_and_refusals():
@@ -321,11 +325,17 @@ def test_stream_k_choice_and_refusals():
     shape = gemm.gemm_shape("TN", (256, 8192), (8192, 8192))
     assert gemm.get_plan(shape, BF16, stream_k=None).stream_k is not None  # half a wave of 128 x 256
     assert gemm.get_plan(shape, BF16).stream_k is None  # off unless asked (until measured)
-    a = cupy.asarray(rand_bf16(np.random.default_rng(1), (128, 256)))
+    a = cupy.asarray(rand_bf16(np.random.default_rng(1), (128, 2048)))
     with pytest.raises(ValueError, match="stream_k"):
         gemm.matmul(a, a, "TN", stream_k=True, split_k=2)
     with pytest.raises(ValueError, match="stream_k"):
         gemm.matmul(a, a, "TN", stream_k=True, epilogue="swiglu")
+    with pytest.raises(ValueError, match="stream_k"):
+        gemm.matmul(a, a, "TN", stream_k=True, tile_n=128)
+    with pytest.raises(ValueError, match="too short"):
+        gemm.matmul(a[:, :512], a[:, :512], "TN", stream_k=True)  # 8 slabs: no two ranges of 8
+    with pytest.raises(TypeError, match="stream_k"):
+        gemm.matmul(a, a, "TN", stream_k=1)
 
 
 def test_compiled_for_sm90a_on_hopper():

@@ -122,13 +122,16 @@ KOSMOS_DEVICE void fragment_pairs(const Epi& epi, const TileCoord& tc, i32 row0,
 // Stream-K (StreamKSchedule): a K-range of a tail tile, its reduction in `acc`. A range other than
 // the tile's last stores its partial (256 consumer threads x N floats, fragment order: the last
 // range's threads hold the same elements) and counts it in arrived[tile]; returns false (no
-// epilogue). The last range waits for the others, adds them in range order and returns true: the
-// epilogue stores the tile. Called by both consumer warpgroups (ctid 0..255).
+// epilogue). The last range waits for the others, adds them to its own (ranges 0, 1, ... in turn:
+// a fixed order, bitwise reproducible) and returns true: the epilogue stores the tile. Called by
+// both consumer warpgroups (ctid 0..255). A K-range is never empty (the host keeps it so: an empty
+// one would carry no stage and never count).
 template <class Sched, int N>
 KOSMOS_DEVICE bool stream_k_fixup(const Sched& sched, const TileCoord& tc, float (&acc)[N], int ctid) {
   using namespace sm90;
   const StreamK& sk = sched.sk;
   constexpr i64 kPartial = i64(N) * 256;
+  static_assert(kPartial * 4 == kStreamKPartialBytes, "the host sizes the workspace by kStreamKPartialBytes");
   float* tile_ws = sk.ws + i64(tc.sk_tile) * (tc.sk_pieces - 1) * kPartial + ctid;
   if (tc.sk_rank < tc.sk_pieces - 1) {
     float* w = tile_ws + tc.sk_rank * kPartial;
@@ -141,18 +144,26 @@ KOSMOS_DEVICE bool stream_k_fixup(const Sched& sched, const TileCoord& tc, float
     }
     return false;
   }
+  __shared__ int sk_ok;
   if (ctid == 0) {
     // Cannot time out but by a defect (the other ranges were claimed earlier and never wait); if
-    // it does, the status names SITE_GRID and the tile is stored without the missing partials.
-    wait_flag_dev(sched.wait, SITE_GRID, &sk.arrived[tc.sk_tile], u64(tc.sk_pieces - 1));
+    // it does, the status names SITE_GRID (the host raises it at the plan's next call and zeroes
+    // the counters) and the tile is stored as NaN, never as a silently partial sum.
+    sk_ok = wait_flag_dev(sched.wait, SITE_GRID, &sk.arrived[tc.sk_tile], u64(tc.sk_pieces - 1)) ? 1 : 0;
     sk.arrived[tc.sk_tile] = 0;  // for the next launch: nobody else touches it in this one
   }
   named_barrier(1, 256);
+  // NaN added to every element on failure (an unconditional add: accumulators written in a
+  // divergent branch cost 750 B of spills here)
+  const float poison = sk_ok != 0 ? 0.f : __int_as_float(0x7fc00000);
+  named_barrier(1, 256);  // everyone has read sk_ok before the next tile's last range writes it
   for (i32 r = 0; r < tc.sk_pieces - 1; ++r) {
     const float* w = tile_ws + r * kPartial;
 #pragma unroll
     for (int i = 0; i < N; ++i) acc[i] += ld_cg_f32(w + i * 256);
   }
+#pragma unroll
+  for (int i = 0; i < N; ++i) acc[i] += poison;
   return true;
 }
 

@@ -19,6 +19,7 @@ constexpr int kStageBytesA = 16384;  // 2 boxes: 128 rows (or columns) of A
 constexpr int kStageBytesB = 32768;  // 4 boxes: 256 columns of the output
 constexpr int kStageBytes = 49152;
 constexpr int kEpiBytes = 32768;     // bf16 store staging: 64 rows x 128 columns per consumer warpgroup
+constexpr int kStreamKPartialBytes = kTileM * kTileN * 4;  // stream-K: a K-range's fp32 partial
 // Dynamic shared memory of a builder CTA (and of every fused kernel, whose movers share the grid),
 // per layer: Hopper's ring of stages + the epilogue staging + alignment + barriers; the portable
 // layers' two slabs (sA[128][72], sB[256][72] bf16) + alignment, which also fits gfx942's 64 KiB

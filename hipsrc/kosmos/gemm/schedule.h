@@ -100,8 +100,8 @@ struct DenseSchedule {
 // reuse, as whole tiles do; a first version dealt each CTA a contiguous run of slabs, staggering
 // K across the grid, and measured slower than whole tiles: notes/gemm.md). A range other than a
 // tile's last stores its fp32 partial; the last range's unit (queued after the others, which never
-// wait: no cycle) waits for them, adds them in range order (bitwise reproducible) and stores the
-// tile (builder_wgmma.h stream_k_fixup).
+// wait: no cycle) waits for them, adds them to its own in a fixed order (bitwise reproducible) and
+// stores the tile (builder_wgmma.h stream_k_fixup).
 struct StreamK {
   float* ws;      // [tail][ranges - 1][kAcc * 256] fp32: partials in accumulator-fragment order
   u64* arrived;   // [tail]: partials stored so far in this launch (the last range resets its tile's)
