@@ -72,7 +72,8 @@ class DeviceStatus:
         self.failures = 0  # timeouts seen so far; ops built before a failure refuse to run
         self._abort = cupy.zeros(1, np.uint32)
         self._world = (0, 0, 0, 1)  # (told word, peer table, its offset, world size): none alone
-        self.clear()
+        for i in range(4):  # (not clear(): a fresh abort flag needs no device sync, so a status can
+            self._words[i] = 0  # be made while a stream is being captured)
 
     def attach_world(self, told_ptr: int, peers_ptr: int, told_off: int, world: int) -> None:
         """Share failures with the World's peers through its failure heap (see wait.h)."""

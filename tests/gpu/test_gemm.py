@@ -208,6 +208,33 @@ def test_a_split_k_call_replays_under_kosmos_capture():
             assert (out.view(np.uint32) == eager.view(np.uint32)).all(), f"replay {seed} differs from the eager call"
 
 
+def test_a_stream_k_call_replays_in_a_graph():
+    """Stream-K's workspace and counters belong to the plan and the counters are reset by each
+    tile's last range, so a captured call replays with new operands to the eager call's bits."""
+    from kosmos.dtypes import copy_into
+    from kosmos.graphs import capture
+
+    if cupy.cuda.runtime.is_hip or gemm.arch_path() != "wgmma":
+        pytest.skip("CuPy's stream capture is CUDA-only; stream-K is Hopper-only")
+    m, n, k = 1000, 1280, 1024
+    sa, sb = operands("TN", m, n, k)
+    a = cupy.asarray(rand_bf16(np.random.default_rng(3), sa))
+    b = cupy.asarray(rand_bf16(np.random.default_rng(4), sb))
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        out = gemm.matmul(a, b, "TN", out_dtype=np.float32, sm_cap=7, stream_k=True)  # the plan, a warm-up
+        with capture(stream) as step:
+            gemm.matmul(a, b, "TN", out=out, sm_cap=7, stream_k=True)
+        for seed in range(3):
+            copy_into(a, cupy.asarray(rand_bf16(np.random.default_rng(seed + 40), sa)), stream)
+            copy_into(b, cupy.asarray(rand_bf16(np.random.default_rng(seed + 50), sb)), stream)
+            out.fill(np.nan)
+            step.launch()
+            eager = gemm.matmul(a, b, "TN", out_dtype=np.float32, sm_cap=7, stream_k=True)
+            stream.synchronize()
+            assert (out.view(np.uint32) == eager.view(np.uint32)).all(), f"replay {seed} differs from the eager call"
+
+
 @pytest.mark.parametrize("tile_n", [256, 128])
 def test_back_to_back_calls_and_sm_caps(tile_n):
     """The queue's epoch base must be right call after call, for every cap."""
