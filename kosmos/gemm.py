@@ -330,7 +330,7 @@ PROBLEM_DTYPE = np.dtype(
 )
 EPI_DTYPE = np.dtype([("out", np.uint64), ("ldo", np.int32), ("mo", np.int32), ("no", np.int32)], align=True)
 STREAM_K_DTYPE = np.dtype([("ws", np.uint64), ("arrived", np.uint64), ("full", np.int32), ("tail", np.int32),
-                           ("ranges", np.int32), ("per", np.int32)], align=True)
+                           ("ranges", np.int32)], align=True)
 # EpiSwiGLU / EpiSwiGLUBackward: f output (or dA) columns, pre = the [gate, up] pre-activations
 SWIGLU_EPI_DTYPE = np.dtype([("out", np.uint64), ("ldo", np.int32), ("mo", np.int32), ("f", np.int32),
                              ("pre", np.uint64)], align=True)
@@ -547,7 +547,7 @@ class GemmPlan:
         """Raise an earlier call's failed stream-K wait (host-mapped: no synchronization unless one
         failed); the counters are zeroed first (late partials may have counted after the wait gave
         up), so the plan works again after the error."""
-        if self.status._words[0]:
+        if self.status.failed:
             import cupy
 
             cupy.cuda.runtime.deviceSynchronize()
@@ -654,7 +654,7 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
         arrived = cupy.zeros(sk.tail, dtype=cupy.uint64)
         rec = np.zeros((), STREAM_K_DTYPE)
         rec["ws"], rec["arrived"] = ws.data.ptr, arrived.data.ptr
-        rec["full"], rec["tail"], rec["ranges"], rec["per"] = sk.full, sk.tail, sk.ranges, sk.per
+        rec["full"], rec["tail"], rec["ranges"] = sk.full, sk.tail, sk.ranges
         plan.stream_k, plan.sk_record, plan.status = sk, rec[()], DeviceStatus(rank=0)
         plan._sk_buffers = (ws, arrived)
     with _plans_lock:

@@ -104,6 +104,11 @@ class DeviceStatus:
             self._abort.fill(0)
             cupy.cuda.runtime.deviceSynchronize()
 
+    @property
+    def failed(self) -> bool:
+        """Whether a wait has failed since the last clear (host-mapped: no synchronization)."""
+        return self._words[0] != 0
+
     def raise_if_failed(self) -> None:
         code, kernel, rank, site = (int(w) for w in self._words)
         if code == 0:

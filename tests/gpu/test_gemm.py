@@ -179,58 +179,38 @@ def test_a_captured_call_replays_with_new_inputs(layout, epilogue, out_kind):
             assert (out.view(view) == eager.view(view)).all(), f"replay {seed} differs from the eager call"
 
 
-def test_a_split_k_call_replays_under_kosmos_capture():
-    """Split-K allocates its fp32 workspace per call: under kosmos.graphs.capture that memory comes
-    from the graph's own pool and stays the graph's, so replays with new operands give the eager
-    call's bits (a plain stream capture would hand the workspace back to CuPy's pool)."""
+# (m, n, k, matmul options): split-K allocates its fp32 workspace per call; stream-K's workspace
+# and counters belong to its plan (the counters reset by each tile's last range).
+WORKSPACE_CALLS = [(256, 320, 2048, {"split_k": 4}), (1000, 1280, 1024, {"sm_cap": 7, "stream_k": True})]
+
+
+@pytest.mark.parametrize("m,n,k,options", WORKSPACE_CALLS, ids=["split_k", "stream_k"])
+def test_a_call_with_a_workspace_replays_under_kosmos_capture(m, n, k, options):
+    """Under kosmos.graphs.capture a split-K call's workspace comes from the graph's own pool and
+    stays the graph's (a plain stream capture would hand it back to CuPy's pool), and a stream-K
+    call's lives in its plan: replays with new operands give the eager call's bits."""
     from kosmos.dtypes import copy_into
     from kosmos.graphs import capture
 
     if cupy.cuda.runtime.is_hip:
         pytest.skip("CuPy's stream capture is CUDA-only")
-    m, n, k = 256, 320, 2048
+    if options.get("stream_k") and gemm.arch_path() != "wgmma":
+        pytest.skip("stream-K is Hopper-only")
     sa, sb = operands("TN", m, n, k)
     a = cupy.asarray(rand_bf16(np.random.default_rng(1), sa))
     b = cupy.asarray(rand_bf16(np.random.default_rng(2), sb))
     stream = cupy.cuda.Stream(non_blocking=True)
     with stream:
-        out = gemm.matmul(a, b, "TN", out_dtype=np.float32, split_k=4)  # the plan, and a warm-up
+        out = gemm.matmul(a, b, "TN", out_dtype=np.float32, **options)  # the plan, and a warm-up
         with capture(stream) as step:
-            gemm.matmul(a, b, "TN", out=out, split_k=4)
+            gemm.matmul(a, b, "TN", out=out, **options)
         cupy.get_default_memory_pool().free_all_blocks()  # nothing of the graph's may come back from here
         for seed in range(3):
             copy_into(a, cupy.asarray(rand_bf16(np.random.default_rng(seed + 20), sa)), stream)
             copy_into(b, cupy.asarray(rand_bf16(np.random.default_rng(seed + 30), sb)), stream)
             out.fill(np.nan)
             step.launch()
-            eager = gemm.matmul(a, b, "TN", out_dtype=np.float32, split_k=4)
-            stream.synchronize()
-            assert (out.view(np.uint32) == eager.view(np.uint32)).all(), f"replay {seed} differs from the eager call"
-
-
-def test_a_stream_k_call_replays_in_a_graph():
-    """Stream-K's workspace and counters belong to the plan and the counters are reset by each
-    tile's last range, so a captured call replays with new operands to the eager call's bits."""
-    from kosmos.dtypes import copy_into
-    from kosmos.graphs import capture
-
-    if cupy.cuda.runtime.is_hip or gemm.arch_path() != "wgmma":
-        pytest.skip("CuPy's stream capture is CUDA-only; stream-K is Hopper-only")
-    m, n, k = 1000, 1280, 1024
-    sa, sb = operands("TN", m, n, k)
-    a = cupy.asarray(rand_bf16(np.random.default_rng(3), sa))
-    b = cupy.asarray(rand_bf16(np.random.default_rng(4), sb))
-    stream = cupy.cuda.Stream(non_blocking=True)
-    with stream:
-        out = gemm.matmul(a, b, "TN", out_dtype=np.float32, sm_cap=7, stream_k=True)  # the plan, a warm-up
-        with capture(stream) as step:
-            gemm.matmul(a, b, "TN", out=out, sm_cap=7, stream_k=True)
-        for seed in range(3):
-            copy_into(a, cupy.asarray(rand_bf16(np.random.default_rng(seed + 40), sa)), stream)
-            copy_into(b, cupy.asarray(rand_bf16(np.random.default_rng(seed + 50), sb)), stream)
-            out.fill(np.nan)
-            step.launch()
-            eager = gemm.matmul(a, b, "TN", out_dtype=np.float32, sm_cap=7, stream_k=True)
+            eager = gemm.matmul(a, b, "TN", out_dtype=np.float32, **options)
             stream.synchronize()
             assert (out.view(np.uint32) == eager.view(np.uint32)).all(), f"replay {seed} differs from the eager call"
 

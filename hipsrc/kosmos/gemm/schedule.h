@@ -70,18 +70,18 @@ struct DenseSchedule {
   KOSMOS_DEVICE TileCoord tile(i32 u) const {
     const i32 splits = k_splits_of(p);
     const i32 t = u / splits;
-    const i32 split = u - t * splits;
-    const i32 per = (p.k_slabs + splits - 1) / splits;  // the host keeps every range non-empty
-    return place(p, u, t, split, split * per, min(split * per + per, p.k_slabs));
+    return place(p, u, t, u - t * splits, splits);
   }
-  // Raster tile t of the grid, queue position u, reduction slabs [kb0, kb1).
-  KOSMOS_DEVICE static TileCoord place(const Problem& p, i32 u, i32 t, i32 split, i32 kb0, i32 kb1) {
+  // Raster tile t of the grid, queue position u, K-range r of `ranges` equal ones (ceil(k_slabs /
+  // ranges) slabs each, the last shorter; the host keeps every range non-empty).
+  KOSMOS_DEVICE static TileCoord place(const Problem& p, i32 u, i32 t, i32 r, i32 ranges) {
+    const i32 per = (p.k_slabs + ranges - 1) / ranges;
     TileCoord c;
     c.index = u;
     raster(t, p.tiles_m, p.tiles_n, c.tm, c.tn);
-    c.split = split;
-    c.kb0 = kb0;
-    c.kb1 = kb1;
+    c.split = r;
+    c.kb0 = r * per;
+    c.kb1 = min(r * per + per, p.k_slabs);
     c.group = 0;
     c.a_m0 = c.row0 = c.tm * kTileM;
     c.a_mlim = c.row_end = p.mo;
@@ -95,8 +95,8 @@ struct DenseSchedule {
 
 // ---- stream-K (the standalone GEMM): the last tiles cut into K-ranges, fixed up in the kernel ----
 // The raster's first `full` tiles are whole units. Each of the `tail` tiles after them is cut into
-// `ranges` K-ranges of `per` slabs, queued range-major (every tail tile's range 0, then every
-// range 1, ...), so CTAs working at the same time read the same K slabs of the operands (L2
+// `ranges` K-ranges of ceil(k_slabs / ranges) slabs, queued range-major (every tail tile's range
+// 0, then every range 1, ...), so CTAs working at the same time read the same K slabs of the operands (L2
 // reuse, as whole tiles do; a first version dealt each CTA a contiguous run of slabs, staggering
 // K across the grid, and measured slower than whole tiles: notes/gemm.md). A range other than a
 // tile's last stores its fp32 partial; the last range's unit (queued after the others, which never
@@ -107,8 +107,7 @@ struct StreamK {
   u64* arrived;   // [tail]: partials stored so far in this launch (the last range resets its tile's)
   i32 full;       // raster tiles [0, full) are whole units
   i32 tail;       // raster tiles [full, full + tail) are cut into K-ranges
-  i32 ranges;     // K-ranges per tail tile (>= 2)
-  i32 per;        // slabs per K-range (the host keeps every range non-empty)
+  i32 ranges;     // K-ranges per tail tile (>= 2; DenseSchedule::place cuts them)
 };
 
 template <class Cfg = DefaultTile>
@@ -124,14 +123,15 @@ struct StreamKSchedule {
   KOSMOS_DEVICE i32 units() const { return sk.full + sk.tail * sk.ranges; }
   KOSMOS_DEVICE TileCoord tile(i32 u) const {
     if (u < sk.full) {
-      TileCoord c = DenseSchedule<Cfg>::place(p, u, u, 0, 0, p.k_slabs);
+      TileCoord c = DenseSchedule<Cfg>::place(p, u, u, 0, 1);
       c.sk_tile = -1;
       c.sk_rank = 0;
       c.sk_pieces = 1;
       return c;
     }
     const i32 r = (u - sk.full) / sk.tail, j = (u - sk.full) - r * sk.tail;
-    TileCoord c = DenseSchedule<Cfg>::place(p, u, sk.full + j, 0, r * sk.per, min(r * sk.per + sk.per, p.k_slabs));
+    TileCoord c = DenseSchedule<Cfg>::place(p, u, sk.full + j, r, sk.ranges);
+    c.split = 0;  // (a split-K unit's split picks its partial's rows; a stream-K range has none)
     c.sk_tile = j;
     c.sk_rank = r;
     c.sk_pieces = sk.ranges;
