@@ -20,25 +20,31 @@ KOSMOS_DEVICE bool last_cta_out(u64* out) {
   return false;
 }
 
-KOSMOS_DEVICE u64& call_epoch_slot() {
-  __shared__ u64 epoch;
-  return epoch;
+// A launch that runs two plans' protocols (the MoE forward: a dispatch and a combine) takes an
+// epoch from each plan's count: scope 0 and scope 1. Each plan's epochs stay consecutive (the
+// dispatch's parity slots rely on it) however its calls mix with the other's.
+constexpr int kCallScopes = 2;
+
+KOSMOS_DEVICE u64& call_epoch_slot(int scope) {
+  __shared__ u64 epochs[kCallScopes];
+  return epochs[scope];
 }
 
-// This launch's epoch, on every thread, inside a CallScope.
-KOSMOS_DEVICE u64 call_epoch() { return call_epoch_slot(); }
+// This launch's epoch of scope `scope`, on every thread, inside that CallScope.
+KOSMOS_DEVICE u64 call_epoch(int scope = 0) { return call_epoch_slot(scope); }
 
 // For the whole kernel body, on every thread of every CTA (the body may return early, but every
 // thread must leave through the scope: its exit is a CTA barrier).
 struct CallScope {
   u64* words;
-  KOSMOS_DEVICE explicit CallScope(u64* w) : words(w) {
+  int scope;
+  KOSMOS_DEVICE explicit CallScope(u64* w, int s = 0) : words(w), scope(s) {
     // Nobody writes words[0] before every CTA has passed here (the last one out does).
-    if (threadIdx.x == 0) call_epoch_slot() = ld_acquire_dev(&words[0]) + 1;
+    if (threadIdx.x == 0) call_epoch_slot(scope) = ld_acquire_dev(&words[0]) + 1;
     __syncthreads();
   }
   KOSMOS_DEVICE ~CallScope() {
-    if (last_cta_out(&words[1])) words[0] = call_epoch();  // the next launch on the stream reads it
+    if (last_cta_out(&words[1])) words[0] = call_epoch(scope);  // the next launch on the stream reads it
   }
 };
 

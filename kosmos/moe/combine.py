@@ -41,7 +41,7 @@ COMBINE_PARAMS_DTYPE = np.dtype(
     [("peer_bases", _u64), ("wait", WAIT_CTX_DTYPE), ("calls", _u64), ("flags_off", _u64), ("comb_off", _u64),
      ("row_bytes", _u64), ("all_counts", _u64), ("dispatch_status", _u64), ("y", _u64), ("run_done", _u64),
      ("slot", _u64), ("weights", _u64), ("shared", _u64), ("out", _u64), ("rank", _i32), ("world", _i32),
-     ("experts", _i32), ("e_loc", _i32), ("top_k", _i32), ("tokens", _i32), ("item_rows", _i32), ("pad_", _i32)],
+     ("experts", _i32), ("e_loc", _i32), ("top_k", _i32), ("tokens", _i32), ("item_rows", _i32), ("scope", _i32)],
     align=True,
 )
 MIRRORS = [StructMirror("kosmos::moe::CombineParams", COMBINE_PARAMS_DTYPE)]
@@ -149,6 +149,11 @@ class MoECombine(SymmetricPlan):
 
     def _record(self, y_experts: Any, dispatch: MoEDispatch, routing: DeviceRouting, shared: Any, out: Any,
                 stream: Any) -> tuple[np.void, Any]:
+        shared, out, t = self.checked_outputs(routing, shared, out, stream)
+        return self._params(y_experts, dispatch, routing.slot, routing.weights, shared, out, t, stream), out
+
+    def checked_outputs(self, routing: DeviceRouting, shared: Any, out: Any, stream: Any) -> tuple[Any, Any, int]:
+        """(shared, out, tokens) for a call on `routing`, checked (out allocated when None)."""
         import cupy
 
         dev = self.world.device_id
@@ -166,13 +171,18 @@ class MoECombine(SymmetricPlan):
             out = check_array(out, "out", dtypes=(bfloat16,), device=dev, stream=stream, writable=True)
             if out.shape != (t, self.hidden):
                 raise ValueError(f"out must be [{t}, {self.hidden}] bf16, got {tuple(out.shape)}")
+        return shared, out, t
+
+    def _params(self, y_experts: Any, dispatch: MoEDispatch, slot: Any, weights: Any, shared: Any, out: Any,
+                tokens: int, stream: Any, scope: int = 0) -> np.void:
+        """This call's CombineParams record; it takes the call's epoch, so build it right before the
+        launch. scope: the CallScope of its epoch (1 in the MoE forward kernel, moe/forward.py)."""
         w = self.world
         _, ctx = self._next_call(stream)
-        rec = record(
+        return record(
             COMBINE_PARAMS_DTYPE, peer_bases=self.heap.peer_bases.data.ptr, wait=ctx, calls=self.calls.data.ptr,
             flags_off=self.flags.offset, comb_off=self.comb.offset, row_bytes=self.row_bytes,
-            all_counts=dispatch.all_counts.data.ptr, dispatch_status=dispatch.status.data.ptr, y=y_experts.data.ptr,
-            run_done=self.run_done.data.ptr, slot=address(routing.slot), weights=address(routing.weights),
+            all_counts=dispatch.all_counts.data.ptr, dispatch_status=dispatch.status.data.ptr,
+            y=address(y_experts), run_done=self.run_done.data.ptr, slot=address(slot), weights=address(weights),
             shared=address(shared), out=address(out), rank=w.rank, world=w.size, experts=self.experts, e_loc=self.e_loc,
-            top_k=k, tokens=t, item_rows=self.item_rows)
-        return rec, out
+            top_k=self.top_k, tokens=tokens, item_rows=self.item_rows, scope=scope)

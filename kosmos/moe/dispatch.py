@@ -158,18 +158,7 @@ class MoEDispatch(SymmetricPlan):
         except (TypeError, ValueError) as e:
             # a refusal launches the plain dispatch (its counts of -1 stop the peers' fused launches too)
             refusal, x, start, order, weights, k, gemm1 = e, None, None, None, None, 1, None
-        w = self.world
-        _, ctx = self._next_call(stream)
-        rec = record(
-            DISPATCH_PARAMS_DTYPE, peer_bases=self.heap.peer_bases.data.ptr, wait=ctx, calls=self.calls.data.ptr,
-            flags_off=self.flags.offset, counts_off=self.counts.offset, arrived_off=self.arrived.offset,
-            arena_off=self.arena.offset, row_bytes=self.row_bytes, capacity=self.capacity_rows,
-            start=address(start), order=address(order), x=address(x), weights=address(weights),
-            run_done=self.run_done.data.ptr,
-            group_rows=self.group_rows.data.ptr, run_rows=self.run_rows.data.ptr,
-            all_counts=self.all_counts.data.ptr, status=self.status.data.ptr, rank=w.rank, world=w.size,
-            experts=self.experts, e_loc=self.e_loc, top_k=max(k, 1), item_rows=self.item_rows,
-            refused=int(refusal is not None))
+        rec = self._params(x, start, order, weights, k, refusal is not None, stream)
         if gemm1 is None:
             self.launch([rec], stream=stream)
         else:
@@ -178,14 +167,34 @@ class MoEDispatch(SymmetricPlan):
         if refusal is not None:
             raise refusal
         if check:
-            w.synchronize()
-            self.world.status.raise_if_failed()
-            worst = int(self.status.get()[0])
-            if worst < 0:
-                raise KosmosError("MoEDispatch: another rank refused its input; nothing was moved")
-            if worst:
-                raise KosmosError(f"MoEDispatch: a rank would receive {worst} rows, past capacity_rows = "
-                                  f"{self.capacity_rows}; nothing was moved")
+            self.check_status()
+
+    def _params(self, x: Any, start: Any, order: Any, weights: Any, k: int, refused: bool, stream: Any) -> np.void:
+        """This call's DispatchParams record; it takes the call's epoch, so build it right before
+        the launch. refused: this rank refused its input (x, start, order, weights are not read)."""
+        w = self.world
+        _, ctx = self._next_call(stream)
+        return record(
+            DISPATCH_PARAMS_DTYPE, peer_bases=self.heap.peer_bases.data.ptr, wait=ctx, calls=self.calls.data.ptr,
+            flags_off=self.flags.offset, counts_off=self.counts.offset, arrived_off=self.arrived.offset,
+            arena_off=self.arena.offset, row_bytes=self.row_bytes, capacity=self.capacity_rows,
+            start=address(start), order=address(order), x=address(x), weights=address(weights),
+            run_done=self.run_done.data.ptr,
+            group_rows=self.group_rows.data.ptr, run_rows=self.run_rows.data.ptr,
+            all_counts=self.all_counts.data.ptr, status=self.status.data.ptr, rank=w.rank, world=w.size,
+            experts=self.experts, e_loc=self.e_loc, top_k=max(k, 1), item_rows=self.item_rows,
+            refused=int(refused))
+
+    def check_status(self) -> None:
+        """A host sync; raises if the last call failed, was refused by a rank or would have overflowed."""
+        self.world.synchronize()
+        self.world.status.raise_if_failed()
+        worst = int(self.status.get()[0])
+        if worst < 0:
+            raise KosmosError("MoEDispatch: another rank refused its input; nothing was moved")
+        if worst:
+            raise KosmosError(f"MoEDispatch: a rank would receive {worst} rows, past capacity_rows = "
+                              f"{self.capacity_rows}; nothing was moved")
 
     def _gemm1_args(self, x: Any, w1: Any, movers: int | None, gate_up: Any, bf16: Any, stream: Any) -> tuple:
         """(launch, the GEMM's leading arguments, movers) of the fused dispatch + GEMM1 launch."""

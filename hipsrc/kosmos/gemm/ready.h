@@ -56,5 +56,19 @@ struct RunsArrived {
   }
 };
 
+// Grouped, a second GEMM on the first's output in one kernel (the MoE forward's GEMM2 on GEMM1's h):
+// tile (group, tm) may start once the first GEMM has finished all `target` of its tiles in that
+// tile row (EpiTileRowDone's counters, same groups: tile rows are the same for both GEMMs).
+struct TileRowsDone {
+  const u64* rows_done;
+  const GroupTable* table;
+  u64 target;
+  WaitCtx w;
+  static constexpr bool kTrivial = false;
+  KOSMOS_DEVICE bool operator()(const TileCoord& t, i32 /*kb*/) const {
+    return wait_flag_dev(w, SITE_TILE_READY, rows_done + table->tile_start[t.group] + t.tm, target);
+  }
+};
+
 }  // namespace gemm
 }  // namespace kosmos

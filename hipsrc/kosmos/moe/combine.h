@@ -39,7 +39,8 @@ struct CombineParams {
   const float* weights;    // [T][k]
   const float* shared;     // [T][H] fp32 shared experts' output to add, or null
   u16* out;                // [T][H] bf16
-  i32 rank, world, experts, e_loc, top_k, tokens, item_rows, pad_;
+  i32 rank, world, experts, e_loc, top_k, tokens, item_rows;
+  i32 scope;               // the CallScope this call's epoch is in: 0; 1 in the MoE forward kernel
 };
 
 // Shared memory: counts[P][E], then run_base[e_loc * P] (a run's first row in y), run_dest[e_loc * P]
@@ -52,8 +53,10 @@ struct CombineTables {
   i32 *counts, *run_base, *run_dest, *chunk_start, *dest_chunks;
 };
 
-// All threads: the layout of this call from the dispatch's counts, into the dynamic shared memory.
-KOSMOS_DEVICE CombineTables combine_tables(const CombineParams& d) {
+// All threads: the layout of this call from the dispatch's counts [P][E] at `counts` (d.all_counts
+// after a dispatch launch; the dispatch's heap slot inside the MoE forward kernel, which peers wrote
+// during it: relaxed system-scope loads), into the dynamic shared memory.
+KOSMOS_DEVICE CombineTables combine_tables(const CombineParams& d, const i32* counts) {
   extern __shared__ __align__(16) u8 combine_smem[];
   const i32 P = d.world, E = d.experts, L = d.e_loc, me = d.rank, R = L * P;
   CombineTables m;
@@ -62,7 +65,8 @@ KOSMOS_DEVICE CombineTables combine_tables(const CombineParams& d) {
   m.run_dest = m.run_base + R;
   m.chunk_start = m.run_dest + R;
   m.dest_chunks = m.chunk_start + R + 1;
-  for (i32 v = threadIdx.x; v < P * E; v += blockDim.x) m.counts[v] = d.all_counts[v];
+  for (i32 v = threadIdx.x; v < P * E; v += blockDim.x)
+    m.counts[v] = i32(ld_relaxed_sys_u32(reinterpret_cast<const u32*>(counts + v)));
   __syncthreads();
   // Run v = l * P + s: local expert l (global g), source s.
   for (i32 v = threadIdx.x; v < R; v += blockDim.x) {
@@ -89,7 +93,7 @@ KOSMOS_DEVICE CombineTables combine_tables(const CombineParams& d) {
 template <int Unroll, class Ready>
 KOSMOS_DEVICE bool combine_push(const CombineParams& d, const CombineTables& m, const Ready& ready) {
   const i32 P = d.world, E = d.experts, L = d.e_loc, me = d.rank, R = L * P;
-  FusedHeads* heads = fused_heads(flags_of(d.peer_bases, me, d.flags_off), call_epoch());
+  FusedHeads* heads = fused_heads(flags_of(d.peer_bases, me, d.flags_off), call_epoch(d.scope));
   const i32 n_items = m.chunk_start[R];
   for (;;) {
     const i64 item = claim_item(heads);
@@ -101,8 +105,8 @@ KOSMOS_DEVICE bool combine_push(const CombineParams& d, const CombineTables& m, 
     const u8* src = d.y + u64(m.run_base[v] + first) * d.row_bytes;
     cta_copy_rows<Unroll>([&](u32 r) { return dst + u64(r) * d.row_bytes; },
                           [&](u32 r) { return src + u64(r) * d.row_bytes; }, u32(rows), u32(d.row_bytes));
-    item_done(&d.run_done[i64(call_epoch() & 1) * P + s], u64(m.dest_chunks[s]),
-              &flags_of(d.peer_bases, s, d.flags_off)->ready[me], call_epoch());
+    item_done(&d.run_done[i64(call_epoch(d.scope) & 1) * P + s], u64(m.dest_chunks[s]),
+              &flags_of(d.peer_bases, s, d.flags_off)->ready[me], call_epoch(d.scope));
   }
 }
 
@@ -117,7 +121,7 @@ KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) 
     for (int o = 0; o < d.world && ok; ++o) {
       i32 rows = 0;
       for (i32 l = 0; l < L; ++l) rows += m.counts[me * E + o * L + l];
-      if (rows > 0) ok = wait_flag_sys(d.wait, SITE_PEER_ARRIVED, &mine->ready[o], call_epoch());
+      if (rows > 0) ok = wait_flag_sys(d.wait, SITE_PEER_ARRIVED, &mine->ready[o], call_epoch(d.scope));
     }
   if (!cta_broadcast(&s_ok, ok)) return false;
   const u8* comb = reinterpret_cast<const u8*>(d.peer_bases[me] + d.comb_off);
@@ -144,21 +148,32 @@ KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) 
 }
 
 // All threads, first (whatever follows): the next call's queue heads and destination counters
-// zeroed (CTA 0); after a dispatch that moved nothing (the same on every rank), the output NaN and true (nothing else to do, no waits).
-KOSMOS_DEVICE bool combine_skipped(const CombineParams& d) {
-  fused_heads(flags_of(d.peer_bases, d.rank, d.flags_off), call_epoch());  // CTA 0 zeroes the next call's heads
+// zeroed (CTA 0).
+KOSMOS_DEVICE void combine_prepare(const CombineParams& d) {
+  fused_heads(flags_of(d.peer_bases, d.rank, d.flags_off), call_epoch(d.scope));  // CTA 0 zeroes the next call's heads
   if (blockIdx.x == 0)
-    for (i32 s = threadIdx.x; s < d.world; s += blockDim.x) d.run_done[i64((call_epoch() + 1) & 1) * d.world + s] = 0;
-  if (*d.dispatch_status == 0) return false;
+    for (i32 s = threadIdx.x; s < d.world; s += blockDim.x) d.run_done[i64((call_epoch(d.scope) + 1) & 1) * d.world + s] = 0;
+}
+
+// All threads, instead of the push and the fold after a dispatch that moved nothing (the same on
+// every rank, so nothing waits): the output NaN.
+KOSMOS_DEVICE void combine_nan(const CombineParams& d) {
   const i64 n = i64(d.tokens) * i64(d.row_bytes / 2);
   for (i64 v = i64(blockIdx.x) * blockDim.x + threadIdx.x; v < n; v += i64(gridDim.x) * blockDim.x) d.out[v] = 0x7FC0;
+}
+
+// After a dispatch launch: combine_prepare, then true (and the output NaN) if it moved nothing.
+KOSMOS_DEVICE bool combine_skipped(const CombineParams& d) {
+  combine_prepare(d);
+  if (*d.dispatch_status == 0) return false;
+  combine_nan(d);
   return true;
 }
 
 // The standalone combine: y is final before the launch.
 KOSMOS_DEVICE void combine(const CombineParams& d) {
   if (combine_skipped(d)) return;
-  const CombineTables m = combine_tables(d);
+  const CombineTables m = combine_tables(d, d.all_counts);
   combine_push<kMoverUnroll>(d, m, [](i32, i32, i32) { return true; });
   combine_fold(d, m);
 }

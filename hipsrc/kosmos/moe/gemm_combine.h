@@ -37,7 +37,7 @@ KOSMOS_DEVICE void gemm2_combine(const gemm::TensorMap& tma, const gemm::TensorM
                                                 gemm::EpiTileRowDone<Epi>(epi, done_now, &table));
         __syncthreads();  // the pipeline's shared memory becomes the movers' tables
       }
-      const CombineTables m = combine_tables(d);
+      const CombineTables m = combine_tables(d, d.all_counts);
       // an item's rows are final once every tile row under them has all its tiles
       const auto ready = [&](i32 l, i32 row, i32 rows) {
         int fine = 1;

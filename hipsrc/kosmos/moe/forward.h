@@ -1,0 +1,111 @@
+// The MoE forward from the dispatch to the fold in one launch (the paper's Figure 6 after the
+// routing; hipsrc/moe_fused.hip kosmos_moe_forward):
+//   1. dispatch || GEMM1: CTAs [0, movers) push token rows into the owners' arenas (dispatch.h),
+//      then build; the others build at once. A GEMM1 tile (SwiGLU epilogue) waits only for the
+//      (expert, source) runs its rows overlap (gemm::RunsArrived) and counts its tile row when
+//      stored (gemm::EpiTileRowDone, rows_done[0, rows_cap)).
+//   2. GEMM2 || combine: when GEMM1's queue is dry, CTAs [0, crew) leave for the combine and the
+//      others build GEMM2 tiles, each waiting for GEMM1's whole tile row (gemm::TileRowsDone) and
+//      counting its own (rows_done[rows_cap, 2 rows_cap)); the crew pushes each item of a run home
+//      once the GEMM2 tile rows under it are done (combine.h); builders join the crew when GEMM2's
+//      queue is dry (their shared memory turns from the pipeline into the combine's tables).
+//   3. fold: every CTA, once every row owed to this rank has arrived.
+// No wait can close a cycle while all CTAs are resident: GEMM1 tiles wait for movers that never
+// wait for tiles; GEMM2 tiles for GEMM1 tiles, all of which are claimed (by running CTAs) before
+// any CTA leaves GEMM1's queue; the crew for GEMM2 tiles.
+//
+// Two plans, two epochs: the dispatch's (CallScope 0) and the combine's (CallScope 1, c.scope = 1).
+// Shared memory: the dispatch's counts (movers: and their tables) at the start of the dynamic
+// shared memory until the group table is built, then the pipeline, then the combine's tables.
+#pragma once
+#include "../gemm/ready.h"
+#include "../gemm/tile.h"
+#include "combine.h"
+#include "dispatch.h"
+
+namespace kosmos {
+namespace moe {
+
+// One grouped TN GEMM of the kernel: its operand maps and problem (the epilogue comes apart).
+struct ExpertGemm {
+  const gemm::TensorMap* a;
+  const gemm::TensorMap* b;
+  const gemm::Problem* p;
+};
+
+// All threads, last thing: the last CTA out of the launch zeroes rows_done[0, n) for the next one
+// (nobody reads them any more), so no memset launch precedes a call.
+KOSMOS_DEVICE void zero_when_last_out(u64* out, u64* rows_done, i32 n) {
+  __shared__ int s_last;
+  const int last = last_cta_out(out) ? 1 : 0;
+  if (threadIdx.x == 0) s_last = last;
+  __syncthreads();
+  if (s_last)
+    for (i32 v = threadIdx.x; v < n; v += blockDim.x) rows_done[v] = 0;
+}
+
+// Grid: one CTA per SM (all resident), gemm::kThreads threads, the builder's shared memory.
+// 1 <= movers (CTA 0 publishes the counts), 0 <= crew < grid. words[0..1]: GEMM1's queue,
+// words[2..3]: GEMM2's, words[4]: CTAs out (for the rows_done reset). rows_cap: the counters per
+// GEMM (at least the tile rows the arena can hold). PushUnroll: vectors in flight per mover thread.
+template <class Tile, int PushUnroll, class Epi1, class Epi2>
+KOSMOS_DEVICE void forward_experts(const ExpertGemm& g1, const Epi1& epi1, const ExpertGemm& g2, const Epi2& epi2,
+                                   const DispatchParams& d, const CombineParams& c, i32 movers, i32 crew,
+                                   i32 rows_cap, u64* words, u64* rows_done) {
+  extern __shared__ __align__(16) u8 smem[];
+  __shared__ gemm::GroupTable table;
+  combine_prepare(c);
+  // Movers leave the counts at the start of the dynamic shared memory (dispatch_push); builders
+  // load them there (it is free until builder_init), so neither reads the heap one value at a time.
+  i32* counts = reinterpret_cast<i32*>(smem);
+  bool fine = i32(blockIdx.x) < movers ? dispatch_push<PushUnroll>(d) : wait_counts(d) && load_counts(d, counts) == 0;
+  // false: a wait gave up, or the verdict (the same on every rank) stopped the call: nothing moved
+  fine = fine && gemm::build_group_table(
+                     &table, [&](i32 l) { return i32(expert_rows(counts, d.world, d.experts, d.e_loc, d.rank, l)); },
+                     d.e_loc, i32(d.capacity));
+  __syncthreads();  // the counts' shared memory becomes the pipeline
+  if (fine) {
+    gemm::builder_init(smem);
+    const gemm::GroupedSchedule<gemm::LAYOUT_TN, Tile> s1{*g1.p, &table};
+    gemm::QueueClaim claim1{words, s1.units()};
+    // run (l, s): rows slot[s * E + col + l] (the heap slot: the pipeline has the shared memory
+    // now), flag arrived[l * kMaxWorld + s]
+    const gemm::RunsArrived<gemm::LAYOUT_TN> arrived{counts_slot(d, d.rank, 0) + d.rank * d.e_loc, 1, d.experts,
+                                                     arrived_flag(d, d.rank, 0, 0), kMaxWorld, call_epoch(0), d.world,
+                                                     d.wait};
+    fine = gemm::run_builder<gemm::LAYOUT_TN>(s1, g1.a, g1.b, smem, claim1, arrived,
+                                              gemm::EpiTileRowDone<Epi1>(epi1, rows_done, &table));
+    if (fine && i32(blockIdx.x) >= crew) {
+      const gemm::GroupedSchedule<gemm::LAYOUT_TN, Tile> s2{*g2.p, &table};
+      gemm::QueueClaim claim2{words + 2, s2.units()};
+      const gemm::TileRowsDone h_done{rows_done, &table, u64(g1.p->tiles_n), d.wait};
+      fine = gemm::run_builder<gemm::LAYOUT_TN>(s2, g2.a, g2.b, smem, claim2, h_done,
+                                                gemm::EpiTileRowDone<Epi2>(epi2, rows_done + rows_cap, &table));
+    }
+    __syncthreads();  // the pipeline's shared memory becomes the combine's tables
+    if (fine) {
+      const CombineTables m = combine_tables(c, counts_slot(d, d.rank, 0));
+      // an item's rows are final once every tile row under them has all of GEMM2's tiles
+      const u64* y_done = rows_done + rows_cap;
+      __shared__ int s_ok;
+      const auto ready = [&](i32 l, i32 row, i32 rows) {
+        int ok = 1;
+        if (threadIdx.x == 0) {
+          const i32 off = row - table.row_start[l], base = table.tile_start[l];
+          for (i32 tr = off / gemm::kTileM; tr <= (off + rows - 1) / gemm::kTileM && ok; ++tr)
+            ok = wait_flag_dev(c.wait, SITE_TILE_READY, &y_done[base + tr], u64(g2.p->tiles_n));
+        }
+        return cta_broadcast(&s_ok, ok) != 0;
+      };
+      if (combine_push<PushUnroll>(c, m, ready)) combine_fold(c, m);
+    }
+  } else {
+    combine_nan(c);  // after a failed wait too: this rank's call has failed (the host raises)
+  }
+  gemm::queue_exit(words);
+  gemm::queue_exit(words + 2);
+  zero_when_last_out(words + 4, rows_done, 2 * rows_cap);
+}
+
+}  // namespace moe
+}  // namespace kosmos

@@ -1,0 +1,139 @@
+"""MoEForward: the local experts' part of the MoE forward in one launch, dispatch to fold.
+
+    fwd = MoEForward(dispatch, combine)     # a MoEDispatch and a MoECombine of the same world and experts
+    y, h = fwd(x, routing, w1, w2, gate_up=None, shared=None)
+
+One persistent kernel (hipsrc/kosmos/moe/forward.h): movers push the token rows into their experts'
+owners' arenas and become builders; GEMM1 tiles (h = silu(gate) * up of the arena rows times w1
+[E/P, 2F, H], the pre-activations optionally kept in gate_up [capacity, 2F]) wait only for the
+(expert, source) runs they read; GEMM2 tiles (y_e = h w2^T, w2 [E/P, H, F]) wait for GEMM1's tile
+row; a crew pushes each expert output row home as soon as its GEMM2 tile row is done, the builders
+join it; every rank then folds its tokens' k rows with their router weights in fp32, plus the shared
+experts' fp32 output, rounded once. Returns y [T, H] bf16 and h [capacity, F] bf16 (the arena's
+order, for the backward). The counts never leave the GPU, nothing is zeroed by a separate launch:
+a call can be captured in a CUDA graph.
+
+The dispatch plan's arena, group_rows and status, and the combine plan's buffer, are this call's
+(as after the separate launches: `dispatch.check_status()` raises on an overflow). The combine plan
+may still be called alone (the MoE backward does); the dispatch plan should not be shared with
+another forward. A routing past the capacity moves nothing on every rank and y is NaN.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from ..arrays import check_array
+from ..dtypes import bfloat16
+from ..runtime.streams import uses_stream
+from .combine import MoECombine, combine_smem_bytes
+from .dispatch import MoEDispatch, dispatch_smem_bytes, fused_launch
+from .route import DeviceRouting
+
+
+def _null_heads() -> tuple:
+    """The GEMMs' arguments of a refused call (never read: no CTA builds)."""
+    from .. import gemm
+
+    zero = lambda dt: np.zeros((), dt)[()]  # noqa: E731
+    t = gemm.ZERO_TMAP
+    return (t, t, t, zero(gemm.PROBLEM_DTYPE), zero(gemm.SWIGLU_EPI_DTYPE), t, t, t, zero(gemm.PROBLEM_DTYPE),
+            zero(gemm.EPI_DTYPE))
+
+
+class MoEForward:
+    def __init__(self, dispatch: MoEDispatch, combine: MoECombine):
+        import cupy
+
+        from .. import gemm
+
+        if dispatch.world is not combine.world or dispatch.experts != combine.experts:
+            raise ValueError("the dispatch and combine plans are for other worlds or other experts")
+        if dispatch.row_bytes != combine.row_bytes:
+            raise ValueError(f"the dispatch moves rows of {dispatch.row_bytes} B, the combine of {combine.row_bytes} B")
+        self.dispatch, self.combine, self.world = dispatch, combine, dispatch.world
+        P, E = self.world.size, dispatch.experts
+        tables = max(dispatch_smem_bytes(P, E), combine_smem_bytes(P, E, dispatch.e_loc))
+        self.launch, _ = fused_launch(self.world, "kosmos_moe_forward", tables, "path='device'")
+        # the queues of GEMM1 and GEMM2 (head, CTAs out each) and the CTAs out of the rows_done reset
+        self._words = cupy.zeros(5, np.uint64)
+        # finished tiles per tile row of GEMM1, then of GEMM2 (the kernel's last CTA zeroes them)
+        self._rows_cap = dispatch.capacity_rows // gemm.tile_shape()[0] + dispatch.e_loc + 1
+        self._rows_done = cupy.zeros(2 * self._rows_cap, np.uint64)
+        self._h = self._y_e = None
+        self._tmaps: tuple[dict, dict] = ({}, {})
+        cupy.cuda.runtime.deviceSynchronize()  # the zeroed counters, before a first call on any stream
+
+    @property
+    def grid(self) -> int:
+        return self.launch.grid
+
+    @uses_stream
+    def __call__(self, x: Any, routing: DeviceRouting, w1: Any, w2: Any, *, gate_up: Any = None, shared: Any = None,
+                 out: Any = None, movers: int | None = None, crew: int | None = None, check: bool = False,
+                 stream: Any = None) -> tuple[Any, Any]:
+        """y [T, H] bf16 and h [capacity_rows, F] bf16 (see the module docstring). x: this rank's
+        tokens [T, H] bf16; routing: kosmos.moe.route's plan for them. movers: CTAs that push rows
+        before they build (default: a quarter of the grid); crew: CTAs that start the combine when
+        GEMM1's tiles are all taken instead of building GEMM2 (default: an eighth). check: a host
+        sync, raising on an overflow or a failed wait. A rank whose arguments are refused still
+        launches (moving nothing, so no peer waits for it) and raises."""
+        disp, comb = self.dispatch, self.combine
+        refusal = None
+        try:
+            x, start, order, _, k = disp._checked(x, routing, False, stream)
+            if x.dtype != bfloat16:
+                raise TypeError(f"the experts' GEMMs take bf16 tokens, got {x.dtype}")
+            movers = self._crew_size(movers, "movers", max(1, self.grid // 4), 1, self.grid)
+            crew = self._crew_size(crew, "crew", max(1, self.grid // 8), 0, self.grid - 1)
+            heads = self._gemm_heads(w1, w2, gate_up, stream)
+            shared, out, t = comb.checked_outputs(routing, shared, out, stream)
+        except (TypeError, ValueError) as e:
+            refusal = e
+        if refusal is None:
+            drec = disp._params(x, start, order, None, k, False, stream)
+            crec = comb._params(self._y_e, disp, routing.slot, routing.weights, shared, out, t, stream, scope=1)
+        else:  # launch anyway, moving nothing: the peers see counts of -1 and wait for nobody
+            heads = _null_heads()
+            drec = disp._params(None, None, None, None, 1, True, stream)
+            crec = comb._params(None, disp, None, None, None, None, 0, stream, scope=1)
+            movers, crew = 1, 0
+        self.launch([*heads, drec, crec, np.int32(movers), np.int32(crew), np.int32(self._rows_cap), self._words,
+                     self._rows_done], stream=stream)
+        if refusal is not None:
+            raise refusal
+        if check:
+            disp.check_status()
+        return out, self._h
+
+    def _crew_size(self, n: Any, name: str, default: int, lo: int, hi: int) -> int:
+        n = default if n is None else n
+        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not lo <= n <= hi:
+            raise ValueError(f"{name} = {n!r} must be an integer in [{lo}, {hi}] (CTAs of the {self.grid}-CTA grid)")
+        return int(n)
+
+    def _gemm_heads(self, w1: Any, w2: Any, gate_up: Any, stream: Any) -> tuple:
+        """GEMM1's and GEMM2's kernel arguments (maps, problem, epilogue), checked."""
+        import cupy
+
+        from .. import gemm, grouped
+
+        disp, dev = self.dispatch, self.world.device_id
+        cap, hid = disp.capacity_rows, disp.row_bytes // 2
+        arena = disp.arena.local.view(bfloat16).reshape(cap, hid)
+        w1 = check_array(w1, "w1", dtypes=(bfloat16,), device=dev, stream=stream)
+        w2 = check_array(w2, "w2", dtypes=(bfloat16,), device=dev, stream=stream)
+        s1 = grouped.grouped_shape("TN", arena.shape, w1.shape, disp.e_loc, "swiglu")
+        if self._h is None or self._h.shape != s1.out_shape:
+            self._h = cupy.empty(s1.out_shape, bfloat16)
+        s2 = grouped.grouped_shape("TN", self._h.shape, w2.shape, disp.e_loc, "store")
+        if s2.out_shape != (cap, hid):
+            raise ValueError(f"w2 must be [{disp.e_loc}, {hid}, {s1.out_shape[1]}] bf16, got {tuple(w2.shape)}")
+        if self._y_e is None:
+            self._y_e = cupy.empty((cap, hid), bfloat16)
+        gate_up = gemm.gate_up_array(gate_up, s1, dev, stream, a=arena, b=w1, output=self._h)
+        tma = gemm.arch_path() == "wgmma"
+        heads = (*grouped.kernel_head(s1, arena, w1, self._h, self._tmaps[0], 256, tma, gate_up),
+                 *grouped.kernel_head(s2, self._h, w2, self._y_e, self._tmaps[1], 256, tma))
+        return heads

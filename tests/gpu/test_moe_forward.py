@@ -1,0 +1,154 @@
+"""GPU tests of kosmos.moe.MoEForward (the experts' forward in one launch) at any world size.
+
+The exact oracle is the same plans run as separate launches (MoEDispatch, grouped_matmul with the
+SwiGLU epilogue, grouped_matmul, MoECombine): y, h and the kept pre-activations must be bitwise
+theirs, with any crew of movers and combine CTAs, on rerun too; y is also compared with a float64
+NumPy forward of every rank's tokens. Outputs are poisoned with NaN before each call; calls run back
+to back without a host sync; a rank arrives late; every other call is skewed towards one expert;
+"big" gives every CTA several tiles of each GEMM. A refused input on one rank stops every rank.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+
+from kosmos import grouped  # noqa: E402
+from kosmos.dtypes import bfloat16  # noqa: E402
+from kosmos.errors import KosmosError  # noqa: E402
+from kosmos.moe import MoECombine, MoEConfig, MoEDispatch, MoEForward, route  # noqa: E402
+
+from .conftest import rank_input  # noqa: E402
+
+
+def _bits(a):
+    return cupy.asnumpy(a.view(np.uint16))
+
+
+def _nan(a):
+    a.view(np.uint16).fill(0xFFFF)
+    return a
+
+
+class Case:
+    def __init__(self, world, width):
+        self.world, self.big = world, width == "big"
+        self.h, self.f = (512, 256) if self.big else (128, 64)
+        self.cfg = MoEConfig(experts=4 * world.size, top_k=2, hidden=self.h, intermediate=self.f)
+        self.e_loc = self.cfg.experts // world.size
+        self.max_t = 8192 if self.big else 200
+        self.cap = world.size * self.max_t * self.cfg.top_k
+        self.disp = MoEDispatch(world, self.cfg.experts, 2 * self.h, capacity_rows=self.cap)
+        self.comb = MoECombine(world, self.cfg.experts, self.h, self.max_t, self.cfg.top_k)
+        self.fwd = MoEForward(self.disp, self.comb)
+        r = world.rank
+        self.w1 = cupy.asarray((rank_input(90, r, (self.e_loc, 2 * self.f, self.h), np.float32) * 0.1).astype(bfloat16))
+        self.w2 = cupy.asarray((rank_input(91, r, (self.e_loc, self.h, self.f), np.float32) * 0.1).astype(bfloat16))
+
+    def close(self):
+        for p in (self.disp, self.comb):
+            p.close()
+
+    def tokens(self, seed):
+        w = self.world
+        if self.big:
+            t = self.max_t - 1000 * (w.rank % 2) - seed % 3
+        else:
+            t = 0 if (w.size > 1 and w.rank == w.size - 1) else 50 + 29 * w.rank + seed % 5
+        x = rank_input(seed, w.rank, (t, self.h), np.float32).astype(bfloat16)
+        logits = rank_input(seed + 1, w.rank, (t, 64), np.float32)
+        logits[:, 0] += 3.0 * (seed % 2)  # every other call skewed towards expert 0 (rank 0's)
+        return cupy.asarray(x), route(cupy.asarray(logits), self.cfg)
+
+    def separate(self, x, rt, shared=None):
+        """The oracle: the same plans as separate launches."""
+        arena, rows, _ = self.disp(x, rt)
+        x_e = arena.view(bfloat16)
+        kept = cupy.empty((self.cap, 2 * self.f), bfloat16)
+        h = grouped.grouped_matmul(x_e, self.w1, rows, "TN", epilogue="swiglu", gate_up=kept)
+        y_e = grouped.grouped_matmul(h, self.w2, rows, "TN")
+        y = self.comb(y_e, self.disp, rt, shared=shared)
+        return y, h, kept, int(rows.sum())
+
+    def float64(self, x, rt, shared=None):
+        """y of this rank's tokens in float64 from every rank's tokens, routings and weights."""
+        comm = self.world.comm
+        w1 = np.concatenate(comm.allgather(cupy.asnumpy(self.w1).astype(np.float64)))  # [E, 2F, H]
+        w2 = np.concatenate(comm.allgather(cupy.asnumpy(self.w2).astype(np.float64)))
+        xx, ex, wt = cupy.asnumpy(x).astype(np.float64), cupy.asnumpy(rt.experts), cupy.asnumpy(rt.weights)
+        y = np.zeros(xx.shape)
+        for e in np.unique(ex):
+            t, j = np.nonzero(ex == e)
+            a = xx[t] @ w1[e].T
+            hh = a[:, :self.f] / (1.0 + np.exp(-a[:, :self.f])) * a[:, self.f:]
+            np.add.at(y, t, wt[t, j][:, None] * (hh @ w2[e].T))
+        if shared is not None:
+            y += cupy.asnumpy(shared)
+        return y
+
+
+@pytest.mark.parametrize("width,crews", [("small", [(1, 0), (None, None), ("all", "all but one")]),
+                                         ("big", [(None, None), (1, 0), (None, "all but one")])])
+def test_forward_is_bitwise_the_separate_launches(world, width, crews):
+    case = Case(world, width)
+    grid = case.fwd.grid
+    size = {None: None, 1: 1, 0: 0, "all": grid, "all but one": grid - 1}
+    try:
+        snaps = []
+        for c, (movers, crew) in enumerate(crews):
+            x, rt = case.tokens(20 + c)
+            shared = cupy.asarray(rank_input(30 + c, world.rank, (x.shape[0], case.h), np.float32)) if c == 1 else None
+            want_y, want_h, want_kept, total = case.separate(x, rt, shared)
+            if c == 1 and world.rank == world.size - 1:
+                cupy.cuda.Device().synchronize()
+                time.sleep(0.5)  # a late rank
+            if case.fwd._h is not None:
+                _nan(case.fwd._h)  # on my stream, before my launch
+            out = _nan(cupy.empty((x.shape[0], case.h), bfloat16))
+            kept = _nan(cupy.empty((case.cap, 2 * case.f), bfloat16))
+            y, h = case.fwd(x, rt, case.w1, case.w2, gate_up=kept, shared=shared, out=out,
+                            movers=size[movers], crew=size[crew])
+            assert y is out
+            snaps.append((x, rt, shared, y.copy(), h.copy(), kept, want_y, want_h, want_kept, total))
+        case.disp.check_status()
+        for c, (x, rt, shared, y, h, kept, want_y, want_h, want_kept, total) in enumerate(snaps):
+            assert (_bits(y) == _bits(want_y)).all(), f"call {c}: y is not bitwise the separate launches'"
+            assert (_bits(h)[:total] == _bits(want_h)[:total]).all(), f"call {c}: h differs"
+            assert (_bits(kept)[:total] == _bits(want_kept)[:total]).all(), f"call {c}: kept [gate, up] differ"
+            assert (_bits(kept)[total:] == 0xFFFF).all(), f"call {c}: pre-activations written past the rows"
+            if x.shape[0]:
+                ref = case.float64(x, rt, shared)
+                got = cupy.asnumpy(y).astype(np.float64)
+                err = np.linalg.norm(got - ref) / np.linalg.norm(ref)
+                assert err < 2e-2, f"call {c}: rel err {err:.2e} from float64"
+        x, rt, shared, y0 = snaps[-1][:4]
+        again, _ = case.fwd(x, rt, case.w1, case.w2, shared=shared)
+        assert (_bits(again) == _bits(y0)).all(), "a rerun differs"
+    finally:
+        case.close()
+
+
+def test_a_refused_input_stops_every_rank(world):
+    case = Case(world, "small")
+    try:
+        x, rt = case.tokens(8)
+        bad = world.rank == 0
+        with pytest.raises(TypeError if bad else KosmosError, match="w1" if bad else "refused"):
+            case.fwd(x, rt, case.w1.astype(np.float32) if bad else case.w1, case.w2, check=True)
+        if bad:
+            world.synchronize()
+        assert int(case.disp.status.get()[0]) == -1
+        x, rt = case.tokens(9)
+        want = case.separate(x, rt)[0]
+        y, _ = case.fwd(x, rt, case.w1, case.w2, check=True)  # and the next call works
+        assert (_bits(y) == _bits(want)).all()
+        for kw in ({"movers": 0}, {"crew": case.fwd.grid}, {"movers": True}):  # refused on every rank
+            with pytest.raises(ValueError, match=next(iter(kw))):
+                case.fwd(x, rt, case.w1, case.w2, **kw)
+        y, _ = case.fwd(x, rt, case.w1, case.w2, check=True)
+        assert (_bits(y) == _bits(want)).all(), "after refusals"
+    finally:
+        case.close()
