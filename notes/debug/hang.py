@@ -3,13 +3,25 @@ import os, sys, time
 import numpy as np, cupy
 from kosmos.world import World
 from kosmos.dtypes import bfloat16
-from kosmos.moe import MoEConfig, MoELayer, MoEParams
+from kosmos import gemm
+from kosmos.moe import MoEConfig, MoELayer, MoEParams, route
+from kosmos.moe.forward import MoEForward
 world = World()
 cfg = MoEConfig(experts=8, top_k=2, hidden=512, intermediate=256, name="big")
 mode = sys.argv[1] if len(sys.argv) > 1 else "both"
 ref = MoELayer(world, cfg, max_tokens=5000, path="device") if mode == "both" else None
-layer = MoELayer(world, cfg, max_tokens=5000, path="fused")
+# MoEForward on a device-path layer's plans, routed by hand (MoELayer does not run it)
+layer = MoELayer(world, cfg, max_tokens=5000, path="device")
+layer._forward = MoEForward(layer._dispatch, layer._combine)
 params = MoEParams.random(cfg, world, 17)
+
+
+def fused_forward(x):
+    logits = gemm.matmul(x, layer._padded_router_w(params), "TN", out_dtype=np.float32)  # 64-row multiple
+    rt = route(logits, cfg)
+    return layer._forward(x, rt, params.w1, params.w2)
+
+
 side = cupy.cuda.Stream(non_blocking=True)
 def dump(tag):
     f = layer._forward
@@ -43,7 +55,7 @@ for it in range(int(os.environ.get("ITERS", "30"))):
     x = cupy.asarray(rng.standard_normal((t, 512), np.float32).astype(bfloat16))
     if ref is not None:
         ref.forward(x, params, check=True)
-    y, ctx = layer.forward(x, params)
+    y, h = fused_forward(x)
     ev = cupy.cuda.Event(); ev.record()
     t0 = time.time()
     while not ev.done:
