@@ -4,7 +4,9 @@ NOT READY -- it hangs intermittently on the H200 (about one call in 20-60 when o
 between its calls): one CTA never leaves the builder, and the mbarrier it waits on holds bf16
 weight values, as if a TMA load had landed one stage past the ring. Not exported from kosmos.moe,
 not used by MoELayer (path "fused" runs the two-launch kernels), its GPU tests are skipped; the
-evidence and the next steps are in notes/moe.md (session 9).
+evidence and the next steps are in notes/moe.md (session 9). The likely cause, a PTX rule the
+builder broke (two setmaxnreg of a warpgroup with no synchronization between them), is mended in
+gemm/builder_wgmma.h but not yet run on a GPU.
 
     fwd = MoEForward(dispatch, combine)     # a MoEDispatch and a MoECombine of the same world and experts
     y, h = fwd(x, routing, w1, w2, gate_up=None, shared=None)

@@ -382,10 +382,16 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
       ps->cons_stage = s;
       ps->cons_phase = ph;
     }
+    // PTX: between two setmaxnreg of a warpgroup its warps must synchronize explicitly. A
+    // warpgroup that built no tile (it saw the stop first) met no barrier since its .inc above.
+    (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
     setmaxnreg_dec<kEntryRegs>();
   }
   __syncthreads();
   if (wg == 0) setmaxnreg_inc<kEntryRegs>();
+  // The same rule for the producer warpgroup's .inc above and its .dec at the next entry (a
+  // caller may call the builder again at once: the MoE forward kernel's GEMM2 after GEMM1).
+  __syncthreads();
   return ps->aborted == 0;
 }
 
