@@ -3,6 +3,7 @@
 // proxy after a non-trivial hook, so the TMA loads see what the wait acquired. A hook returning
 // false (a bounded wait gave up) stops the builder; the grid drains and the host names the site.
 #pragma once
+#include "../mover.h"
 #include "../wait.h"
 #include "schedule.h"
 
@@ -67,6 +68,26 @@ struct TileRowsDone {
   static constexpr bool kTrivial = false;
   KOSMOS_DEVICE bool operator()(const TileCoord& t, i32 /*kb*/) const {
     return wait_flag_dev(w, SITE_TILE_READY, rows_done + table->tile_start[t.group] + t.tm, target);
+  }
+};
+
+// For movers of a grouped GEMM's output (the MoE combine's items): rows [row, row + rows) of
+// group l are final once every tile row under them has `target` finished tiles (EpiTileRowDone's
+// counters over `table`). All threads call it, thread 0 waits; false on every thread: a wait gave up.
+struct GroupRowsDone {
+  const u64* rows_done;
+  const GroupTable* table;
+  u64 target;
+  const WaitCtx& w;
+  KOSMOS_DEVICE bool operator()(i32 l, i32 row, i32 rows) const {
+    __shared__ int s_ok;
+    int ok = 1;
+    if (threadIdx.x == 0) {
+      const i32 off = row - table->row_start[l], base = table->tile_start[l];
+      for (i32 tr = off / kTileM; tr <= (off + rows - 1) / kTileM && ok; ++tr)
+        ok = wait_flag_dev(w, SITE_TILE_READY, &rows_done[base + tr], target);
+    }
+    return cta_broadcast(&s_ok, ok) != 0;
   }
 };
 

@@ -86,17 +86,7 @@ KOSMOS_DEVICE void forward_experts(const ExpertGemm& g1, const Epi1& epi1, const
     if (fine) {
       const CombineTables m = combine_tables(c, counts_slot(d, d.rank, 0));
       // an item's rows are final once every tile row under them has all of GEMM2's tiles
-      const u64* y_done = rows_done + rows_cap;
-      __shared__ int s_ok;
-      const auto ready = [&](i32 l, i32 row, i32 rows) {
-        int ok = 1;
-        if (threadIdx.x == 0) {
-          const i32 off = row - table.row_start[l], base = table.tile_start[l];
-          for (i32 tr = off / gemm::kTileM; tr <= (off + rows - 1) / gemm::kTileM && ok; ++tr)
-            ok = wait_flag_dev(c.wait, SITE_TILE_READY, &y_done[base + tr], u64(g2.p->tiles_n));
-        }
-        return cta_broadcast(&s_ok, ok) != 0;
-      };
+      const gemm::GroupRowsDone ready{rows_done + rows_cap, &table, u64(g2.p->tiles_n), c.wait};
       if (combine_push<PushUnroll>(c, m, ready)) combine_fold(c, m);
     }
   } else {

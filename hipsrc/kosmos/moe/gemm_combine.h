@@ -22,7 +22,6 @@ KOSMOS_DEVICE void gemm2_combine(const gemm::TensorMap& tma, const gemm::TensorM
                                  u64* done_now) {
   extern __shared__ __align__(16) u8 smem[];
   __shared__ gemm::GroupTable table;
-  __shared__ int s_ok;
   if (!combine_skipped(d)) {
     const bool ok = gemm::build_group_table(
         &table, [&](i32 l) { return i32(expert_rows(d.all_counts, d.world, d.experts, d.e_loc, d.rank, l)); }, d.e_loc,
@@ -39,15 +38,7 @@ KOSMOS_DEVICE void gemm2_combine(const gemm::TensorMap& tma, const gemm::TensorM
       }
       const CombineTables m = combine_tables(d, d.all_counts);
       // an item's rows are final once every tile row under them has all its tiles
-      const auto ready = [&](i32 l, i32 row, i32 rows) {
-        int fine = 1;
-        if (threadIdx.x == 0) {
-          const i32 off = row - table.row_start[l], base = table.tile_start[l];
-          for (i32 tr = off / gemm::kTileM; tr <= (off + rows - 1) / gemm::kTileM && fine; ++tr)
-            fine = wait_flag_dev(d.wait, SITE_TILE_READY, &done_now[base + tr], u64(p.tiles_n));
-        }
-        return cta_broadcast(&s_ok, fine) != 0;
-      };
+      const gemm::GroupRowsDone ready{done_now, &table, u64(p.tiles_n), d.wait};
       if (go && combine_push<PushUnroll>(d, m, ready)) combine_fold(d, m);
     }
   }
