@@ -1,12 +1,12 @@
 """MoEForward: the local experts' part of the MoE forward in one launch, dispatch to fold.
 
-NOT READY -- it hangs intermittently on the H200 (about one call in 20-60 when other kernels run
-between its calls): one CTA never leaves the builder, and the mbarrier it waits on holds bf16
-weight values, as if a TMA load had landed one stage past the ring. Not exported from kosmos.moe,
-not used by MoELayer (path "fused" runs the two-launch kernels), its GPU tests are skipped; the
-evidence and the next steps are in notes/moe.md (session 9). The likely cause, a PTX rule the
-builder broke (two setmaxnreg of a warpgroup with no synchronization between them), is mended in
-gemm/builder_wgmma.h but not yet run on a GPU.
+NOT READY -- it hangs intermittently on the H200 (one call in 10-80 under notes/debug/hang.py):
+one CTA never leaves the builder; some of its consumer warps wait at a stage other than the
+stop's, on an mbarrier word that holds data. Without setmaxnreg (the builder's register moves
+between warpgroups) 600 calls ran clean, so the fault lies there, but that build is 40 % slower
+than the separate launches. Not exported from kosmos.moe, not used by MoELayer (path "fused" runs
+the two-launch kernels), its GPU tests are skipped; the evidence and the next steps are in
+notes/moe.md (sessions 9 and 10).
 
     fwd = MoEForward(dispatch, combine)     # a MoEDispatch and a MoECombine of the same world and experts
     y, h = fwd(x, routing, w1, w2, gate_up=None, shared=None)

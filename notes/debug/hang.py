@@ -6,6 +6,11 @@ from kosmos.dtypes import bfloat16
 from kosmos import gemm
 from kosmos.moe import MoEConfig, MoELayer, MoEParams, route
 from kosmos.moe.forward import MoEForward
+DEFS = tuple(os.environ.get("HANG_DEFS", "").split())  # e.g. -DKOSMOS_DBG_BUILDER (moe_fused.hip only)
+if DEFS:
+    import kosmos.moe.dispatch as _disp
+    _load = _disp.load_module
+    _disp.load_module = lambda name, **kw: _load(name, **{**kw, "extra_options": (*kw.get("extra_options", ()), *DEFS)})
 world = World()
 cfg = MoEConfig(experts=8, top_k=2, hidden=512, intermediate=256, name="big")
 mode = sys.argv[1] if len(sys.argv) > 1 else "both"
@@ -34,21 +39,31 @@ def dump(tag):
     print(tag, flush=True)
     for n, v in vals.items():
         print(" ", n, v.ravel()[:200].tolist(), flush=True)
-    rc = f._rows_cap; tr = vals["rows_done"][2 * rc:]
-    print("  cta markers", tr[:132].tolist(), flush=True)
+    if "-DKOSMOS_DBG_BUILDER" not in DEFS:
+        return
     from kosmos.runtime import load_module
-    from kosmos import gemm
-    mod = load_module("moe_fused.hip", world=world, extra_options=gemm._extra_options)
-    g = mod.get_global("kosmos_trace")
+    mod = load_module("moe_fused.hip", world=world, extra_options=(*gemm._extra_options, *DEFS))
     with side:
-        bt = cupy.ndarray((132, 16), np.uint64, g).get()
+        bt = cupy.ndarray((132, 16), np.uint64, mod.get_global("kosmos_trace")).get()
     side.synchronize()
-    for b in np.nonzero(tr[:132] != 9)[0]:
-        print("  builder trace", b, [hex(int(v)) for v in bt[b]], flush=True)
-    print("  ctas with mbar records", np.nonzero(bt.any(axis=1))[0].tolist(), flush=True)
-    print("  builder trace of a finished cta", [hex(int(v)) for v in bt[1]], flush=True)
-    for b in np.nonzero(tr[:132] != 9)[0]:
-        print("  stuck cta", b, "marker", tr[b], "per-warpgroup", tr[132 + 8 * b:132 + 8 * b + 8].tolist(), flush=True)
+    def word(v):
+        v = int(v)
+        return (f"tag {v >> 56:#x} call {(v >> 52) & 15} s {(v >> 48) & 15} ph {(v >> 44) & 15} "
+                f"i {(v >> 32) & 0xfff} t {np.int32(np.uint32(v & 0xffffffff))}")
+    for b in range(132):
+        r = bt[b]
+        if not r[:12].any() and not r[15]:
+            continue
+        print(f"  cta {b}: entry call {int(r[14]) >> 56} prod s/ph {(int(r[14]) >> 48) & 15}/{(int(r[14]) >> 44) & 15} "
+              f"cons s/ph {(int(r[14]) >> 40) & 15}/{(int(r[14]) >> 36) & 15} units {int(r[14]) & 0xffffffff}", flush=True)
+        for w in range(12):
+            if r[w]:
+                print(f"    warp {w}: {word(r[w])}", flush=True)
+        print(f"    barrier word {int(r[12]):#018x}  slots {[np.int16(np.uint16((int(r[13]) >> (16 * q)) & 0xffff)) for q in range(4)]}", flush=True)
+        if r[15]:
+            print(f"    BAD {word(r[15])}", flush=True)
+
+
 for it in range(int(os.environ.get("ITERS", "30"))):
     t = 4999 - (it % 7) * 300
     rng = np.random.default_rng(it)

@@ -241,7 +241,13 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
       ps->prod_stage = s;
       ps->prod_phase = ph;
     }
-    __syncwarp();
+    // Back to the entry count inside this branch, so both warpgroups reach the join below with the
+    // same register count: an .inc after the join gave ptxas a join of 40- and 168-register paths,
+    // and it spilled what callers keep live across the call to fit 40 (the TP kernels: 260-560 B
+    // of spills, now 0-24). The .inc waits for the consumers' .dec; the barrier (id 4: this
+    // warpgroup) is the PTX rule between two setmaxnreg of a warpgroup.
+    named_barrier(4, 128);
+    setmaxnreg_inc<kEntryRegs>();
   } else {
     setmaxnreg_inc<kConsumerRegs>();
     const int cw = wg - 1;
@@ -387,10 +393,6 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
     (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
     setmaxnreg_dec<kEntryRegs>();
   }
-  __syncthreads();
-  if (wg == 0) setmaxnreg_inc<kEntryRegs>();
-  // The same rule for the producer warpgroup's .inc above and its .dec at the next entry (a
-  // caller may call the builder again at once: the MoE forward kernel's GEMM2 after GEMM1).
   __syncthreads();
   return ps->aborted == 0;
 }

@@ -86,7 +86,7 @@ KOSMOS_DEVICE void fence_proxy_async_global() { asm volatile("fence.proxy.async.
 template <int N> KOSMOS_DEVICE void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N)); }
 template <int N> KOSMOS_DEVICE void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N)); }
 
-// Named barrier among `count` threads (consumer warpgroups only).
+// Named barrier among `count` threads (the builder: 1 both consumer warpgroups, 2 / 3 each, 4 the producer's).
 KOSMOS_DEVICE void named_barrier(u32 id, u32 count) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory"); }
 
 // ---- L2-coherent global accesses (data other CTAs of this launch write or read: not through L1) ----
