@@ -1,12 +1,12 @@
 """MoEForward: the local experts' part of the MoE forward in one launch, dispatch to fold.
 
-NOT READY -- it hangs intermittently on the H200 (one call in 10-80 under notes/debug/hang.py):
-one CTA never leaves the builder; some of its consumer warps wait at a stage other than the
-stop's, on an mbarrier word that holds data. Without setmaxnreg (the builder's register moves
-between warpgroups) 600 calls ran clean, so the fault lies there, but that build is 40 % slower
-than the separate launches. Not exported from kosmos.moe, not used by MoELayer (path "fused" runs
-the two-launch kernels), its GPU tests are skipped; the evidence and the next steps are in
-notes/moe.md (sessions 9 and 10).
+NOT READY -- it hung intermittently on the H200 (one call in 10-80 under notes/debug/hang.py):
+one CTA never left the builder, some of its consumer warps waiting one stage past the stop on an
+mbarrier word that held data. Without setmaxnreg (the builder's register moves between
+warpgroups) 600 calls ran clean; with the builder's warps reconverged (__syncwarp) before each
+setmaxnreg, 300 calls ran clean -- to be confirmed by longer runs. It is also slower than the
+separate launches at world 1 (12-40 %). Not exported from kosmos.moe, not used by MoELayer (path
+"fused" runs the two-launch kernels), its GPU tests are skipped; notes/moe.md, sessions 9 and 10.
 
     fwd = MoEForward(dispatch, combine)     # a MoEDispatch and a MoECombine of the same world and experts
     y, h = fwd(x, routing, w1, w2, gate_up=None, shared=None)

@@ -45,6 +45,7 @@ def dump(tag):
     mod = load_module("moe_fused.hip", world=world, extra_options=(*gemm._extra_options, *DEFS))
     with side:
         bt = cupy.ndarray((132, 16), np.uint64, mod.get_global("kosmos_trace")).get()
+        rd = cupy.ndarray((132, 12, 2), np.uint64, mod.get_global("kosmos_reads")).get()
     side.synchronize()
     def word(v):
         v = int(v)
@@ -62,6 +63,8 @@ def dump(tag):
         print(f"    barrier word {int(r[12]):#018x}  slots {[np.int16(np.uint16((int(r[13]) >> (16 * q)) & 0xffff)) for q in range(4)]}", flush=True)
         if r[15]:
             print(f"    BAD {word(r[15])}", flush=True)
+        for w in range(4, 12):  # each consumer warp's last unit read and the barrier word then
+            print(f"    read warp {w}: {word(rd[b, w, 0])}  barrier {int(rd[b, w, 1]):#018x}", flush=True)
 
 
 for it in range(int(os.environ.get("ITERS", "30"))):

@@ -184,6 +184,10 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
   i32* slot = ps->slot;
 
   const int wg = threadIdx.x / 128;
+  // setmaxnreg and bar.sync are .aligned: every thread of a warp executes them together. The
+  // __syncwarp()s before them reconverge what a caller or a thread-0 section left diverged (a
+  // partial warp's setmaxnreg is undefined; without the one before barrier 4, the MoE forward hung).
+  __syncwarp();
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
@@ -243,9 +247,10 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
     }
     // Back to the entry count inside this branch, so both warpgroups reach the join below with the
     // same register count: an .inc after the join gave ptxas a join of 40- and 168-register paths,
-    // and it spilled what callers keep live across the call to fit 40 (the TP kernels: 260-560 B
-    // of spills, now 0-24). The .inc waits for the consumers' .dec; the barrier (id 4: this
+    // and it spilled what callers keep live across the call to fit 40 (the TP kernels: 264-628 B
+    // of spills, now 0-268). The .inc waits for the consumers' .dec; the barrier (id 4: this
     // warpgroup) is the PTX rule between two setmaxnreg of a warpgroup.
+    __syncwarp();
     named_barrier(4, 128);
     setmaxnreg_inc<kEntryRegs>();
   } else {
@@ -390,6 +395,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
     }
     // PTX: between two setmaxnreg of a warpgroup its warps must synchronize explicitly. A
     // warpgroup that built no tile (it saw the stop first) met no barrier since its .inc above.
+    __syncwarp();
     (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
     setmaxnreg_dec<kEntryRegs>();
   }
