@@ -219,3 +219,14 @@ def test_serialized_wgmma_warnings_are_found() -> None:
     assert check.serialized_wgmma(log) == [
         "kosmos_gemm_tn_bf16 (due to program dependence on compiler-inserted WG.DP in divergent path)"]
     assert check.serialized_wgmma(b"ptxas info    : Used 8 registers\n") == []
+
+
+def test_spill_stores_are_read_per_function() -> None:
+    log = ("ptxas info    : Compiling entry function 'k_a' for 'sm_90a'\n"
+           "ptxas info    : Function properties for k_a\n"
+           "ptxas         .     296 bytes stack frame, 940 bytes spill stores, 988 bytes spill loads\n"
+           "ptxas info    : Function properties for k_b\n"
+           "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n")
+    assert check.spill_stores(log) == {"k_a": 940, "k_b": 0}
+    assert check.spill_stores(log.encode()) == {"k_a": 940, "k_b": 0}
+    assert check.spill_stores("ptxas info    : Used 8 registers\n") == {}
