@@ -6,6 +6,7 @@
 # device path); 3. if clean: its tests and the layer's at np 1 and 2, and bench/moe.py --quick.
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 KOSMOS_WAIT_BUDGET_S=10 KOSMOS_PYTEST_ARGS=--timeout-method=thread
+export KOSMOS_COMMIT=${KOSMOS_COMMIT:-$(git rev-parse --short HEAD 2>/dev/null || cat .out/commit 2>/dev/null || echo unknown)}
 OUT=${OUT:-/tmp/kosmos_first_call}; mkdir -p "$OUT"; LOG=$OUT/suite.log
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none -x KOSMOS_COMMIT -x PYTHONPATH -x PYTHONUNBUFFERED -x KOSMOS_WAIT_BUDGET_S"
 source bench/suite_lib.sh
