@@ -58,14 +58,19 @@ def compile_nvidia(path: Path, arch: str) -> int:
         nvrtc.destroyProgram(prog)
 
 
+def log_lines(log: str | bytes) -> list[str]:
+    """An NVRTC program log as lines (NVRTC returns bytes with a trailing NUL)."""
+    if isinstance(log, bytes):
+        log = log.decode(errors="replace")
+    return log.replace("\0", "").splitlines()
+
+
 def serialized_wgmma(log: str | bytes) -> list[str]:
     """ptxas's "wgmma.mma_async instructions are serialized" warnings (C75xx) in a compile log, one
     per function: each costs a Hopper GEMM 5-15 % (measured: accumulators written in a divergent
     path, or too few registers), while the kernel still compiles and passes every test."""
-    if isinstance(log, bytes):
-        log = log.decode(errors="replace")
     out = []
-    for line in log.replace("\0", "").splitlines():
+    for line in log_lines(log):
         if "wgmma.mma_async instructions are serialized" in line:
             tail = line.split("serialized", 1)[1]
             cut = " in the function '" if " in the function '" in tail else " for the function '"
@@ -84,11 +89,9 @@ NO_SPILL_FILES = ("gemm.hip", "grouped.hip")
 
 def spill_stores(log: str | bytes) -> dict[str, int]:
     """Bytes of spill stores per function in a `ptxas -v` log."""
-    if isinstance(log, bytes):
-        log = log.decode(errors="replace")
     out: dict[str, int] = {}
     fn = None
-    for line in log.replace("\0", "").splitlines():
+    for line in log_lines(log):
         if "Function properties for " in line:
             fn = line.split("Function properties for ", 1)[1].strip()
         elif fn is not None and "bytes spill stores" in line:
