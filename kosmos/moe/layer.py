@@ -11,11 +11,11 @@ Four paths, the same result (the fused and device paths bitwise so, output and g
   MoECombine (rows back and the fold). A forward + backward step captures in one CUDA graph
   (kosmos.graphs.capture) and replays with new tokens and so a new routing: the plans take their
   call epochs from the device (hipsrc/kosmos/calls.h), the GEMM queues reset on the device.
-- path="fused": as "device" in two launches after the routing: the dispatch with the experts' first
-  GEMM (MoEDispatch.swiglu: movers push rows, builders start each tile once its rows have landed),
-  and the second GEMM with the combine and the fold (MoECombine.gemm2: rows go home as soon as
-  their tiles are done). Steps towards the one-launch megakernel (kosmos/moe/forward.py, not ready:
-  see its docstring); slower than "device" at world 1. Captures in a CUDA graph as "device" does.
+- path="fused": as "device" with the experts' part in one launch after the routing (MoEForward,
+  kosmos/moe/forward.py): movers push rows and become builders, each GEMM1 tile starts once its
+  rows have landed, each GEMM2 tile once GEMM1 has finished its tile row, rows go home as soon as
+  their GEMM2 tiles are done, then the fold. The routing (router GEMM and route) and the shared
+  experts' GEMMs are still launches of their own before it. Captures in a CUDA graph as "device".
 - path="serial": the counts cross ranks through MPI and the rows through kosmos AllToAll:
   1. router logits X Wr^T (fp32, kosmos.matmul) and kosmos.moe.route: experts, weights, the
      dispatch order (expert-major, so owner-major);
@@ -56,6 +56,7 @@ from ..world import World
 from .config import MoEConfig
 from .combine import MoECombine
 from .dispatch import MoEDispatch
+from .forward import MoEForward
 from .reference import silu
 from .route import DeviceRouting, check_routable, plan_chunks, route
 
@@ -244,6 +245,7 @@ class MoELayer:
         if path in ("device", "fused"):
             self._dispatch = MoEDispatch(world, cfg.experts, 2 * h, self.capacity_rows)
             self._combine = MoECombine(world, cfg.experts, h, max_tokens, k)
+            self._forward = MoEForward(self._dispatch, self._combine) if path == "fused" else None
             # the backward's own arena: the forward's (x_experts) must outlive the dY dispatch
             self._dispatch_bwd = MoEDispatch(world, cfg.experts, 2 * h, self.capacity_rows)
         elif path == "baseline":  # NCCL rows (one rank per GPU), cuBLAS per expert
@@ -453,17 +455,14 @@ class MoELayer:
         import cupy
 
         gate_up = cupy.empty((self.capacity_rows, 2 * self.cfg.intermediate), bfloat16)
+        shared, kept = self._shared(x, params)
         if self.path == "fused":
-            arena, group_rows, _, hmid = self._dispatch.swiglu(x, r, params.w1, movers=self.movers, gate_up=gate_up)
-            x_e = arena.view(bfloat16)
+            y, hmid = self._forward(x, r, params.w1, params.w2, gate_up=gate_up, shared=shared, movers=self.movers)
+            x_e, group_rows = self._dispatch.arena.local.view(bfloat16), self._dispatch.group_rows
         else:
             arena, group_rows, _ = self._dispatch(x, r)
             x_e = arena.view(bfloat16)  # [capacity, H]: rows past the counts are not read
             hmid = grouped.grouped_matmul(x_e, params.w1, group_rows, "TN", epilogue="swiglu", gate_up=gate_up)
-        shared, kept = self._shared(x, params)
-        if self.path == "fused":
-            y = self._combine.gemm2(hmid, params.w2, self._dispatch, r, shared=shared)
-        else:
             y_e = grouped.grouped_matmul(hmid, params.w2, group_rows, "TN")
             y = self._combine(y_e, self._dispatch, r, shared=shared)
         # x_e is the dispatch arena: valid until the next forward

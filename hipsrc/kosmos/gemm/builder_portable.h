@@ -43,7 +43,7 @@ KOSMOS_DEVICE void stage_operand(u16* s, const u16* g, i32 ld, i32 k0, i32 rlim,
 // Nothing lives across calls here: each call stages its own slabs synchronously.
 KOSMOS_DEVICE void builder_init_arch(u8*) { __syncthreads(); }
 
-template <int L, class Sched, class Claim, class Ready, class Epi>
+template <int L, bool MoveRegs, class Sched, class Claim, class Ready, class Epi>  // MoveRegs: Hopper only
 KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap*, const TensorMap*, u8* smem_raw,
                                     Claim& claim, const Ready& ready, const Epi& epi) {
   static_assert(Sched::Tile::kTileN == kTileN, "the portable layers build 128x256 tiles only");

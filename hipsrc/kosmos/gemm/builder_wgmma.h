@@ -167,7 +167,10 @@ KOSMOS_DEVICE bool stream_k_fixup(const Sched& sched, const TileCoord& tc, float
   return true;
 }
 
-template <int L, class Sched, class Claim, class Ready, class Epi>
+// MoveRegs: the warpgroups trade registers (setmaxnreg: producer 40, consumers 232) for the call
+// and give them back at its end. false keeps every warp at kEntryRegs (the consumers then have 168
+// for a 128-register accumulator tile: a few spills, measured slower).
+template <int L, bool MoveRegs, class Sched, class Claim, class Ready, class Epi>
 KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, const TensorMap* tmb, u8* smem_raw,
                                     Claim& claim, const Ready& ready, const Epi& epi) {
   using namespace sm90;
@@ -189,7 +192,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
   // partial warp's setmaxnreg is undefined; without the one before barrier 4, the MoE forward hung).
   __syncwarp();
   if (wg == 0) {
-    setmaxnreg_dec<kProducerRegs>();
+    if constexpr (MoveRegs) setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
       tma_prefetch_desc(tma);
       tma_prefetch_desc(tmb);
@@ -252,9 +255,9 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
     // warpgroup) is the PTX rule between two setmaxnreg of a warpgroup.
     __syncwarp();
     named_barrier(4, 128);
-    setmaxnreg_inc<kEntryRegs>();
+    if constexpr (MoveRegs) setmaxnreg_inc<kEntryRegs>();
   } else {
-    setmaxnreg_inc<kConsumerRegs>();
+    if constexpr (MoveRegs) setmaxnreg_inc<kConsumerRegs>();
     const int cw = wg - 1;
     const int tid = threadIdx.x - 128 * wg;
     const int warp = tid / 32, lane = tid % 32;
@@ -397,7 +400,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
     // warpgroup that built no tile (it saw the stop first) met no barrier since its .inc above.
     __syncwarp();
     (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
-    setmaxnreg_dec<kEntryRegs>();
+    if constexpr (MoveRegs) setmaxnreg_dec<kEntryRegs>();
   }
   __syncthreads();
   return ps->aborted == 0;

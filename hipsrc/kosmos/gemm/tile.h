@@ -18,6 +18,8 @@
 //                    stop at a unit's first stage only.)
 //   epi              a compile-time epilogue (epilogue.h): EpiStoreBf16, EpiStoreF32, EpiSwiGLU.
 //                    Epi::done(tile) runs once per tile after all of its stores (completion point).
+//   MoveRegs         (Hopper) the warpgroups trade registers for the call (setmaxnreg): the default;
+//                    false for kernels where it hung (the MoE forward, notes/moe.md session 11).
 // Returns true when claim() ran dry, false when a readiness hook aborted (then the CTA must not
 // call it again). Between calls the CTA may use its registers and the static shared memory for
 // something else; the dynamic shared memory holds the pipeline, which lives for the whole kernel.
@@ -37,10 +39,10 @@ namespace gemm {
 
 KOSMOS_DEVICE void builder_init(u8* smem) { builder_init_arch(smem); }
 
-template <int L, class Sched, class Claim, class Ready, class Epi>
+template <int L, bool MoveRegs = true, class Sched, class Claim, class Ready, class Epi>
 KOSMOS_DEVICE bool run_builder(const Sched& sched, const TensorMap* tma, const TensorMap* tmb, u8* smem,
                                Claim& claim, const Ready& ready, const Epi& epi) {
-  return run_builder_arch<L>(sched, tma, tmb, smem, claim, ready, epi);
+  return run_builder_arch<L, MoveRegs>(sched, tma, tmb, smem, claim, ready, epi);
 }
 
 }  // namespace gemm
