@@ -5,6 +5,7 @@
 #pragma once
 #include "config.h"
 #include "epilogue.h"
+#include "job.h"
 #include "schedule.h"
 #if KOSMOS_GEMM_MFMA
 #include "mfma.h"
@@ -90,6 +91,18 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap*, const 
       if (threadIdx.x == 0) epi.done(tc);
     }
   }
+}
+
+// Two jobs back to back (nothing is traded between calls here: a pair is two calls).
+template <bool MoveRegs, class Job1, class Job2>
+KOSMOS_DEVICE bool run_builder_jobs(u8* smem, const Job1& j1, bool second, const Job2& j2) {
+  if (!run_builder_arch<Job1::kLayout, MoveRegs>(j1.sched, j1.tma, j1.tmb, smem, j1.claim, j1.ready, j1.epi))
+    return false;
+  if constexpr (IsJob<Job2>::value) {
+    if (second) return run_builder_arch<Job2::kLayout, MoveRegs>(j2.sched, j2.tma, j2.tmb, smem, j2.claim, j2.ready,
+                                                                 j2.epi);
+  }
+  return true;
 }
 
 }  // namespace gemm

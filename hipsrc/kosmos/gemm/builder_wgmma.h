@@ -17,6 +17,7 @@
 #pragma once
 #include "config.h"
 #include "epilogue.h"
+#include "job.h"
 #include "schedule.h"
 #include "sm90_wgmma.h"
 
@@ -61,6 +62,12 @@ KOSMOS_DEVICE void builder_init_arch(u8* smem_raw) {
   }
   __syncthreads();
 }
+
+// Where one side of the ring stands: the next stage and its phase parity. Kept in registers
+// through a builder call, in the PipelineState between calls.
+struct RingPos {
+  u32 s, ph;
+};
 
 template <int Stages>
 KOSMOS_DEVICE void ring_advance(u32& s, u32& ph) {
@@ -167,25 +174,252 @@ KOSMOS_DEVICE bool stream_k_fixup(const Sched& sched, const TileCoord& tc, float
   return true;
 }
 
-// MoveRegs: the warpgroups trade registers (setmaxnreg: producer 40, consumers 232) for the call
-// and give them back at its end. false keeps every warp at kEntryRegs (the consumers then have 168
-// for a 128-register accumulator tile: a few spills, measured slower).
-template <int L, bool MoveRegs, class Sched, class Claim, class Ready, class Epi>
-KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, const TensorMap* tmb, u8* smem_raw,
-                                    Claim& claim, const Ready& ready, const Epi& epi) {
+// The producer's half of a call, thread 0 alone: claims units, runs the readiness hook, issues
+// the TMA loads and writes each stage's slot. Returns false when a hook aborted.
+template <class Job>
+KOSMOS_DEVICE bool produce(const Job& job, u8* smem_raw, RingPos& pos) {
   using namespace sm90;
+  constexpr int L = Job::kLayout;
+  typedef typename Job::Sched Sched;
+  const Sched& sched = job.sched;
+  const TensorMap* tma = job.tma;
+  const TensorMap* tmb = job.tmb;
   typedef typename Sched::Tile Cfg;
   constexpr int kN = Cfg::kTileN;
   constexpr bool AK = LayoutTraits<L>::kAKMajor;
   constexpr bool BK = LayoutTraits<L>::kBKMajor;
   const Problem& p = sched.p;
   u8* base = stage_base(smem_raw);
+  PipelineState* ps = pipeline_of(smem_raw);
+  u64* full = ps->full;
+  u64* empty = ps->empty;
+  i32* slot = ps->slot;
+  tma_prefetch_desc(tma);
+  tma_prefetch_desc(tmb);
+  u32 s = pos.s, ph = pos.ph;
+  for (;;) {
+    const i32 t = job.claim();
+    i32 stop = t < 0 ? -1 : 0;
+    TileCoord tc;
+    if (t >= 0) tc = sched.tile(t);  // (no tile 0 to place when every group is empty)
+    else tc.kb0 = tc.kb1 = 0;
+    // The hook runs once, before the unit's first slab: the consumers learn a stop only at a
+    // unit's first stage (a stop between two slabs would leave them waiting for the next one).
+    if (stop == 0 && !job.ready(tc, tc.kb0)) stop = -2;
+    // A stage without loads carries only its slot: the stop (-1 no more tiles, -2 abort; the
+    // consumers release it too), or a unit with nothing to reduce (a group without rows).
+    if (stop != 0 || (Sched::kRaggedK && tc.kb1 == tc.kb0)) {
+      mbar_wait(&empty[s], ph ^ 1);
+      slot[s] = stop != 0 ? stop : t;
+      mbar_arrive(&full[s]);
+      ring_advance<Cfg::kStages>(s, ph);
+      if (stop == 0) continue;
+      if (stop == -2) ps->aborted = 1;
+      break;
+    }
+    if (!Job::Ready::kTrivial) fence_proxy_async_global();
+    for (i32 kb = tc.kb0; kb < tc.kb1; ++kb) {
+      mbar_wait(&empty[s], ph ^ 1);
+      slot[s] = t;
+      mbar_arrive_expect_tx(&full[s], Cfg::kStageBytes);
+      u8* sa = base + s * Cfg::kStageBytes;
+      u8* sb = sa + kStageBytesA;
+      const i32 k = tc.k_off + kb * kTileK;
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const i32 mn = tc.a_m0 + 64 * h;
+        if (AK) tma_load_2d(sa + h * kBoxBytes, tma, k, mn, &full[s]);
+        else tma_load_2d(sa + h * kBoxBytes, tma, mn, k, &full[s]);
+      }
+#pragma unroll
+      for (int c = 0; c < Cfg::kBoxesB; ++c) {
+        const i32 col = b_chunk_col<kN>(p, tc.tn, c);
+        if constexpr (Sched::kGroupedB) {
+          if (BK) tma_load_3d(sb + c * kBoxBytes, tmb, k, col, tc.group, &full[s]);
+          else tma_load_3d(sb + c * kBoxBytes, tmb, col, k, tc.group, &full[s]);
+        } else {
+          if (BK) tma_load_2d(sb + c * kBoxBytes, tmb, k, col, &full[s]);
+          else tma_load_2d(sb + c * kBoxBytes, tmb, col, k, &full[s]);
+        }
+      }
+      ring_advance<Cfg::kStages>(s, ph);
+    }
+  }
+  pos = RingPos{s, ph};
+  return ps->aborted == 0;
+}
+
+// The consumers' half of a call (warpgroups 1 and 2): the wgmma mainloop and the epilogue of
+// every unit the producer's slots name, until a stop slot. Returns false on an abort (-2).
+template <class Job>
+KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
+  using namespace sm90;
+  constexpr int L = Job::kLayout;
+  typedef typename Job::Sched Sched;
+  typedef typename Job::Epi Epi;
+  const Sched& sched = job.sched;
+  const Epi& epi = job.epi;
+  typedef typename Sched::Tile Cfg;
+  constexpr int kN = Cfg::kTileN;
+  constexpr bool AK = LayoutTraits<L>::kAKMajor;
+  constexpr bool BK = LayoutTraits<L>::kBKMajor;
+  u8* base = stage_base(smem_raw);
   u8* epi_smem = base + kRingBytes;  // kEpiBytes: 16 KB per consumer warpgroup
   PipelineState* ps = pipeline_of(smem_raw);
   u64* full = ps->full;
   u64* empty = ps->empty;
   i32* slot = ps->slot;
+  const int wg = threadIdx.x / 128;
+  const int cw = wg - 1;
+  const int tid = threadIdx.x - 128 * wg;
+  const int warp = tid / 32, lane = tid % 32;
+  // Defined here (the first wgmma of a unit overwrites them anyway): left undefined, their value
+  // would flow around a caller's loop (two-way AG) and the compiler keeps all 128 live, spilled,
+  // through the mover code between calls (measured: the AG kernels 7x slower).
+  float acc[Cfg::kAcc];
+#pragma unroll
+  for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
+  u32 s = pos.s, ph = pos.ph;
+  i32 stop;
+  for (;;) {
+    mbar_wait(&full[s], ph);
+    const i32 t = slot[s];
+    if (t < 0) {
+      if (lane == 0) mbar_arrive(&empty[s]);
+      ring_advance<Cfg::kStages>(s, ph);
+      stop = t;
+      break;
+    }
+    // Only the slab count (and, ragged, the reduction rows left) stay live across the mainloop;
+    // the tile is placed again for the epilogue: registers the wgmma pipeline needs otherwise.
+    i32 nslabs, k_left;
+    {
+      const TileCoord t0 = sched.tile(t);
+      nslabs = t0.kb1 - t0.kb0;
+      k_left = t0.k_end - (t0.k_off + t0.kb0 * kTileK);
+    }
+    if constexpr (Sched::kRaggedK) {
+      // Only ragged schedules have units with nothing to reduce (a group without rows). The
+      // accumulators are zeroed on every unit, not on that path alone: wgmma registers written in
+      // a divergent path make ptxas serialize every wgmma of the kernel.
+#pragma unroll
+      for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
+      if (nslabs == 0) {
+        if (lane == 0) mbar_arrive(&empty[s]);
+        ring_advance<Cfg::kStages>(s, ph);
+      }
+    }
+    int prev = -1;
+    for (i32 i = 0; i < nslabs; ++i) {
+      if (i > 0) mbar_wait(&full[s], ph);
+      u8* stage = base + s * Cfg::kStageBytes;
+      if constexpr (Sched::kRaggedK) {
+        // The group's last slab: TMA loaded 64 rows, the rows past the group's end belong to the
+        // next group. Zero them in both operands (0 x Inf would be NaN) before any wgmma reads.
+        const i32 valid = k_left - i * kTileK;
+        if (valid < kTileK) {
+          const i32 chunks = (kTileK - valid) * 8;  // 16-byte chunks per 64x64 box
+          const int ctid = tid + 128 * cw;
+          for (i32 c = ctid; c < (2 + Cfg::kBoxesB) * chunks; c += 256) {
+            const i32 box = c / chunks, r = valid + (c % chunks) / 8;
+            st16(stage + box * kBoxBytes + r * 128 + (c % 8) * 16, vec16{0u, 0u, 0u, 0u});
+          }
+          fence_proxy_async_shared();
+          named_barrier(1, 256);
+        }
+      }
+      const u32 a0 = smem_addr(stage + cw * kBoxBytes);
+      const u32 b0 = smem_addr(stage + kStageBytesA);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kTileK / 16; ++kk) {
+        const u64 da = AK ? make_desc(a0 + kk * 32, 16, 1024) : make_desc(a0 + kk * 2048, kBoxBytes, 1024);
+        const u64 db = BK ? make_desc(b0 + kk * 32, 16, 1024) : make_desc(b0 + kk * 2048, kBoxBytes, 1024);
+        wgmma_tile<kN, AK ? 0 : 1, BK ? 0 : 1>(acc, da, db, (i > 0 || kk > 0) ? 1u : 0u);
+      }
+      wgmma_commit();
+      wgmma_wait<1>();
+      fence_regs<Cfg::kAcc>(acc);
+      if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+      prev = int(s);
+      ring_advance<Cfg::kStages>(s, ph);
+    }
+    wgmma_wait<0>();
+    fence_regs<Cfg::kAcc>(acc);
+    if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+    const TileCoord tc = sched.tile(t);
+    if constexpr (Sched::kStreamK) {
+      if (tc.sk_pieces > 1 && !stream_k_fixup(sched, tc, acc, tid + 128 * cw)) continue;
+    }
+    bool stored = false;
+    if constexpr (Epi::kTmaStore) {
+      if (!Sched::kMaskedRows || !tc.masked) {
+        stored = true;
+      // Through shared memory, in subtiles of 64 rows x 128 bytes per warpgroup (64 bf16 or 32
+      // fp32 columns) and two 8 KB slots: subtile q is written into slot q%2 while the TMA store
+      // of subtile q-1 still reads the other slot. The slots hold the TMA's 128-byte swizzle
+      // (16-byte chunk ^= row % 8), which also keeps the fragment's 8-row stores free of bank
+      // conflicts.
+      constexpr int kEB = Epi::kTmaElemBytes;
+      constexpr int kBoxCols = 128 / kEB, kN8 = kBoxCols / 8;  // columns and n8 blocks per subtile
+      u8* ebuf = epi_smem + cw * (kEpiBytes / 2);
+      const int r0 = warp * 16 + lane / 4;
+      const i32 map_row = epi.tma_row(tc) + cw * 64;
+#pragma unroll
+      for (int q = 0; q < kN / kBoxCols; ++q) {
+        u8* slot_q = ebuf + (q % 2) * kBoxBytes;
+        if (tid == 0) bulk_wait_read_but_one();  // the store that last used this slot has read it
+        (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
+#pragma unroll
+        for (int jj = 0; jj < kN8; ++jj) {
+#pragma unroll
+          for (int i = 0; i < 2; ++i) {
+            const int r = r0 + 8 * i;
+            const int a = 4 * (kN8 * q + jj) + 2 * i;
+            if constexpr (kEB == 2) {  // an n8 block is one 16-byte chunk, 4 bytes a lane
+              *reinterpret_cast<u32*>(slot_q + r * 128 + ((jj ^ (r % 8)) * 16) + (lane % 4) * 4) =
+                  pack_bf16x2(acc[a], acc[a + 1]);
+            } else {  // two chunks, 8 bytes a lane
+              const int chunk = 2 * jj + (lane % 4) / 2;
+              *reinterpret_cast<float2*>(slot_q + r * 128 + ((chunk ^ (r % 8)) * 16) + (lane % 2) * 8) =
+                  make_float2(acc[a], acc[a + 1]);
+            }
+          }
+        }
+        fence_proxy_async_shared();
+        (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
+        if (tid == 0) {
+          tma_store_2d(epi.map, slot_q, tc.col0 + kBoxCols * q, map_row);
+          bulk_commit();
+        }
+      }
+      if (Epi::kHasDone && tid == 0) bulk_wait_all();
+      }
+    }
+    if (!stored) {
+      // Epilogue from registers (also every tile whose rows end inside the output).
+      fragment_pairs<kN>(epi, tc, tc.row0 + cw * 64 + warp * 16 + lane / 4, 2 * (lane % 4), acc);
+    }
+    if (Epi::kHasDone) {
+      named_barrier(1, 256);
+      if (tid == 0 && cw == 0) epi.done(tc);
+    }
+  }
+  if (Epi::kTmaStore && tid == 0) bulk_wait_all();  // shared memory stays ours until the stores are done
+  pos = RingPos{s, ph};
+  return stop == -1;
+}
 
+// A builder call by the whole CTA: the producer warpgroup runs produce() (thread 0), the consumer
+// warpgroups consume(). MoveRegs: the warpgroups trade registers (setmaxnreg: producer 40,
+// consumers 232) for the call and give them back at its end; false keeps every warp at kEntryRegs
+// (the consumers then hold a 128-register accumulator tile in 168: spills, slower).
+// Runs job1, then (if `second`, the same in every thread of the CTA) job2, in one register trade
+// (job.h); a job after an aborted one is skipped by both sides alike.
+template <bool MoveRegs, class Job1, class Job2>
+KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job1& job1, bool second, const Job2& job2) {
+  using namespace sm90;
+  PipelineState* ps = pipeline_of(smem_raw);
   const int wg = threadIdx.x / 128;
   // setmaxnreg and bar.sync are .aligned: every thread of a warp executes them together. The
   // __syncwarp()s before them reconverge what a caller or a thread-0 section left diverged (a
@@ -194,59 +428,12 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
   if (wg == 0) {
     if constexpr (MoveRegs) setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
-      tma_prefetch_desc(tma);
-      tma_prefetch_desc(tmb);
-      u32 s = ps->prod_stage, ph = ps->prod_phase;
-      for (;;) {
-        const i32 t = claim();
-        i32 stop = t < 0 ? -1 : 0;
-        TileCoord tc;
-        if (t >= 0) tc = sched.tile(t);  // (no tile 0 to place when every group is empty)
-        else tc.kb0 = tc.kb1 = 0;
-        // The hook runs once, before the unit's first slab: the consumers learn a stop only at a
-        // unit's first stage (a stop between two slabs would leave them waiting for the next one).
-        if (stop == 0 && !ready(tc, tc.kb0)) stop = -2;
-        // A stage without loads carries only its slot: the stop (-1 no more tiles, -2 abort; the
-        // consumers release it too), or a unit with nothing to reduce (a group without rows).
-        if (stop != 0 || (Sched::kRaggedK && tc.kb1 == tc.kb0)) {
-          mbar_wait(&empty[s], ph ^ 1);
-          slot[s] = stop != 0 ? stop : t;
-          mbar_arrive(&full[s]);
-          ring_advance<Cfg::kStages>(s, ph);
-          if (stop == 0) continue;
-          if (stop == -2) ps->aborted = 1;
-          break;
-        }
-        if (!Ready::kTrivial) fence_proxy_async_global();
-        for (i32 kb = tc.kb0; kb < tc.kb1; ++kb) {
-          mbar_wait(&empty[s], ph ^ 1);
-          slot[s] = t;
-          mbar_arrive_expect_tx(&full[s], Cfg::kStageBytes);
-          u8* sa = base + s * Cfg::kStageBytes;
-          u8* sb = sa + kStageBytesA;
-          const i32 k = tc.k_off + kb * kTileK;
-#pragma unroll
-          for (int h = 0; h < 2; ++h) {
-            const i32 mn = tc.a_m0 + 64 * h;
-            if (AK) tma_load_2d(sa + h * kBoxBytes, tma, k, mn, &full[s]);
-            else tma_load_2d(sa + h * kBoxBytes, tma, mn, k, &full[s]);
-          }
-#pragma unroll
-          for (int c = 0; c < Cfg::kBoxesB; ++c) {
-            const i32 col = b_chunk_col<kN>(p, tc.tn, c);
-            if constexpr (Sched::kGroupedB) {
-              if (BK) tma_load_3d(sb + c * kBoxBytes, tmb, k, col, tc.group, &full[s]);
-              else tma_load_3d(sb + c * kBoxBytes, tmb, col, k, tc.group, &full[s]);
-            } else {
-              if (BK) tma_load_2d(sb + c * kBoxBytes, tmb, k, col, &full[s]);
-              else tma_load_2d(sb + c * kBoxBytes, tmb, col, k, &full[s]);
-            }
-          }
-          ring_advance<Cfg::kStages>(s, ph);
-        }
+      RingPos pos{ps->prod_stage, ps->prod_phase};
+      if (produce(job1, smem_raw, pos) && second) {
+        if constexpr (IsJob<Job2>::value) produce(job2, smem_raw, pos);
       }
-      ps->prod_stage = s;
-      ps->prod_phase = ph;
+      ps->prod_stage = pos.s;
+      ps->prod_phase = pos.ph;
     }
     // Back to the entry count inside this branch, so both warpgroups reach the join below with the
     // same register count: an .inc after the join gave ptxas a join of 40- and 168-register paths,
@@ -258,152 +445,29 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, co
     if constexpr (MoveRegs) setmaxnreg_inc<kEntryRegs>();
   } else {
     if constexpr (MoveRegs) setmaxnreg_inc<kConsumerRegs>();
-    const int cw = wg - 1;
-    const int tid = threadIdx.x - 128 * wg;
-    const int warp = tid / 32, lane = tid % 32;
-    // Defined here (the first wgmma of a unit overwrites them anyway): left undefined, their value
-    // would flow around a caller's loop (two-way AG) and the compiler keeps all 128 live, spilled,
-    // through the mover code between calls (measured: the AG kernels 7x slower).
-    float acc[Cfg::kAcc];
-#pragma unroll
-    for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
-    u32 s = ps->cons_stage, ph = ps->cons_phase;
-    for (;;) {
-      mbar_wait(&full[s], ph);
-      const i32 t = slot[s];
-      if (t < 0) {
-        if (lane == 0) mbar_arrive(&empty[s]);
-        ring_advance<Cfg::kStages>(s, ph);
-        break;
-      }
-      // Only the slab count (and, ragged, the reduction rows left) stay live across the mainloop;
-      // the tile is placed again for the epilogue: registers the wgmma pipeline needs otherwise.
-      i32 nslabs, k_left;
-      {
-        const TileCoord t0 = sched.tile(t);
-        nslabs = t0.kb1 - t0.kb0;
-        k_left = t0.k_end - (t0.k_off + t0.kb0 * kTileK);
-      }
-      if constexpr (Sched::kRaggedK) {
-        // Only ragged schedules have units with nothing to reduce (a group without rows). The
-        // accumulators are zeroed on every unit, not on that path alone: wgmma registers written in
-        // a divergent path make ptxas serialize every wgmma of the kernel.
-#pragma unroll
-        for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
-        if (nslabs == 0) {
-          if (lane == 0) mbar_arrive(&empty[s]);
-          ring_advance<Cfg::kStages>(s, ph);
-        }
-      }
-      int prev = -1;
-      for (i32 i = 0; i < nslabs; ++i) {
-        if (i > 0) mbar_wait(&full[s], ph);
-        u8* stage = base + s * Cfg::kStageBytes;
-        if constexpr (Sched::kRaggedK) {
-          // The group's last slab: TMA loaded 64 rows, the rows past the group's end belong to the
-          // next group. Zero them in both operands (0 x Inf would be NaN) before any wgmma reads.
-          const i32 valid = k_left - i * kTileK;
-          if (valid < kTileK) {
-            const i32 chunks = (kTileK - valid) * 8;  // 16-byte chunks per 64x64 box
-            const int ctid = tid + 128 * cw;
-            for (i32 c = ctid; c < (2 + Cfg::kBoxesB) * chunks; c += 256) {
-              const i32 box = c / chunks, r = valid + (c % chunks) / 8;
-              st16(stage + box * kBoxBytes + r * 128 + (c % 8) * 16, vec16{0u, 0u, 0u, 0u});
-            }
-            fence_proxy_async_shared();
-            named_barrier(1, 256);
-          }
-        }
-        const u32 a0 = smem_addr(stage + cw * kBoxBytes);
-        const u32 b0 = smem_addr(stage + kStageBytesA);
-        wgmma_fence();
-#pragma unroll
-        for (int kk = 0; kk < kTileK / 16; ++kk) {
-          const u64 da = AK ? make_desc(a0 + kk * 32, 16, 1024) : make_desc(a0 + kk * 2048, kBoxBytes, 1024);
-          const u64 db = BK ? make_desc(b0 + kk * 32, 16, 1024) : make_desc(b0 + kk * 2048, kBoxBytes, 1024);
-          wgmma_tile<kN, AK ? 0 : 1, BK ? 0 : 1>(acc, da, db, (i > 0 || kk > 0) ? 1u : 0u);
-        }
-        wgmma_commit();
-        wgmma_wait<1>();
-        fence_regs<Cfg::kAcc>(acc);
-        if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
-        prev = int(s);
-        ring_advance<Cfg::kStages>(s, ph);
-      }
-      wgmma_wait<0>();
-      fence_regs<Cfg::kAcc>(acc);
-      if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
-      const TileCoord tc = sched.tile(t);
-      if constexpr (Sched::kStreamK) {
-        if (tc.sk_pieces > 1 && !stream_k_fixup(sched, tc, acc, tid + 128 * cw)) continue;
-      }
-      bool stored = false;
-      if constexpr (Epi::kTmaStore) {
-        if (!Sched::kMaskedRows || !tc.masked) {
-          stored = true;
-        // Through shared memory, in subtiles of 64 rows x 128 bytes per warpgroup (64 bf16 or 32
-        // fp32 columns) and two 8 KB slots: subtile q is written into slot q%2 while the TMA store
-        // of subtile q-1 still reads the other slot. The slots hold the TMA's 128-byte swizzle
-        // (16-byte chunk ^= row % 8), which also keeps the fragment's 8-row stores free of bank
-        // conflicts.
-        constexpr int kEB = Epi::kTmaElemBytes;
-        constexpr int kBoxCols = 128 / kEB, kN8 = kBoxCols / 8;  // columns and n8 blocks per subtile
-        u8* ebuf = epi_smem + cw * (kEpiBytes / 2);
-        const int r0 = warp * 16 + lane / 4;
-        const i32 map_row = epi.tma_row(tc) + cw * 64;
-#pragma unroll
-        for (int q = 0; q < kN / kBoxCols; ++q) {
-          u8* slot_q = ebuf + (q % 2) * kBoxBytes;
-          if (tid == 0) bulk_wait_read_but_one();  // the store that last used this slot has read it
-          (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
-#pragma unroll
-          for (int jj = 0; jj < kN8; ++jj) {
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-              const int r = r0 + 8 * i;
-              const int a = 4 * (kN8 * q + jj) + 2 * i;
-              if constexpr (kEB == 2) {  // an n8 block is one 16-byte chunk, 4 bytes a lane
-                *reinterpret_cast<u32*>(slot_q + r * 128 + ((jj ^ (r % 8)) * 16) + (lane % 4) * 4) =
-                    pack_bf16x2(acc[a], acc[a + 1]);
-              } else {  // two chunks, 8 bytes a lane
-                const int chunk = 2 * jj + (lane % 4) / 2;
-                *reinterpret_cast<float2*>(slot_q + r * 128 + ((chunk ^ (r % 8)) * 16) + (lane % 2) * 8) =
-                    make_float2(acc[a], acc[a + 1]);
-              }
-            }
-          }
-          fence_proxy_async_shared();
-          (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
-          if (tid == 0) {
-            tma_store_2d(epi.map, slot_q, tc.col0 + kBoxCols * q, map_row);
-            bulk_commit();
-          }
-        }
-        if (Epi::kHasDone && tid == 0) bulk_wait_all();
-        }
-      }
-      if (!stored) {
-        // Epilogue from registers (also every tile whose rows end inside the output).
-        fragment_pairs<kN>(epi, tc, tc.row0 + cw * 64 + warp * 16 + lane / 4, 2 * (lane % 4), acc);
-      }
-      if (Epi::kHasDone) {
-        named_barrier(1, 256);
-        if (tid == 0 && cw == 0) epi.done(tc);
-      }
+    RingPos pos{ps->cons_stage, ps->cons_phase};
+    if (consume(job1, smem_raw, pos) && second) {
+      if constexpr (IsJob<Job2>::value) consume(job2, smem_raw, pos);
     }
-    if (Epi::kTmaStore && tid == 0) bulk_wait_all();  // shared memory stays ours until the stores are done
-    if (tid == 0 && cw == 0) {
-      ps->cons_stage = s;
-      ps->cons_phase = ph;
+    if (threadIdx.x == 128) {  // every consumer warp holds the same position
+      ps->cons_stage = pos.s;
+      ps->cons_phase = pos.ph;
     }
     // PTX: between two setmaxnreg of a warpgroup its warps must synchronize explicitly. A
     // warpgroup that built no tile (it saw the stop first) met no barrier since its .inc above.
     __syncwarp();
-    (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
+    (wg == 1 ? named_barrier(2, 128) : named_barrier(3, 128));
     if constexpr (MoveRegs) setmaxnreg_dec<kEntryRegs>();
   }
   __syncthreads();
   return ps->aborted == 0;
+}
+
+template <int L, bool MoveRegs, class Sched, class Claim, class Ready, class Epi>
+KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, const TensorMap* tmb, u8* smem_raw,
+                                    Claim& claim, const Ready& ready, const Epi& epi) {
+  const BuilderJob<L, Sched, Claim, Ready, Epi> job{sched, tma, tmb, claim, ready, epi};
+  return run_builder_jobs<MoveRegs>(smem_raw, job, false, NoJob{});
 }
 
 }  // namespace gemm

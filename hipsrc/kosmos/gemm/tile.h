@@ -45,5 +45,14 @@ KOSMOS_DEVICE bool run_builder(const Sched& sched, const TensorMap* tma, const T
   return run_builder_arch<L, MoveRegs>(sched, tma, tmb, smem, claim, ready, epi);
 }
 
+// job1 then, where `second` (the same in every thread of the CTA), job2 (job.h: gemm::builder_job),
+// as one call: on Hopper the warpgroups trade registers once for both and the consumers go from
+// job1's last tile to job2's first without leaving the warp-specialized loop. Returns false when a
+// readiness hook aborted (job2 is then skipped).
+template <bool MoveRegs = true, class Job1, class Job2>
+KOSMOS_DEVICE bool run_builder_pair(u8* smem, const Job1& job1, bool second, const Job2& job2) {
+  return run_builder_jobs<MoveRegs>(smem, job1, second, job2);
+}
+
 }  // namespace gemm
 }  // namespace kosmos

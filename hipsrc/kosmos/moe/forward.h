@@ -48,7 +48,9 @@ KOSMOS_DEVICE void zero_when_last_out(u64* out, u64* rows_done, i32 n) {
 // 1 <= movers (CTA 0 publishes the counts), 0 <= crew < grid. words[0..1]: GEMM1's queue,
 // words[2..3]: GEMM2's, words[4]: CTAs out (for the rows_done reset). rows_cap: the counters per
 // GEMM (at least the tile rows the arena can hold). PushUnroll: vectors in flight per mover thread.
-template <class Tile, int PushUnroll, bool MoveRegs1, bool MoveRegs2, class Epi1, class Epi2>
+// RegPlan (an experiment's knob, notes/moe.md session 11): which builder calls trade registers
+// between warpgroups (setmaxnreg): bit 0 GEMM1's, bit 1 GEMM2's; 4: both GEMMs in one call, one trade.
+template <class Tile, int PushUnroll, int RegPlan, class Epi1, class Epi2>
 KOSMOS_DEVICE void forward_experts(const ExpertGemm& g1, const Epi1& epi1, const ExpertGemm& g2, const Epi2& epi2,
                                    const DispatchParams& d, const CombineParams& c, i32 movers, i32 crew,
                                    i32 rows_cap, u64* words, u64* rows_done) {
@@ -73,14 +75,19 @@ KOSMOS_DEVICE void forward_experts(const ExpertGemm& g1, const Epi1& epi1, const
     const gemm::RunsArrived<gemm::LAYOUT_TN> arrived{counts_slot(d, d.rank, 0) + d.rank * d.e_loc, 1, d.experts,
                                                      arrived_flag(d, d.rank, 0, 0), kMaxWorld, call_epoch(0), d.world,
                                                      d.wait};
-    fine = gemm::run_builder<gemm::LAYOUT_TN, MoveRegs1>(s1, g1.a, g1.b, smem, claim1, arrived,
-                                              gemm::EpiTileRowDone<Epi1>(epi1, rows_done, &table));
-    if (fine && i32(blockIdx.x) >= crew) {
-      const gemm::GroupedSchedule<gemm::LAYOUT_TN, Tile> s2{*g2.p, &table};
-      gemm::QueueClaim claim2{words + 2, s2.units()};
-      const gemm::TileRowsDone h_done{rows_done, &table, u64(g1.p->tiles_n), d.wait};
-      fine = gemm::run_builder<gemm::LAYOUT_TN, MoveRegs2>(s2, g2.a, g2.b, smem, claim2, h_done,
-                                                gemm::EpiTileRowDone<Epi2>(epi2, rows_done + rows_cap, &table));
+    const gemm::EpiTileRowDone<Epi1> done1(epi1, rows_done, &table);
+    const auto job1 = gemm::builder_job<gemm::LAYOUT_TN>(s1, g1.a, g1.b, claim1, arrived, done1);
+    const gemm::GroupedSchedule<gemm::LAYOUT_TN, Tile> s2{*g2.p, &table};
+    gemm::QueueClaim claim2{words + 2, s2.units()};
+    const gemm::TileRowsDone h_done{rows_done, &table, u64(g1.p->tiles_n), d.wait};
+    const gemm::EpiTileRowDone<Epi2> done2(epi2, rows_done + rows_cap, &table);
+    const auto job2 = gemm::builder_job<gemm::LAYOUT_TN>(s2, g2.a, g2.b, claim2, h_done, done2);
+    const bool builds2 = i32(blockIdx.x) >= crew;
+    if constexpr (RegPlan == 4) {  // one register trade for both GEMMs
+      fine = gemm::run_builder_pair<true>(smem, job1, builds2, job2);
+    } else {
+      fine = gemm::run_builder_pair<(RegPlan & 1) != 0>(smem, job1, false, gemm::NoJob{});
+      if (fine && builds2) fine = gemm::run_builder_pair<(RegPlan & 2) != 0>(smem, job2, false, gemm::NoJob{});
     }
     __syncthreads();  // the pipeline's shared memory becomes the combine's tables
     if (fine) {
