@@ -419,6 +419,9 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
 template <bool MoveRegs, class Job1, class Job2>
 KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job1& job1, bool second, const Job2& job2) {
   using namespace sm90;
+  if constexpr (IsJob<Job2>::value)
+    static_assert(Job1::Sched::Tile::kStages == Job2::Sched::Tile::kStages,
+                  "the ring's position carries from one job to the next: one stage count for both");
   PipelineState* ps = pipeline_of(smem_raw);
   const int wg = threadIdx.x / 128;
   // setmaxnreg and bar.sync are .aligned: every thread of a warp executes them together. The
