@@ -34,7 +34,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
 
 // The forward's register plan (forward.h: RegPlan)
 #ifndef KOSMOS_MOE_FWD_MOVE_REGS
-#define KOSMOS_MOE_FWD_MOVE_REGS 0
+#define KOSMOS_MOE_FWD_MOVE_REGS 4
 #endif
 
 // The expert part of the MoE forward in one launch (hipsrc/kosmos/moe/forward.h): GEMM1's maps and

@@ -441,13 +441,18 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job1& job1, bool second,
     // Back to the entry count inside this branch, so both warpgroups reach the join below with the
     // same register count: an .inc after the join gave ptxas a join of 40- and 168-register paths,
     // and it spilled what callers keep live across the call to fit 40 (the TP kernels: 264-628 B
-    // of spills, now 0-268). The .inc waits for the consumers' .dec; the barrier (id 4: this
-    // warpgroup) is the PTX rule between two setmaxnreg of a warpgroup.
+    // of spills, now 0-268). Barrier 4 is the PTX rule between two setmaxnreg of this warpgroup,
+    // and more: the consumers arrive at it once their .inc<232> has its registers, so this .inc
+    // can only take registers the consumers' .dec gives back. Without it, a producer that met the
+    // stop at once could take back its own 128 x 128 freed registers before the consumers' .inc
+    // got them; their .inc then waited for ever (the MoE forward's hang: the consumer warps of one
+    // SM sub-partition stuck, one CTA in 50-400 calls where a builder call found its queue empty).
     __syncwarp();
-    named_barrier(4, 128);
+    named_barrier(4, 384);
     if constexpr (MoveRegs) setmaxnreg_inc<kEntryRegs>();
   } else {
     if constexpr (MoveRegs) setmaxnreg_inc<kConsumerRegs>();
+    named_barrier_arrive(4, 384);  // this warp holds its consumer registers (see the producer's barrier 4)
     RingPos pos{ps->cons_stage, ps->cons_phase};
     if (consume(job1, smem_raw, pos) && second) {
       if constexpr (IsJob<Job2>::value) consume(job2, smem_raw, pos);

@@ -88,6 +88,10 @@ template <int N> KOSMOS_DEVICE void setmaxnreg_dec() { asm volatile("setmaxnreg.
 
 // Named barrier among `count` threads (the builder: 1 both consumer warpgroups, 2 / 3 each, 4 the producer's).
 KOSMOS_DEVICE void named_barrier(u32 id, u32 count) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory"); }
+// Arrive at a named barrier without waiting (the other side bar.syncs with the same count).
+KOSMOS_DEVICE void named_barrier_arrive(u32 id, u32 count) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(count) : "memory");
+}
 
 // ---- L2-coherent global accesses (data other CTAs of this launch write or read: not through L1) ----
 KOSMOS_DEVICE void st_cg_f32(float* p, float v) { asm volatile("st.global.cg.f32 [%0], %1;" ::"l"(p), "f"(v) : "memory"); }
