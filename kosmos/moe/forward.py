@@ -1,12 +1,10 @@
 """MoEForward: the local experts' part of the MoE forward in one launch, dispatch to fold.
 
-NOT READY -- it hung intermittently on the H200 (one call in 10-80 under notes/debug/hang.py):
-one CTA never left the builder, some of its consumer warps waiting one stage past the stop on an
-mbarrier word that held data. Without setmaxnreg (the builder's register moves between
-warpgroups) 600 calls ran clean; with the builder's warps reconverged (__syncwarp) before each
-setmaxnreg, 300 calls ran clean -- to be confirmed by longer runs. It is also slower than the
-separate launches at world 1 (12-40 %). Not exported from kosmos.moe, not used by MoELayer (path
-"fused" runs the two-launch kernels), its GPU tests are skipped; notes/moe.md, sessions 9 and 10.
+MoELayer(path="fused") runs it. On the H200 it ran 3,100 calls of notes/debug/hang.py clean and
+passes its tests at 1, 2 and 4 ranks, bitwise the separate launches; at world 1 it is 3-40 %
+slower than them (notes/moe.md, session 11). Its two GEMMs run in ONE builder call (the warpgroups
+trade registers once): plans that trade registers in a second builder call hung, one call in
+50-800; that root cause is open.
 
     fwd = MoEForward(dispatch, combine)     # a MoEDispatch and a MoECombine of the same world and experts
     y, h = fwd(x, routing, w1, w2, gate_up=None, shared=None)
