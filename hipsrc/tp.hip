@@ -189,13 +189,16 @@ KOSMOS_DEVICE void ag_nn_nt(const TensorMap& tma, const TensorMap& tmb, const Te
   builder_init(smem);
   TableClaim dgrad_claim{&heads->tile, c.tile_order, c.n_tiles, nullptr, 0};
   const GatherReady dgrad_ready{a.arrived, epoch, a.m, a.tiles_m_per_chunk, a.items_per_chunk, world == 1, wait};
-  if (!run_builder<LAYOUT_NN>(DenseSchedule<Tile>{c.p}, &tma, &tmb, smem, dgrad_claim, dgrad_ready,
-                              EpiStoreBf16Tma(a.epi, &tmc)))
-    return;
+  const DenseSchedule<Tile> dgrad{c.p};
+  const EpiStoreBf16Tma dgrad_epi(a.epi, &tmc);
   TableClaim wgrad_claim{&heads->join, nullptr, P.n_tiles2, nullptr, 0};
   const AllGatheredReady wgrad_ready{P.arrived2, epoch, world * a.items_per_chunk, world == 1, wait};
-  run_builder<LAYOUT_NT>(DenseSchedule<Tile>{P.p2}, &tma2, &tmb2, smem, wgrad_claim, wgrad_ready,
-                         EpiStoreBf16Tma(P.epi2, &tmc2));
+  const DenseSchedule<Tile> wgrad{P.p2};
+  const EpiStoreBf16Tma wgrad_epi(P.epi2, &tmc2);
+  // One builder call for both GEMMs (the wgrad is skipped when a dgrad wait aborted): a register
+  // trade in a second builder call hung the MoE forward (notes/moe.md, session 11).
+  run_builder_pair(smem, builder_job<LAYOUT_NN>(dgrad, &tma, &tmb, dgrad_claim, dgrad_ready, dgrad_epi), true,
+                   builder_job<LAYOUT_NT>(wgrad, &tma2, &tmb2, wgrad_claim, wgrad_ready, wgrad_epi));
 }
 
 // (The six maps first: the launch packs arguments at their NumPy alignment, and every map must
