@@ -14,7 +14,8 @@ adds a linear per-expert bias ramp (models with expert_bias only; each case reco
 rows per expert). Contenders, timed interleaved call by call through kosmos.timing (device
 events behind the stream blocker): layer (path "device": router GEMM, routing, dispatch, both
 grouped GEMMs, the shared expert, combine and fold as separate launches, no host round trip);
-fused m=M (path "fused": the dispatch and GEMM1 in one launch, M movers; `--movers 8,33,auto`);
+fused m=M [c=C] (path "fused": the experts' part in one launch, MoEForward, with M dispatch movers
+and C combine crew; `--movers 8,33,auto --crew 0,16`);
 experts (every expert GEMM of the layer alone: the two grouped GEMMs on the same counts and the
 shared expert's); dense (cuBLAS on the same FLOPs: the routed rows' two GEMMs and the shared
 experts'); without the stream blocker (host gaps included, as a user sees them): layer unheld
@@ -135,13 +136,16 @@ def case_params(world, cfg, skew, seed):
     return params
 
 
-def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, movers=(None,), baseline=True):
+def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, movers=(None,), crews=(None,),
+               baseline=True):
     import cupy
 
     tokens = tokens_of(cfg, rows_per, world.size)
     cap = capacity_of(cfg, tokens, world.size)
     layer = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="device")
-    fused = {m: MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="fused", movers=m) for m in movers}
+    fused = {f"fused m={m or 'auto'}" + ("" if c is None else f" c={c}"):
+             MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="fused", movers=m, crew=c)
+             for m in movers for c in crews}
     base = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="baseline") if baseline else None
     try:
         params = case_params(world, cfg, skew, seed)
@@ -181,9 +185,9 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
                 cupy.matmul(sa, sw2.T, out=so)
 
         fns = {"layer": whole}
-        for m, fl in fused.items():
+        for name, fl in fused.items():
             fl.forward(x, params, check=True)
-            fns[f"fused m={m or 'auto'}"] = (lambda fl: lambda _: fl.forward(x, params))(fl)
+            fns[name] = (lambda fl: lambda _: fl.forward(x, params))(fl)
         # a layer forward is ~20 launches: 4 rounds per hold stay well inside the launch queue
         t = time_calls(world, {**fns, "experts": experts, "dense": dense}, warmup, iters, rounds_per_hold=4)
         if base is not None:  # it synchronizes (counts through the host): timed without the blocker,
@@ -326,6 +330,8 @@ def main(argv=None):
     ap.add_argument("--skew", action="store_true", help="also a skewed routing (models with expert_bias)")
     ap.add_argument("--movers", default="auto",
                     help="path 'fused' layers to time, by movers (comma-separated CTA counts, 'auto' = default)")
+    ap.add_argument("--crew", default="auto",
+                    help="and by combine crew (comma-separated CTA counts, 'auto' = default): every pair is timed")
     ap.add_argument("--backward", action="store_true",
                     help="time the backward instead (step = forward + backward, its GEMMs alone, dense)")
     ap.add_argument("--phases", action="store_true",
@@ -334,6 +340,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
     rows_list = [256, 2048] if args.quick else [int(r) for r in args.rows.split(",")]
     movers = tuple(None if m == "auto" else int(m) for m in args.movers.split(","))
+    crews = tuple(None if c == "auto" else int(c) for c in args.crew.split(","))
     with gpu_per_rank("bench/moe.py") as (world, commit):
         say = print if world.rank == 0 else (lambda *a, **k: None)  # rank 0 speaks for the slowest rank
         results = []
@@ -353,7 +360,7 @@ def main(argv=None):
                                                             if k.endswith("backward unheld")), flush=True)
                         continue
                     rec = bench_case(world, cfg, rows_per, skew, args.iters, args.warmup, seed=len(results) * 7 + 1,
-                                     phases=args.phases, movers=movers)
+                                     phases=args.phases, movers=movers, crews=crews)
                     results.append(rec)
                     say(f"{cfg.name:22s} rows/exp {rows_per:5d} {'skewed' if skew else 'routed':6s} "
                           f"layer {rec['layer']['ms']:7.3f} ms  experts {rec['experts']['ms']:7.3f}  "

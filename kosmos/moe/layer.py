@@ -208,12 +208,13 @@ def _pair_rows(rows: Any, r: DeviceRouting, t: int) -> Any:
 
 class MoELayer:
     def __init__(self, world: World, cfg: MoEConfig, max_tokens: int, *, capacity_rows: int | None = None,
-                 path: str = "device", movers: int | None = None):
+                 path: str = "device", movers: int | None = None, crew: int | None = None):
         """max_tokens: the most tokens any rank passes to forward. capacity_rows: the most rows a rank
         may receive in one call (default: dropless, P * max_tokens * min(k, E/P); under token dropping,
         cfg.capacity_factor > 0, at most P * E/P * cfg.capacity_of(max_tokens)); a routing that would
-        exceed it raises on every rank before anything moves. movers (path "fused"): CTAs that push
-        rows before they build (default: MoEDispatch.swiglu's)."""
+        exceed it raises on every rank before anything moves. movers and crew (path "fused"): CTAs
+        that push rows before they build, and CTAs that start the combine instead of building the
+        second GEMM (defaults: MoEForward's)."""
         world.require_gpu()
         check_routable(cfg)
         agree_args(world.comm, "MoELayer", cfg=repr(cfg), max_tokens=max_tokens, capacity_rows=capacity_rows,
@@ -222,7 +223,7 @@ class MoELayer:
             raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
         if path not in PATHS:
             raise ValueError(f"path must be one of {PATHS}, got {path!r}")
-        self.path, self.movers = path, movers
+        self.path, self.movers, self.crew = path, movers, crew
         self.world, self.cfg, self.max_tokens = world, cfg, max_tokens
         self.P = world.size
         self.e_loc = cfg.local_experts(self.P)
@@ -457,7 +458,8 @@ class MoELayer:
         gate_up = cupy.empty((self.capacity_rows, 2 * self.cfg.intermediate), bfloat16)
         shared, kept = self._shared(x, params)
         if self.path == "fused":
-            y, hmid = self._forward(x, r, params.w1, params.w2, gate_up=gate_up, shared=shared, movers=self.movers)
+            y, hmid = self._forward(x, r, params.w1, params.w2, gate_up=gate_up, shared=shared, movers=self.movers,
+                                     crew=self.crew)
             x_e, group_rows = self._dispatch.arena.local.view(bfloat16), self._dispatch.group_rows
         else:
             arena, group_rows, _ = self._dispatch(x, r)
