@@ -197,7 +197,7 @@ KOSMOS_DEVICE void ag_nn_nt(const TensorMap& tma, const TensorMap& tmb, const Te
   const EpiStoreBf16Tma wgrad_epi(P.epi2, &tmc2);
   // One builder call for both GEMMs (the wgrad is skipped when a dgrad wait aborted): a register
   // trade in a second builder call hung the MoE forward (notes/moe.md, session 11).
-  run_builder_pair(smem, builder_job<LAYOUT_NN>(dgrad, &tma, &tmb, dgrad_claim, dgrad_ready, dgrad_epi), true,
+  run_builder_jobs(smem, builder_job<LAYOUT_NN>(dgrad, &tma, &tmb, dgrad_claim, dgrad_ready, dgrad_epi),
                    builder_job<LAYOUT_NT>(wgrad, &tma2, &tmb2, wgrad_claim, wgrad_ready, wgrad_epi));
 }
 

@@ -93,15 +93,12 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap*, const 
   }
 }
 
-// Two jobs back to back (nothing is traded between calls here: a pair is two calls).
-template <bool MoveRegs, class Job1, class Job2>
-KOSMOS_DEVICE bool run_builder_jobs(u8* smem, const Job1& j1, bool second, const Job2& j2) {
-  if (!run_builder_arch<Job1::kLayout, MoveRegs>(j1.sched, j1.tma, j1.tmb, smem, j1.claim, j1.ready, j1.epi))
+// The jobs in order (nothing is traded between calls here: a job list is one call per job).
+template <bool MoveRegs = true, class Job, class... Rest>
+KOSMOS_DEVICE bool run_builder_jobs(u8* smem, const Job& j, const Rest&... rest) {
+  if (j.on && !run_builder_arch<Job::kLayout, MoveRegs>(j.sched, j.tma, j.tmb, smem, j.claim, j.ready, j.epi))
     return false;
-  if constexpr (IsJob<Job2>::value) {
-    if (second) return run_builder_arch<Job2::kLayout, MoveRegs>(j2.sched, j2.tma, j2.tmb, smem, j2.claim, j2.ready,
-                                                                 j2.epi);
-  }
+  if constexpr (sizeof...(Rest) > 0) return run_builder_jobs<MoveRegs>(smem, rest...);
   return true;
 }
 

@@ -414,14 +414,29 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
 // warpgroups consume(). MoveRegs: the warpgroups trade registers (setmaxnreg: producer 40,
 // consumers 232) for the call and give them back at its end; false keeps every warp at kEntryRegs
 // (the consumers then hold a 128-register accumulator tile in 168: spills, slower).
-// Runs job1, then (if `second`, the same in every thread of the CTA) job2, in one register trade
-// (job.h); a job after an aborted one is skipped by both sides alike.
-template <bool MoveRegs, class Job1, class Job2>
-KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job1& job1, bool second, const Job2& job2) {
+// Each side's walk over the jobs in order: a job that is off is skipped, and after an aborted one
+// the rest are (both sides see the same slots, so they skip alike).
+template <class Job, class... Rest>
+KOSMOS_DEVICE bool produce_jobs(u8* smem, RingPos& pos, const Job& job, const Rest&... rest) {
+  if (job.on && !produce(job, smem, pos)) return false;
+  if constexpr (sizeof...(Rest) > 0) return produce_jobs(smem, pos, rest...);
+  return true;
+}
+template <class Job, class... Rest>
+KOSMOS_DEVICE bool consume_jobs(u8* smem, RingPos& pos, const Job& job, const Rest&... rest) {
+  if (job.on && !consume(job, smem, pos)) return false;
+  if constexpr (sizeof...(Rest) > 0) return consume_jobs(smem, pos, rest...);
+  return true;
+}
+
+// Runs the jobs (job.h) in order in one builder call, one register trade: the consumers go from
+// one job's last tile to the next job's first without a CTA barrier. Returns false when a
+// readiness hook aborted.
+template <bool MoveRegs = true, class Job, class... Rest>
+KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job& job, const Rest&... rest) {
   using namespace sm90;
-  if constexpr (IsJob<Job2>::value)
-    static_assert(Job1::Sched::Tile::kStages == Job2::Sched::Tile::kStages,
-                  "the ring's position carries from one job to the next: one stage count for both");
+  static_assert(((Rest::Sched::Tile::kStages == Job::Sched::Tile::kStages) && ...),
+                "the ring's position carries from one job to the next: one stage count for all");
   PipelineState* ps = pipeline_of(smem_raw);
   const int wg = threadIdx.x / 128;
   // setmaxnreg and bar.sync are .aligned: every thread of a warp executes them together. The
@@ -432,9 +447,7 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job1& job1, bool second,
     if constexpr (MoveRegs) setmaxnreg_dec<kProducerRegs>();
     if (threadIdx.x == 0) {
       RingPos pos{ps->prod_stage, ps->prod_phase};
-      if (produce(job1, smem_raw, pos) && second) {
-        if constexpr (IsJob<Job2>::value) produce(job2, smem_raw, pos);
-      }
+      produce_jobs(smem_raw, pos, job, rest...);
       ps->prod_stage = pos.s;
       ps->prod_phase = pos.ph;
     }
@@ -443,10 +456,10 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job1& job1, bool second,
     // and it spilled what callers keep live across the call to fit 40 (the TP kernels: 264-628 B
     // of spills, now 0-268). Barrier 4 is the PTX rule between two setmaxnreg of this warpgroup,
     // and more: the consumers arrive at it once their .inc<232> has its registers, so this .inc
-    // can only take registers the consumers' .dec gives back. Without it, a producer that met the
-    // stop at once could take back its own 128 x 128 freed registers before the consumers' .inc
-    // got them; their .inc then waited for ever (the MoE forward's hang: the consumer warps of one
-    // SM sub-partition stuck, one CTA in 50-400 calls where a builder call found its queue empty).
+    // can only take registers the consumers' .dec gives back (else a producer that met the stop at
+    // once could take back the registers it had just freed before the consumers' .inc got them,
+    // and that .inc would wait for ever). A candidate cause of the MoE forward's hang that did not
+    // cure it: a trade in a kernel's second builder call still hangs (notes/moe.md, session 11).
     __syncwarp();
     named_barrier(4, 384);
     if constexpr (MoveRegs) setmaxnreg_inc<kEntryRegs>();
@@ -454,9 +467,7 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job1& job1, bool second,
     if constexpr (MoveRegs) setmaxnreg_inc<kConsumerRegs>();
     named_barrier_arrive(4, 384);  // this warp holds its consumer registers (see the producer's barrier 4)
     RingPos pos{ps->cons_stage, ps->cons_phase};
-    if (consume(job1, smem_raw, pos) && second) {
-      if constexpr (IsJob<Job2>::value) consume(job2, smem_raw, pos);
-    }
+    consume_jobs(smem_raw, pos, job, rest...);
     if (threadIdx.x == 128) {  // every consumer warp holds the same position
       ps->cons_stage = pos.s;
       ps->cons_phase = pos.ph;
@@ -474,8 +485,7 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job1& job1, bool second,
 template <int L, bool MoveRegs, class Sched, class Claim, class Ready, class Epi>
 KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, const TensorMap* tmb, u8* smem_raw,
                                     Claim& claim, const Ready& ready, const Epi& epi) {
-  const BuilderJob<L, Sched, Claim, Ready, Epi> job{sched, tma, tmb, claim, ready, epi};
-  return run_builder_jobs<MoveRegs>(smem_raw, job, false, NoJob{});
+  return run_builder_jobs<MoveRegs>(smem_raw, builder_job<L>(sched, tma, tmb, claim, ready, epi));
 }
 
 }  // namespace gemm

@@ -1,6 +1,7 @@
-// One builder job: what a builder call computes (schedule, operand maps) and how it is fed (claim,
-// readiness hook) and finished (epilogue); tile.h's run_builder takes one, run_builder_pair two.
-// It holds references: build it from named objects that outlive the call.
+// One builder job: what a builder call computes (schedule, operand maps), how it is fed (claim,
+// readiness hook) and finished (epilogue), and whether this CTA runs it (`on`: the same in every
+// thread of the CTA). tile.h's run_builder_jobs runs several in one call. It holds references:
+// build it from named objects that outlive the call.
 #pragma once
 #include "config.h"
 
@@ -19,22 +20,15 @@ struct BuilderJob {
   ClaimT& claim;
   const Ready& ready;
   const Epi& epi;
-};
-
-// No second job (run_builder): the pair's second half is not compiled.
-struct NoJob {};
-template <class Job> struct IsJob {
-  static constexpr bool value = true;
-};
-template <> struct IsJob<NoJob> {
-  static constexpr bool value = false;
+  bool on;
 };
 
 template <int L, class Sched, class Claim, class Ready, class Epi>
 KOSMOS_DEVICE BuilderJob<L, Sched, Claim, Ready, Epi> builder_job(const Sched& sched, const TensorMap* tma,
                                                                   const TensorMap* tmb, Claim& claim,
-                                                                  const Ready& ready, const Epi& epi) {
-  return BuilderJob<L, Sched, Claim, Ready, Epi>{sched, tma, tmb, claim, ready, epi};
+                                                                  const Ready& ready, const Epi& epi,
+                                                                  bool on = true) {
+  return BuilderJob<L, Sched, Claim, Ready, Epi>{sched, tma, tmb, claim, ready, epi, on};
 }
 
 }  // namespace gemm

@@ -18,8 +18,15 @@
 //                    stop at a unit's first stage only.)
 //   epi              a compile-time epilogue (epilogue.h): EpiStoreBf16, EpiStoreF32, EpiSwiGLU.
 //                    Epi::done(tile) runs once per tile after all of its stores (completion point).
-//   MoveRegs         (Hopper) the warpgroups trade registers for the call (setmaxnreg): the default;
-//                    false for kernels where it hung (the MoE forward, notes/moe.md session 11).
+//   MoveRegs         (Hopper) the warpgroups trade registers for the call (setmaxnreg): the default.
+//                    A trade in a kernel's second builder call hung the MoE forward (notes/moe.md,
+//                    session 11): run a kernel's GEMMs as jobs of one call instead:
+//   kosmos::gemm::run_builder_jobs(smem, gemm::builder_job<L1>(sched, tma, tmb, claim, ready, epi[, on]), ...)
+//                    the jobs in order in one call (one register trade; the consumers go from one
+//                    job's last tile to the next job's first without a CTA barrier); a job whose
+//                    `on` is false is skipped (the same in every thread of the CTA); every job must
+//                    have the ring's stage count (static_assert). False when a hook aborted (the
+//                    jobs after it are skipped).
 // Returns true when claim() ran dry, false when a readiness hook aborted (then the CTA must not
 // call it again). Between calls the CTA may use its registers and the static shared memory for
 // something else; the dynamic shared memory holds the pipeline, which lives for the whole kernel.
@@ -43,15 +50,6 @@ template <int L, bool MoveRegs = true, class Sched, class Claim, class Ready, cl
 KOSMOS_DEVICE bool run_builder(const Sched& sched, const TensorMap* tma, const TensorMap* tmb, u8* smem,
                                Claim& claim, const Ready& ready, const Epi& epi) {
   return run_builder_arch<L, MoveRegs>(sched, tma, tmb, smem, claim, ready, epi);
-}
-
-// job1 then, where `second` (the same in every thread of the CTA), job2 (job.h: gemm::builder_job),
-// as one call: on Hopper the warpgroups trade registers once for both and the consumers go from
-// job1's last tile to job2's first without leaving the warp-specialized loop. Returns false when a
-// readiness hook aborted (job2 is then skipped).
-template <bool MoveRegs = true, class Job1, class Job2>
-KOSMOS_DEVICE bool run_builder_pair(u8* smem, const Job1& job1, bool second, const Job2& job2) {
-  return run_builder_jobs<MoveRegs>(smem, job1, second, job2);
 }
 
 }  // namespace gemm

@@ -81,13 +81,13 @@ KOSMOS_DEVICE void forward_experts(const ExpertGemm& g1, const Epi1& epi1, const
     gemm::QueueClaim claim2{words + 2, s2.units()};
     const gemm::TileRowsDone h_done{rows_done, &table, u64(g1.p->tiles_n), d.wait};
     const gemm::EpiTileRowDone<Epi2> done2(epi2, rows_done + rows_cap, &table);
-    const auto job2 = gemm::builder_job<gemm::LAYOUT_TN>(s2, g2.a, g2.b, claim2, h_done, done2);
     const bool builds2 = i32(blockIdx.x) >= crew;
-    if constexpr (RegPlan == 4) {  // one register trade for both GEMMs
-      fine = gemm::run_builder_pair<true>(smem, job1, builds2, job2);
+    const auto job2 = gemm::builder_job<gemm::LAYOUT_TN>(s2, g2.a, g2.b, claim2, h_done, done2, builds2);
+    if constexpr (RegPlan == 4) {  // one builder call, one register trade, for both GEMMs
+      fine = gemm::run_builder_jobs(smem, job1, job2);
     } else {
-      fine = gemm::run_builder_pair<(RegPlan & 1) != 0>(smem, job1, false, gemm::NoJob{});
-      if (fine && builds2) fine = gemm::run_builder_pair<(RegPlan & 2) != 0>(smem, job2, false, gemm::NoJob{});
+      fine = gemm::run_builder_jobs<(RegPlan & 1) != 0>(smem, job1);
+      if (fine && builds2) fine = gemm::run_builder_jobs<(RegPlan & 2) != 0>(smem, job2);
     }
     __syncthreads();  // the pipeline's shared memory becomes the combine's tables
     if (fine) {
