@@ -71,6 +71,22 @@ struct TileRowsDone {
   }
 };
 
+// Grouped, a ragged NT job (a wgrad, reducing over all of a group's rows) on another job's output
+// in one kernel (the MoE backward's wgrad1 on dgrad2's d_pre): unit (group g) waits until every
+// tile row of g has all `target` of that job's tiles (EpiTileRowDone's counters).
+struct GroupTilesDone {
+  const u64* rows_done;
+  const GroupTable* table;
+  u64 target;
+  WaitCtx w;
+  static constexpr bool kTrivial = false;
+  KOSMOS_DEVICE bool operator()(const TileCoord& t, i32 /*kb*/) const {
+    for (i32 tr = table->tile_start[t.group]; tr < table->tile_start[t.group + 1]; ++tr)
+      if (!wait_flag_dev(w, SITE_TILE_READY, rows_done + tr, target)) return false;
+    return true;
+  }
+};
+
 // For movers of a grouped GEMM's output (the MoE combine's items): rows [row, row + rows) of
 // group l are final once every tile row under them has `target` finished tiles (EpiTileRowDone's
 // counters over `table`). All threads call it, thread 0 waits; false on every thread: a wait gave up.

@@ -12,37 +12,13 @@
 //   3. fold: every CTA, once every row owed to this rank has arrived.
 // No wait can close a cycle while all CTAs are resident: GEMM1 tiles wait for movers that never
 // wait for tiles; GEMM2 tiles for GEMM1 tiles, all of which are claimed (by running CTAs) before
-// any CTA leaves GEMM1's queue; the crew for GEMM2 tiles.
-//
-// Two plans, two epochs: the dispatch's (CallScope 0) and the combine's (CallScope 1, c.scope = 1).
-// Shared memory: the dispatch's counts (movers: and their tables) at the start of the dynamic
-// shared memory until the group table is built, then the pipeline, then the combine's tables.
+// any CTA leaves GEMM1's queue; the crew for GEMM2 tiles. experts.h has the steps it shares with
+// the backward (the dispatch, the combine, shared memory and epochs).
 #pragma once
-#include "../gemm/ready.h"
-#include "../gemm/tile.h"
-#include "combine.h"
-#include "dispatch.h"
+#include "experts.h"
 
 namespace kosmos {
 namespace moe {
-
-// One grouped TN GEMM of the kernel: its operand maps and problem (the epilogue comes apart).
-struct ExpertGemm {
-  const gemm::TensorMap* a;
-  const gemm::TensorMap* b;
-  const gemm::Problem* p;
-};
-
-// All threads, last thing: the last CTA out of the launch zeroes rows_done[0, n) for the next one
-// (nobody reads them any more), so no memset launch precedes a call.
-KOSMOS_DEVICE void zero_when_last_out(u64* out, u64* rows_done, i32 n) {
-  __shared__ int s_last;
-  const int last = last_cta_out(out) ? 1 : 0;
-  if (threadIdx.x == 0) s_last = last;
-  __syncthreads();
-  if (s_last)
-    for (i32 v = threadIdx.x; v < n; v += blockDim.x) rows_done[v] = 0;
-}
 
 // Grid: one CTA per SM (all resident), gemm::kThreads threads, the builder's shared memory.
 // 1 <= movers (CTA 0 publishes the counts), 0 <= crew < grid. words[0..1]: GEMM1's queue,
@@ -57,24 +33,12 @@ KOSMOS_DEVICE void forward_experts(const ExpertGemm& g1, const Epi1& epi1, const
   extern __shared__ __align__(16) u8 smem[];
   __shared__ gemm::GroupTable table;
   combine_prepare(c);
-  // Movers leave the counts at the start of the dynamic shared memory (dispatch_push); builders
-  // load them there (it is free until builder_init), so neither reads the heap one value at a time.
-  i32* counts = reinterpret_cast<i32*>(smem);
-  bool fine = i32(blockIdx.x) < movers ? dispatch_push<PushUnroll>(d) : wait_counts(d) && load_counts(d, counts) == 0;
-  // false: a wait gave up, or the verdict (the same on every rank) stopped the call: nothing moved
-  fine = fine && gemm::build_group_table(
-                     &table, [&](i32 l) { return i32(expert_rows(counts, d.world, d.experts, d.e_loc, d.rank, l)); },
-                     d.e_loc, i32(d.capacity));
-  __syncthreads();  // the counts' shared memory becomes the pipeline
+  bool fine = dispatch_rows<PushUnroll>(d, movers, smem, &table);
   if (fine) {
     gemm::builder_init(smem);
     const gemm::GroupedSchedule<gemm::LAYOUT_TN, Tile> s1{*g1.p, &table};
     gemm::QueueClaim claim1{words, s1.units()};
-    // run (l, s): rows slot[s * E + col + l] (the heap slot: the pipeline has the shared memory
-    // now), flag arrived[l * kMaxWorld + s]
-    const gemm::RunsArrived<gemm::LAYOUT_TN> arrived{counts_slot(d, d.rank, 0) + d.rank * d.e_loc, 1, d.experts,
-                                                     arrived_flag(d, d.rank, 0, 0), kMaxWorld, call_epoch(0), d.world,
-                                                     d.wait};
+    const auto arrived = runs_arrived<gemm::LAYOUT_TN>(d);
     const gemm::EpiTileRowDone<Epi1> done1(epi1, rows_done, &table);
     const auto job1 = gemm::builder_job<gemm::LAYOUT_TN>(s1, g1.a, g1.b, claim1, arrived, done1);
     const gemm::GroupedSchedule<gemm::LAYOUT_TN, Tile> s2{*g2.p, &table};
@@ -89,13 +53,8 @@ KOSMOS_DEVICE void forward_experts(const ExpertGemm& g1, const Epi1& epi1, const
       fine = gemm::run_builder_jobs<(RegPlan & 1) != 0>(smem, job1);
       if (fine && builds2) fine = gemm::run_builder_jobs<(RegPlan & 2) != 0>(smem, job2);
     }
-    __syncthreads();  // the pipeline's shared memory becomes the combine's tables
-    if (fine) {
-      const CombineTables m = combine_tables(c, counts_slot(d, d.rank, 0));
-      // an item's rows are final once every tile row under them has all of GEMM2's tiles
-      const gemm::GroupRowsDone ready{rows_done + rows_cap, &table, u64(g2.p->tiles_n), c.wait};
-      if (combine_push<PushUnroll>(c, m, ready)) combine_fold(c, m);
-    }
+    // an item's rows are final once every tile row under them has all of GEMM2's tiles
+    combine_rows<PushUnroll>(fine, c, d, &table, rows_done + rows_cap, u64(g2.p->tiles_n));
   } else {
     combine_nan(c);  // after a failed wait too: this rank's call has failed (the host raises)
   }

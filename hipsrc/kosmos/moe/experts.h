@@ -1,0 +1,73 @@
+// The steps the MoE megakernels (forward.h, backward.h) share around their builder call: the
+// dispatch (movers push rows, everyone learns the group table), the readiness of (expert, source)
+// runs, and the combine with the fold.
+//
+// Shared memory: the dispatch's counts (movers: and their tables) at the start of the dynamic
+// shared memory until the group table is built, then the builder's pipeline, then the combine's
+// tables. Two plans, two epochs: the dispatch's (CallScope 0) and the combine's (CallScope 1).
+#pragma once
+#include "../gemm/ready.h"
+#include "../gemm/tile.h"
+#include "combine.h"
+#include "dispatch.h"
+
+namespace kosmos {
+namespace moe {
+
+// One grouped GEMM of a megakernel: its operand maps and problem (the epilogue comes apart).
+struct ExpertGemm {
+  const gemm::TensorMap* a;
+  const gemm::TensorMap* b;
+  const gemm::Problem* p;
+};
+
+// All threads, first: CTAs [0, movers) push this rank's rows (dispatch.h), the others wait for every
+// rank's counts; both load the counts into the dynamic shared memory and build the local experts'
+// group table. False: a wait gave up, or the verdict (the same on every rank) stopped the call --
+// nothing moved. On return the dynamic shared memory is free for the builder's pipeline.
+template <int PushUnroll>
+KOSMOS_DEVICE bool dispatch_rows(const DispatchParams& d, i32 movers, u8* smem, gemm::GroupTable* table) {
+  i32* counts = reinterpret_cast<i32*>(smem);
+  // Movers leave the counts at the start of the dynamic shared memory (dispatch_push); builders
+  // load them there, so neither reads the heap one value at a time.
+  bool fine = i32(blockIdx.x) < movers ? dispatch_push<PushUnroll>(d) : wait_counts(d) && load_counts(d, counts) == 0;
+  fine = fine && gemm::build_group_table(
+                     table, [&](i32 l) { return i32(expert_rows(counts, d.world, d.experts, d.e_loc, d.rank, l)); },
+                     d.e_loc, i32(d.capacity));
+  __syncthreads();  // the counts' shared memory becomes the pipeline
+  return fine;
+}
+
+// The readiness of a job reading the dispatch arena: run (l, s) is rows slot[s * E + col + l] (the
+// heap slot: the pipeline has the shared memory now), its flag arrived[l * kMaxWorld + s].
+template <int L>
+KOSMOS_DEVICE gemm::RunsArrived<L> runs_arrived(const DispatchParams& d) {
+  return gemm::RunsArrived<L>{counts_slot(d, d.rank, 0) + d.rank * d.e_loc, 1, d.experts, arrived_flag(d, d.rank, 0, 0),
+                              kMaxWorld, call_epoch(0), d.world, d.wait};
+}
+
+// All threads, after the builder call (fine: it finished): push the combine's rows home once every
+// tile row under them has `tiles_n` finished tiles (rows_done), then the fold.
+template <int PushUnroll>
+KOSMOS_DEVICE void combine_rows(bool fine, const CombineParams& c, const DispatchParams& d,
+                                const gemm::GroupTable* table, const u64* rows_done, u64 tiles_n) {
+  __syncthreads();  // the pipeline's shared memory becomes the combine's tables
+  if (!fine) return;
+  const CombineTables m = combine_tables(c, counts_slot(d, d.rank, 0));
+  const gemm::GroupRowsDone ready{rows_done, table, tiles_n, c.wait};
+  if (combine_push<PushUnroll>(c, m, ready)) combine_fold(c, m);
+}
+
+// All threads, last thing: the last CTA out of the launch zeroes rows_done[0, n) for the next one
+// (nobody reads them any more), so no memset launch precedes a call.
+KOSMOS_DEVICE void zero_when_last_out(u64* out, u64* rows_done, i32 n) {
+  __shared__ int s_last;
+  const int last = last_cta_out(out) ? 1 : 0;
+  if (threadIdx.x == 0) s_last = last;
+  __syncthreads();
+  if (s_last)
+    for (i32 v = threadIdx.x; v < n; v += blockDim.x) rows_done[v] = 0;
+}
+
+}  // namespace moe
+}  // namespace kosmos
