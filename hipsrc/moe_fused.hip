@@ -1,8 +1,11 @@
-// The MoE layer's fused launches: the dispatch with the experts' first GEMM and its SwiGLU epilogue
-// (MoEDispatch.swiglu, hipsrc/kosmos/moe/dispatch_gemm.h); the experts' second GEMM with the
-// combine and the fold (MoECombine.gemm2, hipsrc/kosmos/moe/gemm_combine.h).
+// The MoE layer's fused launches: the experts' forward (kosmos_moe_forward, MoEForward) and backward
+// (kosmos_moe_backward_*, MoEBackward) from the dispatch to the fold in one launch each; and the
+// two launches the forward was built from: the dispatch with the experts' first GEMM
+// (MoEDispatch.swiglu, dispatch_gemm.h), the second GEMM with the combine (MoECombine.gemm2,
+// gemm_combine.h).
 #include "kosmos/moe/dispatch_gemm.h"
 #include "kosmos/moe/gemm_combine.h"
+#include "kosmos/moe/backward.h"
 #include "kosmos/moe/forward.h"
 
 using namespace kosmos;
@@ -51,3 +54,27 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                                                        EpiStoreBf16Tma(epi2, &tmc2), d, c, movers, crew, rows_cap,
                                                        words, rows_done);
 }
+
+// The experts' part of the MoE backward in one launch (hipsrc/kosmos/moe/backward.h): the maps,
+// problem and epilogue of A (dgrad2 + SwiGLU backward), B (wgrad2), C (dgrad1), D (wgrad1), then
+// the backward dispatch's and the combine's records. The weight gradients (B, D) in fp32 or bf16.
+#define KOSMOS_MOE_BACKWARD_KERNEL(NAME, EPI_W, EPI_W_TMA)                                                        \
+  extern "C" __global__ void __launch_bounds__(kThreads, 1)                                                     \
+      NAME(const KOSMOS_GRID_CONSTANT TensorMap tma_a, const KOSMOS_GRID_CONSTANT TensorMap tmb_a,                \
+           const KOSMOS_GRID_CONSTANT TensorMap tmc_a, Problem pa, EpiSwiGLUBackward epi_a,                      \
+           const KOSMOS_GRID_CONSTANT TensorMap tma_b, const KOSMOS_GRID_CONSTANT TensorMap tmb_b,                \
+           const KOSMOS_GRID_CONSTANT TensorMap tmc_b, Problem pb, EPI_W epi_b,                                  \
+           const KOSMOS_GRID_CONSTANT TensorMap tma_c, const KOSMOS_GRID_CONSTANT TensorMap tmb_c,                \
+           const KOSMOS_GRID_CONSTANT TensorMap tmc_c, Problem pc, EpiStoreBf16 epi_c,                           \
+           const KOSMOS_GRID_CONSTANT TensorMap tma_d, const KOSMOS_GRID_CONSTANT TensorMap tmb_d,                \
+           const KOSMOS_GRID_CONSTANT TensorMap tmc_d, Problem pd, EPI_W epi_d,                                  \
+           const KOSMOS_GRID_CONSTANT DispatchParams d, const KOSMOS_GRID_CONSTANT CombineParams c, i32 movers,   \
+           i32 crew, i32 rows_cap, u64* words, u64* rows_done) {                                                  \
+    const CallScope dispatch_call(d.calls, 0), combine_call(c.calls, 1);                                          \
+    backward_experts<DefaultTile, KOSMOS_MOE_PUSH_UNROLL>(                                                         \
+        ExpertGemm{&tma_a, &tmb_a, &pa}, epi_a, ExpertGemm{&tma_b, &tmb_b, &pb}, EPI_W_TMA(epi_b, &tmc_b),        \
+        ExpertGemm{&tma_c, &tmb_c, &pc}, EpiStoreBf16Tma(epi_c, &tmc_c), ExpertGemm{&tma_d, &tmb_d, &pd},         \
+        EPI_W_TMA(epi_d, &tmc_d), d, c, movers, crew, rows_cap, words, rows_done);                               \
+  }
+KOSMOS_MOE_BACKWARD_KERNEL(kosmos_moe_backward_f32, EpiStoreF32, EpiStoreF32Tma)
+KOSMOS_MOE_BACKWARD_KERNEL(kosmos_moe_backward_bf16, EpiStoreBf16, EpiStoreBf16Tma)

@@ -1,0 +1,76 @@
+// The experts' part of the MoE backward in one launch (hipsrc/moe_fused.hip kosmos_moe_backward_*),
+// the forward's mirror (forward.h), on the forward's saved layout (same routing, same counts: the
+// backward's arena rows line up with the forward's x_e, a and gate_up rows):
+//   1. dispatch dY: CTAs [0, movers) push each pair's dY row, times its routing weight (d.weights),
+//      into the experts' owners' arenas (dispatch.h), then build; the others build at once.
+//   2. one builder call over four jobs; a CTA takes a job's tiles until its queue is dry, then the
+//      next job's:
+//      A dgrad2 + SwiGLU backward (NN, dA = dY_e W2 in fp32, epilogue d_pre = [dg, du] from the
+//        forward's kept [g, u]): waits for the (expert, source) runs its rows overlap; counts its
+//        tile rows in rows_done[0, rows_cap);
+//      B wgrad2 (NT, dW2_e = dY_e^T a_e over the group's rows): waits for every run of its group;
+//      C dgrad1 (NN, dX_e = d_pre W1): waits for A's tile row; counts its own tile rows in
+//        rows_done[rows_cap, 2 rows_cap). Not on the crew's CTAs;
+//      D wgrad1 (NT, dW1_e = d_pre^T x_e): waits for all of A's tile rows of its group. Not on the
+//        crew's CTAs.
+//   3. combine: CTAs [0, crew) push dX rows home as soon as C has finished the tile rows under
+//      them (they leave the builder after B), the others join them when D is dry; then the fold
+//      (weights 1: dY was weighted on its way out; c.shared adds the router's and the shared
+//      experts' dx in fp32 before the one rounding).
+// No wait closes a cycle while all CTAs are resident: A and B wait for movers, which never wait
+// for tiles; C and D for A's tiles, all claimed (by running CTAs) before any CTA leaves A's queue;
+// the crew for C's tiles, built by CTAs that wait for nothing but A.
+#pragma once
+#include "experts.h"
+
+namespace kosmos {
+namespace moe {
+
+// Grid, movers, crew, PushUnroll and rows_cap as forward_experts. words[0..1]: A's queue, [2..3]
+// B's, [4..5] C's, [6..7] D's, [8]: CTAs out (for the rows_done reset).
+template <class Tile, int PushUnroll, class EpiA, class EpiB, class EpiC, class EpiD>
+KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, const ExpertGemm& gb, const EpiB& epi_b,
+                                    const ExpertGemm& gc, const EpiC& epi_c, const ExpertGemm& gd, const EpiD& epi_d,
+                                    const DispatchParams& d, const CombineParams& c, i32 movers, i32 crew,
+                                    i32 rows_cap, u64* words, u64* rows_done) {
+  using namespace gemm;
+  extern __shared__ __align__(16) u8 smem[];
+  __shared__ GroupTable table;
+  combine_prepare(c);
+  bool fine = dispatch_rows<PushUnroll>(d, movers, smem, &table);
+  if (fine) {
+    builder_init(smem);
+    const bool builds_cd = i32(blockIdx.x) >= crew;
+    // A: dgrad2 with the SwiGLU backward
+    const GroupedSchedule<LAYOUT_NN, Tile> sa{*ga.p, &table};
+    QueueClaim claim_a{words, sa.units()};
+    const auto arrived_a = runs_arrived<LAYOUT_NN>(d);
+    const EpiTileRowDone<EpiA> done_a(epi_a, rows_done, &table);
+    // B: wgrad2
+    const GroupedSchedule<LAYOUT_NT, Tile> sb{*gb.p, &table};
+    QueueClaim claim_b{words + 2, sb.units()};
+    const auto arrived_b = runs_arrived<LAYOUT_NT>(d);
+    // C: dgrad1, on A's output
+    const GroupedSchedule<LAYOUT_NN, Tile> sc{*gc.p, &table};
+    QueueClaim claim_c{words + 4, sc.units()};
+    const TileRowsDone a_row{rows_done, &table, u64(ga.p->tiles_n), d.wait};
+    const EpiTileRowDone<EpiC> done_c(epi_c, rows_done + rows_cap, &table);
+    // D: wgrad1, on A's output
+    const GroupedSchedule<LAYOUT_NT, Tile> sd{*gd.p, &table};
+    QueueClaim claim_d{words + 6, sd.units()};
+    const GroupTilesDone a_group{rows_done, &table, u64(ga.p->tiles_n), d.wait};
+    fine = run_builder_jobs(smem, builder_job<LAYOUT_NN>(sa, ga.a, ga.b, claim_a, arrived_a, done_a),
+                            builder_job<LAYOUT_NT>(sb, gb.a, gb.b, claim_b, arrived_b, epi_b),
+                            builder_job<LAYOUT_NN>(sc, gc.a, gc.b, claim_c, a_row, done_c, builds_cd),
+                            builder_job<LAYOUT_NT>(sd, gd.a, gd.b, claim_d, a_group, epi_d, builds_cd));
+    // a dX row is final once every tile row under it has all of C's tiles
+    combine_rows<PushUnroll>(fine, c, d, &table, rows_done + rows_cap, u64(gc.p->tiles_n));
+  } else {
+    combine_nan(c);  // after a failed wait too: this rank's call has failed (the host raises)
+  }
+  for (int q = 0; q < 4; ++q) queue_exit(words + 2 * q);
+  zero_when_last_out(words + 8, rows_done, 2 * rows_cap);
+}
+
+}  // namespace moe
+}  // namespace kosmos
