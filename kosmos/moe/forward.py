@@ -38,18 +38,23 @@ from .dispatch import MoEDispatch, dispatch_smem_bytes, fused_launch
 from .route import DeviceRouting
 
 
-def _null_heads() -> tuple:
-    """The GEMMs' arguments of a refused call (never read: no CTA builds)."""
+def null_heads(*epilogues: np.dtype) -> tuple:
+    """The GEMMs' arguments of a refused call, one head per epilogue record dtype (never read: no
+    CTA builds)."""
     from .. import gemm
 
     zero = lambda dt: np.zeros((), dt)[()]  # noqa: E731
     t = gemm.ZERO_TMAP
-    return (t, t, t, zero(gemm.PROBLEM_DTYPE), zero(gemm.SWIGLU_EPI_DTYPE), t, t, t, zero(gemm.PROBLEM_DTYPE),
-            zero(gemm.EPI_DTYPE))
+    return tuple(v for dt in epilogues for v in (t, t, t, zero(gemm.PROBLEM_DTYPE), zero(dt)))
 
 
-class MoEForward:
-    def __init__(self, dispatch: MoEDispatch, combine: MoECombine):
+class ExpertsLaunch:
+    """What the MoE megakernels (MoEForward, moe/backward.py's MoEBackward) share: a dispatch and a
+    combine plan of one world and experts, one hipsrc/moe_fused.hip launch with `queues` GEMM
+    queues (head and CTAs out each, then the CTAs out of the counters' reset), and the finished
+    tiles per tile row of the two GEMMs the combine and a later GEMM wait for."""
+
+    def __init__(self, dispatch: MoEDispatch, combine: MoECombine, kernel: str, queues: int):
         import cupy
 
         from .. import gemm
@@ -61,19 +66,39 @@ class MoEForward:
         self.dispatch, self.combine, self.world = dispatch, combine, dispatch.world
         P, E = self.world.size, dispatch.experts
         tables = max(dispatch_smem_bytes(P, E), combine_smem_bytes(P, E, dispatch.e_loc))
-        self.launch, _ = fused_launch(self.world, "kosmos_moe_forward", tables, "path='device'")
-        # the queues of GEMM1 and GEMM2 (head, CTAs out each) and the CTAs out of the rows_done reset
-        self._words = cupy.zeros(5, np.uint64)
-        # finished tiles per tile row of GEMM1, then of GEMM2 (the kernel's last CTA zeroes them)
+        self.launch, _ = fused_launch(self.world, kernel, tables, "path='device'")
+        self._words = cupy.zeros(2 * queues + 1, np.uint64)
+        # finished tiles per tile row of two GEMMs (the kernel's last CTA zeroes them)
         self._rows_cap = dispatch.capacity_rows // gemm.tile_shape()[0] + dispatch.e_loc + 1
         self._rows_done = cupy.zeros(2 * self._rows_cap, np.uint64)
-        self._h = self._y_e = None
-        self._tmaps: tuple[dict, dict] = ({}, {})
         cupy.cuda.runtime.deviceSynchronize()  # the zeroed counters, before a first call on any stream
 
     @property
     def grid(self) -> int:
         return self.launch.grid
+
+    def _crews(self, movers: Any, crew: Any) -> tuple[int, int]:
+        """(movers, crew) checked, defaults: a quarter of the grid pushes first, an eighth combines."""
+        def size(n: Any, name: str, default: int, lo: int, hi: int) -> int:
+            n = default if n is None else n
+            if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not lo <= n <= hi:
+                raise ValueError(f"{name} = {n!r} must be an integer in [{lo}, {hi}] (CTAs of the {self.grid}-CTA "
+                                 f"grid)")
+            return int(n)
+
+        g = self.grid
+        return size(movers, "movers", max(1, g // 4), 1, g), size(crew, "crew", max(1, g // 8), 0, g - 1)
+
+    def _launch(self, heads: tuple, drec: np.void, crec: np.void, movers: int, crew: int, stream: Any) -> None:
+        self.launch([*heads, drec, crec, np.int32(movers), np.int32(crew), np.int32(self._rows_cap), self._words,
+                     self._rows_done], stream=stream)
+
+
+class MoEForward(ExpertsLaunch):
+    def __init__(self, dispatch: MoEDispatch, combine: MoECombine):
+        super().__init__(dispatch, combine, "kosmos_moe_forward", 2)
+        self._h = self._y_e = None
+        self._tmaps: tuple[dict, dict] = ({}, {})
 
     @uses_stream
     def __call__(self, x: Any, routing: DeviceRouting, w1: Any, w2: Any, *, gate_up: Any = None, shared: Any = None,
@@ -85,14 +110,15 @@ class MoEForward:
         GEMM1's tiles are all taken instead of building GEMM2 (default: an eighth). check: a host
         sync, raising on an overflow or a failed wait. A rank whose arguments are refused still
         launches (moving nothing, so no peer waits for it) and raises."""
+        from .. import gemm
+
         disp, comb = self.dispatch, self.combine
         refusal = None
         try:
             x, start, order, _, k = disp._checked(x, routing, False, stream)
             if x.dtype != bfloat16:
                 raise TypeError(f"the experts' GEMMs take bf16 tokens, got {x.dtype}")
-            movers = self._crew_size(movers, "movers", max(1, self.grid // 4), 1, self.grid)
-            crew = self._crew_size(crew, "crew", max(1, self.grid // 8), 0, self.grid - 1)
+            movers, crew = self._crews(movers, crew)
             heads = self._gemm_heads(w1, w2, gate_up, stream)
             shared, out, t = comb.checked_outputs(routing, shared, out, stream)
         except (TypeError, ValueError) as e:
@@ -101,23 +127,16 @@ class MoEForward:
             drec = disp._params(x, start, order, None, k, False, stream)
             crec = comb._params(self._y_e, disp, routing.slot, routing.weights, shared, out, t, stream, scope=1)
         else:  # launch anyway, moving nothing: the peers see counts of -1 and wait for nobody
-            heads = _null_heads()
+            heads = null_heads(gemm.SWIGLU_EPI_DTYPE, gemm.EPI_DTYPE)
             drec = disp._params(None, None, None, None, 1, True, stream)
             crec = comb._params(None, disp, None, None, None, None, 0, stream, scope=1)
             movers, crew = 1, 0
-        self.launch([*heads, drec, crec, np.int32(movers), np.int32(crew), np.int32(self._rows_cap), self._words,
-                     self._rows_done], stream=stream)
+        self._launch(heads, drec, crec, movers, crew, stream)
         if refusal is not None:
             raise refusal
         if check:
             disp.check_status()
         return out, self._h
-
-    def _crew_size(self, n: Any, name: str, default: int, lo: int, hi: int) -> int:
-        n = default if n is None else n
-        if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not lo <= n <= hi:
-            raise ValueError(f"{name} = {n!r} must be an integer in [{lo}, {hi}] (CTAs of the {self.grid}-CTA grid)")
-        return int(n)
 
     def _gemm_heads(self, w1: Any, w2: Any, gate_up: Any, stream: Any) -> tuple:
         """GEMM1's and GEMM2's kernel arguments (maps, problem, epilogue), checked."""

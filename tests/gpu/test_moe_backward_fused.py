@@ -1,0 +1,135 @@
+"""GPU tests of kosmos.moe.backward.MoEBackward (the experts' backward in one launch) at any world size.
+
+The exact oracle is the same plans run as separate launches, as MoELayer's device path runs them
+(MoEDispatch with weighted rows, grouped_matmul NT for wgrad2, NN with the SwiGLU backward
+epilogue, NT for wgrad1, NN for dgrad1, MoECombine with weights 1): dx, dW1 and dW2 must be bitwise
+theirs, with any crew of movers and combine CTAs, in fp32 and bf16 weight gradients, on rerun too.
+(Those launches are checked against float64 in test_moe_layer.py.) Outputs are poisoned with NaN
+before each call; a rank arrives late; every other call is skewed towards one expert; "big" gives
+every CTA several tiles of each GEMM. Written without a GPU (session 11): never run yet.
+"""
+from __future__ import annotations
+
+import dataclasses
+import time
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+
+from kosmos import grouped  # noqa: E402
+from kosmos.dtypes import bfloat16  # noqa: E402
+from kosmos.moe import MoECombine, MoEConfig, MoEDispatch, route  # noqa: E402
+from kosmos.moe.backward import MoEBackward  # noqa: E402
+
+from .conftest import rank_input  # noqa: E402
+
+
+def _bits(a):
+    return cupy.asnumpy(a.view(np.uint16 if a.dtype.itemsize == 2 else np.uint32))
+
+
+def _nan(a):
+    a.view(np.uint8).fill(0xFF)
+    return a
+
+
+class Case:
+    def __init__(self, world, width, wgrad_dtype):
+        self.world, self.big, self.wdt = world, width == "big", np.dtype(wgrad_dtype)
+        self.h, self.f = (512, 256) if self.big else (128, 64)
+        self.cfg = MoEConfig(experts=4 * world.size, top_k=2, hidden=self.h, intermediate=self.f)
+        self.e_loc = self.cfg.experts // world.size
+        self.max_t = 4096 if self.big else 200
+        self.cap = world.size * self.max_t * self.cfg.top_k
+        self.disp = MoEDispatch(world, self.cfg.experts, 2 * self.h, capacity_rows=self.cap)
+        self.disp_bwd = MoEDispatch(world, self.cfg.experts, 2 * self.h, capacity_rows=self.cap)
+        self.comb = MoECombine(world, self.cfg.experts, self.h, self.max_t, self.cfg.top_k)
+        self.bwd = MoEBackward(self.disp_bwd, self.comb, self.wdt)
+        r = world.rank
+        self.w1 = cupy.asarray((rank_input(90, r, (self.e_loc, 2 * self.f, self.h), np.float32) * 0.1).astype(bfloat16))
+        self.w2 = cupy.asarray((rank_input(91, r, (self.e_loc, self.h, self.f), np.float32) * 0.1).astype(bfloat16))
+
+    def close(self):
+        for p in (self.disp, self.disp_bwd, self.comb):
+            p.close()
+
+    def forward(self, seed):
+        """A forward's saved tensors (separate launches): x_e (the arena), a, gate_up, and dy."""
+        w = self.world
+        if self.big:
+            t = self.max_t - 700 * (w.rank % 2) - seed % 3
+        else:
+            t = 0 if (w.size > 1 and w.rank == w.size - 1) else 50 + 29 * w.rank + seed % 5
+        x = cupy.asarray(rank_input(seed, w.rank, (t, self.h), np.float32).astype(bfloat16))
+        logits = rank_input(seed + 1, w.rank, (t, 64), np.float32)
+        logits[:, 0] += 3.0 * (seed % 2)  # every other call skewed towards expert 0 (rank 0's)
+        rt = route(cupy.asarray(logits), self.cfg)
+        arena, rows, _ = self.disp(x, rt)
+        x_e = arena.view(bfloat16)
+        kept = cupy.empty((self.cap, 2 * self.f), bfloat16)
+        a = grouped.grouped_matmul(x_e, self.w1, rows, "TN", epilogue="swiglu", gate_up=kept)
+        dy = cupy.asarray(rank_input(seed + 2, w.rank, (t, self.h), np.float32).astype(bfloat16))
+        return rt, x_e, a, kept, dy, rows
+
+    def separate(self, rt, x_e, a, kept, dy, extra):
+        """The oracle: MoELayer's device-path backward as separate launches."""
+        arena, rows, _ = self.disp_bwd(dy, rt, weighted=True)
+        d_ye = arena.view(bfloat16)
+        dw2 = grouped.grouped_matmul(d_ye, a, rows, "NT", out_dtype=self.wdt)
+        d_pre = grouped.grouped_matmul(d_ye, self.w2, rows, "NN", epilogue="swiglu_backward", gate_up=kept)
+        dw1 = grouped.grouped_matmul(d_pre, x_e, rows, "NT", out_dtype=self.wdt)
+        d_xe = grouped.grouped_matmul(d_pre, self.w1, rows, "NN")
+        ones = dataclasses.replace(rt, weights=cupy.ones_like(rt.weights))
+        dx = self.comb(d_xe, self.disp_bwd, ones, shared=extra)
+        return dx, dw1, dw2
+
+
+@pytest.mark.parametrize("width,wgrad,crews", [
+    ("small", np.float32, [(1, 0), (None, None), ("all", "all but one")]),
+    ("small", bfloat16, [(None, None)]),
+    ("big", np.float32, [(None, None), (1, 0), (None, "all but one")])])
+def test_backward_is_bitwise_the_separate_launches(world, width, wgrad, crews):
+    case = Case(world, width, wgrad)
+    grid = case.bwd.grid
+    size = {None: None, 1: 1, 0: 0, "all": grid, "all but one": grid - 1}
+    try:
+        failed = []  # collected, so that one rank's failure does not leave the others in a collective
+        for c, (movers, crew) in enumerate(crews):
+            rt, x_e, a, kept, dy, rows = case.forward(40 + c)
+            t = dy.shape[0]
+            extra = cupy.asarray(rank_input(50 + c, world.rank, (t, case.h), np.float32)) if c == 1 else None
+            want = case.separate(rt, x_e, a, kept, dy, extra)
+            if c == 1 and world.rank == world.size - 1:
+                cupy.cuda.Device().synchronize()
+                time.sleep(0.5)  # a late rank
+            out = _nan(cupy.empty((t, case.h), bfloat16))
+            dw1 = _nan(cupy.empty((case.e_loc, 2 * case.f, case.h), case.wdt))
+            dw2 = _nan(cupy.empty((case.e_loc, case.h, case.f), case.wdt))
+            got = case.bwd(dy, rt, x_e, a, kept, case.w1, case.w2, extra=extra, out=out, dw1=dw1, dw2=dw2,
+                           movers=size[movers], crew=size[crew], check=True)
+            assert got[0] is out and got[1] is dw1 and got[2] is dw2
+            for name, g, w in zip(("dx", "dW1", "dW2"), got, want):
+                if not (_bits(g) == _bits(w)).all():
+                    failed.append(f"call {c} (movers {movers}, crew {crew}): {name} is not bitwise the separate launches'")
+            if c == len(crews) - 1:  # a rerun on the same inputs
+                again = case.bwd(dy, rt, x_e, a, kept, case.w1, case.w2, extra=extra)
+                for name, g, w in zip(("dx", "dW1", "dW2"), again, got):
+                    if not (_bits(g) == _bits(w)).all():
+                        failed.append(f"rerun: {name} differs")
+        everyone = world.comm.allgather(failed)
+        assert not any(everyone), f"rank {world.rank}: {failed}; all ranks: {everyone}"
+    finally:
+        case.close()
+
+
+def test_backward_refuses_bad_arguments_on_every_rank(world):
+    case = Case(world, "small", np.float32)
+    try:
+        rt, x_e, a, kept, dy, rows = case.forward(60)
+        bad_w1 = case.w1[:, :, :64] if world.rank == 0 else case.w1  # one rank's w1 has the wrong shape
+        with pytest.raises(Exception):
+            case.bwd(dy, rt, x_e, a, kept, bad_w1, case.w2, check=True)
+    finally:
+        case.close()
