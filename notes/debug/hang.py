@@ -6,7 +6,7 @@ from kosmos.dtypes import bfloat16
 from kosmos import gemm
 from kosmos.moe import MoEConfig, MoELayer, MoEParams, route
 from kosmos.moe.forward import MoEForward
-DEFS = tuple(os.environ.get("HANG_DEFS", "").split())  # e.g. -DKOSMOS_DBG_BUILDER (moe_fused.hip only)
+DEFS = tuple(os.environ.get("HANG_DEFS", "").split())  # e.g. -DKOSMOS_DBG_TRACE (moe_fused.hip only)
 if DEFS:
     import kosmos.moe.dispatch as _disp
     _load = _disp.load_module
@@ -39,6 +39,19 @@ def dump(tag):
     print(tag, flush=True)
     for n, v in vals.items():
         print(" ", n, v.ravel()[:200].tolist(), flush=True)
+    if "-DKOSMOS_DBG_TRACE" in DEFS:  # where each warp last was around the register trade (builder_wgmma.h)
+        from kosmos.runtime import load_module
+        mod = load_module("moe_fused.hip", world=world, extra_options=(*gemm._extra_options, *DEFS))
+        with side:
+            tr = cupy.ndarray((1024, 12), np.uint64, mod.get_global("kosmos_trade_trace")).get()
+        side.synchronize()
+        points = {1: "entry", 2: "prod .dec done", 3: "prod at barrier 4", 4: "prod .inc done", 5: "cons .inc done",
+                  6: "cons jobs done", 7: "cons .dec done", 8: "call done"}
+        for b in range(132):
+            if all(int(v) >> 32 == 8 for v in tr[b]) and len({int(v) & 0xffffffff for v in tr[b]}) == 1:
+                continue  # every warp finished the same call
+            print(f"  cta {b}: " + "; ".join(f"w{w} {points.get(int(v) >> 32, int(v) >> 32)} (call {int(v) & 0xffffffff})"
+                                            for w, v in enumerate(tr[b])), flush=True)
     if "-DKOSMOS_DBG_BUILDER" not in DEFS:
         return
     from kosmos.runtime import load_module

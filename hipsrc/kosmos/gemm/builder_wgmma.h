@@ -35,6 +35,7 @@ struct PipelineState {
   i32 slot[kMaxStages];   // the unit the stage belongs to, or -1 / -2
   u32 prod_stage, prod_phase, cons_stage, cons_phase;
   i32 aborted;         // a readiness hook failed: the kernel is on its way out
+  u32 calls;           // builder calls so far (-DKOSMOS_DBG_TRACE builds: trade_trace's records)
 };
 static_assert(sizeof(PipelineState) <= 256, "the pipeline state must fit the 256 bytes kSmemBytes keeps for it");
 
@@ -58,6 +59,7 @@ KOSMOS_DEVICE void builder_init_arch(u8* smem_raw) {
     }
     ps->prod_stage = ps->prod_phase = ps->cons_stage = ps->cons_phase = 0;
     ps->aborted = 0;
+    ps->calls = 0;
     sm90::mbar_fence_init();
   }
   __syncthreads();
@@ -414,6 +416,25 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
 // warpgroups consume(). MoveRegs: the warpgroups trade registers (setmaxnreg: producer 40,
 // consumers 232) for the call and give them back at its end; false keeps every warp at kEntryRegs
 // (the consumers then hold a 128-register accumulator tile in 168: spills, slower).
+// Where each warp last was around a builder call's register trade, in -DKOSMOS_DBG_TRACE builds
+// only (the open hang, notes/moe.md session 11; notes/debug/hang.py prints it): per CTA and warp,
+// (point << 32) | the CTA's builder calls so far. Points: 1 entry, 2 producer after its .dec,
+// 3 producer at barrier 4, 4 producer after its .inc, 5 consumer after its .inc, 6 consumer after
+// its jobs, 7 consumer after its .dec, 8 the call's last barrier passed.
+#ifdef KOSMOS_DBG_TRACE
+__device__ u64 kosmos_trade_trace[1024 * 12];
+#endif
+KOSMOS_DEVICE void trade_trace(int point, const PipelineState* ps) {
+#ifdef KOSMOS_DBG_TRACE
+  if (threadIdx.x % 32 == 0)
+    *reinterpret_cast<volatile u64*>(&kosmos_trade_trace[blockIdx.x * 12 + threadIdx.x / 32]) =
+        (u64(point) << 32) | u32(ps->calls);
+#else
+  (void)point;
+  (void)ps;
+#endif
+}
+
 // Each side's walk over the jobs in order: a job that is off is skipped, and after an aborted one
 // the rest are (both sides see the same slots, so they skip alike).
 template <class Job, class... Rest>
@@ -443,8 +464,10 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job& job, const Rest&...
   // __syncwarp()s before them reconverge what a caller or a thread-0 section left diverged (a
   // partial warp's setmaxnreg is undefined; without the one before barrier 4, the MoE forward hung).
   __syncwarp();
+  trade_trace(1, ps);
   if (wg == 0) {
     if constexpr (MoveRegs) setmaxnreg_dec<kProducerRegs>();
+    trade_trace(2, ps);
     if (threadIdx.x == 0) {
       RingPos pos{ps->prod_stage, ps->prod_phase};
       produce_jobs(smem_raw, pos, job, rest...);
@@ -461,13 +484,17 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job& job, const Rest&...
     // and that .inc would wait for ever). A candidate cause of the MoE forward's hang that did not
     // cure it: a trade in a kernel's second builder call still hangs (notes/moe.md, session 11).
     __syncwarp();
+    trade_trace(3, ps);
     named_barrier(4, 384);
     if constexpr (MoveRegs) setmaxnreg_inc<kEntryRegs>();
+    trade_trace(4, ps);
   } else {
     if constexpr (MoveRegs) setmaxnreg_inc<kConsumerRegs>();
+    trade_trace(5, ps);
     named_barrier_arrive(4, 384);  // this warp holds its consumer registers (see the producer's barrier 4)
     RingPos pos{ps->cons_stage, ps->cons_phase};
     consume_jobs(smem_raw, pos, job, rest...);
+    trade_trace(6, ps);
     if (threadIdx.x == 128) {  // every consumer warp holds the same position
       ps->cons_stage = pos.s;
       ps->cons_phase = pos.ph;
@@ -477,9 +504,16 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job& job, const Rest&...
     __syncwarp();
     (wg == 1 ? named_barrier(2, 128) : named_barrier(3, 128));
     if constexpr (MoveRegs) setmaxnreg_dec<kEntryRegs>();
+    trade_trace(7, ps);
   }
   __syncthreads();
-  return ps->aborted == 0;
+  trade_trace(8, ps);
+  const bool ok = ps->aborted == 0;
+#ifdef KOSMOS_DBG_TRACE
+  __syncthreads();  // every warp has recorded this call before the count moves on
+  if (threadIdx.x == 0) ps->calls += 1;
+#endif
+  return ok;
 }
 
 template <int L, bool MoveRegs, class Sched, class Claim, class Ready, class Epi>
