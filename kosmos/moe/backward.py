@@ -100,6 +100,9 @@ class MoEBackward(ExpertsLaunch):
         x_e, a, gate_up, w1, w2 = (arrays[n] for n in ("x_e", "a", "gate_up", "w1", "w2"))
         if x_e.shape != (cap, hid):
             raise ValueError(f"x_e must be the forward's expert rows [{cap}, {hid}] bf16, got {tuple(x_e.shape)}")
+        if w2.ndim != 3 or a.shape != (cap, w2.shape[-1]):
+            raise ValueError(f"a must be the forward's [{cap}, I] bf16 with w2 [{g}, {hid}, I]; got a {tuple(a.shape)}, "
+                             f"w2 {tuple(w2.shape)}")
         s_a = grouped.grouped_shape("NN", d_ye.shape, w2.shape, g, "swiglu_backward")     # d_pre [cap, 2I]
         if self._d_pre is None or self._d_pre.shape != s_a.out_shape:
             self._d_pre = cupy.empty(s_a.out_shape, bfloat16)

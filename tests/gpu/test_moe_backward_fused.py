@@ -6,7 +6,8 @@ epilogue, NT for wgrad1, NN for dgrad1, MoECombine with weights 1): dx, dW1 and 
 theirs, with any crew of movers and combine CTAs, in fp32 and bf16 weight gradients, on rerun too.
 (Those launches are checked against float64 in test_moe_layer.py.) Outputs are poisoned with NaN
 before each call; a rank arrives late; every other call is skewed towards one expert; "big" gives
-every CTA several tiles of each GEMM. Written without a GPU (session 11): never run yet.
+every CTA several tiles of each GEMM; a third call leaves an expert without rows (its dW are zero).
+Written without a GPU (session 11): never run yet.
 """
 from __future__ import annotations
 
@@ -55,8 +56,9 @@ class Case:
         for p in (self.disp, self.disp_bwd, self.comb):
             p.close()
 
-    def forward(self, seed):
-        """A forward's saved tensors (separate launches): x_e (the arena), a, gate_up, and dy."""
+    def forward(self, seed, empty_expert=False):
+        """A forward's saved tensors (separate launches): x_e (the arena), a, gate_up, and dy.
+        empty_expert: no token picks expert 1 (rank 0's second): a group of zero rows."""
         w = self.world
         if self.big:
             t = self.max_t - 700 * (w.rank % 2) - seed % 3
@@ -65,6 +67,8 @@ class Case:
         x = cupy.asarray(rank_input(seed, w.rank, (t, self.h), np.float32).astype(bfloat16))
         logits = rank_input(seed + 1, w.rank, (t, 64), np.float32)
         logits[:, 0] += 3.0 * (seed % 2)  # every other call skewed towards expert 0 (rank 0's)
+        if empty_expert:
+            logits[:, 1] -= 1e4
         rt = route(cupy.asarray(logits), self.cfg)
         arena, rows, _ = self.disp(x, rt)
         x_e = arena.view(bfloat16)
@@ -97,7 +101,7 @@ def test_backward_is_bitwise_the_separate_launches(world, width, wgrad, crews):
     try:
         failed = []  # collected, so that one rank's failure does not leave the others in a collective
         for c, (movers, crew) in enumerate(crews):
-            rt, x_e, a, kept, dy, rows = case.forward(40 + c)
+            rt, x_e, a, kept, dy, rows = case.forward(40 + c, empty_expert=c == 2)
             t = dy.shape[0]
             extra = cupy.asarray(rank_input(50 + c, world.rank, (t, case.h), np.float32)) if c == 1 else None
             want = case.separate(rt, x_e, a, kept, dy, extra)
@@ -125,11 +129,25 @@ def test_backward_is_bitwise_the_separate_launches(world, width, wgrad, crews):
 
 
 def test_backward_refuses_bad_arguments_on_every_rank(world):
+    """A w1 of the wrong shape on rank 0: rank 0 raises ValueError, every other rank KosmosError
+    (nothing moved), and the next call is right again."""
+    from kosmos.errors import KosmosError
+
     case = Case(world, "small", np.float32)
     try:
         rt, x_e, a, kept, dy, rows = case.forward(60)
-        bad_w1 = case.w1[:, :, :64] if world.rank == 0 else case.w1  # one rank's w1 has the wrong shape
-        with pytest.raises(Exception):
+        bad_w1 = cupy.ascontiguousarray(case.w1[:, :, :64]) if world.rank == 0 else case.w1
+        err = None
+        try:
             case.bwd(dy, rt, x_e, a, kept, bad_w1, case.w2, check=True)
+        except (ValueError, KosmosError) as e:
+            err = e
+        kinds = world.comm.allgather(type(err).__name__ if err is not None else None)
+        assert kinds[0] == "ValueError" and all(k == "KosmosError" for k in kinds[1:]), kinds
+        want = case.separate(rt, x_e, a, kept, dy, None)
+        got = case.bwd(dy, rt, x_e, a, kept, case.w1, case.w2, check=True)
+        bad = [n for n, g, w in zip(("dx", "dW1", "dW2"), got, want) if not (_bits(g) == _bits(w)).all()]
+        everyone = world.comm.allgather(bad)
+        assert not any(everyone), f"after a refused call: {everyone}"
     finally:
         case.close()

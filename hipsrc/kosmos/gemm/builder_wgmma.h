@@ -8,12 +8,12 @@
 // before the stage's full barrier completes, so consumers learn the unit from the data stream and
 // the producer can run ahead into the next tile while consumers finish the epilogue.
 //
-// The pipeline lives for the whole kernel: builder_init() initialises its mbarriers once, and each
-// side's (stage, phase) is kept in shared memory between calls, so a CTA can leave the builder
-// (to move data) and come back without draining or re-initialising anything. Every stage the
-// producer fills is released by the consumers, the stop stage included, so both sides leave a
-// call at the same point of the ring. One tile configuration per kernel: the ring's stage count
-// is the configuration's.
+// The pipeline lives for the whole kernel: builder_init() initialises its mbarriers once, and the
+// ring position (stage, phase) is kept in shared memory between calls, so a CTA can leave the
+// builder (to move data) and come back without draining or re-initialising anything. Every stage
+// the producer fills is released by the consumers, the stop stage included, so both sides leave a
+// call at the same point of the ring: one position serves both. One tile configuration per kernel
+// (or per run_builder_jobs call): the ring's stage count is the configuration's.
 #pragma once
 #include "config.h"
 #include "epilogue.h"
@@ -33,7 +33,7 @@ struct PipelineState {
   u64 full[kMaxStages];   // TMA bytes of the stage landed (count 1 + tx)
   u64 empty[kMaxStages];  // the consumers' 8 warps are done reading it
   i32 slot[kMaxStages];   // the unit the stage belongs to, or -1 / -2
-  u32 prod_stage, prod_phase, cons_stage, cons_phase;
+  u32 stage, phase;     // the ring position between calls: both sides end a call at the same one
   i32 aborted;         // a readiness hook failed: the kernel is on its way out
   u32 calls;           // builder calls so far (-DKOSMOS_DBG_TRACE builds: trade_trace's records)
 };
@@ -57,7 +57,7 @@ KOSMOS_DEVICE void builder_init_arch(u8* smem_raw) {
       sm90::mbar_init(&ps->full[i], 1);
       sm90::mbar_init(&ps->empty[i], 8);  // one arrival per consumer warp
     }
-    ps->prod_stage = ps->prod_phase = ps->cons_stage = ps->cons_phase = 0;
+    ps->stage = ps->phase = 0;
     ps->aborted = 0;
     ps->calls = 0;
     sm90::mbar_fence_init();
@@ -65,8 +65,8 @@ KOSMOS_DEVICE void builder_init_arch(u8* smem_raw) {
   __syncthreads();
 }
 
-// Where one side of the ring stands: the next stage and its phase parity. Kept in registers
-// through a builder call, in the PipelineState between calls.
+// Where a side of the ring stands: the next stage and its phase parity. Kept in registers through
+// a builder call, in the PipelineState between calls.
 struct RingPos {
   u32 s, ph;
 };
@@ -456,8 +456,9 @@ KOSMOS_DEVICE bool consume_jobs(u8* smem, RingPos& pos, const Job& job, const Re
 template <bool MoveRegs = true, class Job, class... Rest>
 KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job& job, const Rest&... rest) {
   using namespace sm90;
-  static_assert(((Rest::Sched::Tile::kStages == Job::Sched::Tile::kStages) && ...),
-                "the ring's position carries from one job to the next: one stage count for all");
+  static_assert(((Rest::Sched::Tile::kStages == Job::Sched::Tile::kStages &&
+                  Rest::Sched::Tile::kStageBytes == Job::Sched::Tile::kStageBytes) && ...),
+                "the ring's position carries from one job to the next: one stage count and size for all");
   PipelineState* ps = pipeline_of(smem_raw);
   const int wg = threadIdx.x / 128;
   // setmaxnreg and bar.sync are .aligned: every thread of a warp executes them together. The
@@ -465,40 +466,46 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job& job, const Rest&...
   // partial warp's setmaxnreg is undefined; without the one before barrier 4, the MoE forward hung).
   __syncwarp();
   trade_trace(1, ps);
+  // Where this call starts in the ring, read by every thread before barrier 4 (the consumers arrive
+  // there); the producer's thread 0 stores where it ends only after that barrier. (Both sides end
+  // a call at the same stage: every stage the producer fills, the stop stages included, the
+  // consumers release.) Storing it before every warp had read it hung the MoE forward: in a call
+  // whose jobs all met the stop at once, a consumer warp still held in its .inc<232> read the new
+  // position and waited for ever one stage past the stop (one call in 50-800 wherever a register
+  // trade made the consumer warps start apart; found by a review in session 11, notes/moe.md).
   if (wg == 0) {
     if constexpr (MoveRegs) setmaxnreg_dec<kProducerRegs>();
     trade_trace(2, ps);
+    RingPos pos{0, 0};
     if (threadIdx.x == 0) {
-      RingPos pos{ps->prod_stage, ps->prod_phase};
+      pos = RingPos{ps->stage, ps->phase};
       produce_jobs(smem_raw, pos, job, rest...);
-      ps->prod_stage = pos.s;
-      ps->prod_phase = pos.ph;
     }
     // Back to the entry count inside this branch, so both warpgroups reach the join below with the
     // same register count: an .inc after the join gave ptxas a join of 40- and 168-register paths,
     // and it spilled what callers keep live across the call to fit 40 (the TP kernels: 264-628 B
     // of spills, now 0-268). Barrier 4 is the PTX rule between two setmaxnreg of this warpgroup,
-    // and more: the consumers arrive at it once their .inc<232> has its registers, so this .inc
-    // can only take registers the consumers' .dec gives back (else a producer that met the stop at
-    // once could take back the registers it had just freed before the consumers' .inc got them,
-    // and that .inc would wait for ever). A candidate cause of the MoE forward's hang that did not
-    // cure it: a trade in a kernel's second builder call still hangs (notes/moe.md, session 11).
+    // and more: the consumers arrive at it once they have read the start position and their
+    // .inc<232> has its registers, so the position stored below is read by nobody in this call,
+    // and this .inc can only take registers the consumers' .dec gives back (else a producer that
+    // met the stop at once could take back the registers it had just freed, and the consumers'
+    // .inc would wait for ever).
     __syncwarp();
     trade_trace(3, ps);
     named_barrier(4, 384);
+    if (threadIdx.x == 0) {
+      ps->stage = pos.s;
+      ps->phase = pos.ph;
+    }
     if constexpr (MoveRegs) setmaxnreg_inc<kEntryRegs>();
     trade_trace(4, ps);
   } else {
     if constexpr (MoveRegs) setmaxnreg_inc<kConsumerRegs>();
     trade_trace(5, ps);
-    named_barrier_arrive(4, 384);  // this warp holds its consumer registers (see the producer's barrier 4)
-    RingPos pos{ps->cons_stage, ps->cons_phase};
+    RingPos pos{ps->stage, ps->phase};
+    named_barrier_arrive(4, 384);  // read the start position, hold the consumer registers (barrier 4 above)
     consume_jobs(smem_raw, pos, job, rest...);
     trade_trace(6, ps);
-    if (threadIdx.x == 128) {  // every consumer warp holds the same position
-      ps->cons_stage = pos.s;
-      ps->cons_phase = pos.ph;
-    }
     // PTX: between two setmaxnreg of a warpgroup its warps must synchronize explicitly. A
     // warpgroup that built no tile (it saw the stop first) met no barrier since its .inc above.
     __syncwarp();
@@ -510,8 +517,9 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job& job, const Rest&...
   trade_trace(8, ps);
   const bool ok = ps->aborted == 0;
 #ifdef KOSMOS_DBG_TRACE
-  __syncthreads();  // every warp has recorded this call before the count moves on
+  __syncthreads();  // every warp has recorded this call before the count moves on,
   if (threadIdx.x == 0) ps->calls += 1;
+  __syncthreads();  // and before any warp records the next call
 #endif
   return ok;
 }
