@@ -4,7 +4,7 @@ MoELayer(path="fused") runs it. On the H200 it ran 3,100 calls of notes/debug/ha
 passes its tests at 1, 2 and 4 ranks, bitwise the separate launches; at world 1 it is 3-40 %
 slower than them (notes/moe.md, session 11). Its two GEMMs run in ONE builder call (the warpgroups
 trade registers once): plans that trade registers in a second builder call hung, one call in
-50-800; that root cause is open.
+50-800, most likely from a race on the builder's ring position, mended since (GPU-untested).
 
     fwd = MoEForward(dispatch, combine)     # a MoEDispatch and a MoECombine of the same world and experts
     y, h = fwd(x, routing, w1, w2, gate_up=None, shared=None)

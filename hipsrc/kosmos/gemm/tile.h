@@ -19,8 +19,8 @@
 //   epi              a compile-time epilogue (epilogue.h): EpiStoreBf16, EpiStoreF32, EpiSwiGLU.
 //                    Epi::done(tile) runs once per tile after all of its stores (completion point).
 //   MoveRegs         (Hopper) the warpgroups trade registers for the call (setmaxnreg): the default.
-//                    A trade in a kernel's second builder call hung the MoE forward (notes/moe.md,
-//                    session 11): run a kernel's GEMMs as jobs of one call instead:
+//                    (false: the MoE forward's register-plan experiment, notes/moe.md session 11.)
+//   Several GEMMs of a kernel may also run as jobs of one call:
 //   kosmos::gemm::run_builder_jobs(smem, gemm::builder_job<L1>(sched, tma, tmb, claim, ready, epi[, on]), ...)
 //                    the jobs in order in one call (one register trade; the consumers go from one
 //                    job's last tile to the next job's first without a CTA barrier); a job whose
