@@ -32,7 +32,7 @@ from ..dtypes import bfloat16, float32
 from ..runtime.streams import uses_stream
 from .combine import MoECombine
 from .dispatch import MoEDispatch
-from .forward import ExpertsLaunch, null_heads
+from .forward import ExpertsLaunch
 from .route import DeviceRouting
 
 
@@ -41,8 +41,11 @@ class MoEBackward(ExpertsLaunch):
         wdt = np.dtype(wgrad_dtype)
         if wdt not in (np.dtype(float32), np.dtype(bfloat16)):
             raise TypeError(f"wgrad_dtype must be float32 or bfloat16, got {wdt}")
+        from .. import gemm
+
         super().__init__(dispatch, combine, "kosmos_moe_backward_" + ("f32" if wdt == np.dtype(float32) else "bf16"), 4)
         self.wgrad_dtype = wdt
+        self.epilogues = (gemm.SWIGLU_EPI_DTYPE, gemm.EPI_DTYPE, gemm.EPI_DTYPE, gemm.EPI_DTYPE)
         self._d_pre = self._d_xe = None   # [capacity, 2I], [capacity, H] bf16: dgrad2's and dgrad1's outputs
         self._tmaps: tuple[dict, ...] = ({}, {}, {}, {})
 
@@ -55,10 +58,8 @@ class MoEBackward(ExpertsLaunch):
         2I, H] and w2 [E/P, H, I] bf16; extra: fp32 [T, H] added to dx before its rounding; out,
         dw1, dw2: outputs to write (allocated when None). movers / crew as MoEForward's. A rank whose
         arguments are refused still launches (moving nothing, so no peer waits for it) and raises."""
-        from .. import gemm
-
         disp, comb = self.dispatch, self.combine
-        refusal = None
+        refusal = heads = None
         try:
             dy, start, order, weights, k = disp._checked(dy, routing, True, stream)
             movers, crew = self._crews(movers, crew)
@@ -66,22 +67,15 @@ class MoEBackward(ExpertsLaunch):
             extra, out, t = comb.checked_outputs(routing, extra, out, stream)
         except (TypeError, ValueError) as e:
             refusal = e
-        if refusal is None:
+
+        def records():
             import cupy
 
-            drec = disp._params(dy, start, order, weights, k, False, stream)
             ones = cupy.ones(routing.weights.shape, np.float32)  # dY was weighted on its way out
-            crec = comb._params(self._d_xe, disp, routing.slot, ones, extra, out, t, stream, scope=1)
-        else:  # launch anyway, moving nothing: the peers see counts of -1 and wait for nobody
-            heads = null_heads(gemm.SWIGLU_EPI_DTYPE, gemm.EPI_DTYPE, gemm.EPI_DTYPE, gemm.EPI_DTYPE)
-            drec = disp._params(None, None, None, None, 1, True, stream)
-            crec = comb._params(None, disp, None, None, None, None, 0, stream, scope=1)
-            movers, crew = 1, 0
-        self._launch(heads, drec, crec, movers, crew, stream)
-        if refusal is not None:
-            raise refusal
-        if check:
-            disp.check_status()
+            return (disp._params(dy, start, order, weights, k, False, stream),
+                    comb._params(self._d_xe, disp, routing.slot, ones, extra, out, t, stream, scope=1))
+
+        self._run(refusal, heads, records, movers, crew, check, stream)
         return out, dw1, dw2
 
     def _gemm_heads(self, x_e: Any, a: Any, gate_up: Any, w1: Any, w2: Any, dw1: Any, dw2: Any,

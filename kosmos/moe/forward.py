@@ -89,14 +89,34 @@ class ExpertsLaunch:
         g = self.grid
         return size(movers, "movers", max(1, g // 4), 1, g), size(crew, "crew", max(1, g // 8), 0, g - 1)
 
-    def _launch(self, heads: tuple, drec: np.void, crec: np.void, movers: int, crew: int, stream: Any) -> None:
+    def _run(self, refusal: Exception | None, heads: Any, records: Any, movers: Any, crew: Any, check: bool,
+             stream: Any) -> None:
+        """Launch this call: heads (the GEMMs' arguments) and records() -> (DispatchParams,
+        CombineParams). A rank that refused its arguments launches anyway, moving nothing (its
+        peers see counts of -1 and wait for nobody), then raises the refusal. check: a host sync,
+        raising on an overflow or a failed wait."""
+        disp, comb = self.dispatch, self.combine
+        if refusal is None:
+            drec, crec = records()
+        else:
+            heads = null_heads(*self.epilogues)
+            drec = disp._params(None, None, None, None, 1, True, stream)
+            crec = comb._params(None, disp, None, None, None, None, 0, stream, scope=1)
+            movers, crew = 1, 0
         self.launch([*heads, drec, crec, np.int32(movers), np.int32(crew), np.int32(self._rows_cap), self._words,
                      self._rows_done], stream=stream)
+        if refusal is not None:
+            raise refusal
+        if check:
+            disp.check_status()
 
 
 class MoEForward(ExpertsLaunch):
     def __init__(self, dispatch: MoEDispatch, combine: MoECombine):
+        from .. import gemm
+
         super().__init__(dispatch, combine, "kosmos_moe_forward", 2)
+        self.epilogues = (gemm.SWIGLU_EPI_DTYPE, gemm.EPI_DTYPE)  # the kernel's epilogue records, in order
         self._h = self._y_e = None
         self._tmaps: tuple[dict, dict] = ({}, {})
 
@@ -110,10 +130,8 @@ class MoEForward(ExpertsLaunch):
         GEMM1's tiles are all taken instead of building GEMM2 (default: an eighth). check: a host
         sync, raising on an overflow or a failed wait. A rank whose arguments are refused still
         launches (moving nothing, so no peer waits for it) and raises."""
-        from .. import gemm
-
         disp, comb = self.dispatch, self.combine
-        refusal = None
+        refusal = heads = None
         try:
             x, start, order, _, k = disp._checked(x, routing, False, stream)
             if x.dtype != bfloat16:
@@ -123,19 +141,10 @@ class MoEForward(ExpertsLaunch):
             shared, out, t = comb.checked_outputs(routing, shared, out, stream)
         except (TypeError, ValueError) as e:
             refusal = e
-        if refusal is None:
-            drec = disp._params(x, start, order, None, k, False, stream)
-            crec = comb._params(self._y_e, disp, routing.slot, routing.weights, shared, out, t, stream, scope=1)
-        else:  # launch anyway, moving nothing: the peers see counts of -1 and wait for nobody
-            heads = null_heads(gemm.SWIGLU_EPI_DTYPE, gemm.EPI_DTYPE)
-            drec = disp._params(None, None, None, None, 1, True, stream)
-            crec = comb._params(None, disp, None, None, None, None, 0, stream, scope=1)
-            movers, crew = 1, 0
-        self._launch(heads, drec, crec, movers, crew, stream)
-        if refusal is not None:
-            raise refusal
-        if check:
-            disp.check_status()
+        self._run(refusal, heads, lambda: (
+            disp._params(x, start, order, None, k, False, stream),
+            comb._params(self._y_e, disp, routing.slot, routing.weights, shared, out, t, stream, scope=1)),
+            movers, crew, check, stream)
         return out, self._h
 
     def _gemm_heads(self, w1: Any, w2: Any, gate_up: Any, stream: Any) -> tuple:
