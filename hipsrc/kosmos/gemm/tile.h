@@ -25,7 +25,7 @@
 //                    the jobs in order in one call (one register trade; the consumers go from one
 //                    job's last tile to the next job's first without a CTA barrier); a job whose
 //                    `on` is false is skipped (the same in every thread of the CTA); every job must
-//                    have the ring's stage count (static_assert). False when a hook aborted (the
+//                    have the ring's stage count and stage size (static_assert). False when a hook aborted (the
 //                    jobs after it are skipped).
 // Returns true when claim() ran dry, false when a readiness hook aborted (then the CTA must not
 // call it again). Between calls the CTA may use its registers and the static shared memory for
