@@ -93,7 +93,7 @@ def plot(results: list, path, backward: bool) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = (["backward", "bwd gemms", "bwd dense"] if backward
+    names = (["backward", "fused backward", "bwd gemms", "bwd dense"] if backward
              else ["layer", "fused m=auto", "experts", "dense", "layer unheld", "baseline"])
     models = list(dict.fromkeys(r["model"] for r in results))
     fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models), 3.6), squeeze=False)
@@ -226,8 +226,9 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
 
 
 def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
-    """The backward (path "device"): step (forward + backward; a backward needs its own forward's
-    context) and forward, so backward = step - forward; bwd gemms (the backward's expert GEMMs
+    """The backward of paths "device" and "fused" (MoEBackward: the experts' part in one launch):
+    step (forward + backward; a backward needs its own forward's context) and forward, so backward
+    = step - forward; bwd gemms (the backward's expert GEMMs
     alone: grouped NT for wgrad2, NN with the SwiGLU backward epilogue for dgrad2, NT/NN for
     wgrad1/dgrad1, and the shared experts' (cuBLAS); nothing recomputed: the forward keeps GEMM1's
     pre-activations); bwd dense (cuBLAS on the same FLOPs). Without the stream blocker (host gaps
@@ -241,6 +242,7 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
     tokens = tokens_of(cfg, rows_per, world.size)
     cap = capacity_of(cfg, tokens, world.size)
     layer = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="device")
+    fused = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="fused")
     serial = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="serial")
     base = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="baseline") if NcclBaseline.available(world) else None
     try:
@@ -291,8 +293,9 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
                 cupy.matmul(sd.T, sx)
                 cupy.matmul(sd, sw1)
 
-        t = time_calls(world, {"step": step, "forward": lambda _: layer.forward(x, params), "bwd gemms": gemms,
-                               "bwd dense": dense}, warmup, iters, rounds_per_hold=2)
+        t = time_calls(world, {"step": step, "forward": lambda _: layer.forward(x, params),
+                               "fused step": step_of(fused), "fused forward": lambda _: fused.forward(x, params),
+                               "bwd gemms": gemms, "bwd dense": dense}, warmup, iters, rounds_per_hold=2)
 
         unheld = {"step unheld": step, "forward unheld": lambda _: layer.forward(x, params),
                   "serial step": step_of(serial), "serial forward": lambda _: serial.forward(x, params)}
@@ -306,6 +309,9 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
             rec[name] = {"ms": tm.median_ms, "min_ms": tm.min_ms, "host_us": tm.host_us}
         bwd = rec["step"]["ms"] - rec["forward"]["ms"]
         rec["backward"] = {"ms": bwd, "tflops": flops / bwd / 1e9}
+        fbwd = rec["fused step"]["ms"] - rec["fused forward"]["ms"]
+        rec["fused backward"] = {"ms": fbwd, "tflops": flops / fbwd / 1e9}
+        rec["fused_vs_device"] = bwd / fbwd
         for name in ("bwd gemms", "bwd dense"):
             rec[name]["tflops"] = flops / rec[name]["ms"] / 1e9
         rec["backward_vs_gemms"] = rec["bwd gemms"]["ms"] / bwd
@@ -317,7 +323,7 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
                 rec[f"{who} backward unheld"] = {"ms": rec[f"{who} step"]["ms"] - rec[f"{who} forward"]["ms"]}
         return rec
     finally:
-        for lay in (layer, serial, *([base] if base else [])):
+        for lay in (layer, fused, serial, *([base] if base else [])):
             lay.close()
         cupy.get_default_memory_pool().free_all_blocks()
 
@@ -355,7 +361,8 @@ def main(argv=None):
                               f"backward {rec['backward']['ms']:7.3f} ms (step {rec['step']['ms']:.3f} - forward "
                               f"{rec['forward']['ms']:.3f})  gemms {rec['bwd gemms']['ms']:7.3f}  dense "
                               f"{rec['bwd dense']['ms']:7.3f}  backward/gemms {rec['backward_vs_gemms']:.3f}  "
-                              f"gemms/dense {rec['gemms_vs_dense']:.3f}", flush=True)
+                              f"gemms/dense {rec['gemms_vs_dense']:.3f}  fused backward "
+                              f"{rec['fused backward']['ms']:7.3f} (fused/device {rec['fused_vs_device']:.3f})", flush=True)
                         say("    unheld backward: " + "  ".join(f"{k.split()[0]} {v['ms']:.3f}" for k, v in rec.items()
                                                             if k.endswith("backward unheld")), flush=True)
                         continue

@@ -35,11 +35,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                                                      words, rows_done);
 }
 
-// The forward's register plan (forward.h: RegPlan)
-#ifndef KOSMOS_MOE_FWD_MOVE_REGS
-#define KOSMOS_MOE_FWD_MOVE_REGS 4
-#endif
-
 // The expert part of the MoE forward in one launch (hipsrc/kosmos/moe/forward.h): GEMM1's maps and
 // problem, then GEMM2's, then both plans' records.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
@@ -50,7 +45,7 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                        const KOSMOS_GRID_CONSTANT DispatchParams d, const KOSMOS_GRID_CONSTANT CombineParams c,
                        i32 movers, i32 crew, i32 rows_cap, u64* words, u64* rows_done) {
   const CallScope dispatch_call(d.calls, 0), combine_call(c.calls, 1);
-  forward_experts<DefaultTile, KOSMOS_MOE_PUSH_UNROLL, KOSMOS_MOE_FWD_MOVE_REGS>(ExpertGemm{&tma1, &tmb1, &p1}, epi1, ExpertGemm{&tma2, &tmb2, &p2},
+  forward_experts<DefaultTile, KOSMOS_MOE_PUSH_UNROLL>(ExpertGemm{&tma1, &tmb1, &p1}, epi1, ExpertGemm{&tma2, &tmb2, &p2},
                                                        EpiStoreBf16Tma(epi2, &tmc2), d, c, movers, crew, rows_cap,
                                                        words, rows_done);
 }

@@ -56,6 +56,7 @@ from ..world import World
 from .config import MoEConfig
 from .combine import MoECombine
 from .dispatch import MoEDispatch
+from .backward import MoEBackward
 from .forward import MoEForward
 from .reference import silu
 from .route import DeviceRouting, check_routable, plan_chunks, route
@@ -247,6 +248,7 @@ class MoELayer:
             self._dispatch = MoEDispatch(world, cfg.experts, 2 * h, self.capacity_rows)
             self._combine = MoECombine(world, cfg.experts, h, max_tokens, k)
             self._forward = MoEForward(self._dispatch, self._combine) if path == "fused" else None
+            self._backwards: dict = {}  # path "fused": MoEBackward per wgrad dtype, built at first use
             # the backward's own arena: the forward's (x_experts) must outlive the dY dispatch
             self._dispatch_bwd = MoEDispatch(world, cfg.experts, 2 * h, self.capacity_rows)
         elif path == "baseline":  # NCCL rows (one rank per GPU), cuBLAS per expert
@@ -524,18 +526,23 @@ class MoELayer:
             comb = self._combine.comb.local if device else ctx.combined
             bwd("kosmos_moe_weight_grads")((-(-t * k // 8),), (256,), (
                 comb, r.slot, dy, np.int64(t * k), np.int32(k), np.int32(hid), status, d_weights))
-        # 2. the routed experts: their weight gradients, and dX rows on their way home
-        if device:
-            d_xe, dw1, dw2 = self._routed_backward_device(dy, ctx, params, wdt)
-        else:
-            d_back, dw1, dw2 = self._routed_backward_exchanged(dy, ctx, params, wdt)
-        # 3. the router's dx and dWr, then the shared experts' gradients (their dx joins the router's)
+        # 2. the router's dx and dWr, then the shared experts' gradients (their dx joins the router's)
         extra, d_router_w = self._router_gradients(ctx, d_weights, params)
         d_sw1, d_sw2 = self._shared_backward(dy, ctx, params, wdt, extra)
-        # 4. the rows back to their tokens, summed (weights 1: dY was weighted), plus the rest, rounded once
-        if device:
+        # 3. the routed experts' weight gradients and dX rows, 4. the rows back to their tokens,
+        #    summed (weights 1: dY was weighted), plus the rest, rounded once
+        if self.path == "fused":  # 3 and 4 in one launch
+            if wdt not in self._backwards:
+                self._backwards[wdt] = MoEBackward(self._dispatch_bwd, self._combine, wdt)
+            dx, dw1, dw2 = self._backwards[wdt](dy, r, ctx.x_experts, ctx.h, ctx.gate_up, params.w1, params.w2,
+                                                extra=extra if t else None, movers=self.movers, crew=self.crew)
+        elif device:
+            d_xe, dw1, dw2 = self._routed_backward_device(dy, ctx, params, wdt)
             ones = dataclasses.replace(r, weights=cupy.ones_like(r.weights))
             dx = self._combine(d_xe, self._dispatch_bwd, ones, shared=extra if t else None)
+        else:
+            d_back, dw1, dw2 = self._routed_backward_exchanged(dy, ctx, params, wdt)
+        if device:
             nan_word = np.uint32(0x7FC00000 if wdt == float32 else 0x7FC07FC0)  # one fp32 or two bf16 NaNs
             for dw in (dw1, dw2):  # NaN after a failed dispatch, in place (a where + astype was 3 passes over GBs)
                 bwd("kosmos_moe_nan_if_failed")((264,), (256,), (status, dw, np.uint64(dw.nbytes // 4), nan_word))

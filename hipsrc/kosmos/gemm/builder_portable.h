@@ -44,7 +44,7 @@ KOSMOS_DEVICE void stage_operand(u16* s, const u16* g, i32 ld, i32 k0, i32 rlim,
 // Nothing lives across calls here: each call stages its own slabs synchronously.
 KOSMOS_DEVICE void builder_init_arch(u8*) { __syncthreads(); }
 
-template <int L, bool MoveRegs, class Sched, class Claim, class Ready, class Epi>  // MoveRegs: Hopper only
+template <int L, class Sched, class Claim, class Ready, class Epi>
 KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap*, const TensorMap*, u8* smem_raw,
                                     Claim& claim, const Ready& ready, const Epi& epi) {
   static_assert(Sched::Tile::kTileN == kTileN, "the portable layers build 128x256 tiles only");
@@ -94,11 +94,11 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap*, const 
 }
 
 // The jobs in order (nothing is traded between calls here: a job list is one call per job).
-template <bool MoveRegs = true, class Job, class... Rest>
+template <class Job, class... Rest>
 KOSMOS_DEVICE bool run_builder_jobs(u8* smem, const Job& j, const Rest&... rest) {
-  if (j.on && !run_builder_arch<Job::kLayout, MoveRegs>(j.sched, j.tma, j.tmb, smem, j.claim, j.ready, j.epi))
+  if (j.on && !run_builder_arch<Job::kLayout>(j.sched, j.tma, j.tmb, smem, j.claim, j.ready, j.epi))
     return false;
-  if constexpr (sizeof...(Rest) > 0) return run_builder_jobs<MoveRegs>(smem, rest...);
+  if constexpr (sizeof...(Rest) > 0) return run_builder_jobs(smem, rest...);
   return true;
 }
 

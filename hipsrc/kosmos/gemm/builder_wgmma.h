@@ -413,9 +413,8 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
 }
 
 // A builder call by the whole CTA: the producer warpgroup runs produce() (thread 0), the consumer
-// warpgroups consume(). MoveRegs: the warpgroups trade registers (setmaxnreg: producer 40,
-// consumers 232) for the call and give them back at its end; false keeps every warp at kEntryRegs
-// (the consumers then hold a 128-register accumulator tile in 168: spills, slower).
+// warpgroups consume(). The warpgroups trade registers (setmaxnreg: producer 40, consumers 232)
+// for the call and give them back at its end.
 // Where each warp last was around a builder call's register trade, in -DKOSMOS_DBG_TRACE builds
 // only (the open hang, notes/moe.md session 11; notes/debug/hang.py prints it): per CTA and warp,
 // (point << 32) | the CTA's builder calls so far. Points: 1 entry, 2 producer after its .dec,
@@ -453,7 +452,7 @@ KOSMOS_DEVICE bool consume_jobs(u8* smem, RingPos& pos, const Job& job, const Re
 // Runs the jobs (job.h) in order in one builder call, one register trade: the consumers go from
 // one job's last tile to the next job's first without a CTA barrier. Returns false when a
 // readiness hook aborted.
-template <bool MoveRegs = true, class Job, class... Rest>
+template <class Job, class... Rest>
 KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job& job, const Rest&... rest) {
   using namespace sm90;
   static_assert(((Rest::Sched::Tile::kStages == Job::Sched::Tile::kStages &&
@@ -474,7 +473,7 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job& job, const Rest&...
   // position and waited for ever one stage past the stop (one call in 50-800 wherever a register
   // trade made the consumer warps start apart; found by a review in session 11, notes/moe.md).
   if (wg == 0) {
-    if constexpr (MoveRegs) setmaxnreg_dec<kProducerRegs>();
+    setmaxnreg_dec<kProducerRegs>();
     trade_trace(2, ps);
     RingPos pos{0, 0};
     if (threadIdx.x == 0) {
@@ -497,10 +496,10 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job& job, const Rest&...
       ps->stage = pos.s;
       ps->phase = pos.ph;
     }
-    if constexpr (MoveRegs) setmaxnreg_inc<kEntryRegs>();
+    setmaxnreg_inc<kEntryRegs>();
     trade_trace(4, ps);
   } else {
-    if constexpr (MoveRegs) setmaxnreg_inc<kConsumerRegs>();
+    setmaxnreg_inc<kConsumerRegs>();
     trade_trace(5, ps);
     RingPos pos{ps->stage, ps->phase};
     named_barrier_arrive(4, 384);  // read the start position, hold the consumer registers (barrier 4 above)
@@ -510,7 +509,7 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job& job, const Rest&...
     // warpgroup that built no tile (it saw the stop first) met no barrier since its .inc above.
     __syncwarp();
     (wg == 1 ? named_barrier(2, 128) : named_barrier(3, 128));
-    if constexpr (MoveRegs) setmaxnreg_dec<kEntryRegs>();
+    setmaxnreg_dec<kEntryRegs>();
     trade_trace(7, ps);
   }
   __syncthreads();
@@ -524,10 +523,10 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job& job, const Rest&...
   return ok;
 }
 
-template <int L, bool MoveRegs, class Sched, class Claim, class Ready, class Epi>
+template <int L, class Sched, class Claim, class Ready, class Epi>
 KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap* tma, const TensorMap* tmb, u8* smem_raw,
                                     Claim& claim, const Ready& ready, const Epi& epi) {
-  return run_builder_jobs<MoveRegs>(smem_raw, builder_job<L>(sched, tma, tmb, claim, ready, epi));
+  return run_builder_jobs(smem_raw, builder_job<L>(sched, tma, tmb, claim, ready, epi));
 }
 
 }  // namespace gemm

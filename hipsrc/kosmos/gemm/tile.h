@@ -18,8 +18,6 @@
 //                    stop at a unit's first stage only.)
 //   epi              a compile-time epilogue (epilogue.h): EpiStoreBf16, EpiStoreF32, EpiSwiGLU.
 //                    Epi::done(tile) runs once per tile after all of its stores (completion point).
-//   MoveRegs         (Hopper) the warpgroups trade registers for the call (setmaxnreg): the default.
-//                    (false: the MoE forward's register-plan experiment, notes/moe.md session 11.)
 //   Several GEMMs of a kernel may also run as jobs of one call:
 //   kosmos::gemm::run_builder_jobs(smem, gemm::builder_job<L1>(sched, tma, tmb, claim, ready, epi[, on]), ...)
 //                    the jobs in order in one call (one register trade; the consumers go from one
@@ -46,10 +44,10 @@ namespace gemm {
 
 KOSMOS_DEVICE void builder_init(u8* smem) { builder_init_arch(smem); }
 
-template <int L, bool MoveRegs = true, class Sched, class Claim, class Ready, class Epi>
+template <int L, class Sched, class Claim, class Ready, class Epi>
 KOSMOS_DEVICE bool run_builder(const Sched& sched, const TensorMap* tma, const TensorMap* tmb, u8* smem,
                                Claim& claim, const Ready& ready, const Epi& epi) {
-  return run_builder_arch<L, MoveRegs>(sched, tma, tmb, smem, claim, ready, epi);
+  return run_builder_arch<L>(sched, tma, tmb, smem, claim, ready, epi);
 }
 
 }  // namespace gemm

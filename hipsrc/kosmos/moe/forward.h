@@ -24,9 +24,8 @@ namespace moe {
 // 1 <= movers (CTA 0 publishes the counts), 0 <= crew < grid. words[0..1]: GEMM1's queue,
 // words[2..3]: GEMM2's, words[4]: CTAs out (for the rows_done reset). rows_cap: the counters per
 // GEMM (at least the tile rows the arena can hold). PushUnroll: vectors in flight per mover thread.
-// RegPlan (an experiment's knob, notes/moe.md session 11): which builder calls trade registers
-// between warpgroups (setmaxnreg): bit 0 GEMM1's, bit 1 GEMM2's; 4: both GEMMs in one call, one trade.
-template <class Tile, int PushUnroll, int RegPlan, class Epi1, class Epi2>
+// Both GEMMs run in one builder call (one register trade): GEMM2's tiles wait on GEMM1's rows.
+template <class Tile, int PushUnroll, class Epi1, class Epi2>
 KOSMOS_DEVICE void forward_experts(const ExpertGemm& g1, const Epi1& epi1, const ExpertGemm& g2, const Epi2& epi2,
                                    const DispatchParams& d, const CombineParams& c, i32 movers, i32 crew,
                                    i32 rows_cap, u64* words, u64* rows_done) {
@@ -47,12 +46,7 @@ KOSMOS_DEVICE void forward_experts(const ExpertGemm& g1, const Epi1& epi1, const
     const gemm::EpiTileRowDone<Epi2> done2(epi2, rows_done + rows_cap, &table);
     const bool builds2 = i32(blockIdx.x) >= crew;
     const auto job2 = gemm::builder_job<gemm::LAYOUT_TN>(s2, g2.a, g2.b, claim2, h_done, done2, builds2);
-    if constexpr (RegPlan == 4) {  // one builder call, one register trade, for both GEMMs
-      fine = gemm::run_builder_jobs(smem, job1, job2);
-    } else {
-      fine = gemm::run_builder_jobs<(RegPlan & 1) != 0>(smem, job1);
-      if (fine && builds2) fine = gemm::run_builder_jobs<(RegPlan & 2) != 0>(smem, job2);
-    }
+    fine = gemm::run_builder_jobs(smem, job1, job2);
     // an item's rows are final once every tile row under them has all of GEMM2's tiles
     combine_rows<PushUnroll>(fine, c, d, &table, rows_done + rows_cap, u64(g2.p->tiles_n));
   } else {
