@@ -93,7 +93,7 @@ def plot(results: list, path, backward: bool) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    names = (["backward", "fused backward", "bwd gemms", "bwd dense"] if backward
+    names = (["backward", "fused m=auto backward", "bwd gemms", "bwd dense"] if backward
              else ["layer", "fused m=auto", "experts", "dense", "layer unheld", "baseline"])
     models = list(dict.fromkeys(r["model"] for r in results))
     fig, axes = plt.subplots(1, len(models), figsize=(4.5 * len(models), 3.6), squeeze=False)
@@ -136,6 +136,11 @@ def case_params(world, cfg, skew, seed):
     return params
 
 
+def fused_name(movers, crew) -> str:
+    """A path "fused" contender's name: its movers and combine crew ('auto': the defaults)."""
+    return f"fused m={movers or 'auto'}" + ("" if crew is None else f" c={crew}")
+
+
 def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, movers=(None,), crews=(None,),
                baseline=True):
     import cupy
@@ -143,7 +148,7 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
     tokens = tokens_of(cfg, rows_per, world.size)
     cap = capacity_of(cfg, tokens, world.size)
     layer = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="device")
-    fused = {f"fused m={m or 'auto'}" + ("" if c is None else f" c={c}"):
+    fused = {fused_name(m, c):
              MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="fused", movers=m, crew=c)
              for m in movers for c in crews}
     base = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="baseline") if baseline else None
@@ -225,7 +230,7 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
         cupy.get_default_memory_pool().free_all_blocks()
 
 
-def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
+def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed, movers=(None,), crews=(None,)):
     """The backward of paths "device" and "fused" (MoEBackward: the experts' part in one launch):
     step (forward + backward; a backward needs its own forward's context) and forward, so backward
     = step - forward; bwd gemms (the backward's expert GEMMs
@@ -242,7 +247,8 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
     tokens = tokens_of(cfg, rows_per, world.size)
     cap = capacity_of(cfg, tokens, world.size)
     layer = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="device")
-    fused = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="fused")
+    fused = {fused_name(m, c): MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="fused", movers=m, crew=c)
+             for m in movers for c in crews}
     serial = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="serial")
     base = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="baseline") if NcclBaseline.available(world) else None
     try:
@@ -293,9 +299,11 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
                 cupy.matmul(sd.T, sx)
                 cupy.matmul(sd, sw1)
 
-        t = time_calls(world, {"step": step, "forward": lambda _: layer.forward(x, params),
-                               "fused step": step_of(fused), "fused forward": lambda _: fused.forward(x, params),
-                               "bwd gemms": gemms, "bwd dense": dense}, warmup, iters, rounds_per_hold=2)
+        contenders = {"step": step, "forward": lambda _: layer.forward(x, params), "bwd gemms": gemms, "bwd dense": dense}
+        for name, fl in fused.items():
+            contenders[f"{name} step"] = step_of(fl)
+            contenders[f"{name} forward"] = lambda _, fl=fl: fl.forward(x, params)
+        t = time_calls(world, contenders, warmup, iters, rounds_per_hold=2)
 
         unheld = {"step unheld": step, "forward unheld": lambda _: layer.forward(x, params),
                   "serial step": step_of(serial), "serial forward": lambda _: serial.forward(x, params)}
@@ -309,9 +317,9 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
             rec[name] = {"ms": tm.median_ms, "min_ms": tm.min_ms, "host_us": tm.host_us}
         bwd = rec["step"]["ms"] - rec["forward"]["ms"]
         rec["backward"] = {"ms": bwd, "tflops": flops / bwd / 1e9}
-        fbwd = rec["fused step"]["ms"] - rec["fused forward"]["ms"]
-        rec["fused backward"] = {"ms": fbwd, "tflops": flops / fbwd / 1e9}
-        rec["fused_vs_device"] = bwd / fbwd
+        for name in fused:  # e.g. "fused m=auto backward", and its speed-up over path "device"'s backward
+            fbwd = rec[f"{name} step"]["ms"] - rec[f"{name} forward"]["ms"]
+            rec[f"{name} backward"] = {"ms": fbwd, "tflops": flops / fbwd / 1e9, "vs_device": bwd / fbwd}
         for name in ("bwd gemms", "bwd dense"):
             rec[name]["tflops"] = flops / rec[name]["ms"] / 1e9
         rec["backward_vs_gemms"] = rec["bwd gemms"]["ms"] / bwd
@@ -323,7 +331,7 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed):
                 rec[f"{who} backward unheld"] = {"ms": rec[f"{who} step"]["ms"] - rec[f"{who} forward"]["ms"]}
         return rec
     finally:
-        for lay in (layer, fused, serial, *([base] if base else [])):
+        for lay in (layer, *fused.values(), serial, *([base] if base else [])):
             lay.close()
         cupy.get_default_memory_pool().free_all_blocks()
 
@@ -355,14 +363,17 @@ def main(argv=None):
             for rows_per in rows_list:
                 for skew in (False, True) if args.skew and not args.quick else (False,):
                     if args.backward:
-                        rec = bench_backward(world, cfg, rows_per, skew, args.iters, args.warmup, len(results) * 7 + 1)
+                        rec = bench_backward(world, cfg, rows_per, skew, args.iters, args.warmup, len(results) * 7 + 1,
+                                             movers=movers, crews=crews)
                         results.append(rec)
                         say(f"{cfg.name:22s} rows/exp {rows_per:5d} {'skewed' if skew else 'routed':6s} "
                               f"backward {rec['backward']['ms']:7.3f} ms (step {rec['step']['ms']:.3f} - forward "
                               f"{rec['forward']['ms']:.3f})  gemms {rec['bwd gemms']['ms']:7.3f}  dense "
                               f"{rec['bwd dense']['ms']:7.3f}  backward/gemms {rec['backward_vs_gemms']:.3f}  "
-                              f"gemms/dense {rec['gemms_vs_dense']:.3f}  fused backward "
-                              f"{rec['fused backward']['ms']:7.3f} (fused/device {rec['fused_vs_device']:.3f})", flush=True)
+                              f"gemms/dense {rec['gemms_vs_dense']:.3f}", flush=True)
+                        say("    fused backward: " + "  ".join(f"{k[6:-9]} {v['ms']:.3f} ({v['vs_device']:.3f}x)"
+                                                           for k, v in rec.items() if k.endswith(" backward")
+                                                           and k.startswith("fused")), flush=True)
                         say("    unheld backward: " + "  ".join(f"{k.split()[0]} {v['ms']:.3f}" for k, v in rec.items()
                                                             if k.endswith("backward unheld")), flush=True)
                         continue
