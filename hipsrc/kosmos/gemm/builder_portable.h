@@ -7,6 +7,7 @@
 #include "epilogue.h"
 #include "job.h"
 #include "schedule.h"
+#include "../trace.h"
 #if KOSMOS_GEMM_MFMA
 #include "mfma.h"
 #else
@@ -96,8 +97,9 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap*, const 
 // The jobs in order (nothing is traded between calls here: a job list is one call per job).
 template <class Job, class... Rest>
 KOSMOS_DEVICE bool run_builder_jobs(u8* smem, const Job& j, const Rest&... rest) {
-  if (j.on && !run_builder_arch<Job::kLayout>(j.sched, j.tma, j.tmb, smem, j.claim, j.ready, j.epi))
-    return false;
+  const bool ok = !j.on || run_builder_arch<Job::kLayout>(j.sched, j.tma, j.tmb, smem, j.claim, j.ready, j.epi);
+  if (threadIdx.x == 0) phase_mark(7 - int(sizeof...(Rest)));
+  if (!ok) return false;
   if constexpr (sizeof...(Rest) > 0) return run_builder_jobs(smem, rest...);
   return true;
 }

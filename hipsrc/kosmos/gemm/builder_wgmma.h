@@ -20,6 +20,7 @@
 #include "job.h"
 #include "schedule.h"
 #include "sm90_wgmma.h"
+#include "../trace.h"
 
 namespace kosmos {
 namespace gemm {
@@ -444,7 +445,9 @@ KOSMOS_DEVICE bool produce_jobs(u8* smem, RingPos& pos, const Job& job, const Re
 }
 template <class Job, class... Rest>
 KOSMOS_DEVICE bool consume_jobs(u8* smem, RingPos& pos, const Job& job, const Rest&... rest) {
-  if (job.on && !consume(job, smem, pos)) return false;
+  const bool ok = !job.on || consume(job, smem, pos);
+  if (threadIdx.x == 128) phase_mark(7 - int(sizeof...(Rest)));
+  if (!ok) return false;
   if constexpr (sizeof...(Rest) > 0) return consume_jobs(smem, pos, rest...);
   return true;
 }

@@ -1,0 +1,26 @@
+// Per-CTA phase timestamps: where a fused kernel's time goes. Only in -DKOSMOS_PHASE_TRACE builds
+// (notes/debug/phases.py prints the timeline); elsewhere phase_mark compiles to nothing.
+// kosmos_phase_trace[cta][slot] = now_ns() when the CTA passed the slot's point:
+//   0 entry   1 its dispatch part done (pushed, or the counts loaded)   2 builder ready
+//   3..7 a builder job done (slot 7 - jobs after it: the last job's is 7)   8 builder call done
+//   9 combine done
+#pragma once
+#include "platform.h"
+
+namespace kosmos {
+
+constexpr int kPhaseSlots = 16;
+#ifdef KOSMOS_PHASE_TRACE
+__device__ u64 kosmos_phase_trace[1024 * kPhaseSlots];
+#endif
+
+// Called by one thread of the CTA.
+KOSMOS_DEVICE void phase_mark(int slot) {
+#ifdef KOSMOS_PHASE_TRACE
+  kosmos_phase_trace[blockIdx.x * kPhaseSlots + slot] = now_ns();
+#else
+  (void)slot;
+#endif
+}
+
+}  // namespace kosmos

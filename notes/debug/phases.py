@@ -1,0 +1,95 @@
+"""Where the fused MoE kernels' time goes: per-CTA phase timestamps (hipsrc/kosmos/trace.h).
+
+    python3 notes/debug/phases.py [--model Qwen3-30B-A3B] [--rows 2048] [--movers N] [--crew N]
+
+Builds moe_fused.hip with -DKOSMOS_PHASE_TRACE (a copy of hipsrc with the define on top), runs
+path "fused" forward + backward at world 1, and prints per phase and per CTA group (the crew
+[0, crew), the other movers [crew, movers), the builders [movers, grid)) the median and the last
+CTA's time since the kernel's first CTA entered, in microseconds. Tracing costs a few stores per
+CTA; the timeline is for shares, not for claims of speed (bench/moe.py is).
+"""
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+src = Path(tempfile.mkdtemp(prefix="kosmos_phase_")) / "hipsrc"
+shutil.copytree(ROOT / "hipsrc", src)
+f = src / "moe_fused.hip"
+f.write_text("#define KOSMOS_PHASE_TRACE 1\n" + f.read_text())
+os.environ["KOSMOS_HIPSRC"] = str(src)
+sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+
+import cupy  # noqa: E402
+import numpy as np  # noqa: E402
+
+from kosmos import gemm  # noqa: E402
+from kosmos.dtypes import random_bf16  # noqa: E402
+from kosmos.moe import MoELayer  # noqa: E402
+from kosmos.runtime import load_module  # noqa: E402
+from kosmos.world import World  # noqa: E402
+from moe import capacity_of, case_params, share, tokens_of  # noqa: E402
+
+NAMES = {0: "entry", 1: "dispatch part done", 2: "builder ready", 8: "builder call done", 9: "combine done"}
+JOBS = {"forward": ["GEMM1 (TN SwiGLU)", "GEMM2 (TN)"],
+        "backward": ["A dgrad2+SwiGLU bwd", "B wgrad2", "C dgrad1", "D wgrad1"]}
+
+
+def show(kind, tr, grid, movers, crew):
+    tr = tr[:grid].astype(np.int64)
+    t0 = tr[:, 0].min()
+    names = dict(NAMES)
+    for j, n in enumerate(JOBS[kind]):
+        names[8 - len(JOBS[kind]) + j] = f"job {n} done"
+    groups = {"crew": range(0, crew), "movers": range(crew, movers), "builders": range(movers, grid)}
+    print(f"\n{kind}: grid {grid}, movers {movers}, crew {crew}; us since the first CTA's entry "
+          f"(median / last CTA of each group)")
+    print(f"  {'phase':28s}" + "".join(f"{g:>22s}" for g in groups))
+    for slot in sorted(names):
+        row = f"  {names[slot]:28s}"
+        for g, idx in groups.items():
+            v = tr[list(idx), slot] if len(idx) else np.zeros(0, np.int64)
+            v = v[v > 0]
+            row += f"{'-':>22s}" if not len(v) else f"{np.median(v - t0) / 1e3:10.1f} /{(v.max() - t0) / 1e3:9.1f}  "
+        print(row, flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--model", default="Qwen3-30B-A3B")
+    ap.add_argument("--rows", type=int, default=2048)
+    ap.add_argument("--movers", type=int, default=None)
+    ap.add_argument("--crew", type=int, default=None)
+    args = ap.parse_args()
+    world = World()
+    cfg = share(args.model, 1)
+    tokens = tokens_of(cfg, args.rows, 1)
+    layer = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=capacity_of(cfg, tokens, 1), path="fused",
+                     movers=args.movers, crew=args.crew)
+    params = case_params(world, cfg, False, 1)
+    x, dy = random_bf16((tokens, cfg.hidden), 3), random_bf16((tokens, cfg.hidden), 4)
+    mod = load_module("moe_fused.hip", world=world, extra_options=gemm._extra_options)
+    trace = cupy.ndarray((1024, 16), np.uint64, mod.get_global("kosmos_phase_trace"))
+    fwd = layer._forward
+    movers, crew = fwd._crews(args.movers, args.crew)
+    print(f"{cfg.name}: {tokens} tokens, {args.rows} rows per expert on average, E/P {cfg.experts}, H {cfg.hidden}, "
+          f"I {cfg.intermediate}", flush=True)
+    for it in range(3):  # the last call's timeline (the first compiles and warms up)
+        trace.fill(0)
+        y, ctx = layer.forward(x, params, check=True)
+        cupy.cuda.Device().synchronize()
+        tf = trace.get()
+        trace.fill(0)
+        layer.backward(dy, ctx, params)
+        cupy.cuda.Device().synchronize()
+        tb = trace.get()
+    show("forward", tf, fwd.grid, movers, crew)
+    show("backward", tb, fwd.grid, movers, crew)
+    layer.close()
+
+
+if __name__ == "__main__":
+    main()
