@@ -7,12 +7,15 @@
 #pragma once
 #include "platform.h"
 
+#ifdef KOSMOS_PHASE_TRACE
+extern "C" {  // C linkage: the host finds it by this name (RawModule.get_global)
+__device__ kosmos::u64 kosmos_phase_trace[1024 * 16];
+}
+#endif
+
 namespace kosmos {
 
 constexpr int kPhaseSlots = 16;
-#ifdef KOSMOS_PHASE_TRACE
-__device__ u64 kosmos_phase_trace[1024 * kPhaseSlots];
-#endif
 
 // Called by one thread of the CTA.
 KOSMOS_DEVICE void phase_mark(int slot) {

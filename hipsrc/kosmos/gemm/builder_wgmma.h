@@ -36,7 +36,6 @@ struct PipelineState {
   i32 slot[kMaxStages];   // the unit the stage belongs to, or -1 / -2
   u32 stage, phase;     // the ring position between calls: both sides end a call at the same one
   i32 aborted;         // a readiness hook failed: the kernel is on its way out
-  u32 calls;           // builder calls so far (-DKOSMOS_DBG_TRACE builds: trade_trace's records)
 };
 static_assert(sizeof(PipelineState) <= 256, "the pipeline state must fit the 256 bytes kSmemBytes keeps for it");
 
@@ -60,7 +59,6 @@ KOSMOS_DEVICE void builder_init_arch(u8* smem_raw) {
     }
     ps->stage = ps->phase = 0;
     ps->aborted = 0;
-    ps->calls = 0;
     sm90::mbar_fence_init();
   }
   __syncthreads();
@@ -416,25 +414,6 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
 // A builder call by the whole CTA: the producer warpgroup runs produce() (thread 0), the consumer
 // warpgroups consume(). The warpgroups trade registers (setmaxnreg: producer 40, consumers 232)
 // for the call and give them back at its end.
-// Where each warp last was around a builder call's register trade, in -DKOSMOS_DBG_TRACE builds
-// only (the open hang, notes/moe.md session 11; notes/debug/hang.py prints it): per CTA and warp,
-// (point << 32) | the CTA's builder calls so far. Points: 1 entry, 2 producer after its .dec,
-// 3 producer at barrier 4, 4 producer after its .inc, 5 consumer after its .inc, 6 consumer after
-// its jobs, 7 consumer after its .dec, 8 the call's last barrier passed.
-#ifdef KOSMOS_DBG_TRACE
-__device__ u64 kosmos_trade_trace[1024 * 12];
-#endif
-KOSMOS_DEVICE void trade_trace(int point, const PipelineState* ps) {
-#ifdef KOSMOS_DBG_TRACE
-  if (threadIdx.x % 32 == 0)
-    *reinterpret_cast<volatile u64*>(&kosmos_trade_trace[blockIdx.x * 12 + threadIdx.x / 32]) =
-        (u64(point) << 32) | u32(ps->calls);
-#else
-  (void)point;
-  (void)ps;
-#endif
-}
-
 // Each side's walk over the jobs in order: a job that is off is skipped, and after an aborted one
 // the rest are (both sides see the same slots, so they skip alike).
 template <class Job, class... Rest>
@@ -467,17 +446,15 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job& job, const Rest&...
   // __syncwarp()s before them reconverge what a caller or a thread-0 section left diverged (a
   // partial warp's setmaxnreg is undefined; without the one before barrier 4, the MoE forward hung).
   __syncwarp();
-  trade_trace(1, ps);
   // Where this call starts in the ring, read by every thread before barrier 4 (the consumers arrive
   // there); the producer's thread 0 stores where it ends only after that barrier. (Both sides end
   // a call at the same stage: every stage the producer fills, the stop stages included, the
   // consumers release.) Storing it before every warp had read it hung the MoE forward: in a call
   // whose jobs all met the stop at once, a consumer warp still held in its .inc<232> read the new
   // position and waited for ever one stage past the stop (one call in 50-800 wherever a register
-  // trade made the consumer warps start apart; found by a review in session 11, notes/moe.md).
+  // trade made the consumer warps start apart; notes/moe.md, sessions 11-12).
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
-    trade_trace(2, ps);
     RingPos pos{0, 0};
     if (threadIdx.x == 0) {
       pos = RingPos{ps->stage, ps->phase};
@@ -493,37 +470,25 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job& job, const Rest&...
     // met the stop at once could take back the registers it had just freed, and the consumers'
     // .inc would wait for ever).
     __syncwarp();
-    trade_trace(3, ps);
     named_barrier(4, 384);
     if (threadIdx.x == 0) {
       ps->stage = pos.s;
       ps->phase = pos.ph;
     }
     setmaxnreg_inc<kEntryRegs>();
-    trade_trace(4, ps);
   } else {
     setmaxnreg_inc<kConsumerRegs>();
-    trade_trace(5, ps);
     RingPos pos{ps->stage, ps->phase};
     named_barrier_arrive(4, 384);  // read the start position, hold the consumer registers (barrier 4 above)
     consume_jobs(smem_raw, pos, job, rest...);
-    trade_trace(6, ps);
     // PTX: between two setmaxnreg of a warpgroup its warps must synchronize explicitly. A
     // warpgroup that built no tile (it saw the stop first) met no barrier since its .inc above.
     __syncwarp();
     (wg == 1 ? named_barrier(2, 128) : named_barrier(3, 128));
     setmaxnreg_dec<kEntryRegs>();
-    trade_trace(7, ps);
   }
   __syncthreads();
-  trade_trace(8, ps);
-  const bool ok = ps->aborted == 0;
-#ifdef KOSMOS_DBG_TRACE
-  __syncthreads();  // every warp has recorded this call before the count moves on,
-  if (threadIdx.x == 0) ps->calls += 1;
-  __syncthreads();  // and before any warp records the next call
-#endif
-  return ok;
+  return ps->aborted == 0;
 }
 
 template <int L, class Sched, class Claim, class Ready, class Epi>
