@@ -35,6 +35,10 @@ KOSMOS_DEVICE void cta_copy(void* dst, const void* src, u64 nbytes, u32 threads)
 struct KeepVectors {
   KOSMOS_DEVICE void operator()(u32, vec16&) const {}
 };
+template <class Xform>
+constexpr bool kKeepsVectors = false;
+template <>
+constexpr bool kKeepsVectors<KeepVectors> = true;
 
 template <int Unroll = kMoverUnroll, class Dst, class Src, class Xform = KeepVectors>
 KOSMOS_DEVICE void cta_copy_rows(const Dst& dst, const Src& src, u32 rows, u32 row_bytes, const Xform& xform = Xform{}) {

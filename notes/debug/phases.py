@@ -1,6 +1,6 @@
 """Where the fused MoE kernels' time goes: per-CTA phase timestamps (hipsrc/kosmos/trace.h).
 
-    python3 notes/debug/phases.py [--model Qwen3-30B-A3B] [--rows 2048] [--movers N] [--crew N]
+    python3 notes/debug/phases.py [--model Qwen3-30B-A3B] [--rows 2048] [--movers N] [--crew N] [-D NAME=VALUE]
 
 Builds moe_fused.hip with -DKOSMOS_PHASE_TRACE (a copy of hipsrc with the define on top), runs
 path "fused" forward + backward at world 1, and prints per phase and per CTA group (the crew
@@ -19,7 +19,8 @@ ROOT = Path(__file__).resolve().parents[2]
 src = Path(tempfile.mkdtemp(prefix="kosmos_phase_")) / "hipsrc"
 shutil.copytree(ROOT / "hipsrc", src)
 f = src / "moe_fused.hip"
-f.write_text("#define KOSMOS_PHASE_TRACE 1\n" + f.read_text())
+defines = ["KOSMOS_PHASE_TRACE=1"] + [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "-D"]
+f.write_text("".join(f"#define {d.replace('=', ' ', 1)}\n" for d in defines) + f.read_text())
 os.environ["KOSMOS_HIPSRC"] = str(src)
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 
@@ -63,6 +64,7 @@ def main():
     ap.add_argument("--rows", type=int, default=2048)
     ap.add_argument("--movers", type=int, default=None)
     ap.add_argument("--crew", type=int, default=None)
+    ap.add_argument("-D", action="append", default=[], help="a define of moe_fused.hip, NAME=VALUE (read above)")
     args = ap.parse_args()
     world = World()
     cfg = share(args.model, 1)

@@ -38,6 +38,10 @@ KOSMOS_DEVICE void mbar_wait(u64* bar, u32 parity) {
   while (!mbar_try_wait(bar, parity)) {
   }
 }
+// Before the barrier's shared memory is used for anything else.
+KOSMOS_DEVICE void mbar_inval(u64* bar) {
+  asm volatile("mbarrier.inval.shared::cta.b64 [%0];" ::"r"(smem_addr(bar)) : "memory");
+}
 
 // ---- TMA ----
 KOSMOS_DEVICE void tma_prefetch_desc(const TensorMap* tm) {
@@ -66,6 +70,19 @@ KOSMOS_DEVICE void tma_load_3d(void* dst, const TensorMap* tm, i32 c0, i32 c1, i
 KOSMOS_DEVICE void tma_store_2d(const TensorMap* tm, const void* src, i32 c0, i32 c1) {
   asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group [%0, {%2, %3}], [%1];"
                ::"l"(reinterpret_cast<u64>(tm)), "r"(smem_addr(src)), "r"(c0), "r"(c1)
+               : "memory");
+}
+// 1-D bulk copies (no tensor map; the movers' rows): `bytes` a multiple of 16, both addresses
+// 16-byte aligned. The load completes `bytes` of transaction count on `bar`; the store joins the
+// thread's current bulk group (bulk_commit, then the waits below).
+KOSMOS_DEVICE void bulk_load(void* dst, const void* src, u32 bytes, u64* bar) {
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
+               ::"r"(smem_addr(dst)), "l"(reinterpret_cast<u64>(src)), "r"(bytes), "r"(smem_addr(bar))
+               : "memory");
+}
+KOSMOS_DEVICE void bulk_store(void* dst, const void* src, u32 bytes) {
+  asm volatile("cp.async.bulk.global.shared::cta.bulk_group [%0], [%1], %2;"
+               ::"l"(reinterpret_cast<u64>(dst)), "r"(smem_addr(src)), "r"(bytes)
                : "memory");
 }
 KOSMOS_DEVICE void bulk_commit() { asm volatile("cp.async.bulk.commit_group;" ::: "memory"); }

@@ -15,7 +15,7 @@
 #pragma once
 #include "../calls.h"
 #include "../flags.h"
-#include "../mover.h"
+#include "../bulk_rows.h"
 #include "../protocol.h"
 #include "../wait.h"
 #include "items.h"
@@ -89,10 +89,14 @@ KOSMOS_DEVICE CombineTables combine_tables(const CombineParams& d, const i32* co
 
 // The push: items (a chunk of a run) from this call's queue until it is dry. ready(l, row, rows):
 // the CTA waits until y's rows [row, row + rows) (of local expert l) are final (false: a wait gave
-// up; stop).
+// up; stop). smem_bytes: the kernel's dynamic shared memory; what the tables leave of it stages
+// the rows (bulk_rows.h; 0: register copies).
 template <int Unroll, class Ready>
-KOSMOS_DEVICE bool combine_push(const CombineParams& d, const CombineTables& m, const Ready& ready) {
+KOSMOS_DEVICE bool combine_push(const CombineParams& d, const CombineTables& m, const Ready& ready, u32 smem_bytes = 0) {
+  extern __shared__ __align__(16) u8 combine_smem[];
   const i32 P = d.world, E = d.experts, L = d.e_loc, me = d.rank, R = L * P;
+  const u32 tables = u32(combine_smem_bytes(P, E, L) + 127) / 128 * 128;
+  const u32 stage_bytes = smem_bytes > tables ? smem_bytes - tables : 0;
   FusedHeads* heads = fused_heads(flags_of(d.peer_bases, me, d.flags_off), call_epoch(d.scope));
   const i32 n_items = m.chunk_start[R];
   for (;;) {
@@ -103,8 +107,8 @@ KOSMOS_DEVICE bool combine_push(const CombineParams& d, const CombineTables& m, 
     if (!ready(v / P, m.run_base[v] + first, rows)) return false;
     u8* dst = reinterpret_cast<u8*>(d.peer_bases[s] + d.comb_off) + u64(m.run_dest[v] + first) * d.row_bytes;
     const u8* src = d.y + u64(m.run_base[v] + first) * d.row_bytes;
-    cta_copy_rows<Unroll>([&](u32 r) { return dst + u64(r) * d.row_bytes; },
-                          [&](u32 r) { return src + u64(r) * d.row_bytes; }, u32(rows), u32(d.row_bytes));
+    bulk_copy_rows<Unroll>(combine_smem + tables, stage_bytes, [&](u32 r) { return dst + u64(r) * d.row_bytes; },
+                           [&](u32 r) { return src + u64(r) * d.row_bytes; }, u32(rows), u32(d.row_bytes));
     item_done(&d.run_done[i64(call_epoch(d.scope) & 1) * P + s], u64(m.dest_chunks[s]),
               &flags_of(d.peer_bases, s, d.flags_off)->ready[me], call_epoch(d.scope));
   }

@@ -20,7 +20,7 @@
 #pragma once
 #include "../calls.h"
 #include "../flags.h"
-#include "../mover.h"
+#include "../bulk_rows.h"
 #include "../protocol.h"
 #include "../wait.h"
 #include "items.h"
@@ -123,8 +123,10 @@ KOSMOS_DEVICE i64 load_counts(const DispatchParams& d, i32* counts) {
 // the counts exchange, the verdict, the owner side's outputs (CTA 0), then items until the queue is
 // dry. Shared memory (dynamic, dispatch_smem_bytes): counts[P][E], my_base[E], chunk_start[E + 1].
 // Returns false when a wait gave up or the verdict stopped the call (nothing moved, outputs zeroed).
+// smem_bytes: the kernel's dynamic shared memory; what the tables leave of it stages the rows
+// (bulk_rows.h; 0: register copies).
 template <int Unroll = kMoverUnroll>
-KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d) {
+KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d, u32 smem_bytes = 0) {
   extern __shared__ __align__(16) u8 dispatch_smem[];
   const i32 P = d.world, E = d.experts, me = d.rank;
   i32* counts = reinterpret_cast<i32*>(dispatch_smem);  // [P][E]
@@ -163,6 +165,9 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d) {
   __syncthreads();
 
   // 3. push
+  const u32 tables = (dispatch_smem_bytes(P, E) + 127) / 128 * 128;
+  u8* stage = dispatch_smem + tables;
+  const u32 stage_bytes = smem_bytes > tables ? smem_bytes - tables : 0;
   const i32 n_items = chunk_start[E];
   for (;;) {
     const i64 item = claim_item(heads);
@@ -174,10 +179,10 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d) {
     const auto src = [&](u32 r) { return d.x + u64(d.order[first + i32(r)] / d.top_k) * d.row_bytes; };
     const auto dst_row = [&](u32 r) { return dst + u64(r) * d.row_bytes; };
     if (d.weights == nullptr) {
-      cta_copy_rows<Unroll>(dst_row, src, u32(last - first), u32(d.row_bytes));
+      bulk_copy_rows<Unroll>(stage, stage_bytes, dst_row, src, u32(last - first), u32(d.row_bytes));
     } else {
-      cta_copy_rows<Unroll>(dst_row, src, u32(last - first), u32(d.row_bytes),
-                            [&](u32 r, vec16& v) { v = scale_bf16x8(v, d.weights[d.order[first + i32(r)]]); });
+      bulk_copy_rows<Unroll>(stage, stage_bytes, dst_row, src, u32(last - first), u32(d.row_bytes),
+                             [&](u32 r, vec16& v) { v = scale_bf16x8(v, d.weights[d.order[first + i32(r)]]); });
     }
     item_done(&d.run_done[i64(call_epoch() & 1) * E + g], u64(chunks_of_run(d, g)),
               arrived_flag(d, o, g - o * d.e_loc, me), call_epoch());

@@ -11,6 +11,13 @@
 #include "combine.h"
 #include "dispatch.h"
 
+// Experiment (session 12, GPU-untested): the movers (dispatch push and combine push) stage their
+// rows in the pipeline's shared memory through bulk copies (bulk_rows.h) instead of registers. 0
+// until measured (notes/next.md).
+#ifndef KOSMOS_MOE_BULK_PUSH
+#define KOSMOS_MOE_BULK_PUSH 0
+#endif
+
 namespace kosmos {
 namespace moe {
 
@@ -30,7 +37,7 @@ KOSMOS_DEVICE bool dispatch_rows(const DispatchParams& d, i32 movers, u8* smem, 
   i32* counts = reinterpret_cast<i32*>(smem);
   // Movers leave the counts at the start of the dynamic shared memory (dispatch_push); builders
   // load them there, so neither reads the heap one value at a time.
-  bool fine = i32(blockIdx.x) < movers ? dispatch_push<PushUnroll>(d) : wait_counts(d) && load_counts(d, counts) == 0;
+  bool fine = i32(blockIdx.x) < movers ? dispatch_push<PushUnroll>(d, KOSMOS_MOE_BULK_PUSH ? gemm::kSmemBytes : 0) : wait_counts(d) && load_counts(d, counts) == 0;
   fine = fine && gemm::build_group_table(
                      table, [&](i32 l) { return i32(expert_rows(counts, d.world, d.experts, d.e_loc, d.rank, l)); },
                      d.e_loc, i32(d.capacity));
@@ -55,7 +62,7 @@ KOSMOS_DEVICE void combine_rows(bool fine, const CombineParams& c, const Dispatc
   if (!fine) return;
   const CombineTables m = combine_tables(c, counts_slot(d, d.rank, 0));
   const gemm::GroupRowsDone ready{rows_done, table, tiles_n, c.wait};
-  if (combine_push<PushUnroll>(c, m, ready)) combine_fold(c, m);
+  if (combine_push<PushUnroll>(c, m, ready, KOSMOS_MOE_BULK_PUSH ? gemm::kSmemBytes : 0)) combine_fold(c, m);
 }
 
 // All threads, last thing: the last CTA out of the launch zeroes rows_done[0, n) for the next one
