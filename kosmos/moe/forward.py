@@ -1,10 +1,10 @@
 """MoEForward: the local experts' part of the MoE forward in one launch, dispatch to fold.
 
-MoELayer(path="fused") runs it. On the H200 it ran 3,100 calls of notes/debug/hang.py clean and
-passes its tests at 1, 2 and 4 ranks, bitwise the separate launches; at world 1 it is 3-40 %
-slower than them (notes/moe.md, session 11). Its two GEMMs run in ONE builder call (the warpgroups
-trade registers once): plans that trade registers in a second builder call hung, one call in
-50-800, most likely from a race on the builder's ring position, mended since (GPU-untested).
+MoELayer(path="fused") runs it. On the H200 it passes its tests at 1, 2 and 4 ranks, bitwise the
+separate launches; at world 1 it runs at 0.71-1.01x their speed (notes/moe.md, session 12: its
+movers copy at ~6 GB/s per CTA, the gap). Its two GEMMs run in one builder call. (Builder calls
+that trade registers back to back hung, one call in 50-800, until the ring-position mend of
+session 11: 3,000 calls clean since.)
 
     fwd = MoEForward(dispatch, combine)     # a MoEDispatch and a MoECombine of the same world and experts
     y, h = fwd(x, routing, w1, w2, gate_up=None, shared=None)
@@ -13,8 +13,8 @@ One persistent kernel (hipsrc/kosmos/moe/forward.h): movers push the token rows 
 owners' arenas and become builders; GEMM1 tiles (h = silu(gate) * up of the arena rows times w1
 [E/P, 2F, H], the pre-activations optionally kept in gate_up [capacity, 2F]) wait only for the
 (expert, source) runs they read; GEMM2 tiles (y_e = h w2^T, w2 [E/P, H, F]) wait for GEMM1's tile
-row; a crew pushes each expert output row home as soon as its GEMM2 tile row is done, the builders
-join it; every rank then folds its tokens' k rows with their router weights in fp32, plus the shared
+row; a crew (none by default) pushes each expert output row home as soon as its GEMM2 tile row is
+done, the builders join it when GEMM2's queue is dry; every rank then folds its tokens' k rows with their router weights in fp32, plus the shared
 experts' fp32 output, rounded once. Returns y [T, H] bf16 and h [capacity, F] bf16 (the arena's
 order, for the backward). The counts never leave the GPU, nothing is zeroed by a separate launch:
 a call can be captured in a CUDA graph.
