@@ -8,7 +8,7 @@
 //   bulk_copy_rows<Unroll>(stage, stage_bytes, dst, src, rows, row_bytes[, xform])
 //
 // Called by all threads of the CTA, with the same arguments as cta_copy_rows plus the staging
-// area (128-byte aligned, nothing else in use there during the call). Double-buffered batches: thread 0 loads batch b + 1 into one half while
+// area (16-byte aligned, nothing else in use there during the call: no valid mbarrier either). Double-buffered batches: thread 0 loads batch b + 1 into one half while
 // batch b, in the other, is transformed by all threads (xform, if any) and stored by thread 0.
 // Every row is written to global memory when it returns (the caller may release it).
 #pragma once

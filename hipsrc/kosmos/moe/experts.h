@@ -21,6 +21,19 @@
 namespace kosmos {
 namespace moe {
 
+// The dynamic shared memory the movers may stage rows in (bulk_rows.h): everything before the
+// builder's pipeline state, whose mbarriers stay valid from builder_init on (a review found the
+// combine's staging over them; harmless while no builder call follows the combine, but undefined).
+// 0: register copies.
+KOSMOS_DEVICE u32 mover_stage_bytes(u8* smem) {
+#if KOSMOS_GEMM_WGMMA && KOSMOS_MOE_BULK_PUSH
+  return u32(reinterpret_cast<u8*>(gemm::pipeline_of(smem)) - smem);
+#else
+  (void)smem;
+  return 0;
+#endif
+}
+
 // One grouped GEMM of a megakernel: its operand maps and problem (the epilogue comes apart).
 struct ExpertGemm {
   const gemm::TensorMap* a;
@@ -37,7 +50,8 @@ KOSMOS_DEVICE bool dispatch_rows(const DispatchParams& d, i32 movers, u8* smem, 
   i32* counts = reinterpret_cast<i32*>(smem);
   // Movers leave the counts at the start of the dynamic shared memory (dispatch_push); builders
   // load them there, so neither reads the heap one value at a time.
-  bool fine = i32(blockIdx.x) < movers ? dispatch_push<PushUnroll>(d, KOSMOS_MOE_BULK_PUSH ? gemm::kSmemBytes : 0) : wait_counts(d) && load_counts(d, counts) == 0;
+  bool fine = i32(blockIdx.x) < movers ? dispatch_push<PushUnroll>(d, mover_stage_bytes(smem))
+                                       : wait_counts(d) && load_counts(d, counts) == 0;
   fine = fine && gemm::build_group_table(
                      table, [&](i32 l) { return i32(expert_rows(counts, d.world, d.experts, d.e_loc, d.rank, l)); },
                      d.e_loc, i32(d.capacity));
@@ -62,7 +76,8 @@ KOSMOS_DEVICE void combine_rows(bool fine, const CombineParams& c, const Dispatc
   if (!fine) return;
   const CombineTables m = combine_tables(c, counts_slot(d, d.rank, 0));
   const gemm::GroupRowsDone ready{rows_done, table, tiles_n, c.wait};
-  if (combine_push<PushUnroll>(c, m, ready, KOSMOS_MOE_BULK_PUSH ? gemm::kSmemBytes : 0)) combine_fold(c, m);
+  extern __shared__ __align__(16) u8 smem[];
+  if (combine_push<PushUnroll>(c, m, ready, mover_stage_bytes(smem))) combine_fold(c, m);
 }
 
 // All threads, last thing: the last CTA out of the launch zeroes rows_done[0, n) for the next one
