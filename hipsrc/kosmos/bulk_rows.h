@@ -8,8 +8,9 @@
 //   bulk_copy_rows<Unroll>(stage, stage_bytes, dst, src, rows, row_bytes[, xform])
 //
 // Called by all threads of the CTA, with the same arguments as cta_copy_rows plus the staging
-// area (16-byte aligned, nothing else in use there during the call: no valid mbarrier either). Double-buffered batches: thread 0 loads batch b + 1 into one half while
-// batch b, in the other, is transformed by all threads (xform, if any) and stored by thread 0.
+// area (stage_after; nothing else in use there during the call, no valid mbarrier either).
+// Double-buffered batches: thread 0 loads batch b + 1 into one half while batch b, in the other,
+// is transformed by all threads (xform, if any) and stored by thread 0.
 // Every row is written to global memory when it returns (the caller may release it).
 #pragma once
 #include "gemm/arch.h"
@@ -19,6 +20,17 @@
 #endif
 
 namespace kosmos {
+
+// The staging area a mover kernel's dynamic shared memory (`smem`, `smem_bytes` of it) leaves
+// after its tables (`table_bytes` at its start): 128-byte aligned, empty when nothing is left.
+struct Stage {
+  u8* at;
+  u32 bytes;
+};
+KOSMOS_DEVICE Stage stage_after(u8* smem, u64 table_bytes, u32 smem_bytes) {
+  const u32 tables = u32(table_bytes + 127) / 128 * 128;
+  return Stage{smem + tables, smem_bytes > tables ? smem_bytes - tables : 0};
+}
 
 template <int Unroll = kMoverUnroll, class Dst, class Src, class Xform = KeepVectors>
 KOSMOS_DEVICE void bulk_copy_rows(u8* stage, u32 stage_bytes, const Dst& dst, const Src& src, u32 rows, u32 row_bytes,

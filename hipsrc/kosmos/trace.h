@@ -17,12 +17,13 @@ namespace kosmos {
 
 constexpr int kPhaseSlots = 16;
 
-// Called by one thread of the CTA.
-KOSMOS_DEVICE void phase_mark(int slot) {
+// Called by every thread that passes the point; thread `by` of the CTA records it.
+KOSMOS_DEVICE void phase_mark(int slot, u32 by = 0) {
 #ifdef KOSMOS_PHASE_TRACE
-  kosmos_phase_trace[blockIdx.x * kPhaseSlots + slot] = now_ns();
+  if (threadIdx.x == by) kosmos_phase_trace[blockIdx.x * kPhaseSlots + slot] = now_ns();
 #else
   (void)slot;
+  (void)by;
 #endif
 }
 

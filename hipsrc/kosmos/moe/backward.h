@@ -36,13 +36,13 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
   using namespace gemm;
   extern __shared__ __align__(16) u8 smem[];
   __shared__ GroupTable table;
-  if (threadIdx.x == 0) phase_mark(0);
+  phase_mark(0);
   combine_prepare(c);
   bool fine = dispatch_rows<PushUnroll>(d, movers, smem, &table);
-  if (threadIdx.x == 0) phase_mark(1);
+  phase_mark(1);
   if (fine) {
     builder_init(smem);
-    if (threadIdx.x == 0) phase_mark(2);
+    phase_mark(2);
     const bool builds_cd = i32(blockIdx.x) >= crew;
     // A: dgrad2 with the SwiGLU backward
     const GroupedSchedule<LAYOUT_NN, Tile> sa{*ga.p, &table};
@@ -67,10 +67,10 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
     const auto job_c = builder_job<LAYOUT_NN>(sc, gc.a, gc.b, claim_c, a_row, done_c, builds_cd);
     const auto job_d = builder_job<LAYOUT_NT>(sd, gd.a, gd.b, claim_d, a_group, epi_d, builds_cd);
     fine = run_builder_jobs(smem, job_a, job_b, job_c, job_d);
-    if (threadIdx.x == 0) phase_mark(8);
+    phase_mark(8);
     // a dX row is final once every tile row under it has all of C's tiles
     combine_rows<PushUnroll>(fine, c, d, &table, rows_done + rows_cap, u64(gc.p->tiles_n));
-    if (threadIdx.x == 0) phase_mark(9);
+    phase_mark(9);
   } else {
     combine_nan(c);  // after a failed wait too: this rank's call has failed (the host raises)
   }

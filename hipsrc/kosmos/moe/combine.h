@@ -95,8 +95,7 @@ template <int Unroll, class Ready>
 KOSMOS_DEVICE bool combine_push(const CombineParams& d, const CombineTables& m, const Ready& ready, u32 smem_bytes = 0) {
   extern __shared__ __align__(16) u8 combine_smem[];
   const i32 P = d.world, E = d.experts, L = d.e_loc, me = d.rank, R = L * P;
-  const u32 tables = u32(combine_smem_bytes(P, E, L) + 127) / 128 * 128;
-  const u32 stage_bytes = smem_bytes > tables ? smem_bytes - tables : 0;
+  const Stage stage = stage_after(combine_smem, combine_smem_bytes(P, E, L), smem_bytes);
   FusedHeads* heads = fused_heads(flags_of(d.peer_bases, me, d.flags_off), call_epoch(d.scope));
   const i32 n_items = m.chunk_start[R];
   for (;;) {
@@ -107,7 +106,7 @@ KOSMOS_DEVICE bool combine_push(const CombineParams& d, const CombineTables& m, 
     if (!ready(v / P, m.run_base[v] + first, rows)) return false;
     u8* dst = reinterpret_cast<u8*>(d.peer_bases[s] + d.comb_off) + u64(m.run_dest[v] + first) * d.row_bytes;
     const u8* src = d.y + u64(m.run_base[v] + first) * d.row_bytes;
-    bulk_copy_rows<Unroll>(combine_smem + tables, stage_bytes, [&](u32 r) { return dst + u64(r) * d.row_bytes; },
+    bulk_copy_rows<Unroll>(stage.at, stage.bytes, [&](u32 r) { return dst + u64(r) * d.row_bytes; },
                            [&](u32 r) { return src + u64(r) * d.row_bytes; }, u32(rows), u32(d.row_bytes));
     item_done(&d.run_done[i64(call_epoch(d.scope) & 1) * P + s], u64(m.dest_chunks[s]),
               &flags_of(d.peer_bases, s, d.flags_off)->ready[me], call_epoch(d.scope));

@@ -165,9 +165,7 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d, u32 smem_bytes = 0) {
   __syncthreads();
 
   // 3. push
-  const u32 tables = (dispatch_smem_bytes(P, E) + 127) / 128 * 128;
-  u8* stage = dispatch_smem + tables;
-  const u32 stage_bytes = smem_bytes > tables ? smem_bytes - tables : 0;
+  const Stage stage = stage_after(dispatch_smem, dispatch_smem_bytes(P, E), smem_bytes);
   const i32 n_items = chunk_start[E];
   for (;;) {
     const i64 item = claim_item(heads);
@@ -179,9 +177,9 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d, u32 smem_bytes = 0) {
     const auto src = [&](u32 r) { return d.x + u64(d.order[first + i32(r)] / d.top_k) * d.row_bytes; };
     const auto dst_row = [&](u32 r) { return dst + u64(r) * d.row_bytes; };
     if (d.weights == nullptr) {
-      bulk_copy_rows<Unroll>(stage, stage_bytes, dst_row, src, u32(last - first), u32(d.row_bytes));
+      bulk_copy_rows<Unroll>(stage.at, stage.bytes, dst_row, src, u32(last - first), u32(d.row_bytes));
     } else {
-      bulk_copy_rows<Unroll>(stage, stage_bytes, dst_row, src, u32(last - first), u32(d.row_bytes),
+      bulk_copy_rows<Unroll>(stage.at, stage.bytes, dst_row, src, u32(last - first), u32(d.row_bytes),
                              [&](u32 r, vec16& v) { v = scale_bf16x8(v, d.weights[d.order[first + i32(r)]]); });
     }
     item_done(&d.run_done[i64(call_epoch() & 1) * E + g], u64(chunks_of_run(d, g)),

@@ -31,13 +31,13 @@ KOSMOS_DEVICE void forward_experts(const ExpertGemm& g1, const Epi1& epi1, const
                                    i32 rows_cap, u64* words, u64* rows_done) {
   extern __shared__ __align__(16) u8 smem[];
   __shared__ gemm::GroupTable table;
-  if (threadIdx.x == 0) phase_mark(0);
+  phase_mark(0);
   combine_prepare(c);
   bool fine = dispatch_rows<PushUnroll>(d, movers, smem, &table);
-  if (threadIdx.x == 0) phase_mark(1);
+  phase_mark(1);
   if (fine) {
     gemm::builder_init(smem);
-    if (threadIdx.x == 0) phase_mark(2);
+    phase_mark(2);
     const gemm::GroupedSchedule<gemm::LAYOUT_TN, Tile> s1{*g1.p, &table};
     gemm::QueueClaim claim1{words, s1.units()};
     const auto arrived = runs_arrived<gemm::LAYOUT_TN>(d);
@@ -50,10 +50,10 @@ KOSMOS_DEVICE void forward_experts(const ExpertGemm& g1, const Epi1& epi1, const
     const bool builds2 = i32(blockIdx.x) >= crew;
     const auto job2 = gemm::builder_job<gemm::LAYOUT_TN>(s2, g2.a, g2.b, claim2, h_done, done2, builds2);
     fine = gemm::run_builder_jobs(smem, job1, job2);
-    if (threadIdx.x == 0) phase_mark(8);
+    phase_mark(8);
     // an item's rows are final once every tile row under them has all of GEMM2's tiles
     combine_rows<PushUnroll>(fine, c, d, &table, rows_done + rows_cap, u64(g2.p->tiles_n));
-    if (threadIdx.x == 0) phase_mark(9);
+    phase_mark(9);
   } else {
     combine_nan(c);  // after a failed wait too: this rank's call has failed (the host raises)
   }
