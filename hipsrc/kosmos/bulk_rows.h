@@ -7,10 +7,11 @@
 //
 //   bulk_copy_rows<Unroll>(stage, stage_bytes, dst, src, rows, row_bytes[, xform])
 //
-// Called by all threads of the CTA, with the same arguments as cta_copy_rows plus the staging
-// area (stage_after; nothing else in use there during the call, no valid mbarrier either).
-// Double-buffered batches: thread 0 loads batch b + 1 into one half while batch b, in the other,
-// is transformed by all threads (xform, if any) and stored by thread 0.
+// Called by all threads of the CTA, with cta_copy_rows's arguments except that the destination
+// rows are consecutive from `dst`, plus the staging area (stage_after; nothing else in use there
+// during the call, no valid mbarrier either). Double-buffered batches: warp 0 gathers batch b + 1
+// into one half while batch b, in the other, is transformed by all threads (xform, if any) and
+// stored by thread 0 in one copy.
 // Every row is written to global memory when it returns (the caller may release it).
 #pragma once
 #include "gemm/arch.h"
@@ -32,8 +33,8 @@ KOSMOS_DEVICE Stage stage_after(u8* smem, u64 table_bytes, u32 smem_bytes) {
   return Stage{smem + tables, smem_bytes > tables ? smem_bytes - tables : 0};
 }
 
-template <int Unroll = kMoverUnroll, class Dst, class Src, class Xform = KeepVectors>
-KOSMOS_DEVICE void bulk_copy_rows(u8* stage, u32 stage_bytes, const Dst& dst, const Src& src, u32 rows, u32 row_bytes,
+template <int Unroll = kMoverUnroll, class Src, class Xform = KeepVectors>
+KOSMOS_DEVICE void bulk_copy_rows(u8* stage, u32 stage_bytes, u8* dst, const Src& src, u32 rows, u32 row_bytes,
                                   const Xform& xform = Xform{}) {
 #if KOSMOS_GEMM_WGMMA
   using namespace gemm::sm90;
@@ -48,26 +49,29 @@ KOSMOS_DEVICE void bulk_copy_rows(u8* stage, u32 stage_bytes, const Dst& dst, co
       mbar_init(&bars[0], 1);
       mbar_init(&bars[1], 1);
       mbar_fence_init();
-      // rows another CTA wrote (and released; the caller acquired) before this thread's bulk
-      // loads read them: generic-proxy acquire, async-proxy reads
-      fence_proxy_async_global();
     }
+    // rows another CTA wrote (and released; the caller acquired) before this warp's bulk loads
+    // read them: generic-proxy acquire, async-proxy reads
+    if (threadIdx.x < 32) fence_proxy_async_global();
     __syncthreads();
-    const u32 batches = (rows + per - 1) / per, vecs = row_bytes / 16;
-    const auto load = [&](u32 b) {  // thread 0
+    const u32 batches = (rows + per - 1) / per, vecs = row_bytes / 16, lane = threadIdx.x % 32;
+    // Warp 0 issues: each lane loads its rows' sources (src may read memory: d.order[r]) and
+    // issues their copies, so the address loads overlap instead of queueing behind one thread.
+    const auto load = [&](u32 b) {
       u8* buf = stage + (b & 1) * half;
       const u32 first = b * per, n = min(per, rows - first);
-      mbar_arrive_expect_tx(&bars[b & 1], n * row_bytes);
-      for (u32 i = 0; i < n; ++i) bulk_load(buf + i * row_bytes, src(first + i), row_bytes, &bars[b & 1]);
+      if (lane == 0) mbar_arrive_expect_tx(&bars[b & 1], n * row_bytes);
+      __syncwarp();
+      for (u32 i = lane; i < n; i += 32) bulk_load(buf + i * row_bytes, src(first + i), row_bytes, &bars[b & 1]);
     };
-    // Without a transform only thread 0 takes part (so no thread waits on a barrier phase that
-    // thread 0's next loads could already have reused); with one, the CTA barrier of each batch
-    // keeps every thread within a batch of thread 0.
-    if (kKeep ? threadIdx.x == 0 : true) {
-      if (threadIdx.x == 0 && batches > 0) load(0);
+    // Without a transform only warp 0 takes part (its __syncwarp before each load keeps every lane
+    // past the barrier phase the load re-arms); with one, the CTA barrier of each batch does.
+    if (kKeep ? threadIdx.x < 32 : true) {
+      if (threadIdx.x < 32 && batches > 0) load(0);
       for (u32 b = 0; b < batches; ++b) {
-        if (threadIdx.x == 0 && b + 1 < batches) {
-          bulk_wait_read_all();  // batch b - 1's stores have read the half that batch b + 1 fills
+        if (threadIdx.x < 32 && b + 1 < batches) {
+          if (lane == 0) bulk_wait_read_all();  // batch b - 1's store has read the half that batch b + 1 fills
+          __syncwarp();
           load(b + 1);
         }
         mbar_wait(&bars[b & 1], (b >> 1) & 1);
@@ -80,11 +84,11 @@ KOSMOS_DEVICE void bulk_copy_rows(u8* stage, u32 stage_bytes, const Dst& dst, co
             xform(first + f / vecs, v);
             *p = v;
           }
-          fence_proxy_async_shared();  // this thread's shared-memory writes, before the bulk stores read them
+          fence_proxy_async_shared();  // this thread's shared-memory writes, before the bulk store reads them
           __syncthreads();
         }
-        if (threadIdx.x == 0) {
-          for (u32 i = 0; i < n; ++i) bulk_store(dst(first + i), buf + i * row_bytes, row_bytes);
+        if (threadIdx.x == 0) {  // the destination rows are consecutive: one copy per batch
+          bulk_store(dst + u64(first) * row_bytes, buf, n * row_bytes);
           bulk_commit();
         }
       }
@@ -101,7 +105,7 @@ KOSMOS_DEVICE void bulk_copy_rows(u8* stage, u32 stage_bytes, const Dst& dst, co
 #endif
   (void)stage;
   (void)stage_bytes;
-  cta_copy_rows<Unroll>(dst, src, rows, row_bytes, xform);
+  cta_copy_rows<Unroll>([&](u32 r) { return dst + u64(r) * row_bytes; }, src, rows, row_bytes, xform);
 }
 
 }  // namespace kosmos

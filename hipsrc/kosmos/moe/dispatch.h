@@ -175,11 +175,10 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d, u32 smem_bytes = 0) {
     // gathered rows (row i is token order[i] / k) to consecutive arena rows
     u8* dst = reinterpret_cast<u8*>(d.peer_bases[o] + d.arena_off) + u64(my_base[g] + first - d.start[g]) * d.row_bytes;
     const auto src = [&](u32 r) { return d.x + u64(d.order[first + i32(r)] / d.top_k) * d.row_bytes; };
-    const auto dst_row = [&](u32 r) { return dst + u64(r) * d.row_bytes; };
     if (d.weights == nullptr) {
-      bulk_copy_rows<Unroll>(stage.at, stage.bytes, dst_row, src, u32(last - first), u32(d.row_bytes));
+      bulk_copy_rows<Unroll>(stage.at, stage.bytes, dst, src, u32(last - first), u32(d.row_bytes));
     } else {
-      bulk_copy_rows<Unroll>(stage.at, stage.bytes, dst_row, src, u32(last - first), u32(d.row_bytes),
+      bulk_copy_rows<Unroll>(stage.at, stage.bytes, dst, src, u32(last - first), u32(d.row_bytes),
                              [&](u32 r, vec16& v) { v = scale_bf16x8(v, d.weights[d.order[first + i32(r)]]); });
     }
     item_done(&d.run_done[i64(call_epoch() & 1) * E + g], u64(chunks_of_run(d, g)),

@@ -11,11 +11,11 @@
 #include "combine.h"
 #include "dispatch.h"
 
-// Experiment (session 12, GPU-untested): the movers (dispatch push and combine push) stage their
-// rows in the pipeline's shared memory through bulk copies (bulk_rows.h) instead of registers. 0
-// until measured (notes/next.md).
+// The movers (dispatch push and combine push) stage their rows in the pipeline's shared memory
+// through bulk copies (bulk_rows.h) instead of registers: 1 (session 13, notes/moe.md: dispatch
+// phase 666 -> 330 us at Qwen3-30B 2048; 0 kept only until the next measurement, then deleted).
 #ifndef KOSMOS_MOE_BULK_PUSH
-#define KOSMOS_MOE_BULK_PUSH 0
+#define KOSMOS_MOE_BULK_PUSH 1
 #endif
 
 namespace kosmos {
