@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # The fused MoE kernels' movers, one device call (~5 min):
-#   KOSMOS_COMMIT=<sha> [KOSMOS_HIPSRC_B=<dir>] bash notes/debug/movers_call.sh
+#   KOSMOS_COMMIT=<sha> [VARIANTS="name=dir ..."] bash notes/debug/movers_call.sh
 # 1. correctness of the tree as it is (MoE forward, backward, layer tests at np 1 and 2; bitwise
-# the device path); 2. phase timelines; 3. bench/moe.py forward and backward, for the tree and, if
-# KOSMOS_HIPSRC_B names another hipsrc (a variant to compare against, carried to the device), for
-# that one too (separate processes: compare each run's fused/device ratio).
+# the device path); 2. phase timelines; 3. bench/moe.py forward and backward, for the tree and for
+# each variant (another hipsrc directory, carried to the device; separate processes: compare each
+# run's fused/device ratio).
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 KOSMOS_WAIT_BUDGET_S=10
 export KOSMOS_COMMIT=${KOSMOS_COMMIT:-unknown}
@@ -19,12 +19,12 @@ run "tests np2" timeout 200 $MPIRUN -np 2 python3 -m mpi4py -m pytest $TESTS $T
 run "phases 2048" timeout 80 python3 notes/debug/phases.py --rows 2048
 run "fwd tree" timeout 150 python3 bench/moe.py $M --crew 0 --out "$OUT" --tag fwd_tree
 run "bwd tree" timeout 150 python3 bench/moe.py --backward $M --out "$OUT" --tag bwd_tree
-if [ -n "${KOSMOS_HIPSRC_B:-}" ]; then
-  export KOSMOS_HIPSRC=$KOSMOS_HIPSRC_B
-  run "fwd B" timeout 150 python3 bench/moe.py $M --crew 0 --out "$OUT" --tag fwd_B
-  run "bwd B" timeout 150 python3 bench/moe.py --backward $M --out "$OUT" --tag bwd_B
+for v in ${VARIANTS:-}; do
+  export KOSMOS_HIPSRC=${v#*=}
+  run "fwd ${v%%=*}" timeout 150 python3 bench/moe.py $M --crew 0 --out "$OUT" --tag "fwd_${v%%=*}"
+  run "bwd ${v%%=*}" timeout 150 python3 bench/moe.py --backward $M --out "$OUT" --tag "bwd_${v%%=*}"
   unset KOSMOS_HIPSRC
-fi
+done
 sed -n '/^===== phases/,/^===== fwd tree/p' "$LOG" | grep -E "^=====|dispatch part|job|combine done|builder call"
 grep -E "^=====|rows/exp|fused" "$LOG" | grep -v "^===== phases" | cut -c1-330
 grep -E "^(FAILED|ERROR) |passed|failed" "$LOG" | head
