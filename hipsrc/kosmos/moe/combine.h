@@ -112,8 +112,6 @@ KOSMOS_DEVICE bool combine_push(const CombineParams& d, const CombineTables& m, 
   }
 }
 
-constexpr int kFoldUnroll = 4;
-
 // The fold: wait for every owner that sends this rank rows, then y[t] = sum_j w[t, j] row(t, j)
 // (+ shared[t]) in fp32, rounded once. False: a wait gave up.
 KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) {
@@ -129,48 +127,24 @@ KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) 
     }
   if (!cta_broadcast(&s_ok, ok)) return false;
   const u8* comb = reinterpret_cast<const u8*>(d.peer_bases[me] + d.comb_off);
-  // Plain loads: thread 0's system-scope acquire and the CTA barrier after it order them after
-  // every owner's writes. Each thread folds kFoldUnroll vectors at a time (grid stride apart, so
-  // a warp's accesses stay consecutive), their rows' loads in flight together; the sum over j runs
-  // in the same order as with one vector at a time, so the result does not depend on the unroll.
-  constexpr int U = kFoldUnroll;
   const i32 vecs = i32(d.row_bytes / 16);  // 8 bf16 per 16-byte vector
-  const i64 n = i64(d.tokens) * vecs, stride = i64(gridDim.x) * blockDim.x;
-  for (i64 w0 = i64(blockIdx.x) * blockDim.x + threadIdx.x; w0 < n; w0 += U * stride) {
-    float acc[U][8];
-#pragma unroll
-    for (int u = 0; u < U; ++u)
-      for (int e = 0; e < 8; ++e) acc[u][e] = 0.0f;
+  for (i64 w = i64(blockIdx.x) * blockDim.x + threadIdx.x; w < i64(d.tokens) * vecs; w += i64(gridDim.x) * blockDim.x) {
+    const i64 t = w / vecs, c = w % vecs;
+    float acc[8];
+    for (int u = 0; u < 8; ++u) acc[u] = 0.0f;
     for (i32 j = 0; j < d.top_k; ++j) {
-      i32 row[U];
-      vec16 v[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const i64 w = w0 + u * stride;
-        row[u] = w < n ? d.slot[(w / vecs) * d.top_k + j] : -1;  // < 0: dropped past its expert's capacity
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (row[u] >= 0) v[u] = ld16(comb + u64(row[u]) * d.row_bytes + ((w0 + u * stride) % vecs) * 16);
-#pragma unroll
-      for (int u = 0; u < U; ++u)
-        if (row[u] >= 0) {
-          const float wt = d.weights[((w0 + u * stride) / vecs) * d.top_k + j];
-          float r[8];
-          bf16x8_to_f32(v[u], r);
-          for (int e = 0; e < 8; ++e) acc[u][e] += wt * r[e];
-        }
+      const i32 row = d.slot[t * d.top_k + j];
+      if (row < 0) continue;  // dropped past its expert's capacity (MoEConfig.capacity_factor)
+      const float wt = d.weights[t * d.top_k + j];
+      float r[8];
+      bf16x8_to_f32(ld16_volatile(comb + u64(row) * d.row_bytes + c * 16), r);
+      for (int u = 0; u < 8; ++u) acc[u] += wt * r[u];
     }
-#pragma unroll
-    for (int u = 0; u < U; ++u) {
-      const i64 w = w0 + u * stride, t = w / vecs, c = w % vecs;
-      if (w >= n) break;
-      if (d.shared) {
-        const float* sh = d.shared + t * (d.row_bytes / 2) + c * 8;
-        for (int e = 0; e < 8; ++e) acc[u][e] += sh[e];
-      }
-      st16(d.out + t * (d.row_bytes / 2) + c * 8, f32_to_bf16x8(acc[u]));
+    if (d.shared) {
+      const float* sh = d.shared + t * (d.row_bytes / 2) + c * 8;
+      for (int u = 0; u < 8; ++u) acc[u] += sh[u];
     }
+    st16(d.out + t * (d.row_bytes / 2) + c * 8, f32_to_bf16x8(acc));
   }
   return true;
 }
