@@ -9,22 +9,26 @@ set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 KOSMOS_WAIT_BUDGET_S=10
 export KOSMOS_COMMIT=${KOSMOS_COMMIT:-unknown}
 OUT=${OUT:-/tmp/kosmos_movers}; mkdir -p "$OUT"; LOG=$OUT/movers.log
+RUNS=/tmp/kosmos_movers_runs; mkdir -p $RUNS  # bench json + png: only the json go to $OUT (its file count is limited)
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none -x KOSMOS_COMMIT -x PYTHONPATH -x PYTHONUNBUFFERED -x KOSMOS_WAIT_BUDGET_S"
 source bench/suite_lib.sh
 T="-q -p no:cacheprovider --timeout=150 --timeout-method=thread -rfE --color=no -x"
 M="--models Qwen3-30B-A3B,DeepSeek-V3 --rows 256,2048 --iters 10 --warmup 3 --movers ${MOVERS:-33,66}"
 TESTS="tests/gpu/test_moe_forward.py tests/gpu/test_moe_backward_fused.py tests/gpu/test_moe_layer.py"
+run "bulk rate" timeout 120 python3 notes/debug/bulk_rate.py
 run "tests np1" timeout 150 python3 -m mpi4py -m pytest $TESTS $T
 run "tests np2" timeout 200 $MPIRUN -np 2 python3 -m mpi4py -m pytest $TESTS $T
 run "phases 2048" timeout 80 python3 notes/debug/phases.py --rows 2048
-run "fwd tree" timeout 150 python3 bench/moe.py $M --crew 0 --out "$OUT" --tag fwd_tree
-run "bwd tree" timeout 150 python3 bench/moe.py --backward $M --out "$OUT" --tag bwd_tree
+run "fwd tree" timeout 150 python3 bench/moe.py $M --crew 0 --out "$RUNS" --tag fwd_tree
+run "bwd tree" timeout 150 python3 bench/moe.py --backward $M --out "$RUNS" --tag bwd_tree
 for v in ${VARIANTS:-}; do
   export KOSMOS_HIPSRC=${v#*=}
-  run "fwd ${v%%=*}" timeout 150 python3 bench/moe.py $M --crew 0 --out "$OUT" --tag "fwd_${v%%=*}"
-  run "bwd ${v%%=*}" timeout 150 python3 bench/moe.py --backward $M --out "$OUT" --tag "bwd_${v%%=*}"
+  run "fwd ${v%%=*}" timeout 150 python3 bench/moe.py $M --crew 0 --out "$RUNS" --tag "fwd_${v%%=*}"
+  run "bwd ${v%%=*}" timeout 150 python3 bench/moe.py --backward $M --out "$RUNS" --tag "bwd_${v%%=*}"
   unset KOSMOS_HIPSRC
 done
+cp $RUNS/*.json "$OUT"/
+sed -n '/^===== bulk rate/,/^===== tests np1/p' "$LOG" | grep -v "^===== tests"
 sed -n '/^===== phases/,/^===== fwd tree/p' "$LOG" | grep -E "^=====|dispatch part|job|combine done|builder call"
 grep -E "^=====|rows/exp|fused" "$LOG" | grep -v "^===== phases" | cut -c1-330
 grep -E "^(FAILED|ERROR) |passed|failed" "$LOG" | head
