@@ -54,20 +54,20 @@ def main():
     for slot_kb in SLOT_KB:
         mod = cupy.RawModule(code=SRC, options=compile_options("cuda", arch) + (f"-DKOSMOS_BULK_SLOT_BYTES={slot_kb * 1024}",))
         kernels[slot_kb] = mod.get_function("bulk_rate")
-        kernels[slot_kb].max_dynamic_shared_memory_size = STAGE_KB * 1024
+        kernels[slot_kb].max_dynamic_shared_size_bytes = STAGE_KB * 1024
     rows, row_bytes = 32768, 4096
     rng = np.random.default_rng(1)
     src = cupy.asarray(rng.integers(0, 255, rows * row_bytes, dtype=np.uint8))
     dst = cupy.empty_like(src)
-    order = cupy.asarray(rng.permutation(rows).astype(np.int32))
-    ref = src.reshape(rows, row_bytes)[order]
+    orders = {"gather": cupy.asarray(rng.permutation(rows).astype(np.int32)), "contiguous": cupy.arange(rows, dtype=cupy.int32)}
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
     print(f"{rows} rows of {row_bytes} B gathered, {rows * row_bytes / 1e6:.0f} MB; GB/s one way")
-    print(f"{'mode':9s} {'grid':>5s} {'slot KB':>8s} {'item rows':>10s} {'fence':>6s} {'GB/s':>8s} {'per CTA':>8s}")
-    cases = [("bulk", g, s, i, f) for s, g, i, f in itertools.product(SLOT_KB, (33, 66, 132), (64, 512), (0, 1))]
-    cases += [("register", g, SLOT_KB[0], i, f) for g, i, f in itertools.product((33, 132), (64, 512), (0, 1))]
-    for mode, grid, slot_kb, item_rows, fence in cases:
-        k, smem = kernels[slot_kb], STAGE_KB * 1024
+    print(f"{'mode':9s} {'rows':>10s} {'grid':>5s} {'slot KB':>8s} {'item rows':>10s} {'fence':>6s} {'GB/s':>8s} {'per CTA':>8s}")
+    cases = [("bulk", o, g, s, i, f) for o, s, g, i, f in itertools.product(orders, SLOT_KB, (33, 66, 132), (64, 512), (0, 1))]
+    cases += [("register", o, g, SLOT_KB[0], i, f) for o, g, i, f in itertools.product(orders, (33, 132), (64, 512), (0, 1))]
+    for mode, order_name, grid, slot_kb, item_rows, fence in cases:
+        k, smem, order = kernels[slot_kb], STAGE_KB * 1024, orders[order_name]
+        ref = src.reshape(rows, row_bytes)[order]
         args = (dst, src, order, np.int32(rows), np.int32(row_bytes), np.int32(item_rows), np.uint32(smem),
                 np.int32(mode != "bulk"), np.int32(fence))
         dst.fill(0)
@@ -81,7 +81,7 @@ def main():
             stop.synchronize()
             times.append(cupy.cuda.get_elapsed_time(start, stop) * 1e-3)
         gbs = rows * row_bytes / np.median(times) / 1e9
-        print(f"{mode:9s} {grid:5d} {slot_kb if mode == 'bulk' else 0:8d} {item_rows:10d} {fence:6d} {gbs:8.0f} {gbs / grid:8.1f}", flush=True)
+        print(f"{mode:9s} {order_name:>10s} {grid:5d} {slot_kb if mode == 'bulk' else 0:8d} {item_rows:10d} {fence:6d} {gbs:8.0f} {gbs / grid:8.1f}", flush=True)
 
 
 if __name__ == "__main__":
