@@ -34,7 +34,8 @@ from kosmos.runtime import load_module  # noqa: E402
 from kosmos.world import World  # noqa: E402
 from moe import capacity_of, case_params, share, tokens_of  # noqa: E402
 
-NAMES = {0: "entry", 1: "dispatch part done", 2: "builder ready", 8: "builder call done", 9: "combine done"}
+NAMES = {0: "entry", 1: "dispatch part done", 2: "builder ready", 8: "builder call done", 10: "combine push done",
+         9: "combine done"}
 JOBS = {"forward": ["GEMM1 (TN SwiGLU)", "GEMM2 (TN)"],
         "backward": ["A dgrad2+SwiGLU bwd", "B wgrad2", "C dgrad1", "D wgrad1"]}
 
@@ -49,7 +50,7 @@ def show(kind, tr, grid, movers, crew):
     print(f"\n{kind}: grid {grid}, movers {movers}, crew {crew}; us since the first CTA's entry "
           f"(median / last CTA of each group)")
     print(f"  {'phase':28s}" + "".join(f"{g:>22s}" for g in groups))
-    for slot in sorted(names):
+    for slot in sorted(names, key=lambda s: 9.5 if s == 10 else s):
         row = f"  {names[slot]:28s}"
         for g, idx in groups.items():
             v = tr[list(idx), slot] if len(idx) else np.zeros(0, np.int64)

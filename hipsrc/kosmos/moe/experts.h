@@ -8,6 +8,7 @@
 #pragma once
 #include "../gemm/ready.h"
 #include "../gemm/tile.h"
+#include "../trace.h"
 #include "combine.h"
 #include "dispatch.h"
 
@@ -77,7 +78,9 @@ KOSMOS_DEVICE void combine_rows(bool fine, const CombineParams& c, const Dispatc
   const CombineTables m = combine_tables(c, counts_slot(d, d.rank, 0));
   const gemm::GroupRowsDone ready{rows_done, table, tiles_n, c.wait};
   extern __shared__ __align__(16) u8 smem[];
-  if (combine_push<PushUnroll>(c, m, ready, mover_stage_bytes(smem))) combine_fold(c, m);
+  if (!combine_push<PushUnroll>(c, m, ready, mover_stage_bytes(smem))) return;
+  phase_mark(10);
+  combine_fold(c, m);
 }
 
 // All threads, last thing: the last CTA out of the launch zeroes rows_done[0, n) for the next one
