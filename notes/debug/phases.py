@@ -1,6 +1,6 @@
 """Where the fused MoE kernels' time goes: per-CTA phase timestamps (hipsrc/kosmos/trace.h).
 
-    python3 notes/debug/phases.py [--model Qwen3-30B-A3B] [--rows 2048] [--movers N] [--crew N] [-D NAME=VALUE]
+    python3 notes/debug/phases.py [--model Qwen3-30B-A3B] [--rows 2048] [--movers N,..] [--crew N,..] [-D NAME=VALUE]
 
 Builds moe_fused.hip with -DKOSMOS_PHASE_TRACE (a copy of hipsrc with the define on top), runs
 path "fused" forward + backward at world 1, and prints per phase and per CTA group (the crew
@@ -9,6 +9,7 @@ CTA's time since the kernel's first CTA entered, in microseconds. Tracing costs 
 CTA; the timeline is for shares, not for claims of speed (bench/moe.py is).
 """
 import argparse
+import itertools
 import os
 import shutil
 import sys
@@ -63,36 +64,38 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="Qwen3-30B-A3B")
     ap.add_argument("--rows", type=int, default=2048)
-    ap.add_argument("--movers", type=int, default=None)
-    ap.add_argument("--crew", type=int, default=None)
+    ap.add_argument("--movers", default="", help="comma-separated; each with each crew (default: the layer's)")
+    ap.add_argument("--crew", default="")
     ap.add_argument("-D", action="append", default=[], help="a define of moe_fused.hip, NAME=VALUE (read above)")
     args = ap.parse_args()
     world = World()
     cfg = share(args.model, 1)
     tokens = tokens_of(cfg, args.rows, 1)
-    layer = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=capacity_of(cfg, tokens, 1), path="fused",
-                     movers=args.movers, crew=args.crew)
+    print(f"{cfg.name}: {tokens} tokens, {args.rows} rows per expert on average, E/P {cfg.experts}, H {cfg.hidden}, "
+          f"I {cfg.intermediate}", flush=True)
     params = case_params(world, cfg, False, 1)
     x, dy = random_bf16((tokens, cfg.hidden), 3), random_bf16((tokens, cfg.hidden), 4)
     mod = load_module("moe_fused.hip", world=world, extra_options=gemm._extra_options)
     trace = cupy.ndarray((1024, 16), np.uint64, mod.get_global("kosmos_phase_trace"))
-    fwd = layer._forward
-    movers, crew = fwd._crews(args.movers, args.crew)
-    print(f"{cfg.name}: {tokens} tokens, {args.rows} rows per expert on average, E/P {cfg.experts}, H {cfg.hidden}, "
-          f"I {cfg.intermediate}", flush=True)
-    for it in range(3):  # the last call's timeline (the first compiles and warms up)
-        trace.fill(0)
-        y, ctx = layer.forward(x, params, check=True)
-        cupy.cuda.Device().synchronize()
-        tf = trace.get()
-        trace.fill(0)
-        layer.backward(dy, ctx, params)
-        cupy.cuda.Device().synchronize()
-        tb = trace.get()
-    show("forward", tf, fwd.grid, movers, crew)
-    show("backward", tb, fwd.grid, movers, crew)
-    layer.close()
-
+    ints = lambda text: [int(v) for v in text.split(",")] if text else [None]  # noqa: E731
+    for m, c in itertools.product(ints(args.movers), ints(args.crew)):
+        layer = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=capacity_of(cfg, tokens, 1), path="fused",
+                         movers=m, crew=c)
+        fwd = layer._forward
+        movers, crew = fwd._crews(m, c)
+        for it in range(3):  # the last call's timeline (the first compiles and warms up)
+            trace.fill(0)
+            y, ctx = layer.forward(x, params, check=True)
+            cupy.cuda.Device().synchronize()
+            tf = trace.get()
+            trace.fill(0)
+            layer.backward(dy, ctx, params)
+            cupy.cuda.Device().synchronize()
+            tb = trace.get()
+        show("forward", tf, fwd.grid, movers, crew)
+        bwd = next(iter(layer._backwards.values()))  # made by the first backward call
+        show("backward", tb, bwd.grid, *bwd._crews(m, c))
+        layer.close()
 
 if __name__ == "__main__":
     main()

@@ -8,9 +8,7 @@ OUT=${OUT:-/tmp/kosmos_rate}; mkdir -p "$OUT"; L=$OUT/rate.log; R=/tmp/kosmos_ra
 {
   echo "== bulk rate: tree"; timeout 120 python3 notes/debug/bulk_rate.py
   if [ -n "${V2:-}" ]; then echo "== bulk rate: $V2"; KOSMOS_HIPSRC=$V2 timeout 120 python3 notes/debug/bulk_rate.py; fi
-  for a in "--movers 33 --crew 0" "--movers 66 --crew 0" "--movers 33 --crew 16" "--movers 33 --crew 33"; do
-    echo "== phases $a"; timeout 80 python3 notes/debug/phases.py --rows 2048 $a
-  done
+  echo "== phases"; timeout 150 python3 notes/debug/phases.py --rows 2048 --movers 33,66 --crew 0,33
   echo "== bench crew"
   timeout 200 python3 bench/moe.py --models Qwen3-30B-A3B,DeepSeek-V3 --rows 256,2048 --iters 10 --warmup 3 \
     --movers 33 --crew 0,16,33 --out $R --tag crew
