@@ -12,22 +12,15 @@
 #include "combine.h"
 #include "dispatch.h"
 
-// The movers (dispatch push and combine push) stage their rows in the pipeline's shared memory
-// through bulk copies (bulk_rows.h) instead of registers: 1 (session 13, notes/moe.md: dispatch
-// phase 666 -> 330 us at Qwen3-30B 2048; 0 kept only until the next measurement, then deleted).
-#ifndef KOSMOS_MOE_BULK_PUSH
-#define KOSMOS_MOE_BULK_PUSH 1
-#endif
-
 namespace kosmos {
 namespace moe {
 
-// The dynamic shared memory the movers may stage rows in (bulk_rows.h): everything before the
-// builder's pipeline state, whose mbarriers stay valid from builder_init on (a review found the
-// combine's staging over them; harmless while no builder call follows the combine, but undefined).
-// 0: register copies.
+// The dynamic shared memory the movers stage rows in (bulk_rows.h; session 13: 2x the register
+// loop's rate, notes/moe.md): everything before the builder's pipeline state, whose mbarriers stay
+// valid from builder_init on (a review found the combine's staging over them; harmless while no
+// builder call follows the combine, but undefined). 0 (no bulk copies): register copies.
 KOSMOS_DEVICE u32 mover_stage_bytes(u8* smem) {
-#if KOSMOS_GEMM_WGMMA && KOSMOS_MOE_BULK_PUSH
+#if KOSMOS_GEMM_WGMMA
   return u32(reinterpret_cast<u8*>(gemm::pipeline_of(smem)) - smem);
 #else
   (void)smem;
