@@ -9,9 +9,9 @@
 //
 // Called by all threads of the CTA, with cta_copy_rows's arguments except that the destination
 // rows are consecutive from `dst`, plus the staging area (stage_after; nothing else in use there
-// during the call, no valid mbarrier either). Batches of rows go round a ring of slots: warp 0
-// gathers the next batches into free slots while batch b is transformed by all threads (xform, if
-// any) and stored by thread 0 in one copy.
+// during the call, no valid mbarrier either). Double-buffered batches: warp 0 gathers batch b + 1
+// into one half while batch b, in the other, is transformed by all threads (xform, if any) and
+// stored by thread 0 in one copy.
 // Every row is written to global memory when it returns (the caller may release it).
 #pragma once
 #include "gemm/arch.h"
@@ -33,54 +33,50 @@ KOSMOS_DEVICE Stage stage_after(u8* smem, u64 table_bytes, u32 smem_bytes) {
   return Stage{smem + tables, smem_bytes > tables ? smem_bytes - tables : 0};
 }
 
-// The staging area is a ring of slots, each with its mbarrier; a few slots of this size keep
-// several loads in flight while earlier slots are stored (-D to tune).
-#ifndef KOSMOS_BULK_SLOT_BYTES
-#define KOSMOS_BULK_SLOT_BYTES 32768
-#endif
-constexpr u32 kBulkSlotBytes = KOSMOS_BULK_SLOT_BYTES;
-constexpr u32 kBulkMaxSlots = 16;  // their mbarriers fill the stage's first 128 bytes
-
 template <int Unroll = kMoverUnroll, class Src, class Xform = KeepVectors>
 KOSMOS_DEVICE void bulk_copy_rows(u8* stage, u32 stage_bytes, u8* dst, const Src& src, u32 rows, u32 row_bytes,
                                   const Xform& xform = Xform{}) {
 #if KOSMOS_GEMM_WGMMA
   using namespace gemm::sm90;
   constexpr bool kKeep = kKeepsVectors<Xform>;
+  // the batches' two mbarriers in the first 128 bytes (no static shared memory: the fused kernels
+  // use nearly all of it), the halves after them
   u64* bars = reinterpret_cast<u64*>(stage);
-  const u32 room = stage_bytes > 128 ? stage_bytes - 128 : 0;
-  // slots of whole rows: kBulkSlotBytes, or fewer larger ones where rows are long; at least two
-  const u32 slot_rows = max(1u, kBulkSlotBytes / row_bytes), slots = min(kBulkMaxSlots, room / (slot_rows * row_bytes));
+  const u32 half = stage_bytes > 128 ? (stage_bytes - 128) / 2 / 16 * 16 : 0, per = half / row_bytes;
   stage += 128;
-  if (slots >= 2) {
-    const u32 slot_bytes = slot_rows * row_bytes, batches = (rows + slot_rows - 1) / slot_rows;
+  if (per > 0) {
     if (threadIdx.x == 0) {
-      for (u32 i = 0; i < slots; ++i) mbar_init(&bars[i], 1);
+      mbar_init(&bars[0], 1);
+      mbar_init(&bars[1], 1);
       mbar_fence_init();
     }
     // rows another CTA wrote (and released; the caller acquired) before this warp's bulk loads
     // read them: generic-proxy acquire, async-proxy reads
     if (threadIdx.x < 32) fence_proxy_async_global();
     __syncthreads();
-    const u32 vecs = row_bytes / 16, lane = threadIdx.x % 32;
-    // Warp 0 fills: each lane loads its rows' sources (src may read memory: d.order[r]) and issues
-    // their copies, so the address loads overlap instead of queueing behind one thread.
-    const auto fill = [&](u32 b) {
-      const u32 slot = b % slots, first = b * slot_rows, n = min(slot_rows, rows - first);
-      u8* buf = stage + slot * slot_bytes;
-      if (lane == 0) mbar_arrive_expect_tx(&bars[slot], n * row_bytes);
+    const u32 batches = (rows + per - 1) / per, vecs = row_bytes / 16, lane = threadIdx.x % 32;
+    // Warp 0 issues: each lane loads its rows' sources (src may read memory: d.order[r]) and
+    // issues their copies, so the address loads overlap instead of queueing behind one thread.
+    const auto load = [&](u32 b) {
+      u8* buf = stage + (b & 1) * half;
+      const u32 first = b * per, n = min(per, rows - first);
+      if (lane == 0) mbar_arrive_expect_tx(&bars[b & 1], n * row_bytes);
       __syncwarp();
-      for (u32 i = lane; i < n; i += 32) bulk_load(buf + i * row_bytes, src(first + i), row_bytes, &bars[slot]);
+      for (u32 i = lane; i < n; i += 32) bulk_load(buf + i * row_bytes, src(first + i), row_bytes, &bars[b & 1]);
     };
-    // Without a transform only warp 0 takes part (its __syncwarp before each fill keeps every lane
-    // past the barrier phase the fill re-arms); with one, the CTA barrier of each batch does.
+    // Without a transform only warp 0 takes part (its __syncwarp before each load keeps every lane
+    // past the barrier phase the load re-arms); with one, the CTA barrier of each batch does.
     if (kKeep ? threadIdx.x < 32 : true) {
-      if (threadIdx.x < 32)
-        for (u32 b = 0; b < min(slots, batches); ++b) fill(b);
+      if (threadIdx.x < 32 && batches > 0) load(0);
       for (u32 b = 0; b < batches; ++b) {
-        const u32 slot = b % slots, first = b * slot_rows, n = min(slot_rows, rows - first);
-        u8* buf = stage + slot * slot_bytes;
-        mbar_wait(&bars[slot], (b / slots) & 1);
+        if (threadIdx.x < 32 && b + 1 < batches) {
+          if (lane == 0) bulk_wait_read_all();  // batch b - 1's store has read the half that batch b + 1 fills
+          __syncwarp();
+          load(b + 1);
+        }
+        mbar_wait(&bars[b & 1], (b >> 1) & 1);
+        u8* buf = stage + (b & 1) * half;
+        const u32 first = b * per, n = min(per, rows - first);
         if constexpr (!kKeep) {
           for (u32 f = threadIdx.x; f < n * vecs; f += blockDim.x) {
             vec16* p = reinterpret_cast<vec16*>(buf + u64(f / vecs) * row_bytes) + f % vecs;
@@ -95,18 +91,14 @@ KOSMOS_DEVICE void bulk_copy_rows(u8* stage, u32 stage_bytes, u8* dst, const Src
           bulk_store(dst + u64(first) * row_bytes, buf, n * row_bytes);
           bulk_commit();
         }
-        // refill the previous batch's slot once its store (every group but the newest) has read it
-        if (threadIdx.x < 32 && b >= 1 && b - 1 + slots < batches) {
-          if (lane == 0) bulk_wait_read_but_one();
-          __syncwarp();
-          fill(b - 1 + slots);
-        }
       }
       if (threadIdx.x == 0) bulk_wait_all();  // in global memory before the caller releases the rows
     }
     __syncthreads();
-    if (threadIdx.x == 0)
-      for (u32 i = 0; i < slots; ++i) mbar_inval(&bars[i]);
+    if (threadIdx.x == 0) {
+      mbar_inval(&bars[0]);
+      mbar_inval(&bars[1]);
+    }
     __syncthreads();
     return;
   }

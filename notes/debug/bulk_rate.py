@@ -1,7 +1,7 @@
 """The movers' copy rate in isolation: gathered 4 KB rows (a random permutation) copied by CTAs
 of 384 threads, one item (item_rows rows) at a time as the fused MoE kernels' movers do, through
-bulk_copy_rows (hipsrc/kosmos/bulk_rows.h: a ring of slots of KOSMOS_BULK_SLOT_BYTES in 224 KB of
-shared memory, as the fused kernels' movers have) or the register
+bulk_copy_rows (hipsrc/kosmos/bulk_rows.h, staged in 224 KB of shared memory, as the fused kernels'
+movers are) or the register
 loop (cta_copy_rows, here with all the registers it wants: an upper bound for the fused kernels'
 movers), with or without the system-scope fence that ends each item (items.h: item_done).
 
@@ -20,7 +20,6 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 from kosmos.runtime.source import compile_options  # noqa: E402
 
-SLOT_KB = (16, 32, 56, 112)  # 112: two halves, the first bulk movers' layout
 STAGE_KB = 224
 
 SRC = r'''
@@ -50,11 +49,8 @@ def main():
     dev = cupy.cuda.Device()
     cc = dev.compute_capability
     arch = "sm_90a" if cc == "90" else f"sm_{cc}"
-    kernels = {}
-    for slot_kb in SLOT_KB:
-        mod = cupy.RawModule(code=SRC, options=compile_options("cuda", arch) + (f"-DKOSMOS_BULK_SLOT_BYTES={slot_kb * 1024}",))
-        kernels[slot_kb] = mod.get_function("bulk_rate")
-        kernels[slot_kb].max_dynamic_shared_size_bytes = STAGE_KB * 1024
+    k = cupy.RawModule(code=SRC, options=compile_options("cuda", arch)).get_function("bulk_rate")
+    k.max_dynamic_shared_size_bytes = STAGE_KB * 1024
     rows, row_bytes = 32768, 4096
     rng = np.random.default_rng(1)
     src = cupy.asarray(rng.integers(0, 255, rows * row_bytes, dtype=np.uint8))
@@ -62,17 +58,17 @@ def main():
     orders = {"gather": cupy.asarray(rng.permutation(rows).astype(np.int32)), "contiguous": cupy.arange(rows, dtype=cupy.int32)}
     start, stop = cupy.cuda.Event(), cupy.cuda.Event()
     print(f"{rows} rows of {row_bytes} B gathered, {rows * row_bytes / 1e6:.0f} MB; GB/s one way")
-    print(f"{'mode':9s} {'rows':>10s} {'grid':>5s} {'slot KB':>8s} {'item rows':>10s} {'fence':>6s} {'GB/s':>8s} {'per CTA':>8s}")
-    cases = [("bulk", o, g, s, i, f) for o, s, g, i, f in itertools.product(orders, SLOT_KB, (33, 66, 132), (64, 512), (0, 1))]
-    cases += [("register", o, g, SLOT_KB[0], i, f) for o, g, i, f in itertools.product(orders, (33, 132), (64, 512), (0, 1))]
-    for mode, order_name, grid, slot_kb, item_rows, fence in cases:
-        k, smem, order = kernels[slot_kb], STAGE_KB * 1024, orders[order_name]
+    print(f"{'mode':9s} {'rows':>10s} {'grid':>5s} {'item rows':>10s} {'fence':>6s} {'GB/s':>8s} {'per CTA':>8s}")
+    cases = [("bulk", o, g, i, f) for o, g, i, f in itertools.product(orders, (33, 66, 132), (64, 512), (0, 1))]
+    cases += [("register", o, g, i, f) for o, g, i, f in itertools.product(orders, (33, 132), (64, 512), (0, 1))]
+    for mode, order_name, grid, item_rows, fence in cases:
+        smem, order = STAGE_KB * 1024, orders[order_name]
         ref = src.reshape(rows, row_bytes)[order]
         args = (dst, src, order, np.int32(rows), np.int32(row_bytes), np.int32(item_rows), np.uint32(smem),
                 np.int32(mode != "bulk"), np.int32(fence))
         dst.fill(0)
         k((grid,), (384,), args, shared_mem=smem)
-        assert bool((dst.reshape(rows, row_bytes) == ref).all()), (mode, grid, slot_kb, item_rows, fence)
+        assert bool((dst.reshape(rows, row_bytes) == ref).all()), (mode, grid, item_rows, fence)
         times = []
         for _ in range(10):
             start.record()
@@ -81,7 +77,7 @@ def main():
             stop.synchronize()
             times.append(cupy.cuda.get_elapsed_time(start, stop) * 1e-3)
         gbs = rows * row_bytes / np.median(times) / 1e9
-        print(f"{mode:9s} {order_name:>10s} {grid:5d} {slot_kb if mode == 'bulk' else 0:8d} {item_rows:10d} {fence:6d} {gbs:8.0f} {gbs / grid:8.1f}", flush=True)
+        print(f"{mode:9s} {order_name:>10s} {grid:5d} {item_rows:10d} {fence:6d} {gbs:8.0f} {gbs / grid:8.1f}", flush=True)
 
 
 if __name__ == "__main__":
