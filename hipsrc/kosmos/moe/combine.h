@@ -112,8 +112,6 @@ KOSMOS_DEVICE bool combine_push(const CombineParams& d, const CombineTables& m, 
   }
 }
 
-constexpr i32 kFoldVecs = 4;
-
 // The fold: wait for every owner that sends this rank rows, then y[t] = sum_j w[t, j] row(t, j)
 // (+ shared[t]) in fp32, rounded once. False: a wait gave up.
 KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) {
@@ -129,50 +127,24 @@ KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) 
     }
   if (!cta_broadcast(&s_ok, ok)) return false;
   const u8* comb = reinterpret_cast<const u8*>(d.peer_bases[me] + d.comb_off);
-  // A warp per token: its k slots and weights are one broadcast load each, and no division per
-  // vector; each lane folds kFoldVecs vectors of the row per pass, their loads issued together
-  // (one 16-byte load per thread in flight left the fold latency-bound: 175 us of the fused
-  // forward at Qwen3-30B 2048, notes/moe.md session 13). Per element the sum runs as before: j in
-  // order, then the shared experts' output.
-  constexpr i32 V = kFoldVecs;
-  const i32 vecs = i32(d.row_bytes / 16), lane = i32(threadIdx.x % kWarpSize);  // 8 bf16 per 16-byte vector
-  const i64 warps = blockDim.x / kWarpSize, stride = i64(gridDim.x) * warps;
-  for (i64 t = i64(blockIdx.x) * warps + threadIdx.x / kWarpSize; t < d.tokens; t += stride) {
-    for (i32 c0 = lane; c0 < vecs; c0 += kWarpSize * V) {
-      float acc[V][8];
-#pragma unroll
-      for (i32 u = 0; u < V; ++u)
-        for (int e = 0; e < 8; ++e) acc[u][e] = 0.0f;
-      for (i32 j = 0; j < d.top_k; ++j) {
-        const i32 row = d.slot[t * d.top_k + j];
-        if (row < 0) continue;  // dropped past its expert's capacity (MoEConfig.capacity_factor)
-        const float wt = d.weights[t * d.top_k + j];
-        const u8* src = comb + u64(row) * d.row_bytes;
-        vec16 v[V];
-#pragma unroll
-        for (i32 u = 0; u < V; ++u)
-          if (c0 + kWarpSize * u < vecs) v[u] = ld16_volatile(src + u64(c0 + kWarpSize * u) * 16);
-#pragma unroll
-        for (i32 u = 0; u < V; ++u)
-          if (c0 + kWarpSize * u < vecs) {
-            float r[8];
-            bf16x8_to_f32(v[u], r);
-            for (int e = 0; e < 8; ++e) acc[u][e] += wt * r[e];
-          }
-      }
-#pragma unroll
-      for (i32 u = 0; u < V; ++u) {
-        const i64 c = c0 + kWarpSize * u;
-        if (c >= vecs) break;
-        if (d.shared) {  // fp32 [T][H]: two 16-byte loads
-          const u8* sh = reinterpret_cast<const u8*>(d.shared + t * (d.row_bytes / 2) + c * 8);
-          const vec16 lo = ld16(sh), hi = ld16(sh + 16);
-          const u32 bits[8] = {lo.x, lo.y, lo.z, lo.w, hi.x, hi.y, hi.z, hi.w};
-          for (int e = 0; e < 8; ++e) acc[u][e] += __uint_as_float(bits[e]);
-        }
-        st16(d.out + t * (d.row_bytes / 2) + c * 8, f32_to_bf16x8(acc[u]));
-      }
+  const i32 vecs = i32(d.row_bytes / 16);  // 8 bf16 per 16-byte vector
+  for (i64 w = i64(blockIdx.x) * blockDim.x + threadIdx.x; w < i64(d.tokens) * vecs; w += i64(gridDim.x) * blockDim.x) {
+    const i64 t = w / vecs, c = w % vecs;
+    float acc[8];
+    for (int u = 0; u < 8; ++u) acc[u] = 0.0f;
+    for (i32 j = 0; j < d.top_k; ++j) {
+      const i32 row = d.slot[t * d.top_k + j];
+      if (row < 0) continue;  // dropped past its expert's capacity (MoEConfig.capacity_factor)
+      const float wt = d.weights[t * d.top_k + j];
+      float r[8];
+      bf16x8_to_f32(ld16_volatile(comb + u64(row) * d.row_bytes + c * 16), r);
+      for (int u = 0; u < 8; ++u) acc[u] += wt * r[u];
     }
+    if (d.shared) {
+      const float* sh = d.shared + t * (d.row_bytes / 2) + c * 8;
+      for (int u = 0; u < 8; ++u) acc[u] += sh[u];
+    }
+    st16(d.out + t * (d.row_bytes / 2) + c * 8, f32_to_bf16x8(acc));
   }
   return true;
 }
