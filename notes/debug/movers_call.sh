@@ -29,7 +29,7 @@ for v in ${VARIANTS:-}; do
 done
 cp $RUNS/*.json "$OUT"/
 sed -n '/^===== bulk rate/,/^===== tests np1/p' "$LOG" | grep -v "^===== tests"
-sed -n '/^===== phases/,/^===== fwd tree/p' "$LOG" | grep -E "^=====|dispatch part|job|combine done|builder call"
+sed -n '/^===== phases/,/^===== fwd tree/p' "$LOG" | grep -E "^=====|^(forward|backward):|dispatch part|job|push done|combine done"
 grep -E "^=====|rows/exp|fused" "$LOG" | grep -v "^===== phases" | cut -c1-330
 grep -E "^(FAILED|ERROR) |passed|failed" "$LOG" | head
 printf '%s\n' "${summary[@]}"
