@@ -2,7 +2,7 @@
 
 MoELayer's path "fused" backward runs it (bitwise the device path's separate launches:
 tests/gpu/test_moe_backward_fused.py, tests/gpu/test_moe_layer.py; at world 1 on the H200 it is
-0.72-0.96x the device path's speed, its movers being the gap: notes/moe.md, session 12).
+0.85-1.13x the device path's speed: notes/moe.md, session 13).
 
     bwd = MoEBackward(dispatch, combine, wgrad_dtype=np.float32)   # the layer's backward dispatch plan
     dx, dw1, dw2 = bwd(dy, routing, x_e, a, gate_up, w1, w2, extra=None)

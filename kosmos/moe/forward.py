@@ -1,8 +1,9 @@
 """MoEForward: the local experts' part of the MoE forward in one launch, dispatch to fold.
 
 MoELayer(path="fused") runs it. On the H200 it passes its tests at 1, 2 and 4 ranks, bitwise the
-separate launches; at world 1 it runs at 0.71-1.01x their speed (notes/moe.md, session 12: its
-movers copy at ~6 GB/s per CTA, the gap). Its two GEMMs run in one builder call. (Builder calls
+separate launches; at world 1 it runs at 0.90-1.13x their speed (notes/moe.md, session 13: GEMM1
+is compute-bound and the dispatch, an HBM copy there, takes SMs from it; the movers stage rows in
+shared memory through bulk copies). Its two GEMMs run in one builder call. (Builder calls
 that trade registers back to back hung, one call in 50-800, until the ring-position mend of
 session 11: 3,000 calls clean since.)
 
