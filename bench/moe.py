@@ -136,9 +136,11 @@ def case_params(world, cfg, skew, seed):
     return params
 
 
-def fused_name(movers, crew) -> str:
-    """A path "fused" contender's name: its movers and combine crew ('auto': the defaults)."""
-    return f"fused m={movers or 'auto'}" + ("" if crew is None else f" c={crew}")
+def fused_layers(world, cfg, tokens, cap, movers, crews) -> dict:
+    """Path "fused" contenders, one per (movers, crew), by name ('auto': the defaults)."""
+    return {f"fused m={m or 'auto'}" + ("" if c is None else f" c={c}"):
+            MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="fused", movers=m, crew=c)
+            for m in movers for c in crews}
 
 
 def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, movers=(None,), crews=(None,),
@@ -148,9 +150,7 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
     tokens = tokens_of(cfg, rows_per, world.size)
     cap = capacity_of(cfg, tokens, world.size)
     layer = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="device")
-    fused = {fused_name(m, c):
-             MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="fused", movers=m, crew=c)
-             for m in movers for c in crews}
+    fused = fused_layers(world, cfg, tokens, cap, movers, crews)
     base = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="baseline") if baseline else None
     try:
         params = case_params(world, cfg, skew, seed)
@@ -247,8 +247,7 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed, movers=(None
     tokens = tokens_of(cfg, rows_per, world.size)
     cap = capacity_of(cfg, tokens, world.size)
     layer = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="device")
-    fused = {fused_name(m, c): MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="fused", movers=m, crew=c)
-             for m in movers for c in crews}
+    fused = fused_layers(world, cfg, tokens, cap, movers, crews)
     serial = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="serial")
     base = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="baseline") if NcclBaseline.available(world) else None
     try:

@@ -38,7 +38,8 @@ from .route import DeviceRouting
 
 
 class MoEBackward(ExpertsLaunch):
-    crew_per_16 = 1
+    crew_per_16 = 1  # a sixteenth of the grid combines (ExpertsLaunch.crew_per_16)
+
     def __init__(self, dispatch: MoEDispatch, combine: MoECombine, wgrad_dtype: Any = float32):
         wdt = np.dtype(wgrad_dtype)
         if wdt not in (np.dtype(float32), np.dtype(bfloat16)):

@@ -15,8 +15,8 @@ owners' arenas and become builders; GEMM1 tiles (h = silu(gate) * up of the aren
 [E/P, 2F, H], the pre-activations optionally kept in gate_up [capacity, 2F]) wait only for the
 (expert, source) runs they read; GEMM2 tiles (y_e = h w2^T, w2 [E/P, H, F]) wait for GEMM1's tile
 row; a crew (none by default) pushes each expert output row home as soon as its GEMM2 tile row is
-done, the builders join it when GEMM2's queue is dry; every rank then folds its tokens' k rows with their router weights in fp32, plus the shared
-experts' fp32 output, rounded once. Returns y [T, H] bf16 and h [capacity, F] bf16 (the arena's
+done, the builders join it when GEMM2's queue is dry; every rank then folds its tokens' k rows
+with their router weights in fp32, plus the shared experts' fp32 output, rounded once. Returns y [T, H] bf16 and h [capacity, F] bf16 (the arena's
 order, for the backward). The counts never leave the GPU, nothing is zeroed by a separate launch:
 a call can be captured in a CUDA graph.
 
