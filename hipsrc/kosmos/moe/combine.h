@@ -115,6 +115,10 @@ KOSMOS_DEVICE bool combine_push(const CombineParams& d, const CombineTables& m, 
 
 // The fold: wait for every owner that sends this rank rows, then y[t] = sum_j w[t, j] row(t, j)
 // (+ shared[t]) in fp32, rounded once. False: a wait gave up.
+// V: 16-byte vectors per lane in flight. The fused kernels (one CTA per SM, the builder's
+// registers) take 4; the standalone combine 1 (55 registers: its 3 CTAs per SM of 384 threads
+// kept; 2 needs 64, 4 needs 72: ptxas, sm_90a, session 13).
+template <i32 V>
 KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) {
   __shared__ int s_ok;
   const i32 E = d.experts, L = d.e_loc, me = d.rank;
@@ -128,24 +132,62 @@ KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) 
     }
   if (!cta_broadcast(&s_ok, ok)) return false;
   const u8* comb = reinterpret_cast<const u8*>(d.peer_bases[me] + d.comb_off);
-  const i32 vecs = i32(d.row_bytes / 16);  // 8 bf16 per 16-byte vector
-  for (i64 w = i64(blockIdx.x) * blockDim.x + threadIdx.x; w < i64(d.tokens) * vecs; w += i64(gridDim.x) * blockDim.x) {
-    const i64 t = w / vecs, c = w % vecs;
-    float acc[8];
-    for (int u = 0; u < 8; ++u) acc[u] = 0.0f;
-    for (i32 j = 0; j < d.top_k; ++j) {
-      const i32 row = d.slot[t * d.top_k + j];
-      if (row < 0) continue;  // dropped past its expert's capacity (MoEConfig.capacity_factor)
-      const float wt = d.weights[t * d.top_k + j];
-      float r[8];
-      bf16x8_to_f32(ld16_volatile(comb + u64(row) * d.row_bytes + c * 16), r);
-      for (int u = 0; u < 8; ++u) acc[u] += wt * r[u];
+  // Work items are (token, pass): a warp folds kWarpSize * V vectors of one token's row, each lane
+  // V of them with their loads issued together, and the next slot's load in flight while a row's
+  // are (one 16-byte load per thread in flight, each behind its slot's, left the fold
+  // latency-bound: 175 us of the fused forward at Qwen3-30B 2048, notes/moe.md session 13). No
+  // division per vector. Per element the sum runs as before: j in order, then the shared
+  // experts' output.
+  const i32 vecs = i32(d.row_bytes / 16), lane = i32(threadIdx.x % kWarpSize);  // 8 bf16 per 16-byte vector
+  const i32 per_pass = kWarpSize * V, passes = (vecs + per_pass - 1) / per_pass, k = d.top_k;
+  const i64 warps = blockDim.x / kWarpSize, items = i64(d.tokens) * passes, stride = i64(gridDim.x) * warps;
+  for (i64 item = i64(blockIdx.x) * warps + threadIdx.x / kWarpSize; item < items; item += stride) {
+    const i64 t = item / passes;
+    const i32 c0 = i32(item % passes) * per_pass + lane;
+    float acc[V][8];
+#pragma unroll
+    for (i32 u = 0; u < V; ++u)
+      for (int e = 0; e < 8; ++e) acc[u][e] = 0.0f;
+    i32 row = d.slot[t * k];
+    for (i32 j = 0; j < k; ++j) {
+      const i32 next = j + 1 < k ? d.slot[t * k + j + 1] : -1;
+      if (row >= 0) {  // < 0: dropped past its expert's capacity (MoEConfig.capacity_factor)
+        const float wt = d.weights[t * k + j];
+        const u8* src = comb + u64(row) * d.row_bytes;
+        vec16 v[V];
+#pragma unroll
+        for (i32 u = 0; u < V; ++u)
+          if (c0 + kWarpSize * u < vecs) v[u] = ld16_volatile(src + u64(c0 + kWarpSize * u) * 16);
+#pragma unroll
+        for (i32 u = 0; u < V; ++u)
+          if (c0 + kWarpSize * u < vecs) {
+            float r[8];
+            bf16x8_to_f32(v[u], r);
+            for (int e = 0; e < 8; ++e) acc[u][e] += wt * r[e];
+          }
+      }
+      row = next;
     }
-    if (d.shared) {
-      const float* sh = d.shared + t * (d.row_bytes / 2) + c * 8;
-      for (int u = 0; u < 8; ++u) acc[u] += sh[u];
+    if (d.shared) {  // fp32 [T][H], two 16-byte loads a vector, all issued before any store
+      vec16 sh[V][2];
+#pragma unroll
+      for (i32 u = 0; u < V; ++u)
+        if (c0 + kWarpSize * u < vecs) {
+          const u8* p = reinterpret_cast<const u8*>(d.shared + t * (d.row_bytes / 2) + i64(c0 + kWarpSize * u) * 8);
+          sh[u][0] = ld16(p);
+          sh[u][1] = ld16(p + 16);
+        }
+#pragma unroll
+      for (i32 u = 0; u < V; ++u)
+        if (c0 + kWarpSize * u < vecs) {
+          const u32 bits[8] = {sh[u][0].x, sh[u][0].y, sh[u][0].z, sh[u][0].w,
+                               sh[u][1].x, sh[u][1].y, sh[u][1].z, sh[u][1].w};
+          for (int e = 0; e < 8; ++e) acc[u][e] += __uint_as_float(bits[e]);
+        }
     }
-    st16(d.out + t * (d.row_bytes / 2) + c * 8, f32_to_bf16x8(acc));
+#pragma unroll
+    for (i32 u = 0; u < V; ++u)
+      if (c0 + kWarpSize * u < vecs) st16(d.out + t * (d.row_bytes / 2) + i64(c0 + kWarpSize * u) * 8, f32_to_bf16x8(acc[u]));
   }
   return true;
 }
@@ -178,7 +220,7 @@ KOSMOS_DEVICE void combine(const CombineParams& d) {
   if (combine_skipped(d)) return;
   const CombineTables m = combine_tables(d, d.all_counts);
   combine_push<kMoverUnroll>(d, m, [](i32, i32, i32) { return true; });
-  combine_fold(d, m);
+  combine_fold<1>(d, m);
 }
 
 }  // namespace moe

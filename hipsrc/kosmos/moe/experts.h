@@ -73,7 +73,7 @@ KOSMOS_DEVICE void combine_rows(bool fine, const CombineParams& c, const Dispatc
   extern __shared__ __align__(16) u8 smem[];
   if (!combine_push<PushUnroll>(c, m, ready, mover_stage_bytes(smem))) return;
   phase_mark(10);
-  combine_fold(c, m);
+  combine_fold<4>(c, m);
 }
 
 // All threads, last thing: the last CTA out of the launch zeroes rows_done[0, n) for the next one

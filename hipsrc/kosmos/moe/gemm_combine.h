@@ -39,7 +39,7 @@ KOSMOS_DEVICE void gemm2_combine(const gemm::TensorMap& tma, const gemm::TensorM
       const CombineTables m = combine_tables(d, d.all_counts);
       // an item's rows are final once every tile row under them has all its tiles
       const gemm::GroupRowsDone ready{done_now, &table, u64(p.tiles_n), d.wait};
-      if (go && combine_push<PushUnroll>(d, m, ready)) combine_fold(d, m);
+      if (go && combine_push<PushUnroll>(d, m, ready)) combine_fold<4>(d, m);
     }
   }
   gemm::queue_exit(words);
