@@ -100,11 +100,6 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
                 a, b = sets[i % nsets]
                 gemm.matmul(a, b, s.layout, out=out, split_k=split_k, tile_n=width)
             fns[f"w{width}"] = run_w
-        def run_c2(i):  # 2-CTA clusters sharing B through TMA multicast
-            a, b = sets[i % nsets]
-            gemm.matmul(a, b, s.layout, out=out, split_k=split_k, cluster=True)
-        if split_k == 1:
-            fns["c2"] = run_c2
         tm, tn, ks = gemm.tile_counts(gemm.gemm_shape(s.layout, a_shape, b_shape), 256)
         if split_k == 1 and gemm.stream_k_split(tm * tn, sms, ks) is not None:  # stream-K forced
             def run_sk(i):
@@ -132,7 +127,7 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
     full = rec["ours"][str(sms)]["tflops"]
     rec["ratio"] = full / rec["cublas"]["tflops"]
     rec["cap_retention"] = {k: v["tflops"] / full for k, v in rec["ours"].items() if not k.startswith("w")
-                            and k not in ("mxfp8", "sk", "c2")}
+                            and k not in ("mxfp8", "sk")}
     if mxfp8:
         rec["mxfp8_vs_bf16"] = rec["ours"]["mxfp8"]["tflops"] / full
     del sets, out, ref, o32, r32
@@ -222,7 +217,7 @@ def main(argv=None):
             print(f"{s.kernel:11s} {s.layout} {s.name:20s} {s.m:6d} {s.n:6d} {s.k:6d}  cuBLAS {rec['cublas']['tflops']:6.1f}"
                   f"  ours {rec['ours'][str(sms)]['tflops']:6.1f}  ratio {rec['ratio']:.3f}  diff {rec['rel_diff_vs_cublas']:.1e}"
                   f"  split {rec['split_k']}  tile {rec['tile_n']}"
-                  + "".join(f"  {w} {rec['ours'][w]['tflops']:6.1f}" for w in [f"w{n}" for n in gemm.TILE_WIDTHS] + ["sk", "c2"]
+                  + "".join(f"  {w} {rec['ours'][w]['tflops']:6.1f}" for w in [f"w{n}" for n in gemm.TILE_WIDTHS] + ["sk"]
                             if w in rec["ours"])
                   + (f"  mxfp8/bf16 {rec['mxfp8_vs_bf16']:.3f}" if "mxfp8_vs_bf16" in rec else "")
                   + f"  {capstr}", flush=True)
@@ -253,10 +248,7 @@ def main(argv=None):
         print(f"{g:14s} {len(rs):3d} {geomean([r['ratio'] for r in rs]):8.3f} {min(r['ratio'] for r in rs):6.3f} "
               f"{geomean([r['ours'][str(sms)]['tflops'] for r in rs]):8.1f} {geomean([r['cublas']['tflops'] for r in rs]):9.1f}"
               f"  {('%.3f' % geomean(ret)) if ret else '-'}"
-              + (f"  mxfp8/bf16 {geomean([r['mxfp8_vs_bf16'] for r in rs]):.3f}" if args.precision == "mxfp8" else "")
-              + (f"  c2/cuBLAS {geomean([r['ours']['c2']['tflops'] / r['cublas']['tflops'] for r in rs]):.3f}"
-                 f" c2/w256 {geomean([r['ours']['c2']['tflops'] / r['ours']['w256']['tflops'] for r in rs]):.3f}"
-                 if all("c2" in r["ours"] and "w256" in r["ours"] for r in rs) else ""))
+              + (f"  mxfp8/bf16 {geomean([r['mxfp8_vs_bf16'] for r in rs]):.3f}" if args.precision == "mxfp8" else ""))
 
 
 if __name__ == "__main__":

@@ -46,30 +46,6 @@ KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_bf16_n128, LAYOUT_NT, EpiStoreBf16, KOSMO
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_f32_n128, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32, NarrowTile)
 #endif
 
-// 2-CTA clusters (Hopper only): pairs of 128 x 256 tiles sharing B's boxes through TMA multicast
-// (ClusterSchedule), walked in a static order by both CTAs of a cluster (StaticClaim; the queue
-// words are not used). The grid is even: one cluster per two SMs.
-#if KOSMOS_GEMM_WGMMA
-typedef TileConfig<256, 2> PairTile;
-#define KOSMOS_GEMM_CLUSTER_KERNEL(NAME, LAYOUT, EPI, MAKE_EPI)                                               \
-  extern "C" __global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(kThreads, 1)                        \
-      NAME(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,             \
-           const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EPI epi, u64* words) {                     \
-    extern __shared__ __align__(16) u8 kosmos_gemm_smem[];                                                 \
-    builder_init(kosmos_gemm_smem); /* ends in a cluster barrier: both CTAs' mbarriers exist */            \
-    const ClusterSchedule<PairTile> sched{p, i32(sm90::cluster_ctarank())};                                \
-    StaticClaim claim{i32(blockIdx.x / 2), i32(gridDim.x / 2), sched.units()};                            \
-    run_builder<LAYOUT>(sched, &tma, &tmb, kosmos_gemm_smem, claim, AlwaysReady{}, MAKE_EPI);             \
-    sm90::cluster_sync(); /* no CTA leaves while its partner may still arrive on its barriers */          \
-  }
-KOSMOS_GEMM_CLUSTER_KERNEL(kosmos_gemm_tn_bf16_c2, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA)
-KOSMOS_GEMM_CLUSTER_KERNEL(kosmos_gemm_tn_f32_c2, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_TMA32)
-KOSMOS_GEMM_CLUSTER_KERNEL(kosmos_gemm_nn_bf16_c2, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA)
-KOSMOS_GEMM_CLUSTER_KERNEL(kosmos_gemm_nn_f32_c2, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_TMA32)
-KOSMOS_GEMM_CLUSTER_KERNEL(kosmos_gemm_nt_bf16_c2, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA)
-KOSMOS_GEMM_CLUSTER_KERNEL(kosmos_gemm_nt_f32_c2, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32)
-#endif
-
 // Stream-K (Hopper only; kosmos/gemm.py chooses it): the raster's last tiles cut into K-ranges
 // (StreamKSchedule); w bounds each tile's last range's wait for the others.
 #if KOSMOS_GEMM_WGMMA

@@ -337,15 +337,13 @@ SWIGLU_EPI_DTYPE = np.dtype([("out", np.uint64), ("ldo", np.int32), ("mo", np.in
 TMAP_DTYPE = np.dtype([("words", np.uint64, (16,))], align=True)
 
 
-def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256, stream_k: bool = False,
-                cluster: bool = False) -> str:
+def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256, stream_k: bool = False) -> str:
     if epilogue == "swiglu":
         return "kosmos_gemm_tn_swiglu"
     if epilogue == "swiglu_backward":
         return "kosmos_gemm_nn_swiglu_bwd"
     suffix = "f32" if np.dtype(out_dtype) == np.float32 else "bf16"
-    return (f"kosmos_gemm_{layout.lower()}_{suffix}" + ("_n128" if tile_n == 128 else "") + ("_sk" if stream_k else "")
-            + ("_c2" if cluster else ""))
+    return f"kosmos_gemm_{layout.lower()}_{suffix}" + ("_n128" if tile_n == 128 else "") + ("_sk" if stream_k else "")
 
 
 def _bf16():
@@ -584,16 +582,15 @@ _plans_lock = threading.Lock()
 
 
 def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, split_k: int | None = 1,
-             tile_n: int | None = None, stream_k: bool | None = False, cluster: bool = False) -> GemmPlan:
+             tile_n: int | None = None, stream_k: bool | None = False) -> GemmPlan:
     """The cached plan for a GEMM; split_k: 1 = none, None = choose_split_k, n = n K-ranges;
-    tile_n: 256 or 128, None = choose_tile_n; stream_k: True, False, None = choose_stream_k;
-    cluster: 2-CTA clusters sharing B through TMA multicast (128 x 256 tiles in pairs)."""
+    tile_n: 256 or 128, None = choose_tile_n; stream_k: True, False, None = choose_stream_k."""
     import cupy
 
     from .runtime.launch import PersistentLaunch, sm_count
 
     dev = cupy.cuda.Device().id
-    key = (shape, np.dtype(out_dtype).str, sm_cap, split_k, tile_n, stream_k, bool(cluster), dev, _extra_options)
+    key = (shape, np.dtype(out_dtype).str, sm_cap, split_k, tile_n, stream_k, dev, _extra_options)
     with _plans_lock:
         plan = _plans.get(key)
     if plan is not None:
@@ -611,13 +608,6 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     if stream_k is True and not sk_ok:
         raise ValueError("stream_k=True is a Hopper (wgmma) path for the store epilogues on 128 x 256 tiles, "
                          "without split-K")
-    if cluster:
-        if not (wgmma and plain and split_k in (1, None) and tile_n in (None, 256) and stream_k is not True):
-            raise ValueError("cluster=True is a Hopper (wgmma) path for the store epilogues on 128 x 256 tiles, "
-                             "without split-K or stream-K")
-        if ctas < 2:
-            raise ValueError(f"cluster=True needs a grid of at least 2 CTAs, got sm_cap={sm_cap}")
-        tile_n, split_k, stream_k = 256, 1, False
     if stream_k is not False and sk_ok:
         t256 = tile_counts(shape, 256)
         n256 = t256[0] * t256[1]
@@ -641,11 +631,7 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
             raise ValueError(f"split_k > 1 does not combine with epilogue={shape.epilogue!r}")
     units = sk.units if sk is not None else ntiles * splits
     mod = _module()
-    if cluster:  # units are pairs of tiles, one above the other; one cluster of 2 CTAs per pair
-        units = -(-tiles[0] // 2) * tiles[1]
-        name = kernel_name(shape.layout, shape.epilogue, out_dtype, 256, cluster=True)
-        red = None
-    elif sk is not None:
+    if sk is not None:
         name = kernel_name(shape.layout, "store", out_dtype, 256, stream_k=True)
         red = None
     elif splits > 1:
@@ -655,7 +641,7 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
         name = kernel_name(shape.layout, shape.epilogue, out_dtype, tile_n)
         red = None
     kern = mod.get_function(name)
-    grid = 2 * grid_size(units, ctas // 2, None) if cluster else grid_size(units, sms, sm_cap)
+    grid = grid_size(units, sms, sm_cap)
     launch = PersistentLaunch.checked(kern, grid, block_threads(), shared_mem_bytes())
     plan = GemmPlan(shape, np.dtype(out_dtype), name, grid, units, tiles, launch,
                     words=cupy.zeros(2, dtype=cupy.uint64), uses_tma=wgmma, splits=splits, reduce_kernel=red,
@@ -711,7 +697,7 @@ def dequantized_operand(t: Any, name: str, layout: str, operand: int, stream: An
 @uses_stream
 def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | None = None, *,
            epilogue: str = "store", gate_up=None, split_k: int | None = 1, tile_n: int | None = None,
-           stream_k: bool | None = False, cluster: bool = False, stream=None):
+           stream_k: bool | None = False, stream=None):
     """Persistent GEMM on the builder tile; see the module docstring for layouts.
 
     Returns ``out`` (allocated when None). ``sm_cap`` limits the grid to that many CTAs (SMs).
@@ -724,9 +710,6 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     a workspace the plan owns: 128 KB per cut); True, False (default: not yet measured to pay,
     notes/gemm.md), None = choose_stream_k's wave model. Results are
     bitwise reproducible for a given (shape, sm_cap, split_k, tile width); different splits round differently.
-    ``cluster`` (Hopper, store epilogues, 128 x 256 tiles): tiles in vertical pairs computed by 2-CTA
-    clusters that share B's loads through TMA multicast; bitwise the default path (same tiles, same
-    reduction order).
     ``gate_up``: the SwiGLU epilogues' pre-activations (see the module docstring).
 
     ``a`` and ``b`` are bf16, or MXFP8 (kosmos.mx.DeviceMX, blocks along the operand's contracting
@@ -751,7 +734,7 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     dt = resolve_out_dtype(out_dtype, epilogue)
     out = output_array(out, shape.out_shape, dt, a=a, b=b)
     gate_up = gate_up_array(gate_up, shape, dev, stream, a=a, b=b, output=out)
-    plan = get_plan(shape, dt, sm_cap, split_k, tile_n, stream_k, cluster)
+    plan = get_plan(shape, dt, sm_cap, split_k, tile_n, stream_k)
     plan(a, b, out, stream=stream, gate_up=gate_up)
     return out
 

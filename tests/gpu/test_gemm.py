@@ -346,42 +346,6 @@ def test_stream_k_choice_and_refusals():
         gemm.matmul(a, a, "TN", stream_k=1)
 
 
-@pytest.mark.parametrize("layout,m,n,k,cap", CASES + [("TN", 2000, 2304, 1024, 8), ("NN", 1153, 1280, 768, None)])
-def test_clusters(layout, m, n, k, cap):
-    """cluster=True: tile pairs on 2-CTA clusters sharing B through TMA multicast. Odd tile-row
-    counts (333, 257, 515, 301, 1153 rows: the last pair's second CTA stores nothing), caps that give
-    every cluster several pairs, both output dtypes: float64 reference, NaN-poisoned output and guard
-    rows, bitwise the one-CTA 128 x 256 path (same tiles, same reduction order) and bitwise reruns."""
-    if gemm.arch_path() != "wgmma":
-        pytest.skip("clusters are Hopper-only")
-    rng = np.random.default_rng([m, n, k, 2])
-    sa, sb = operands(layout, m, n, k)
-    a_h, b_h = rand_bf16(rng, sa), rand_bf16(rng, sb)
-    a, b = cupy.asarray(a_h), cupy.asarray(b_h)
-    ref = reference(layout, a_h, b_h)
-    for dt, kind, view in ((BF16, "bf16", cupy.uint16), (np.dtype(np.float32), "f32", cupy.uint32)):
-        plan = gemm.get_plan(gemm.gemm_shape(layout, sa, sb), dt, cap, cluster=True)
-        assert plan.kernel_name.endswith("_c2") and plan.grid % 2 == 0
-        whole, out = nan_buffer(ref.shape, dt)
-        gemm.matmul(a, b, layout, out=out, sm_cap=cap, cluster=True)
-        err = rel_err(out.get().astype(np.float64), ref)
-        assert err < TOL[kind], f"{layout} {kind} M={m}: relative error {err:.3e}"
-        assert np.isnan(whole[ref.shape[0]:].get().astype(np.float32)).all(), "rows past the output were written"
-        single = gemm.matmul(a, b, layout, out_dtype=dt, tile_n=256)
-        assert (single.view(view) == out.view(view)).all(), "clusters differ from the one-CTA path"
-        again = gemm.matmul(a, b, layout, out_dtype=dt, sm_cap=cap, cluster=True)
-        assert (again.view(view) == out.view(view)).all(), "cluster rerun differs"
-
-
-def test_cluster_refusals():
-    if gemm.arch_path() != "wgmma":
-        pytest.skip("clusters are Hopper-only")
-    a = cupy.asarray(rand_bf16(np.random.default_rng(3), (128, 2048)))
-    for bad in ({"split_k": 2}, {"epilogue": "swiglu"}, {"tile_n": 128}, {"stream_k": True}, {"sm_cap": 1}):
-        with pytest.raises(ValueError, match="cluster"):
-            gemm.matmul(a, a, "TN", cluster=True, **bad)
-
-
 def test_compiled_for_sm90a_on_hopper():
     """Hopper must get the wgmma layer: a CuPy option change must not silently drop sm_90a."""
     if cupy.cuda.Device().compute_capability != "90":

@@ -46,34 +46,22 @@ KOSMOS_DEVICE PipelineState* pipeline_of(u8* smem_raw) {
   return reinterpret_cast<PipelineState*>(stage_base(smem_raw) + kRingBytes + kEpiBytes);
 }
 
-// All threads, once per kernel, before the first run_builder_arch. In a cluster (TileConfig's
-// kClusterM CTAs), a stage is released by every CTA's consumers (each CTA's multicast writes into
-// all of them), and no CTA signals a partner's barriers before the partner has initialised them.
+// All threads, once per kernel, before the first run_builder_arch.
 KOSMOS_DEVICE void builder_init_arch(u8* smem_raw) {
   PipelineState* ps = pipeline_of(smem_raw);
-  const u32 ctas = sm90::cluster_nctarank();
   // The shared memory may have held a mover's tables (generic writes) before it becomes the ring
   // the TMA writes: order those before any async-proxy access.
   sm90::fence_proxy_async_shared();
   if (threadIdx.x == 0) {
     for (int i = 0; i < kMaxStages; ++i) {  // every tile configuration's ring
       sm90::mbar_init(&ps->full[i], 1);
-      sm90::mbar_init(&ps->empty[i], 8 * ctas);  // one arrival per consumer warp of the cluster
+      sm90::mbar_init(&ps->empty[i], 8);  // one arrival per consumer warp
     }
     ps->stage = ps->phase = 0;
     ps->aborted = 0;
     sm90::mbar_fence_init();
   }
   __syncthreads();
-  if (ctas > 1) sm90::cluster_sync();
-}
-
-// The consumers' release of a stage: to this CTA's producer and, in a 2-CTA cluster, to the
-// partner's (whose multicast half of B lands in this CTA's stage too). `rank`: this CTA's.
-template <int CM>
-KOSMOS_DEVICE void release_stage(u64* empty, u32 rank) {
-  sm90::mbar_arrive(empty);
-  if constexpr (CM == 2) sm90::mbar_arrive_cluster(empty, rank ^ 1u);
 }
 
 // Where a side of the ring stands: the next stage and its phase parity. Kept in registers through
@@ -201,9 +189,6 @@ KOSMOS_DEVICE bool produce(const Job& job, u8* smem_raw, RingPos& pos) {
   constexpr int kN = Cfg::kTileN;
   constexpr bool AK = LayoutTraits<L>::kAKMajor;
   constexpr bool BK = LayoutTraits<L>::kBKMajor;
-  constexpr int kCM = Cfg::kClusterM;
-  static_assert(kCM == 1 || !Sched::kGroupedB, "clusters: one B matrix (2-D maps)");
-  const u32 crank = kCM > 1 ? cluster_ctarank() : 0u;
   const Problem& p = sched.p;
   u8* base = stage_base(smem_raw);
   PipelineState* ps = pipeline_of(smem_raw);
@@ -250,13 +235,7 @@ KOSMOS_DEVICE bool produce(const Job& job, u8* smem_raw, RingPos& pos) {
 #pragma unroll
       for (int c = 0; c < Cfg::kBoxesB; ++c) {
         const i32 col = b_chunk_col<kN>(p, tc.tn, c);
-        if constexpr (kCM > 1) {  // this CTA's half of B's boxes, into every CTA of the cluster
-          if (u32(c % kCM) == crank) {
-            const u16 all = u16((1u << kCM) - 1u);
-            if (BK) tma_load_2d_multicast(sb + c * kBoxBytes, tmb, k, col, &full[s], all);
-            else tma_load_2d_multicast(sb + c * kBoxBytes, tmb, col, k, &full[s], all);
-          }
-        } else if constexpr (Sched::kGroupedB) {
+        if constexpr (Sched::kGroupedB) {
           if (BK) tma_load_3d(sb + c * kBoxBytes, tmb, k, col, tc.group, &full[s]);
           else tma_load_3d(sb + c * kBoxBytes, tmb, col, k, tc.group, &full[s]);
         } else {
@@ -295,8 +274,6 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
   const int cw = wg - 1;
   const int tid = threadIdx.x - 128 * wg;
   const int warp = tid / 32, lane = tid % 32;
-  constexpr int kCM = Cfg::kClusterM;
-  const u32 crank = kCM > 1 ? cluster_ctarank() : 0u;
   // Defined here (the first wgmma of a unit overwrites them anyway): left undefined, their value
   // would flow around a caller's loop (two-way AG) and the compiler keeps all 128 live, spilled,
   // through the mover code between calls (measured: the AG kernels 7x slower).
@@ -309,7 +286,7 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
     mbar_wait(&full[s], ph);
     const i32 t = slot[s];
     if (t < 0) {
-      if (lane == 0) release_stage<kCM>(&empty[s], crank);
+      if (lane == 0) mbar_arrive(&empty[s]);
       ring_advance<Cfg::kStages>(s, ph);
       stop = t;
       break;
@@ -329,7 +306,7 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
 #pragma unroll
       for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
       if (nslabs == 0) {
-        if (lane == 0) release_stage<kCM>(&empty[s], crank);
+        if (lane == 0) mbar_arrive(&empty[s]);
         ring_advance<Cfg::kStages>(s, ph);
       }
     }
@@ -364,17 +341,14 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
       wgmma_commit();
       wgmma_wait<1>();
       fence_regs<Cfg::kAcc>(acc);
-      if (prev >= 0 && lane == 0) release_stage<kCM>(&empty[prev], crank);
+      if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
       prev = int(s);
       ring_advance<Cfg::kStages>(s, ph);
     }
     wgmma_wait<0>();
     fence_regs<Cfg::kAcc>(acc);
-    if (prev >= 0 && lane == 0) release_stage<kCM>(&empty[prev], crank);
+    if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
     const TileCoord tc = sched.tile(t);
-    if constexpr (kCM > 1) {
-      if (tc.row0 >= tc.row_end) continue;  // a partner's tile computed for its multicast: not ours to store
-    }
     if constexpr (Sched::kStreamK) {
       if (tc.sk_pieces > 1 && !stream_k_fixup(sched, tc, acc, tid + 128 * cw)) continue;
     }

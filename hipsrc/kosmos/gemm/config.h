@@ -49,15 +49,10 @@ static_assert(kSmemBytesPortable >= (kTileM + kTileN) * (kTileK + 8) * 2 + 128, 
 // grids of few tiles (small M, narrow N) where whole waves matter more than per-tile efficiency.
 constexpr int kMaxStages = 6;
 constexpr int kRingBytes = kStages * kStageBytes;  // the stages' share of kSmemBytes
-// CM = 2 (Hopper, the standalone GEMM): 2-CTA clusters, a pair of tiles one above the other that
-// share B's column block; each CTA loads half of B's boxes and multicasts them to both
-// (schedule.h ClusterSchedule).
-template <int BN, int CM = 1>
+template <int BN>
 struct TileConfig {
   static_assert(BN == 128 || BN == 256, "tile widths: 128 or 256");
-  static_assert(CM == 1 || (CM == 2 && BN == 256), "clusters: 1 CTA, or 2 on 128 x 256 tiles");
   static constexpr int kTileN = BN;
-  static constexpr int kClusterM = CM;
   static constexpr int kBoxesB = BN / 64;
   static constexpr int kStageBytesB = kBoxesB * kBoxBytes;
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;

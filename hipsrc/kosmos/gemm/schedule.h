@@ -47,11 +47,11 @@ KOSMOS_DEVICE void place_columns(const Problem& p, i32 tn, TileCoord& c) {
 
 // Tile t of a tiles_m x tiles_n grid in grouped raster: kRasterGroupM tile-rows share each
 // B column block (L2 reuse), column by column within a group of rows.
-KOSMOS_DEVICE void raster(i32 t, i32 tiles_m, i32 tiles_n, i32& tm, i32& tn, i32 group_m = kRasterGroupM) {
-  const i32 per_group = group_m * tiles_n;
+KOSMOS_DEVICE void raster(i32 t, i32 tiles_m, i32 tiles_n, i32& tm, i32& tn) {
+  const i32 per_group = kRasterGroupM * tiles_n;
   const i32 g = t / per_group;
-  const i32 first_m = g * group_m;
-  const i32 rows = (tiles_m - first_m) < group_m ? (tiles_m - first_m) : group_m;
+  const i32 first_m = g * kRasterGroupM;
+  const i32 rows = (tiles_m - first_m) < kRasterGroupM ? (tiles_m - first_m) : kRasterGroupM;
   const i32 r = t - g * per_group;
   tm = first_m + r % rows;
   tn = r / rows;
@@ -75,16 +75,10 @@ struct DenseSchedule {
   // Raster tile t of the grid, queue position u, K-range r of `ranges` equal ones (ceil(k_slabs /
   // ranges) slabs each, the last shorter; the host keeps every range non-empty).
   KOSMOS_DEVICE static TileCoord place(const Problem& p, i32 u, i32 t, i32 r, i32 ranges) {
-    i32 tm, tn;
-    raster(t, p.tiles_m, p.tiles_n, tm, tn);
-    return place_tile(p, u, tm, tn, r, ranges);
-  }
-  KOSMOS_DEVICE static TileCoord place_tile(const Problem& p, i32 u, i32 tm, i32 tn, i32 r, i32 ranges) {
     const i32 per = (p.k_slabs + ranges - 1) / ranges;
     TileCoord c;
     c.index = u;
-    c.tm = tm;
-    c.tn = tn;
+    raster(t, p.tiles_m, p.tiles_n, c.tm, c.tn);
     c.split = r;
     c.kb0 = r * per;
     c.kb1 = min(r * per + per, p.k_slabs);
@@ -96,47 +90,6 @@ struct DenseSchedule {
     c.masked = 0;
     place_columns<Cfg::kTileN>(p, c.tn, c);
     return c;
-  }
-};
-
-// ---- 2-CTA clusters (the standalone GEMM on Hopper, TileConfig<256, 2>) ----
-// A unit is a pair of tiles one above the other: cluster rank r computes tile row 2 * pair_row + r
-// of the pair's tile column. Both tiles read the same columns of B, so each CTA loads half of B's
-// boxes and multicasts them to both (builder_wgmma.h): a CTA reads 32 KB from L2 per stage, not
-// 48. Both CTAs walk the same units (StaticClaim: nothing to agree on). With an odd count of tile
-// rows, rank 1 of the last pair row loads its partner's rows (it still owes the partner its half of
-// B) and stores nothing: its row0 = row_end (no rows are its own).
-template <class Cfg>
-struct ClusterSchedule {
-  typedef Cfg Tile;
-  static_assert(Cfg::kClusterM == 2, "ClusterSchedule is the 2-CTA cluster's schedule");
-  static constexpr bool kGroupedB = false;
-  static constexpr bool kRaggedK = false;
-  static constexpr bool kMaskedRows = false;
-  static constexpr bool kStreamK = false;
-  const Problem& p;
-  i32 rank;  // this CTA's rank in its cluster
-  KOSMOS_DEVICE i32 pair_rows() const { return (p.tiles_m + 1) / 2; }
-  KOSMOS_DEVICE i32 units() const { return pair_rows() * p.tiles_n; }
-  KOSMOS_DEVICE TileCoord tile(i32 u) const {
-    i32 pm, tn;
-    raster(u, pair_rows(), p.tiles_n, pm, tn, (kRasterGroupM + 1) / 2);  // the same tile rows per group
-    const i32 tm = 2 * pm + rank;
-    TileCoord c = DenseSchedule<Cfg>::place_tile(p, u, tm < p.tiles_m ? tm : p.tiles_m - 1, tn, 0, 1);
-    if (tm >= p.tiles_m) c.row0 = c.row_end = p.mo;
-    return c;
-  }
-};
-
-// A static claim: units first, first + stride, ... (a 2-CTA cluster's two CTAs walk the same
-// sequence without talking to each other; only where no unit waits for data: the standalone GEMM).
-struct StaticClaim {
-  i32 next, stride, units;
-  KOSMOS_DEVICE i32 operator()() {
-    if (next >= units) return -1;
-    const i32 t = next;
-    next += stride;
-    return t;
   }
 };
 

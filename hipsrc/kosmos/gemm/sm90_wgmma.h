@@ -65,16 +65,6 @@ KOSMOS_DEVICE void tma_load_3d(void* dst, const TensorMap* tm, i32 c0, i32 c1, i
       : "memory");
 }
 
-// The same box into shared memory at this offset in every CTA of `mask` (cluster ranks), completing
-// its bytes on the mbarrier at `bar`'s offset in each (2-CTA clusters: the shared B operand).
-KOSMOS_DEVICE void tma_load_2d_multicast(void* dst, const TensorMap* tm, i32 c0, i32 c1, u64* bar, u16 mask) {
-  asm volatile(
-      "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
-      " [%0], [%1, {%2, %3}], [%4], %5;"
-      ::"r"(smem_addr(dst)), "l"(reinterpret_cast<u64>(tm)), "r"(c0), "r"(c1), "r"(smem_addr(bar)), "h"(mask)
-      : "memory");
-}
-
 // Store one 2-D box from shared memory (async proxy; commit with bulk_commit). Out-of-bounds
 // elements of the box are not written (row and column tails).
 KOSMOS_DEVICE void tma_store_2d(const TensorMap* tm, const void* src, i32 c0, i32 c1) {
@@ -108,29 +98,6 @@ KOSMOS_DEVICE void fence_proxy_async_shared() { asm volatile("fence.proxy.async.
 // Generic-proxy writes (by other CTAs or peers, observed through an acquire) become visible to
 // the TMA reads this thread issues next.
 KOSMOS_DEVICE void fence_proxy_async_global() { asm volatile("fence.proxy.async.global;" ::: "memory"); }
-
-// ---- thread-block clusters (a kernel without __cluster_dims__ is a cluster of one CTA) ----
-KOSMOS_DEVICE u32 cluster_ctarank() {
-  u32 r;
-  asm volatile("mov.u32 %0, %%cluster_ctarank;" : "=r"(r));
-  return r;
-}
-KOSMOS_DEVICE u32 cluster_nctarank() {
-  u32 n;
-  asm volatile("mov.u32 %0, %%cluster_nctarank;" : "=r"(n));
-  return n;
-}
-// Every thread of every CTA of the cluster (.aligned: whole warps, converged).
-KOSMOS_DEVICE void cluster_sync() {
-  asm volatile("barrier.cluster.arrive.release.aligned;\nbarrier.cluster.wait.acquire.aligned;" ::: "memory");
-}
-// Arrive on the mbarrier at `bar`'s shared-memory offset in CTA `rank` of this cluster.
-KOSMOS_DEVICE void mbar_arrive_cluster(u64* bar, u32 rank) {
-  asm volatile(
-      "{\n.reg .b32 ra;\nmapa.shared::cluster.u32 ra, %0, %1;\n"
-      "mbarrier.arrive.release.cluster.shared::cluster.b64 _, [ra];\n}\n" ::"r"(smem_addr(bar)), "r"(rank)
-      : "memory");
-}
 
 // ---- registers per warpgroup ----
 template <int N> KOSMOS_DEVICE void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N)); }
