@@ -15,8 +15,10 @@ the GEMM computes dA = dY W2 ([M, F]) and its epilogue the SwiGLU backward from 
 ``gate_up`` (required): the output is [dGate, dUp], [M, 2F] bf16, from dA's fp32 accumulators.
 
 One CTA per SM (or ``sm_cap`` of them), each claiming 128x256 (or, for grids of few tiles on
-Hopper, 128x128) output tiles from an atomic queue in device memory until it is empty. Plans (compiled kernel, queue counter, launch check, TMA
-descriptors) are cached per shape.
+Hopper, 128x128) output tiles from an atomic queue in device memory until it is empty; on Hopper a
+grid of a few waves whose last wave is short and whose reduction is long has its last tiles cut into
+K-ranges (stream-K, choose_stream_k). Plans (compiled kernel, queue counter, launch check, TMA
+descriptors, stream-K workspace) are cached per shape.
 """
 from __future__ import annotations
 
@@ -301,12 +303,22 @@ def stream_k_split(ntiles: int, ctas: int, k_slabs: int) -> StreamKSplit | None:
     return best
 
 
-def choose_stream_k(ntiles: int, ctas: int, k_slabs: int) -> bool:
-    """Whether stream-K beats whole tiles by 15% in the wave model (choose_split_k's constants)."""
+# Stream-K is taken when the wave model says it beats the best whole-tile grid by this margin. The
+# model tracks the H200 within ~5 % on all 146 shapes of bench/gemm.py --set both (session 14,
+# notes/gemm.md): every shape it gives a 5 % gain measured 2-19 % faster, none slower.
+STREAM_K_MARGIN = 0.95
+
+
+def choose_stream_k(ntiles: int, ctas: int, k_slabs: int, ntiles_128: int = 0) -> bool:
+    """Whether stream-K on 128 x 256 tiles beats whole tiles, 256 wide or (ntiles_128 > 0: the
+    narrow tile is allowed) 128 wide, by STREAM_K_MARGIN in the wave model."""
     split = stream_k_split(ntiles, ctas, k_slabs)
     if split is None or ntiles % ctas == 0:
         return False
-    return split.seconds(ctas) < 0.85 * -(-ntiles // ctas) * k_slabs * SLAB_SECONDS
+    whole = -(-ntiles // ctas) * k_slabs * SLAB_SECONDS
+    if ntiles_128:
+        whole = min(whole, -(-ntiles_128 // ctas) * k_slabs * SLAB_SECONDS * 0.5 / NARROW_TILE_EFFICIENCY)
+    return split.seconds(ctas) < STREAM_K_MARGIN * whole
 
 
 def tile_order(shape: GemmShape, tile_n: int = 256) -> list[tuple[int, int]]:
@@ -582,9 +594,10 @@ _plans_lock = threading.Lock()
 
 
 def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, split_k: int | None = 1,
-             tile_n: int | None = None, stream_k: bool | None = False) -> GemmPlan:
+             tile_n: int | None = None, stream_k: bool | None = None) -> GemmPlan:
     """The cached plan for a GEMM; split_k: 1 = none, None = choose_split_k, n = n K-ranges;
-    tile_n: 256 or 128, None = choose_tile_n; stream_k: True, False, None = choose_stream_k."""
+    tile_n: 256 or 128, None = choose_tile_n; stream_k: True, False, None = choose_stream_k (only
+    when tile_n is None too: a caller who names the tile gets whole tiles)."""
     import cupy
 
     from .runtime.launch import PersistentLaunch, sm_count
@@ -608,10 +621,11 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     if stream_k is True and not sk_ok:
         raise ValueError("stream_k=True is a Hopper (wgmma) path for the store epilogues on 128 x 256 tiles, "
                          "without split-K")
-    if stream_k is not False and sk_ok:
+    if stream_k is True or (stream_k is None and tile_n is None and sk_ok):
         t256 = tile_counts(shape, 256)
         n256 = t256[0] * t256[1]
-        if stream_k is True or choose_stream_k(n256, ctas, t256[2]):
+        n128 = math.prod(tile_counts(shape, 128)[:2])
+        if stream_k is True or choose_stream_k(n256, ctas, t256[2], n128):
             sk = stream_k_split(n256, ctas, t256[2])
             if sk is None and stream_k is True:
                 raise ValueError(f"stream_k=True: a reduction of {t256[2]} slabs of 64 is too short to cut into "
@@ -697,7 +711,7 @@ def dequantized_operand(t: Any, name: str, layout: str, operand: int, stream: An
 @uses_stream
 def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | None = None, *,
            epilogue: str = "store", gate_up=None, split_k: int | None = 1, tile_n: int | None = None,
-           stream_k: bool | None = False, stream=None):
+           stream_k: bool | None = None, stream=None):
     """Persistent GEMM on the builder tile; see the module docstring for layouts.
 
     Returns ``out`` (allocated when None). ``sm_cap`` limits the grid to that many CTAs (SMs).
@@ -707,9 +721,12 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     tile width, 256 or 128 (Hopper, store epilogues), None = choose_tile_n's wave model.
     ``stream_k`` (Hopper, store epilogues, 128 x 256 tiles, no split-K): the last one to two waves of
     tiles are cut into 2-4 K-ranges each, summed in range order inside the kernel (fp32 partials in
-    a workspace the plan owns: 128 KB per cut); True, False (default: not yet measured to pay,
-    notes/gemm.md), None = choose_stream_k's wave model. Results are
-    bitwise reproducible for a given (shape, sm_cap, split_k, tile width); different splits round differently.
+    a workspace the plan owns: 128 KB per cut, at most ~100 MB); True, False, None (default) =
+    choose_stream_k's wave model, when ``tile_n`` is None too (it takes stream-K on grids of a few
+    waves whose last one is short and whose reduction is long: 8-19 % faster there on the H200).
+    Results are bitwise reproducible for a given (shape, sm_cap, split_k, tile_n, stream_k); whole
+    tiles of either width round alike, K-ranges and splits round differently: an oracle that must
+    match another whole-tile GEMM bit for bit names ``tile_n``.
     ``gate_up``: the SwiGLU epilogues' pre-activations (see the module docstring).
 
     ``a`` and ``b`` are bf16, or MXFP8 (kosmos.mx.DeviceMX, blocks along the operand's contracting

@@ -282,10 +282,13 @@ def test_stream_k_units_cover_every_slab_once_range_major(ntiles, ctas, k_slabs)
 
 
 def test_stream_k_choice():
-    """The wave model takes stream-K for a last wave mostly idle, never for whole waves or many of them."""
-    assert gemm.choose_stream_k(64, 132, 128)       # M = 256, N = K = 8192: half a wave
-    # M = 1000, N = K = 5120 (1.21 waves of 128 x 256): 2 K-ranges win ~15 %, minus the partials: no
-    assert not gemm.choose_stream_k(160, 132, 80)
+    """The wave model takes stream-K where the H200 measured it faster (bench/results/
+    gemm_both_w1_clusters_e4fe6b8+cta.json, the forced "sk" contender), never for whole waves or many."""
+    assert gemm.choose_stream_k(64, 132, 128, 128)   # M = 256, N = K = 8192: +8 % over the 128-wide tile
+    assert gemm.choose_stream_k(160, 132, 80, 320)   # M = 1000, N = K = 5120: +5 %
+    assert gemm.choose_stream_k(320, 132, 128)       # NT 70B-QKV-MBS1 (1280 x 8192 x 8192): +9 %
+    assert not gemm.choose_stream_k(192, 132, 64, 384)  # qwen3 GEMM1 2048: the 128-wide tile wins (sk 0.99)
+    assert not gemm.choose_stream_k(96, 132, 128)    # NT 8B-QKV-MBS1: model +2 %, measured -3 %
     assert not gemm.choose_stream_k(264, 132, 64)   # two whole waves
     assert not gemm.choose_stream_k(2048, 132, 128)  # 15.5 waves: the last one's idle SMs are 3 %
     assert not gemm.choose_stream_k(100, 132, 8)    # too short a reduction to cut

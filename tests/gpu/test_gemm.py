@@ -330,8 +330,11 @@ def test_stream_k_choice_and_refusals():
     if gemm.arch_path() != "wgmma":
         pytest.skip("stream-K is Hopper-only")
     shape = gemm.gemm_shape("TN", (256, 8192), (8192, 8192))
-    assert gemm.get_plan(shape, BF16, stream_k=None).stream_k is not None  # half a wave of 128 x 256
-    assert gemm.get_plan(shape, BF16).stream_k is None  # off unless asked (until measured)
+    assert gemm.get_plan(shape, BF16).stream_k is not None  # half a wave of 128 x 256: taken by default
+    assert gemm.get_plan(shape, BF16, tile_n=256).stream_k is None  # a named tile: whole tiles
+    assert gemm.get_plan(shape, BF16, stream_k=False).stream_k is None
+    square = gemm.gemm_shape("TN", (4096, 4096), (4096, 4096))  # 3.9 waves: whole tiles
+    assert gemm.get_plan(square, BF16).stream_k is None
     a = cupy.asarray(rand_bf16(np.random.default_rng(1), (128, 2048)))
     with pytest.raises(ValueError, match="stream_k"):
         gemm.matmul(a, a, "TN", stream_k=True, split_k=2)
