@@ -94,7 +94,7 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
             a, b = sets[i % nsets]
             gemm.matmul(a, b, s.layout, out=out, sm_cap=cap, split_k=split_k)
         fns[str(sms if cap is None else cap)] = run
-    if gemm.arch_path() == "wgmma":  # both tile widths forced, to check (and refit) the chooser
+    if gemm.arch_path() == "wgmma":  # every tile width forced, to check (and refit) the chooser
         for width in gemm.TILE_WIDTHS:
             def run_w(i, width=width):
                 a, b = sets[i % nsets]

@@ -151,7 +151,9 @@ def stores_through_tma(epilogue: str, uses_tma: bool) -> bool:
     return uses_tma and epilogue == "store"
 
 
-TILE_WIDTHS = (256, 128)  # the builder's tile configurations (config.h TileConfig): 128 x BN
+# The standalone GEMM's tile configurations (config.h TileConfig): 128 x BN. 192 is forced only
+# (tile_n=192) until bench/gemm.py's "w192" contender has fitted its efficiency for choose_tile_n.
+TILE_WIDTHS = (256, 192, 128)
 
 
 def tile_columns(no: int, swiglu_f: int, tile_n: int) -> int:
@@ -185,13 +187,13 @@ def choose_tile_n(tiles_256: int, tiles_128: int, ctas: int, narrow_ok: bool = T
     return 128 if t128 < 0.95 * t256 else 256
 
 
-def check_tile_n(tile_n: int | None, epilogue: str, wgmma: bool) -> None:
+def check_tile_n(tile_n: int | None, epilogue: str, wgmma: bool, widths: tuple[int, ...] = TILE_WIDTHS) -> None:
     if tile_n is None:
         return
-    if tile_n not in TILE_WIDTHS:
-        raise ValueError(f"tile_n must be one of {TILE_WIDTHS} or None (automatic), got {tile_n!r}")
-    if tile_n == 128 and (epilogue != "store" or not wgmma):
-        raise ValueError("tile_n=128 is a Hopper (wgmma) tile for the store epilogues; "
+    if tile_n not in widths:
+        raise ValueError(f"tile_n must be one of {widths} or None (automatic), got {tile_n!r}")
+    if tile_n != 256 and (epilogue != "store" or not wgmma):
+        raise ValueError(f"tile_n={tile_n} is a Hopper (wgmma) tile for the store epilogues; "
                          + ("SwiGLU needs 256" if epilogue != "store" else "this GPU's layer builds 256-wide tiles"))
 
 
@@ -355,7 +357,7 @@ def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256, s
     if epilogue == "swiglu_backward":
         return "kosmos_gemm_nn_swiglu_bwd"
     suffix = "f32" if np.dtype(out_dtype) == np.float32 else "bf16"
-    return f"kosmos_gemm_{layout.lower()}_{suffix}" + ("_n128" if tile_n == 128 else "") + ("_sk" if stream_k else "")
+    return f"kosmos_gemm_{layout.lower()}_{suffix}" + ("" if tile_n == 256 else f"_n{tile_n}") + ("_sk" if stream_k else "")
 
 
 def _bf16():
@@ -596,7 +598,7 @@ _plans_lock = threading.Lock()
 def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, split_k: int | None = 1,
              tile_n: int | None = None, stream_k: bool | None = None) -> GemmPlan:
     """The cached plan for a GEMM; split_k: 1 = none, None = choose_split_k, n = n K-ranges;
-    tile_n: 256 or 128, None = choose_tile_n; stream_k: True, False, None = choose_stream_k (only
+    tile_n: 256, 192 or 128, None = choose_tile_n; stream_k: True, False, None = choose_stream_k (only
     when tile_n is None too: a caller who names the tile gets whole tiles)."""
     import cupy
 
@@ -718,7 +720,7 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     ``split_k``: 1 (default) = one work unit per output tile; n > 1 = n K-ranges per tile, fp32
     partials summed in a fixed order by a second kernel (bitwise reproducible); None = choose it
     from a wave model (choose_split_k) when the tiles alone would leave SMs idle. ``tile_n``: the
-    tile width, 256 or 128 (Hopper, store epilogues), None = choose_tile_n's wave model.
+    tile width, 256, 192 or 128 (Hopper, store epilogues), None = choose_tile_n's wave model (256 or 128).
     ``stream_k`` (Hopper, store epilogues, 128 x 256 tiles, no split-K): the last one to two waves of
     tiles are cut into 2-4 K-ranges each, summed in range order inside the kernel (fp32 partials in
     a workspace the plan owns: 128 KB per cut, at most ~100 MB); True, False, None (default) =

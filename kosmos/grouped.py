@@ -120,6 +120,9 @@ def grouped_shape(layout: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...
                         swiglu_f=f, epilogue=epilogue)
 
 
+TILE_WIDTHS = (256, 128)  # the grouped kernels' tile configurations (hipsrc/grouped.hip)
+
+
 def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256) -> str:
     if epilogue == "swiglu":
         return "kosmos_grouped_tn_swiglu"
@@ -222,7 +225,7 @@ def get_plan(shape: GroupedShape, out_dtype: np.dtype, sm_cap: int | None = None
         return plan
     wgmma = gemm.arch_path() == "wgmma"
     epilogue = shape.epilogue
-    gemm.check_tile_n(tile_n, epilogue, wgmma)
+    gemm.check_tile_n(tile_n, epilogue, wgmma, TILE_WIDTHS)
     # The tile count is the device's to know: one CTA per SM (or the cap), and the tile width from
     # the count every packed row in use would give.
     grid = gemm.grid_size(sm_count(), sm_count(), sm_cap)

@@ -191,6 +191,7 @@ def test_tile_width_chooser():
     s = gemm.gemm_shape("TN", (256, 1024), (8192, 1024))
     assert gemm.tile_counts(s, 128) == (2, 64, 16)
     assert gemm.kernel_name("NT", "store", np.float32, 128) == "kosmos_gemm_nt_f32_n128"
+    assert gemm.kernel_name("TN", "store", np.float32, 192) == "kosmos_gemm_tn_f32_n192"
     with pytest.raises(ValueError, match="tile_n must be"):
         gemm.check_tile_n(64, "store", True)
     with pytest.raises(ValueError, match="SwiGLU"):
@@ -227,7 +228,7 @@ def test_tma_store_follows_the_plan_not_the_kernel_name():
     assert not gemm.GemmPlan(gemm.gemm_shape("TN", (256, 128), (512, 128), "swiglu"), bf16, "kosmos_gemm_tn_swiglu",
                              1, 1, (2, 1, 2), None, None).tma_store
     gs = grouped.grouped_shape("TN", (300, 128), (2, 256, 128), 2)
-    for tile_n in gemm.TILE_WIDTHS:
+    for tile_n in grouped.TILE_WIDTHS:
         gp = grouped.GroupedPlan(gs, bf16, grouped.kernel_name("TN", "store", bf16, tile_n), 1, None, None,
                                  tile_n=tile_n)
         assert gp.tma_store

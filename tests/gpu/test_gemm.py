@@ -81,12 +81,12 @@ def tile_widths():
     return gemm.TILE_WIDTHS if gemm.arch_path() == "wgmma" else (256,)
 
 
-@pytest.mark.parametrize("tile_n", [256, 128])
+@pytest.mark.parametrize("tile_n", [256, 192, 128])
 @pytest.mark.parametrize("out_kind", ["bf16", "f32"])
 @pytest.mark.parametrize("layout,m,n,k,cap", CASES)
 def test_matmul_matches_reference(layout, m, n, k, cap, out_kind, tile_n):
     if tile_n not in tile_widths():
-        pytest.skip("128-wide tiles are Hopper-only")
+        pytest.skip("narrow tiles are Hopper-only")
     rng = np.random.default_rng([zlib.crc32(layout.encode()), m, n, k])  # not hash(): it varies by process
     sa, sb = operands(layout, m, n, k)
     a_h, b_h = rand_bf16(rng, sa), rand_bf16(rng, sb)
@@ -215,11 +215,11 @@ def test_a_call_with_a_workspace_replays_under_kosmos_capture(m, n, k, options):
             assert (out.view(np.uint32) == eager.view(np.uint32)).all(), f"replay {seed} differs from the eager call"
 
 
-@pytest.mark.parametrize("tile_n", [256, 128])
+@pytest.mark.parametrize("tile_n", [256, 192, 128])
 def test_back_to_back_calls_and_sm_caps(tile_n):
     """The queue's epoch base must be right call after call, for every cap."""
     if tile_n not in tile_widths():
-        pytest.skip("128-wide tiles are Hopper-only")
+        pytest.skip("narrow tiles are Hopper-only")
     rng = np.random.default_rng(7)
     a_h, b_h = rand_bf16(rng, (700, 512)), rand_bf16(rng, (768, 512))
     a, b = cupy.asarray(a_h), cupy.asarray(b_h)
@@ -234,15 +234,16 @@ def test_back_to_back_calls_and_sm_caps(tile_n):
 
 @pytest.mark.parametrize("layout", ["TN", "NN", "NT"])
 def test_tile_widths_agree_bitwise(layout):
-    """128- and 256-wide tiles reduce every output in the same K order (64-deep slabs, k16 steps)."""
+    """128-, 192- and 256-wide tiles reduce every output in the same K order (64-deep slabs, k16 steps)."""
     if len(tile_widths()) < 2:
         pytest.skip("one tile width on this GPU")
     rng = np.random.default_rng(11)
     sa, sb = operands(layout, 517, 384, 640)
     a, b = cupy.asarray(rand_bf16(rng, sa)), cupy.asarray(rand_bf16(rng, sb))
     wide = gemm.matmul(a, b, layout, tile_n=256, out_dtype=np.float32)
-    narrow = gemm.matmul(a, b, layout, tile_n=128, out_dtype=np.float32)
-    assert (wide.view(cupy.uint32) == narrow.view(cupy.uint32)).all()
+    for width in tile_widths()[1:]:
+        narrow = gemm.matmul(a, b, layout, tile_n=width, out_dtype=np.float32)
+        assert (wide.view(cupy.uint32) == narrow.view(cupy.uint32)).all(), f"tile_n={width}"
 
 
 def test_automatic_tile_width():

@@ -45,13 +45,14 @@ static_assert(kSmemBytesPortable >= (kTileM + kTileN) * (kTileK + 8) * 2 + 128, 
 // A builder tile configuration: 128 x BN output tiles, 64-deep stages, as many stages as fit the
 // same shared-memory plan (kSmemBytes), so every configuration runs in the same grid as movers.
 // BN = 256 (the constants above: one consumer warpgroup per 64-row half) is the default and the
-// only one of the portable layers and of SwiGLU; BN = 128 (Hopper) gives twice the tiles, for
-// grids of few tiles (small M, narrow N) where whole waves matter more than per-tile efficiency.
+// only one of the portable layers and of SwiGLU; BN = 192 and 128 (Hopper) give 4/3 and 2 times the
+// tiles, for grids of few tiles (small M, narrow N) where whole waves matter more than per-tile
+// efficiency (192: 4 stages of 40 KB in the 192 KB ring).
 constexpr int kMaxStages = 6;
 constexpr int kRingBytes = kStages * kStageBytes;  // the stages' share of kSmemBytes
 template <int BN>
 struct TileConfig {
-  static_assert(BN == 128 || BN == 256, "tile widths: 128 or 256");
+  static_assert(BN == 128 || BN == 192 || BN == 256, "tile widths: 128, 192 or 256");
   static constexpr int kTileN = BN;
   static constexpr int kBoxesB = BN / 64;
   static constexpr int kStageBytesB = kBoxesB * kBoxBytes;
