@@ -1,10 +1,5 @@
 // The MoE layer's fused launches: the experts' forward (kosmos_moe_forward, MoEForward) and backward
-// (kosmos_moe_backward_*, MoEBackward) from the dispatch to the fold in one launch each; and the
-// two launches the forward was built from: the dispatch with the experts' first GEMM
-// (MoEDispatch.swiglu, dispatch_gemm.h), the second GEMM with the combine (MoECombine.gemm2,
-// gemm_combine.h).
-#include "kosmos/moe/dispatch_gemm.h"
-#include "kosmos/moe/gemm_combine.h"
+// (kosmos_moe_backward_*, MoEBackward) from the dispatch to the fold in one launch each.
 #include "kosmos/moe/backward.h"
 #include "kosmos/moe/forward.h"
 
@@ -16,24 +11,6 @@ using namespace kosmos::moe;
 #ifndef KOSMOS_MOE_PUSH_UNROLL
 #define KOSMOS_MOE_PUSH_UNROLL 16
 #endif
-
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-    kosmos_moe_dispatch_swiglu(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,
-                               const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiSwiGLU epi,
-                               const KOSMOS_GRID_CONSTANT DispatchParams d, i32 movers, u64* words) {
-  const CallScope call(d.calls);
-  dispatch_gemm1<DefaultTile, KOSMOS_MOE_PUSH_UNROLL>(tma, tmb, p, epi, d, movers, words);
-}
-
-extern "C" __global__ void __launch_bounds__(kThreads, 1)
-    kosmos_moe_gemm2_combine(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,
-                             const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiStoreBf16 epi,
-                             const KOSMOS_GRID_CONSTANT CombineParams d, i32 movers, i32 rows_cap, u64* words,
-                             u64* rows_done) {
-  const CallScope call(d.calls);
-  gemm2_combine<DefaultTile, KOSMOS_MOE_PUSH_UNROLL>(tma, tmb, p, EpiStoreBf16Tma(epi, &tmc), d, movers, rows_cap,
-                                                     words, rows_done);
-}
 
 // The expert part of the MoE forward in one launch (hipsrc/kosmos/moe/forward.h): GEMM1's maps and
 // problem, then GEMM2's, then both plans' records.

@@ -28,7 +28,7 @@ from ..runtime.mirror import StructMirror, address, record
 from ..runtime.status import WAIT_CTX_DTYPE
 from ..runtime.streams import uses_stream
 from ..world import World
-from .dispatch import ITEM_BYTES, MoEDispatch, fused_launch
+from .dispatch import ITEM_BYTES, MoEDispatch
 from .route import DeviceRouting
 
 _u64, _i32 = np.uint64, np.int32
@@ -79,7 +79,6 @@ class MoECombine(SymmetricPlan):
         fn = mod.get_function("kosmos_moe_combine")
         self.launch = PersistentLaunch.checked(fn, grid or max_resident_blocks(fn, MOVER_THREADS, smem),
                                                MOVER_THREADS, smem)
-        self._gemm2 = self._y_e = None  # the fused GEMM2 + combine launch and its output, at its first call
         cupy.cuda.runtime.deviceSynchronize()  # the zeroed counters, before a first call on any stream
 
     @uses_stream
@@ -96,51 +95,6 @@ class MoECombine(SymmetricPlan):
                              f"(rows past the counts are not read), got {y_experts.shape[0]}")
         rec, out = self._record(y_experts, dispatch, routing, shared, out, stream)
         self.launch([rec], stream=stream)
-        return out
-
-    @uses_stream
-    def gemm2(self, h: Any, w2: Any, dispatch: MoEDispatch, routing: DeviceRouting, shared: Any = None,
-              out: Any = None, *, movers: int | None = None, stream: Any = None) -> Any:
-        """The local experts' second GEMM (y_e = h W2^T, grouped over dispatch.group_rows) and the
-        combine in one launch (hipsrc/kosmos/moe/gemm_combine.h): movers push each run's rows home as
-        soon as the tile rows under them are done, builders join them when the tiles are; then the
-        fold. h: [capacity_rows, F] bf16 (MoEDispatch.swiglu's), w2: [E/P, H, F] bf16. movers: CTAs
-        that push from the start (default: an eighth of the SMs). Returns y [T, H] bf16."""
-        import cupy
-
-        from .. import gemm, grouped
-
-        self._check_open()
-        dev = self.world.device_id
-        self._check_dispatch(dispatch)
-        h = check_array(h, "h", dtypes=(bfloat16,), device=dev, stream=stream)
-        w2 = check_array(w2, "w2", dtypes=(bfloat16,), device=dev, stream=stream)
-        cap = dispatch.capacity_rows
-        if h.ndim != 2 or h.shape[0] != cap:
-            raise ValueError(f"h must be [{cap}, F] bf16 (the dispatch arena's rows), got {tuple(h.shape)}")
-        shape = grouped.grouped_shape("TN", h.shape, w2.shape, self.e_loc, "store")
-        if shape.out_shape != (cap, self.hidden):
-            raise ValueError(f"w2 must be [{self.e_loc}, {self.hidden}, {h.shape[1]}] bf16, got {tuple(w2.shape)}")
-        if self._gemm2 is None:
-            self._gemm2, self._gemm2_words = fused_launch(
-                self.world, "kosmos_moe_gemm2_combine", combine_smem_bytes(self.world.size, self.experts, self.e_loc),
-                "MoECombine.__call__")
-            # finished tiles per tile row: zeroed on the stream before each launch (a parity scheme
-            # on the plan's epoch would break: the standalone combine advances it too)
-            self._rows_done = cupy.zeros(cap // gemm.tile_shape()[0] + self.e_loc + 1, np.uint64)
-            self._tmaps = {}
-        grid = self._gemm2.grid
-        movers = max(1, grid // 8) if movers is None else movers
-        if not isinstance(movers, (int, np.integer)) or not 1 <= movers < grid:
-            raise ValueError(f"movers = {movers!r} must be in [1, {grid - 1}] (CTAs of the fused grid that push "
-                             f"from the start; the others build first)")
-        if self._y_e is None or self._y_e.shape != (cap, self.hidden):
-            self._y_e = cupy.empty((cap, self.hidden), bfloat16)
-        y_e = self._y_e
-        head = grouped.kernel_head(shape, h, w2, y_e, self._tmaps, 256, gemm.arch_path() == "wgmma")
-        rec, out = self._record(y_e, dispatch, routing, shared, out, stream)  # last: it takes this call's epoch
-        self._rows_done.fill(0)  # on the call's stream (uses_stream made it current)
-        self._gemm2([*head, rec, np.int32(movers), np.int32(cap), self._gemm2_words, self._rows_done], stream=stream)
         return out
 
     def _check_dispatch(self, dispatch: MoEDispatch) -> None:

@@ -48,11 +48,9 @@ DISPATCH_PARAMS_DTYPE = np.dtype(
 MIRRORS = [StructMirror("kosmos::moe::DispatchParams", DISPATCH_PARAMS_DTYPE)]
 
 
-def fused_launch(world: World, kernel: str, table_bytes: int, instead: str) -> tuple[PersistentLaunch, Any]:
-    """One of hipsrc/moe_fused.hip's launches (the builder's grid, block and shared memory) and its
-    tile-queue words; refused where the movers' tables (table_bytes) would not fit that shared memory."""
-    import cupy
-
+def fused_launch(world: World, kernel: str, table_bytes: int, instead: str) -> PersistentLaunch:
+    """One of hipsrc/moe_fused.hip's launches (the builder's grid, block and shared memory); refused
+    where the movers' tables (table_bytes) would not fit that shared memory."""
     from .. import gemm
     from ..runtime.launch import sm_count
 
@@ -60,8 +58,7 @@ def fused_launch(world: World, kernel: str, table_bytes: int, instead: str) -> t
         raise ValueError(f"{world.size} ranks x these experts: the movers' tables ({table_bytes} B) do not fit the "
                          f"fused launch's shared memory ({gemm.shared_mem_bytes()} B); use {instead}")
     fn = load_module("moe_fused.hip", world=world, extra_options=gemm._extra_options).get_function(kernel)
-    return PersistentLaunch.checked(fn, sm_count(), gemm.block_threads(), gemm.shared_mem_bytes()), \
-        cupy.zeros(3, np.uint64)
+    return PersistentLaunch.checked(fn, sm_count(), gemm.block_threads(), gemm.shared_mem_bytes())
 
 
 def dispatch_smem_bytes(world: int, experts: int) -> int:
@@ -116,8 +113,6 @@ class MoEDispatch(SymmetricPlan):
         fn = mod.get_function("kosmos_moe_dispatch")
         self.launch = PersistentLaunch.checked(fn, grid or max_resident_blocks(fn, MOVER_THREADS, smem),
                                                MOVER_THREADS, smem)
-        self._gemm1 = None  # the fused dispatch + GEMM1 launch, built at its first call (swiglu)
-        self._h = None      # its output, reused by every call of one shape
         cupy.cuda.runtime.deviceSynchronize()  # the zeroed counters, before a first call on any stream
 
     @uses_stream
@@ -129,45 +124,20 @@ class MoEDispatch(SymmetricPlan):
 
         A rank whose arguments are refused still launches, sending counts of -1: every rank then
         moves nothing (status -1) instead of waiting out its budget for it, and this rank raises."""
-        self._run(x, routing, weighted, check, stream, None)
-        return self.arena.local, self.group_rows, self.run_rows
-
-    @uses_stream
-    def swiglu(self, x: Any, routing: DeviceRouting, w1: Any, *, movers: int | None = None, gate_up: Any = None,
-               check: bool = False, stream: Any = None) -> tuple[Any, Any, Any, Any]:
-        """The dispatch and the local experts' first GEMM in one launch (hipsrc/kosmos/moe/
-        dispatch_gemm.h): (arena, group_rows, run_rows, h) with h [capacity_rows, F] bf16 =
-        silu(gate) * up of the arena's rows, gate and up from w1 [E/P, 2F, H] bf16 (rows past the
-        counts are not written). x: bf16 tokens [T, H]. movers: CTAs that push rows before they
-        build (default: a quarter of the SMs). gate_up: [capacity_rows, 2F] bf16 to keep the
-        pre-activations in (grouped_matmul's). Tiles wait only for the runs their rows overlap;
-        after an overflow or a refusal nothing moves and h is not written (as __call__)."""
-        from ..dtypes import bfloat16
-
-        self._run(x, routing, False, check, stream, (w1, movers, gate_up, bfloat16))
-        return self.arena.local, self.group_rows, self.run_rows, self._h
-
-    def _run(self, x: Any, routing: DeviceRouting, weighted: bool, check: bool, stream: Any,
-             fused: tuple | None) -> None:
         self._check_open()
-        refusal, gemm1 = None, None
+        refusal = None
         try:
             x, start, order, weights, k = self._checked(x, routing, weighted, stream)
-            if fused is not None:
-                gemm1 = self._gemm1_args(x, *fused, stream=stream)
         except (TypeError, ValueError) as e:
-            # a refusal launches the plain dispatch (its counts of -1 stop the peers' fused launches too)
-            refusal, x, start, order, weights, k, gemm1 = e, None, None, None, None, 1, None
+            # a refusal launches anyway (its counts of -1 stop the peers' launches too)
+            refusal, x, start, order, weights, k = e, None, None, None, None, 1
         rec = self._params(x, start, order, weights, k, refusal is not None, stream)
-        if gemm1 is None:
-            self.launch([rec], stream=stream)
-        else:
-            launch, head, movers = gemm1
-            launch([*head, rec, np.int32(movers), self._gemm1_words], stream=stream)
+        self.launch([rec], stream=stream)
         if refusal is not None:
             raise refusal
         if check:
             self.check_status()
+        return self.arena.local, self.group_rows, self.run_rows
 
     def _params(self, x: Any, start: Any, order: Any, weights: Any, k: int, refused: bool, stream: Any) -> np.void:
         """This call's DispatchParams record; it takes the call's epoch, so build it right before
@@ -195,33 +165,6 @@ class MoEDispatch(SymmetricPlan):
         if worst:
             raise KosmosError(f"MoEDispatch: a rank would receive {worst} rows, past capacity_rows = "
                               f"{self.capacity_rows}; nothing was moved")
-
-    def _gemm1_args(self, x: Any, w1: Any, movers: int | None, gate_up: Any, bf16: Any, stream: Any) -> tuple:
-        """(launch, the GEMM's leading arguments, movers) of the fused dispatch + GEMM1 launch."""
-        import cupy
-
-        from .. import gemm, grouped
-
-        if self._gemm1 is None:
-            self._gemm1, self._gemm1_words = fused_launch(self.world, "kosmos_moe_dispatch_swiglu",
-                                                          dispatch_smem_bytes(self.world.size, self.experts),
-                                                          "MoEDispatch.__call__")
-            self._tmaps = {}
-        grid = self._gemm1.grid
-        movers = max(1, grid // 4) if movers is None else movers
-        if not isinstance(movers, (int, np.integer)) or not 1 <= movers <= grid:
-            raise ValueError(f"movers = {movers!r} must be in [1, {grid}] (CTAs of the fused grid)")
-        if x.dtype != bf16:
-            raise ValueError(f"the fused GEMM takes bf16 tokens, got {x.dtype}")
-        hid = self.row_bytes // 2
-        arena = self.arena.local.view(bf16).reshape(self.capacity_rows, hid)
-        w1 = check_array(w1, "w1", dtypes=(bf16,), device=self.world.device_id, stream=stream)
-        shape = grouped.grouped_shape("TN", arena.shape, w1.shape, self.e_loc, "swiglu")
-        if self._h is None or self._h.shape != shape.out_shape:
-            self._h = cupy.empty(shape.out_shape, bf16)
-        gate_up = gemm.gate_up_array(gate_up, shape, self.world.device_id, stream, a=arena, b=w1, output=self._h)
-        head = grouped.kernel_head(shape, arena, w1, self._h, self._tmaps, 256, gemm.arch_path() == "wgmma", gate_up)
-        return self._gemm1, head, movers
 
     def _checked(self, x: Any, routing: DeviceRouting, weighted: bool, stream: Any) -> tuple:
         dev = self.world.device_id

@@ -67,7 +67,7 @@ class ExpertsLaunch:
         self.dispatch, self.combine, self.world = dispatch, combine, dispatch.world
         P, E = self.world.size, dispatch.experts
         tables = max(dispatch_smem_bytes(P, E), combine_smem_bytes(P, E, dispatch.e_loc))
-        self.launch, _ = fused_launch(self.world, kernel, tables, "path='device'")
+        self.launch = fused_launch(self.world, kernel, tables, "path='device'")
         self._words = cupy.zeros(2 * queues + 1, np.uint64)
         # finished tiles per tile row of two GEMMs (the kernel's last CTA zeroes them)
         self._rows_cap = dispatch.capacity_rows // gemm.tile_shape()[0] + dispatch.e_loc + 1
