@@ -151,9 +151,7 @@ def stores_through_tma(epilogue: str, uses_tma: bool) -> bool:
     return uses_tma and epilogue == "store"
 
 
-# The standalone GEMM's tile configurations (config.h TileConfig): 128 x BN. 192 is forced only
-# (tile_n=192) until bench/gemm.py's "w192" contender has fitted its efficiency for choose_tile_n.
-TILE_WIDTHS = (256, 192, 128)
+TILE_WIDTHS = (256, 192, 128)  # the standalone GEMM's tile configurations (config.h TileConfig): 128 x BN
 
 
 def tile_columns(no: int, swiglu_f: int, tile_n: int) -> int:
@@ -169,22 +167,27 @@ def tile_counts(shape: GemmShape, tile_n: int = 256) -> tuple[int, int, int]:
     return -(-shape.mo // tm), tile_columns(shape.no, shape.swiglu_f, tile_n), -(-shape.kr // tk)
 
 
-# Per-FLOP speed of a 128x128 tile relative to 128x256 (smaller tiles reuse each operand byte half as
-# often): the chooser's only constant. Measured on the H200 with both widths forced (bench/gemm.py
-# w128/w256 on square, odd-M and expert shapes of many waves): 0.81-0.87 (notes/gemm.md).
-NARROW_TILE_EFFICIENCY = 0.82
+# Per-FLOP speed of each tile width relative to 128 x 256 (narrower tiles reuse each operand byte
+# less): the chooser's constants. Measured on the H200 with every width forced (bench/gemm.py
+# w256 / w192 / w128, medians over the shapes of more than 1,000 tiles): 192 0.965 (session 14,
+# 96 shapes), 128 0.79-0.87 (sessions 4-14; notes/gemm.md).
+TILE_EFFICIENCY = {256: 1.0, 192: 0.965, 128: 0.82}
 
 
-def choose_tile_n(tiles_256: int, tiles_128: int, ctas: int, narrow_ok: bool = True) -> int:
-    """The tile width for a persistent grid of `ctas`: 128 when its whole waves beat 256's by 5%.
+def whole_tile_seconds(tiles: int, ctas: int, k_slabs: int, tile_n: int = 256) -> float:
+    """The wave model of a grid of whole tiles: every tile of a width costs the same, so the grid
+    takes ceil(tiles / ctas) of them in turn, each k_slabs slabs of 128 x tile_n at
+    TILE_EFFICIENCY[tile_n] of the 256-wide tile's speed per FLOP."""
+    return -(-tiles // ctas) * k_slabs * SLAB_SECONDS * (tile_n / 256) / TILE_EFFICIENCY[tile_n]
 
-    Wave model: every tile of a width costs the same, so a grid's time is ceil(tiles / ctas) tiles;
-    a 128-wide tile does half the work at NARROW_TILE_EFFICIENCY of the speed."""
-    if not narrow_ok:
-        return 256
-    t256 = -(-tiles_256 // ctas)
-    t128 = -(-tiles_128 // ctas) * 0.5 / NARROW_TILE_EFFICIENCY
-    return 128 if t128 < 0.95 * t256 else 256
+
+def choose_tile_n(tiles: dict[int, int], ctas: int) -> int:
+    """The tile width for a persistent grid of `ctas`, among the keys of `tiles` (width -> tile
+    count; 256 must be one): the one whose whole waves cost least, a narrower one only when it
+    beats 256 by 5 % (whole_tile_seconds)."""
+    cost = {w: whole_tile_seconds(n, ctas, 1, w) for w, n in tiles.items()}
+    best = min(cost, key=cost.get)
+    return best if cost[best] < 0.95 * cost[256] else 256
 
 
 def check_tile_n(tile_n: int | None, epilogue: str, wgmma: bool, widths: tuple[int, ...] = TILE_WIDTHS) -> None:
@@ -311,15 +314,13 @@ def stream_k_split(ntiles: int, ctas: int, k_slabs: int) -> StreamKSplit | None:
 STREAM_K_MARGIN = 0.95
 
 
-def choose_stream_k(ntiles: int, ctas: int, k_slabs: int, ntiles_128: int = 0) -> bool:
-    """Whether stream-K on 128 x 256 tiles beats whole tiles, 256 wide or (ntiles_128 > 0: the
-    narrow tile is allowed) 128 wide, by STREAM_K_MARGIN in the wave model."""
-    split = stream_k_split(ntiles, ctas, k_slabs)
-    if split is None or ntiles % ctas == 0:
+def choose_stream_k(tiles: dict[int, int], ctas: int, k_slabs: int) -> bool:
+    """Whether stream-K on 128 x 256 tiles beats the best grid of whole tiles (`tiles`: width ->
+    tile count, the widths allowed; 256 must be one) by STREAM_K_MARGIN in the wave model."""
+    split = stream_k_split(tiles[256], ctas, k_slabs)
+    if split is None or tiles[256] % ctas == 0:
         return False
-    whole = -(-ntiles // ctas) * k_slabs * SLAB_SECONDS
-    if ntiles_128:
-        whole = min(whole, -(-ntiles_128 // ctas) * k_slabs * SLAB_SECONDS * 0.5 / NARROW_TILE_EFFICIENCY)
+    whole = min(whole_tile_seconds(n, ctas, k_slabs, w) for w, n in tiles.items())
     return split.seconds(ctas) < STREAM_K_MARGIN * whole
 
 
@@ -623,20 +624,19 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     if stream_k is True and not sk_ok:
         raise ValueError("stream_k=True is a Hopper (wgmma) path for the store epilogues on 128 x 256 tiles, "
                          "without split-K")
+    widths = TILE_WIDTHS if wgmma and plain else (256,)
+    counts = {w: math.prod(tile_counts(shape, w)[:2]) for w in widths}
     if stream_k is True or (stream_k is None and tile_n is None and sk_ok):
-        t256 = tile_counts(shape, 256)
-        n256 = t256[0] * t256[1]
-        n128 = math.prod(tile_counts(shape, 128)[:2])
-        if stream_k is True or choose_stream_k(n256, ctas, t256[2], n128):
-            sk = stream_k_split(n256, ctas, t256[2])
+        k_slabs = tile_counts(shape, 256)[2]
+        if stream_k is True or choose_stream_k(counts, ctas, k_slabs):
+            sk = stream_k_split(counts[256], ctas, k_slabs)
             if sk is None and stream_k is True:
-                raise ValueError(f"stream_k=True: a reduction of {t256[2]} slabs of 64 is too short to cut into "
+                raise ValueError(f"stream_k=True: a reduction of {k_slabs} slabs of 64 is too short to cut into "
                                  f"K-ranges of {MIN_SLABS_PER_RANGE} or more")
     if sk is not None:
         tile_n, split_k = 256, 1
     elif tile_n is None:
-        count = lambda bn: math.prod(tile_counts(shape, bn)[:2])  # noqa: E731
-        tile_n = choose_tile_n(count(256), count(128), ctas, narrow_ok=wgmma and plain)
+        tile_n = choose_tile_n(counts, ctas)
     tiles = tile_counts(shape, tile_n)
     ntiles = tiles[0] * tiles[1]
     if split_k is None:
@@ -720,7 +720,7 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     ``split_k``: 1 (default) = one work unit per output tile; n > 1 = n K-ranges per tile, fp32
     partials summed in a fixed order by a second kernel (bitwise reproducible); None = choose it
     from a wave model (choose_split_k) when the tiles alone would leave SMs idle. ``tile_n``: the
-    tile width, 256, 192 or 128 (Hopper, store epilogues), None = choose_tile_n's wave model (256 or 128).
+    tile width, 256, 192 or 128 (Hopper, store epilogues), None = choose_tile_n's wave model.
     ``stream_k`` (Hopper, store epilogues, 128 x 256 tiles, no split-K): the last one to two waves of
     tiles are cut into 2-4 K-ranges each, summed in range order inside the kernel (fp32 partials in
     a workspace the plan owns: 128 KB per cut, at most ~100 MB); True, False, None (default) =

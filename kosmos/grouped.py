@@ -230,8 +230,8 @@ def get_plan(shape: GroupedShape, out_dtype: np.dtype, sm_cap: int | None = None
     # the count every packed row in use would give.
     grid = gemm.grid_size(sm_count(), sm_count(), sm_cap)
     if tile_n is None:
-        tile_n = gemm.choose_tile_n(shape.tile_estimate(256), shape.tile_estimate(128), grid,
-                                    narrow_ok=wgmma and epilogue == "store")
+        widths = TILE_WIDTHS if wgmma and epilogue == "store" else (256,)
+        tile_n = gemm.choose_tile_n({w: shape.tile_estimate(w) for w in widths}, grid)
     name = kernel_name(shape.layout, epilogue, out_dtype, tile_n)
     kern = _module().get_function(name)
     launch = PersistentLaunch.checked(kern, grid, gemm.block_threads(), gemm.shared_mem_bytes())

@@ -181,13 +181,17 @@ def test_split_k_choice_and_checks():
 
 
 def test_tile_width_chooser():
-    # 64 tiles of 256 (half a wave on 132 SMs) against 128 of 128: one wave each, the narrow one wins.
-    assert gemm.choose_tile_n(64, 128, 132) == 128
+    # 64 tiles of 256 (half a wave on 132 SMs) against 128 of 128 (and 88 of 192): one wave each.
+    assert gemm.choose_tile_n({256: 64, 128: 128}, 132) == 128
+    assert gemm.choose_tile_n({256: 64, 192: 88, 128: 128}, 132) == 128
     # Many waves: the wide tile's efficiency wins.
-    assert gemm.choose_tile_n(4096, 8192, 132) == 256
-    # 192 tiles (2 waves) vs 384 (3 waves of half the work): 1.67 < 0.95 * 2.
-    assert gemm.choose_tile_n(192, 384, 132) == 128
-    assert gemm.choose_tile_n(64, 128, 132, narrow_ok=False) == 256
+    assert gemm.choose_tile_n({256: 4096, 192: 5462, 128: 8192}, 132) == 256
+    # 192 tiles (2 waves) vs 384 (3 waves of half the work): 1.83 < 0.95 * 2.
+    assert gemm.choose_tile_n({256: 192, 128: 384}, 132) == 128
+    # qwen3 GEMM1 2048 (2048 x 3072): 192 tiles of 256, 256 of 192 (2 waves of 3/4 the work), 384 of
+    # 128: 192 wins (measured 1.18x the 128-wide tile, bench/results/gemm_both_w1_n192_2e11693.json).
+    assert gemm.choose_tile_n({256: 192, 192: 256, 128: 384}, 132) == 192
+    assert gemm.choose_tile_n({256: 64}, 132) == 256  # the only width allowed
     s = gemm.gemm_shape("TN", (256, 1024), (8192, 1024))
     assert gemm.tile_counts(s, 128) == (2, 64, 16)
     assert gemm.kernel_name("NT", "store", np.float32, 128) == "kosmos_gemm_nt_f32_n128"
@@ -285,14 +289,13 @@ def test_stream_k_units_cover_every_slab_once_range_major(ntiles, ctas, k_slabs)
 def test_stream_k_choice():
     """The wave model takes stream-K where the H200 measured it faster (bench/results/
     gemm_both_w1_clusters_e4fe6b8+cta.json, the forced "sk" contender), never for whole waves or many."""
-    assert gemm.choose_stream_k(64, 132, 128, 128)   # M = 256, N = K = 8192: +8 % over the 128-wide tile
-    assert gemm.choose_stream_k(160, 132, 80, 320)   # M = 1000, N = K = 5120: +5 %
-    assert gemm.choose_stream_k(320, 132, 128)       # NT 70B-QKV-MBS1 (1280 x 8192 x 8192): +9 %
-    assert not gemm.choose_stream_k(192, 132, 64, 384)  # qwen3 GEMM1 2048: the 128-wide tile wins (sk 0.99)
-    assert not gemm.choose_stream_k(96, 132, 128)    # NT 8B-QKV-MBS1: model +2 %, measured -3 %
-    assert not gemm.choose_stream_k(264, 132, 64)   # two whole waves
-    assert not gemm.choose_stream_k(2048, 132, 128)  # 15.5 waves: the last one's idle SMs are 3 %
-    assert not gemm.choose_stream_k(100, 132, 8)    # too short a reduction to cut
+    assert gemm.choose_stream_k({256: 64, 192: 88, 128: 128}, 132, 128)  # M = 256, N = K = 8192: +8 %
+    assert gemm.choose_stream_k({256: 320}, 132, 128)       # NT 70B-QKV-MBS1 (1280 x 8192 x 8192): +9 %
+    assert not gemm.choose_stream_k({256: 192, 192: 256, 128: 384}, 132, 64)  # qwen3 GEMM1 2048: 192 wins
+    assert not gemm.choose_stream_k({256: 96}, 132, 128)    # NT 8B-QKV-MBS1: model +2 %, measured -3 %
+    assert not gemm.choose_stream_k({256: 264}, 132, 64)    # two whole waves
+    assert not gemm.choose_stream_k({256: 2048}, 132, 128)  # 15.5 waves: the last one's idle SMs are 3 %
+    assert not gemm.choose_stream_k({256: 100}, 132, 8)     # too short a reduction to cut
     assert gemm.kernel_name("NT", "store", np.float32, stream_k=True) == "kosmos_gemm_nt_f32_sk"
     from kosmos.runtime.source import hipsrc_dir
 

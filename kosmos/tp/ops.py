@@ -31,6 +31,7 @@ Each op is one persistent kernel launch (hipsrc/tp.hip); `policy`, `ag_order`, `
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import numpy as np
@@ -120,10 +121,10 @@ class _FusedOp(SymmetricPlan):
         the plain GEMM chooses (the 128-wide tile is a Hopper one). Both widths reduce in the same
         order, so the choice never changes a bit of the result."""
         self.shape = shape
-        wide, narrow = (gemm.tile_counts(shape, w) for w in (256, 128))
+        widths = (256, 128) if gemm.arch_path() == "wgmma" else (256,)  # the widths tp.hip instantiates
         builders = self.crew.builders if self.P > 1 else self.crew.grid  # movers build only late, if at all
-        self.tile_n = gemm.choose_tile_n(wide[0] * wide[1], narrow[0] * narrow[1], max(1, builders),
-                                         narrow_ok=gemm.arch_path() == "wgmma")
+        self.tile_n = gemm.choose_tile_n({w: math.prod(gemm.tile_counts(shape, w)[:2]) for w in widths},
+                                         max(1, builders))
 
     def _launch(self, name: str) -> PersistentLaunch:
         # the gemm module's options (a forced portable layer): shared_mem_bytes() follows them
