@@ -15,7 +15,7 @@ the GEMM computes dA = dY W2 ([M, F]) and its epilogue the SwiGLU backward from 
 ``gate_up`` (required): the output is [dGate, dUp], [M, 2F] bf16, from dA's fp32 accumulators.
 
 One CTA per SM (or ``sm_cap`` of them), each claiming 128x256 (or, for grids of few tiles on
-Hopper, 128x128) output tiles from an atomic queue in device memory until it is empty; on Hopper a
+Hopper, 128x192 or 128x128) output tiles from an atomic queue in device memory until it is empty; on Hopper a
 grid of a few waves whose last wave is short and whose reduction is long has its last tiles cut into
 K-ranges (stream-K, choose_stream_k). Plans (compiled kernel, queue counter, launch check, TMA
 descriptors, stream-K workspace) are cached per shape.

@@ -118,10 +118,10 @@ class _FusedOp(SymmetricPlan):
     # ---- plumbing shared by the five ops ----
     def _set_gemm(self, shape: gemm.GemmShape) -> None:
         """The op's GEMM and the builder's tile width for it on this grid: gemm.choose_tile_n, as
-        the plain GEMM chooses (the 128-wide tile is a Hopper one). Both widths reduce in the same
-        order, so the choice never changes a bit of the result."""
+        the plain GEMM chooses (the 192- and 128-wide tiles are Hopper ones). Every width reduces in
+        the same order, so the choice never changes a bit of the result."""
         self.shape = shape
-        widths = (256, 128) if gemm.arch_path() == "wgmma" else (256,)  # the widths tp.hip instantiates
+        widths = gemm.TILE_WIDTHS if gemm.arch_path() == "wgmma" else (256,)  # tp.hip instantiates them all
         builders = self.crew.builders if self.P > 1 else self.crew.grid  # movers build only late, if at all
         self.tile_n = gemm.choose_tile_n({w: math.prod(gemm.tile_counts(shape, w)[:2]) for w in widths},
                                          max(1, builders))
@@ -129,7 +129,7 @@ class _FusedOp(SymmetricPlan):
     def _launch(self, name: str) -> PersistentLaunch:
         # the gemm module's options (a forced portable layer): shared_mem_bytes() follows them
         mod = load_module("tp.hip", world=self.world, extra_options=gemm._extra_options)
-        name += "_n128" if self.tile_n == 128 else ""
+        name += "" if self.tile_n == 256 else f"_n{self.tile_n}"
         return PersistentLaunch.checked(mod.get_function(name), self.crew.grid, gemm.block_threads(),
                                         gemm.shared_mem_bytes())
 

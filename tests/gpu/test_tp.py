@@ -118,6 +118,37 @@ def test_bulk_reduce_scatter_matmul(world, m, n, k, dw_dtype):
     np.testing.assert_array_equal(bits(dw2), bits(dw))
 
 
+@pytest.mark.parametrize("width", [192, 128])
+def test_every_tile_width_gives_the_same_answer(world, width, monkeypatch):
+    """The five ops' builders on each Hopper tile width (forced through gemm.choose_tile_n), bitwise
+    the 128 x 256 tile's: every width reduces in the same order. Every output has a partial last
+    tile column in every width (448 columns: 1.75, 2.33, 3.5 tiles; 320: 1.25, 1.67, 2.5)."""
+    from kosmos import gemm
+
+    if gemm.arch_path() != "wgmma":
+        pytest.skip("the narrow tiles are Hopper-only")
+    m, n, k = 384, 448, 320
+    P, r = world.size, world.rank
+    x, w = cupy.asarray(arr("twx", r, (m, k))), cupy.asarray(arr("tww", 0, (n, k), 0.1))
+    dy_m = cupy.asarray(arr("twdym", r, (m, n)))
+    xr, wr = cupy.asarray(arr("twxr", r, (P * m, k))), cupy.asarray(arr("twwr", r, (n, k), 0.1))
+    dy = cupy.asarray(arr("twdy", r, (P * m, n)))
+
+    def run_all(tile_n):
+        monkeypatch.setattr(gemm, "choose_tile_n", lambda tiles, ctas: tile_n)
+        ops = [AllGatherMatmul(world, m, n, k), AllGatherMatmul(world, m, n, k, layout="NN"),
+               MatmulReduceScatter(world, m, n, k), BulkAllGatherMatmul(world, m, n, k),
+               BulkReduceScatterMatmul(world, m, n, k)]
+        outs = [ops[0](x, w), ops[1](dy_m, w), ops[2](xr, wr), ops[3](x, dy, w)[1], ops[4](xr, dy, xr)[1]]
+        world.synchronize()
+        assert [op.tile_n for op in ops] == [tile_n] * 5
+        return [bits(o) for o in outs]
+
+    base = run_all(256)
+    for i, (got, want) in enumerate(zip(run_all(width), base)):
+        np.testing.assert_array_equal(got, want, err_msg=f"op {i} at tile_n={width}")
+
+
 ABLATIONS = [dict(policy="fixed"), dict(policy="two_way"), dict(ag_order="chunk_major"), dict(ag_order="naive"),
              dict(mover_threads=128), dict(movers=1), dict(sm_cap=33)]
 
