@@ -124,6 +124,28 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   queue_exit(words);
 }
 
+// A copy beside the builder (SideCopy, Hopper only): the GEMM's producer warpgroup's idle warps
+// copy side.bytes while the builder computes; how much a copy inside builder CTAs costs the GEMM,
+// against whole mover CTAs (notes/moe.md, session 14; notes/debug/side_copy.py).
+#if KOSMOS_GEMM_WGMMA
+extern "C" __global__ void __launch_bounds__(kThreads, 1)
+    kosmos_gemm_tn_bf16_side_copy(const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,
+                                  const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EpiStoreBf16 epi, u64* words,
+                                  SideCopy side) {
+  extern __shared__ __align__(16) u8 kosmos_gemm_smem[];
+  builder_init(kosmos_gemm_smem);
+  QueueClaim claim{words, work_units(p)};
+  const DenseSchedule<> sched{p};
+  const AlwaysReady ready{};
+  const EpiStoreBf16Tma store(epi, &tmc);
+  run_builder_jobs_beside(kosmos_gemm_smem, side, builder_job<LAYOUT_TN>(sched, &tma, &tmb, claim, ready, store));
+  if (last_cta_out(&words[1])) {
+    words[0] = 0;
+    *side.cursor = 0;
+  }
+}
+#endif
+
 // Split-K's second step: out = sum of the k_splits fp32 partials ws[split * stride + v], v < n,
 // added in split order (bitwise deterministic), rounded once. n is a multiple of 4 (columns are
 // multiples of 64); stride >= n (each split's partial is padded to whole tile rows).

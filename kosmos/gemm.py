@@ -678,6 +678,30 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     return plan
 
 
+# An experiment, not an API (notes/moe.md, session 14): the TN GEMM with a copy beside it on the
+# producer warpgroup's idle warps (hipsrc/gemm.hip kosmos_gemm_tn_bf16_side_copy, Hopper only).
+SIDE_COPY_DTYPE = np.dtype([("src", "<u8"), ("dst", "<u8"), ("bytes", "<u8"), ("cursor", "<u8")])
+
+
+def _side_copy_matmul(a, b, out, src, dst, cursor, stream=None) -> None:
+    """out = a @ b.T (bf16, 128 x 256 whole tiles) while the builder CTAs copy src into dst (bytes,
+    a multiple of 16). cursor: a zeroed uint64 device word the kernel resets at its end."""
+    from .runtime.launch import PersistentLaunch
+
+    if arch_path() != "wgmma":
+        raise RuntimeError("the side copy is a Hopper (wgmma) experiment")
+    if src.nbytes != dst.nbytes or src.nbytes % 16:
+        raise ValueError(f"src and dst must have the same size, a multiple of 16 bytes; got {src.nbytes}, {dst.nbytes}")
+    plan = get_plan(gemm_shape("TN", a.shape, b.shape), out.dtype, tile_n=256, stream_k=False)
+    kern = _module().get_function("kosmos_gemm_tn_bf16_side_copy")
+    side = np.zeros((), SIDE_COPY_DTYPE)
+    side["src"], side["dst"], side["bytes"], side["cursor"] = src.data.ptr, dst.data.ptr, src.nbytes, cursor.data.ptr
+    launch = PersistentLaunch.checked(kern, plan.grid, block_threads(), shared_mem_bytes())
+    with plan._order.lock:
+        plan._order.join(stream)
+        launch(plan.args(a, b, out) + (side[()],), stream=stream)
+
+
 def output_array(out, shape: tuple[int, ...], dt: np.dtype, **inputs):
     """The GEMM's output: allocated when None, else checked (dtype, shape, no overlap with an input)."""
     import cupy

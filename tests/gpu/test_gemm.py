@@ -350,6 +350,31 @@ def test_stream_k_choice_and_refusals():
         gemm.matmul(a, a, "TN", stream_k=1)
 
 
+@pytest.mark.parametrize("nbytes", [16, 2048 * 5 + 48, 96 << 20])
+def test_a_copy_beside_the_builder(nbytes):
+    """kosmos_gemm_tn_bf16_side_copy (an experiment, notes/moe.md session 14): the producer
+    warpgroup's idle warps copy while the builder computes. The GEMM bitwise the plain one, the copy
+    exact into a NaN-poisoned buffer (a partial last chunk; a copy longer than the GEMM), the
+    cursor back at zero, twice in a row."""
+    if gemm.arch_path() != "wgmma":
+        pytest.skip("the side copy is Hopper-only")
+    rng = np.random.default_rng([nbytes, 5])
+    a = cupy.asarray(rand_bf16(rng, (1000, 1024)))
+    b = cupy.asarray(rand_bf16(rng, (1280, 1024)))
+    want = gemm.matmul(a, b, "TN", tile_n=256)
+    cursor = cupy.zeros(1, dtype=cupy.uint64)
+    for call in range(2):
+        src = cupy.random.randint(0, 255, size=nbytes, dtype=cupy.uint8)
+        dst = cupy.full(nbytes + 64, 0xFF, dtype=cupy.uint8)
+        _, out = nan_buffer((1000, 1280), BF16)
+        gemm._side_copy_matmul(a, b, out, src, dst[:nbytes], cursor)
+        cupy.cuda.runtime.deviceSynchronize()
+        assert (out.view(cupy.uint16) == want.view(cupy.uint16)).all(), f"call {call}: the GEMM differs"
+        assert (dst[:nbytes] == src).all(), f"call {call}: the copy differs"
+        assert (dst[nbytes:] == 0xFF).all(), f"call {call}: bytes past the copy were written"
+        assert int(cursor.get()[0]) == 0, "the cursor was not reset for the next launch"
+
+
 def test_compiled_for_sm90a_on_hopper():
     """Hopper must get the wgmma layer: a CuPy option change must not silently drop sm_90a."""
     if cupy.cuda.Device().compute_capability != "90":

@@ -411,6 +411,47 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
   return stop == -1;
 }
 
+// Work beside a builder call: what the producer warpgroup's warps 1-3 (96 threads, idle while
+// thread 0 issues the TMA loads) run during the call, at the producer's 40 registers a thread.
+// NoSide: nothing (every kernel but the experiment below).
+struct NoSide {
+  KOSMOS_DEVICE void operator()(int) const {}
+};
+
+// A copy beside the builder (the experiment toward movers inside builder CTAs: notes/moe.md,
+// session 14): `bytes` from src to dst in 16-byte vectors, chunks of kChunk bytes claimed by each
+// warp from a grid-wide cursor (the kernel resets it). 4 vectors in flight a lane, to fit 40 registers.
+struct SideCopy {
+  static constexpr u32 kVecs = 4;
+  static constexpr u64 kChunk = 32 * kVecs * 16;  // a warp's 2 KB
+  const u8* src;
+  u8* dst;
+  u64 bytes;    // a multiple of 16
+  u64* cursor;  // chunks claimed in this launch
+  KOSMOS_DEVICE void operator()(int t) const {
+    const int lane = t % 32;
+    const u64 chunks = (bytes + kChunk - 1) / kChunk;
+    for (;;) {
+      u64 ch = 0;
+      if (lane == 0) ch = atomic_add_relaxed_dev(cursor, 1ull);
+      ch = __shfl_sync(0xffffffffu, ch, 0);
+      if (ch >= chunks) break;
+      vec16 v[kVecs];
+#pragma unroll
+      for (u32 u = 0; u < kVecs; ++u) {
+        const u64 off = ch * kChunk + (u * 32 + lane) * 16;
+        if (off < bytes) v[u] = *reinterpret_cast<const vec16*>(src + off);
+      }
+#pragma unroll
+      for (u32 u = 0; u < kVecs; ++u) {
+        const u64 off = ch * kChunk + (u * 32 + lane) * 16;
+        if (off < bytes) *reinterpret_cast<vec16*>(dst + off) = v[u];
+      }
+    }
+  }
+};
+static_assert(sizeof(SideCopy) == 32, "SideCopy: see SIDE_COPY_DTYPE in kosmos/gemm.py");
+
 // A builder call by the whole CTA: the producer warpgroup runs produce() (thread 0), the consumer
 // warpgroups consume(). The warpgroups trade registers (setmaxnreg: producer 40, consumers 232)
 // for the call and give them back at its end.
@@ -432,10 +473,10 @@ KOSMOS_DEVICE bool consume_jobs(u8* smem, RingPos& pos, const Job& job, const Re
 }
 
 // Runs the jobs (job.h) in order in one builder call, one register trade: the consumers go from
-// one job's last tile to the next job's first without a CTA barrier. Returns false when a
-// readiness hook aborted.
-template <class Job, class... Rest>
-KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job& job, const Rest&... rest) {
+// one job's last tile to the next job's first without a CTA barrier; `side` runs beside them on the
+// producer's idle warps (the call ends when both are done). Returns false when a readiness hook aborted.
+template <class Side, class Job, class... Rest>
+KOSMOS_DEVICE bool run_builder_jobs_beside(u8* smem_raw, const Side& side, const Job& job, const Rest&... rest) {
   using namespace sm90;
   static_assert(((Rest::Sched::Tile::kStages == Job::Sched::Tile::kStages &&
                   Rest::Sched::Tile::kStageBytes == Job::Sched::Tile::kStageBytes) && ...),
@@ -459,6 +500,8 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job& job, const Rest&...
     if (threadIdx.x == 0) {
       pos = RingPos{ps->stage, ps->phase};
       produce_jobs(smem_raw, pos, job, rest...);
+    } else if (threadIdx.x >= 32) {
+      side(int(threadIdx.x) - 32);
     }
     // Back to the entry count inside this branch, so both warpgroups reach the join below with the
     // same register count: an .inc after the join gave ptxas a join of 40- and 168-register paths,
@@ -489,6 +532,11 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job& job, const Rest&...
   }
   __syncthreads();
   return ps->aborted == 0;
+}
+
+template <class Job, class... Rest>
+KOSMOS_DEVICE bool run_builder_jobs(u8* smem_raw, const Job& job, const Rest&... rest) {
+  return run_builder_jobs_beside(smem_raw, NoSide{}, job, rest...);
 }
 
 template <int L, class Sched, class Claim, class Ready, class Epi>
