@@ -53,8 +53,8 @@ extern "C" __global__ void __launch_bounds__(kStrip) kosmos_mx_quantize_bf16(
 
 // kosmos_mx_dequantize_bf16: an MXFP8 copy (data [rows, cols]; scales [rows, cols / 32] for blocks
 // along a row, blocks = kRowBlocks, or [rows / 32, cols] for kColBlocks) -> bf16 [rows, cols]; each
-// CTA takes a contiguous range of 32-row bands (grid_dequant_rows: the movers' loop; the host keeps
-// a CTA's share under 2^32 vectors).
+// CTA takes a contiguous range of rows (grid_dequant_rows: the movers' loop; the host keeps a
+// CTA's share under 2^32 vectors).
 extern "C" __global__ void kosmos_mx_dequantize_bf16(const u8* __restrict__ data, const u8* __restrict__ scales,
                                                      i64 rows, i64 cols, i32 blocks, u16* __restrict__ out) {
   grid_dequant_rows(out, data, scales, u64(rows), u32(cols), blocks);

@@ -196,8 +196,8 @@ def dequantize_device(t: DeviceMX, out: Any = None, stream: Any = None):
     out = _bf16_out(out, (rows, cols), stream, data=t.data, scales=t.scales)
     if out.size == 0:
         return out
-    bands = rows // BLOCK
-    grid = max(min(bands, 8 * sm_count()), -(-rows * cols // (16 * 2**31)))  # a CTA's share < 2^32 vectors
+    # CTAs take contiguous row ranges (grid_dequant_rows): 8 a SM at most, each share < 2^32 vectors
+    grid = max(min(rows, 8 * sm_count()), -(-rows * cols // (16 * 2**31)))
     load_module("mx.hip").get_function("kosmos_mx_dequantize_bf16")(
         (grid,), (256,), (t.data, t.scales, np.int64(rows), np.int64(cols), np.int32(blocks_code(t)), out))
     return out

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 15's first device call (~6 min): the TP ops on the 192 tile (np 1, np 2), the side copy
-# test and probe, bench/tp.py --quick. KOSMOS_COMMIT=<sha> bash notes/debug/next_call.sh
+# Session 15's first device call (~7 min): the TP ops on the 192 tile and the MXFP8 dequantize
+# over rows (np 1, np 2), the side copy test and probe, bench/tp.py --quick, the MXFP8 GEMM bench. KOSMOS_COMMIT=<sha> bash notes/debug/next_call.sh
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 KOSMOS_WAIT_BUDGET_S=10
 export KOSMOS_COMMIT=${KOSMOS_COMMIT:-unknown}
@@ -9,12 +9,13 @@ RUNS=/tmp/kosmos_next_runs; mkdir -p $RUNS
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none -x KOSMOS_COMMIT -x PYTHONPATH -x PYTHONUNBUFFERED -x KOSMOS_WAIT_BUDGET_S"
 source bench/suite_lib.sh
 T="-q -p no:cacheprovider --timeout=150 --timeout-method=thread -rfE --color=no"
-TP="tests/gpu/test_tp.py tests/gpu/test_tp_mx.py tests/gpu/test_protocol.py"
+TP="tests/gpu/test_tp.py tests/gpu/test_tp_mx.py tests/gpu/test_protocol.py tests/gpu/test_mx.py"
 run "gemm side tests" timeout 200 python3 -m pytest tests/gpu/test_gemm.py -k "side or compiled" $T
 run "tp tests np1" timeout 200 python3 -m mpi4py -m pytest $TP $T
 run "tp tests np2" timeout 200 $MPIRUN -np 2 python3 -m mpi4py -m pytest $TP $T
 run "side copy probe" timeout 150 python3 notes/debug/side_copy.py
 run "bench tp quick" timeout 300 python3 bench/tp.py --quick --out "$RUNS"
+run "bench gemm mxfp8" timeout 200 python3 bench/gemm.py --quick --precision mxfp8 --caps 132 --out "$RUNS"
 cp $RUNS/*.json "$OUT"/ 2>/dev/null
 grep -E "^(FAILED|ERROR) |passed|failed" "$LOG" | head -20
 sed -n '/^===== side copy/,/^===== bench/p' "$LOG"

@@ -38,10 +38,11 @@ def test_bad_shapes_are_refused():
         mx.quantize_both(cupy.zeros((32, 48), np.uint16).view(bfloat16))
 
 
-@pytest.mark.parametrize("shape", [(64, 96), (512, 1024)])
+@pytest.mark.parametrize("shape", [(64, 96), (512, 1024), (2080, 64)])
 def test_device_dequantize_is_the_reference(shape):
-    """kosmos.mx.dequantize_device on both copies of quantize_both: bit for bit
-    dequantize(quantize(x, axis)).astype(bfloat16), every code and scale range covered by the data."""
+    """kosmos.mx.dequantize_device on both copies of quantize_both, into a NaN-poisoned output: bit
+    for bit dequantize(quantize(x, axis)).astype(bfloat16), every code and scale range covered by
+    the data. (2080 rows: more rows than CTAs, so CTAs take two rows and the last ones none.)"""
     rng = np.random.default_rng(sum(shape))
     mags = np.exp2(rng.uniform(-133, 126, size=(shape[0], 1))).astype(np.float32)
     x = (rng.standard_normal(shape).astype(np.float32) * mags).astype(bfloat16)
@@ -49,7 +50,7 @@ def test_device_dequantize_is_the_reference(shape):
     for got, axis in zip(mx.quantize_both(cupy.asarray(x)), (-1, 0)):
         with np.errstate(over="ignore"):
             want = mx.dequantize(mx.quantize(x, axis=axis)).astype(bfloat16).view(np.uint16)
-        out = cupy.asnumpy(mx.dequantize_device(got)).view(np.uint16)
+        out = cupy.asnumpy(mx.dequantize_device(got, out=poisoned(shape, bfloat16))).view(np.uint16)
         nan = (want & 0x7FFF) > 0x7F80
         assert (((out & 0x7FFF) > 0x7F80) == nan).all(), axis
         assert (out[~nan] == want[~nan]).all(), axis

@@ -121,12 +121,13 @@ KOSMOS_DEVICE void cta_dequant_rows(u16* dst, const u8* data, const u8* scales, 
   }
 }
 
-// The same over the whole grid, each CTA a contiguous range of 32-row bands (rows a multiple of
-// 32; a CTA's share under 2^32 vectors).
+// The same over the whole grid, each CTA a contiguous range of rows (a CTA's share under 2^32
+// vectors). Rows, not 32-row bands: a matrix of few bands (a 768-row weight: 24) still spreads
+// over the whole grid (column-block scales are found from the absolute row either way).
 KOSMOS_DEVICE void grid_dequant_rows(u16* dst, const u8* data, const u8* scales, u64 rows, u32 cols, int blocks) {
-  const u64 bands = rows / 32, per_cta = (bands + gridDim.x - 1) / gridDim.x;
-  const u64 b0 = per_cta * blockIdx.x, b1 = b0 + per_cta < bands ? b0 + per_cta : bands;
-  if (b0 < b1) cta_dequant_rows(dst + b0 * 32 * cols, data, scales, b0 * 32, u32((b1 - b0) * 32), cols, blocks, blockDim.x);
+  const u64 per_cta = (rows + gridDim.x - 1) / gridDim.x;
+  const u64 r0 = per_cta * blockIdx.x, r1 = r0 + per_cta < rows ? r0 + per_cta : rows;
+  if (r0 < r1) cta_dequant_rows(dst + r0 * cols, data, scales, r0, u32(r1 - r0), cols, blocks, blockDim.x);
 }
 
 }  // namespace mx
