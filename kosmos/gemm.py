@@ -44,7 +44,7 @@ _LAYOUT_ID = {"TN": 0, "NN": 1, "NT": 2}
 # header is the source; this mirror is checked against it at compile time: kosmos.runtime.mirror).
 DEVICE_CONSTANTS = {
     "kThreads": 384,       # one producer warpgroup + two consumer warpgroups
-    "kTileM": 128, "kTileN": 256, "kTileK": 64,  # the default tile (TILE_WIDTHS has the narrow one)
+    "kTileM": 128, "kTileN": 256, "kTileK": 64,  # the default tile (TILE_WIDTHS has the narrow ones)
     # dynamic shared memory of a builder CTA: the Hopper layer's, the portable layers' (mma.sync, MFMA)
     "kSmemBytesHopper": 230656, "kSmemBytesPortable": 57344,
     "kGroupM": 8,          # tile raster: tile rows per group
@@ -260,6 +260,7 @@ def choose_split_k(ntiles: int, grid: int, k_slabs: int, out_elems: int) -> int:
 # reads back: their bytes, against the wave model's idle SMs.
 PARTIAL_BYTES = DEVICE_CONSTANTS["kStreamKPartialBytes"]
 MIN_SLABS_PER_RANGE = 8
+MAX_RANGES = 4
 
 
 @dataclass(frozen=True)
@@ -299,7 +300,7 @@ def stream_k_split(ntiles: int, ctas: int, k_slabs: int) -> StreamKSplit | None:
     best; None when no cut is possible."""
     full = max(0, (ntiles // ctas - 1) * ctas)
     best = None
-    for ranges in (2, 3, 4):
+    for ranges in range(2, MAX_RANGES + 1):
         split = StreamKSplit(full, ntiles - full, ranges, k_slabs)
         if k_slabs - (ranges - 1) * split.per < MIN_SLABS_PER_RANGE:  # the last range, the shortest
             continue
@@ -594,13 +595,35 @@ class GemmPlan:
 
 _plans: dict[tuple, GemmPlan] = {}
 _plans_lock = threading.Lock()
+_stream_k_state: dict[int, tuple] = {}
+
+
+def _stream_k_shared(dev: int, sms: int) -> tuple:
+    """(workspace, counters, status, order) of every stream-K plan on device `dev`, made once: the
+    largest split any grid of this GPU takes (a tail of < 2 x sms tiles, <= MAX_RANGES - 1 partials
+    each: ~100 MB on the H200). Shared, so plans of many shapes (a MoE layer's variable token counts)
+    do not each hold one; their calls run one after another on the device (one DeviceOrder), and a
+    CUDA graph replays them against the same buffers."""
+    import cupy
+
+    from .runtime import DeviceStatus
+
+    with _plans_lock:
+        state = _stream_k_state.get(dev)
+        if state is None:
+            tail = 2 * sms - 1
+            state = (cupy.empty(tail * (MAX_RANGES - 1) * PARTIAL_BYTES // 4, dtype=cupy.float32),
+                     cupy.zeros(tail, dtype=cupy.uint64), DeviceStatus(rank=0), DeviceOrder())
+            _stream_k_state[dev] = state
+    return state
 
 
 def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, split_k: int | None = 1,
              tile_n: int | None = None, stream_k: bool | None = None) -> GemmPlan:
     """The cached plan for a GEMM; split_k: 1 = none, None = choose_split_k, n = n K-ranges;
     tile_n: 256, 192 or 128, None = choose_tile_n; stream_k: True, False, None = choose_stream_k (only
-    when tile_n is None too: a caller who names the tile gets whole tiles)."""
+    when tile_n is None and split_k is 1: a caller who names the tile gets whole tiles, one who asks
+    for split_k=None gets choose_split_k's choice)."""
     import cupy
 
     from .runtime.launch import PersistentLaunch, sm_count
@@ -626,7 +649,7 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
                          "without split-K")
     widths = TILE_WIDTHS if wgmma and plain else (256,)
     counts = {w: math.prod(tile_counts(shape, w)[:2]) for w in widths}
-    if stream_k is True or (stream_k is None and tile_n is None and sk_ok):
+    if stream_k is True or (stream_k is None and tile_n is None and split_k == 1 and sk_ok):
         k_slabs = tile_counts(shape, 256)[2]
         if stream_k is True or choose_stream_k(counts, ctas, k_slabs):
             sk = stream_k_split(counts[256], ctas, k_slabs)
@@ -663,15 +686,11 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
                     words=cupy.zeros(2, dtype=cupy.uint64), uses_tma=wgmma, splits=splits, reduce_kernel=red,
                     tile_n=tile_n)
     if sk is not None:
-        from .runtime import DeviceStatus
-
-        # Owned by the plan (a CUDA graph replays it): ranges - 1 partials per tail tile.
-        ws = cupy.empty(sk.tail * (sk.ranges - 1) * PARTIAL_BYTES // 4, dtype=cupy.float32)
-        arrived = cupy.zeros(sk.tail, dtype=cupy.uint64)
+        ws, arrived, status, order = _stream_k_shared(dev, sms)
         rec = np.zeros((), STREAM_K_DTYPE)
         rec["ws"], rec["arrived"] = ws.data.ptr, arrived.data.ptr
         rec["full"], rec["tail"], rec["ranges"] = sk.full, sk.tail, sk.ranges
-        plan.stream_k, plan.sk_record, plan.status = sk, rec[()], DeviceStatus(rank=0)
+        plan.stream_k, plan.sk_record, plan.status, plan._order = sk, rec[()], status, order
         plan._sk_buffers = (ws, arrived)
     with _plans_lock:
         _plans[key] = plan
@@ -690,9 +709,14 @@ def _side_copy_matmul(a, b, out, src, dst, cursor, stream=None) -> None:
 
     if arch_path() != "wgmma":
         raise RuntimeError("the side copy is a Hopper (wgmma) experiment")
+    bf16 = _bf16()
+    a, b = check_array(a, "a", dtypes=(bf16,)), check_array(b, "b", dtypes=(bf16,))
+    shape = gemm_shape("TN", a.shape, b.shape)
+    out = output_array(check_array(out, "out", dtypes=(bf16,), writable=True), shape.out_shape, bf16, a=a, b=b)
+    src, dst = check_array(src, "src"), check_array(dst, "dst", writable=True)
     if src.nbytes != dst.nbytes or src.nbytes % 16:
         raise ValueError(f"src and dst must have the same size, a multiple of 16 bytes; got {src.nbytes}, {dst.nbytes}")
-    plan = get_plan(gemm_shape("TN", a.shape, b.shape), out.dtype, tile_n=256, stream_k=False)
+    plan = get_plan(shape, bf16, tile_n=256, stream_k=False)
     kern = _module().get_function("kosmos_gemm_tn_bf16_side_copy")
     side = np.zeros((), SIDE_COPY_DTYPE)
     side["src"], side["dst"], side["bytes"], side["cursor"] = src.data.ptr, dst.data.ptr, src.nbytes, cursor.data.ptr
@@ -747,12 +771,13 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     tile width, 256, 192 or 128 (Hopper, store epilogues), None = choose_tile_n's wave model.
     ``stream_k`` (Hopper, store epilogues, 128 x 256 tiles, no split-K): the last one to two waves of
     tiles are cut into 2-4 K-ranges each, summed in range order inside the kernel (fp32 partials in
-    a workspace the plan owns: 128 KB per cut, at most ~100 MB); True, False, None (default) =
-    choose_stream_k's wave model, when ``tile_n`` is None too (it takes stream-K on grids of a few
-    waves whose last one is short and whose reduction is long: 8-19 % faster there on the H200).
-    Results are bitwise reproducible for a given (shape, sm_cap, split_k, tile_n, stream_k); whole
-    tiles of either width round alike, K-ranges and splits round differently: an oracle that must
-    match another whole-tile GEMM bit for bit names ``tile_n``.
+    one workspace per device that every stream-K plan shares, ~100 MB on the H200, made at the
+    first; stream-K calls then run one after another on the device); True, False, None (default)
+    = choose_stream_k's wave model, when ``tile_n`` is None and ``split_k`` is 1 (it takes stream-K
+    on grids of a few waves whose last one is short and whose reduction is long: 8-19 % faster
+    there on the H200). Results are bitwise reproducible for a given (shape, sm_cap, split_k,
+    tile_n, stream_k); whole tiles of every width round alike, K-ranges and splits round
+    differently: an oracle that must match another whole-tile GEMM bit for bit names ``tile_n``.
     ``gate_up``: the SwiGLU epilogues' pre-activations (see the module docstring).
 
     ``a`` and ``b`` are bf16, or MXFP8 (kosmos.mx.DeviceMX, blocks along the operand's contracting

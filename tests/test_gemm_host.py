@@ -207,7 +207,10 @@ def test_tile_width_chooser():
     text = (hipsrc_dir() / "gemm.hip").read_text()
     for layout in ("TN", "NN", "NT"):
         for dt in (np.float32, None):
-            assert gemm.kernel_name(layout, "store", dt or np.dtype("V2"), 128) in text
+            for width in gemm.TILE_WIDTHS:
+                assert gemm.kernel_name(layout, "store", dt or np.dtype("V2"), width) + "," in text
+    tp = (hipsrc_dir() / "tp.hip").read_text()  # NAME_n192 / NAME_n128 come from the TP_KERNELS macro
+    assert "KERNEL(NAME##_n192, MidTile" in tp and "KERNEL(NAME##_n128, NarrowTile" in tp
 
 
 def test_tma_store_follows_the_plan_not_the_kernel_name():

@@ -361,7 +361,7 @@ class AllGatherMatmulNNNT(_AllGatherBase):
     and dequantized by the movers; the builders run the dgrad tiles as their rows arrive, then the
     wgrad tiles once the column-wise copy is complete. W and X: bf16, or DeviceMX with blocks along
     their contracting axes (W along n, X along the tokens), dequantized on the stream first.
-    Bitwise the bf16 AG+NN and NT GEMM on the dequantized copies.
+    Bitwise the bf16 AG+NN and NT GEMM (whole tiles: kosmos.matmul with tile_n) on the dequantized copies.
     """
 
     kind = "ag_nn"  # the crew rules of the AG+NN it extends

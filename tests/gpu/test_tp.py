@@ -134,15 +134,23 @@ def test_every_tile_width_gives_the_same_answer(world, width, monkeypatch):
     xr, wr = cupy.asarray(arr("twxr", r, (P * m, k))), cupy.asarray(arr("twwr", r, (n, k), 0.1))
     dy = cupy.asarray(arr("twdy", r, (P * m, n)))
 
-    def run_all(tile_n):
+    def run_all(tile_n):  # every output NaN-poisoned: a tile a width skipped cannot pass
         monkeypatch.setattr(gemm, "choose_tile_n", lambda tiles, ctas: tile_n)
         ops = [AllGatherMatmul(world, m, n, k), AllGatherMatmul(world, m, n, k, layout="NN"),
                MatmulReduceScatter(world, m, n, k), BulkAllGatherMatmul(world, m, n, k),
                BulkReduceScatterMatmul(world, m, n, k)]
-        outs = [ops[0](x, w), ops[1](dy_m, w), ops[2](xr, wr), ops[3](x, dy, w)[1], ops[4](xr, dy, xr)[1]]
+        outs = [poisoned((P * m, n), bfloat16), poisoned((P * m, k), bfloat16), poisoned((m, n), bfloat16),
+                poisoned((P * m, k), bfloat16), poisoned((n, k), bfloat16)]
+        ops[0](x, w, outs[0])
+        ops[1](dy_m, w, outs[1])
+        ops[2](xr, wr, outs[2])
+        ops[3](x, dy, w, dx=outs[3])
+        ops[4](xr, dy, xr, dw=outs[4])
         world.synchronize()
         assert [op.tile_n for op in ops] == [tile_n] * 5
-        return [bits(o) for o in outs]
+        got = [bits(o) for o in outs]
+        assert not any(((g & 0x7FFF) > 0x7F80).any() for g in got), f"NaN left in an output at tile_n={tile_n}"
+        return got
 
     base = run_all(256)
     for i, (got, want) in enumerate(zip(run_all(width), base)):

@@ -79,8 +79,8 @@ KOSMOS_DEVICE void ring_advance(u32& s, u32& ph) {
 }
 
 // The register epilogue over one warpgroup's m64nN fragment: thread (warp, lane) holds, for each
-// n8 block j, rows warp*16 + lane/4 (+8) and columns 8j + 2*(lane%4) (+1), and the same 128
-// columns further (kN / 16 blocks on). Unrolled by template recursion: a `#pragma unroll` loop
+// n8 block j, rows warp*16 + lane/4 (+8) and columns 8j + 2*(lane%4) (+1), and the same kN / 2
+// columns further (kN / 16 blocks on: the tile's `half`). Unrolled by template recursion: a `#pragma unroll` loop
 // stays rolled once the epilogue's body is large (measured with EpiSwiGLUBackward), and a rolled
 // loop indexes the accumulators dynamically: they go to the stack and ptxas serializes the wgmma.
 // (No generic lambdas here: some NVRTC versions take their call operators for host functions.)

@@ -104,7 +104,7 @@ KOSMOS_DEVICE i32 k_splits_of(const Problem& p) { return p.k_splits > 1 ? p.k_sp
 // Work units in the queue: every output tile, k_splits times.
 KOSMOS_DEVICE i32 work_units(const Problem& p) { return p.tiles_m * p.tiles_n * k_splits_of(p); }
 
-// The output column (No index) where 64-column chunk c (0..3) of tile column tn starts.
+// The output column (No index) where 64-column chunk c (0..BN/64-1) of tile column tn starts.
 // Without SwiGLU the chunks are contiguous. With SwiGLU, chunks 0,1 are gate columns and
 // chunks 2,3 the matching up columns, so a thread holds gate and up of one output column.
 template <int BN = kTileN>

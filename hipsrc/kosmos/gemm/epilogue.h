@@ -2,7 +2,7 @@
 //
 // Every matrix-instruction layer arranges its accumulator fragment so that each thread holds,
 // for an output row, a pair of adjacent columns (lc, lc+1) in the tile's lower half together
-// with the same pair 128 columns further (the upper half). The layer calls
+// with the same pair tile.half (BN / 2) columns further (the upper half). The layer calls
 //   epi.pair(tile, row, lc, lo0, lo1, hi0, hi1)
 // for each such pair (row: global output row, may be >= tile.row_end in a row tail (not stored); lc: even, 0..BN/2-2; the upper half is tile.half columns further),
 // then, once every thread of the tile has stored, one thread calls epi.done(tile) when
