@@ -9,7 +9,7 @@ arguments on every rank, then reuse a cached plan.
 from __future__ import annotations
 
 import math
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -253,23 +253,30 @@ def _plan_cache(world: World) -> dict:
     return cache
 
 
-def _validated(world: World, x: Any, what: str, dtypes: tuple[np.dtype, ...] | None = None) -> Any:
-    """x as a CuPy array, checked on every rank, with the same shape and dtype everywhere."""
+def _validated(world: World, x: Any, out: Any, what: str, out_shape: Callable[[tuple[int, ...]], tuple[int, ...]],
+               dtypes: tuple[np.dtype, ...] | None = None) -> tuple[Any, Any]:
+    """(x, out) as CuPy arrays (out may be None), checked on every rank, with x's shape and dtype the
+    same everywhere. out_shape: out's shape for x's (it may raise)."""
     err = None
     try:
         x = check_array(x, "x", dtypes=dtypes, device=world.device_id)
         if x.ndim == 0:
             raise ValueError(f"{what} needs an array with a row axis, got a 0-d array")
+        if out is not None:  # here, not only in the plan's call: there a refusal would stop this rank alone
+            out = check_array(out, "out", dtypes=(x.dtype,), device=world.device_id, writable=True)
+            if tuple(out.shape) != out_shape(tuple(x.shape)):
+                raise ValueError(f"out has shape {tuple(out.shape)}; {what} writes {out_shape(tuple(x.shape))}")
+            refuse_overlap("out", out, x=x)
     except Exception as e:  # noqa: BLE001 - any refusal on one rank reaches every rank
         err = e
     all_ok(world.comm, err)
     agree(world.comm, f"{what} input (shape, dtype)", (tuple(x.shape), dtype_name(x.dtype)))
-    return x
+    return x, out
 
 
 def all_gather(world: World, x: Any, out: Any = None) -> Any:
     """Concatenate every rank's x along axis 0 (rank order). Collective."""
-    x = _validated(world, x, "all_gather")
+    x, out = _validated(world, x, out, "all_gather", lambda s: (world.size * s[0],) + s[1:])
     key = ("ag", x.shape, x.dtype)
     cache = _plan_cache(world)
     if key not in cache:
@@ -277,11 +284,17 @@ def all_gather(world: World, x: Any, out: Any = None) -> Any:
     return cache[key](x, out)
 
 
+def _scattered_shape(shape: tuple[int, ...], world: int) -> tuple[int, ...]:
+    if not shape or shape[0] % world:
+        raise ValueError(f"reduce_scatter splits axis 0 among {world} ranks; shape {shape} does not divide")
+    return (shape[0] // world,) + shape[1:]
+
+
 def reduce_scatter(world: World, x: Any, out: Any = None) -> Any:
     """Sum x over ranks and return this rank's block of rows (rows split evenly). Collective."""
-    x = _validated(world, x, "reduce_scatter", (bfloat16, float32))
-    if x.ndim == 0 or x.shape[0] % world.size:
-        raise ValueError(f"reduce_scatter splits axis 0 among {world.size} ranks; shape {x.shape} does not divide")
+    x, out = _validated(world, x, out, "reduce_scatter", lambda s: _scattered_shape(s, world.size),
+                        (bfloat16, float32))
+    _scattered_shape(tuple(x.shape), world.size)  # (the same shape on every rank: every rank raises alike)
     key = ("rs", x.shape, x.dtype)
     cache = _plan_cache(world)
     if key not in cache:

@@ -699,7 +699,8 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
 
 # An experiment, not an API (notes/moe.md, session 14): the TN GEMM with a copy beside it on the
 # producer warpgroup's idle warps (hipsrc/gemm.hip kosmos_gemm_tn_bf16_side_copy, Hopper only).
-SIDE_COPY_DTYPE = np.dtype([("src", "<u8"), ("dst", "<u8"), ("bytes", "<u8"), ("cursor", "<u8")])
+SIDE_COPY_DTYPE = np.dtype([("src", np.uint64), ("dst", np.uint64), ("bytes", np.uint64), ("cursor", np.uint64)],
+                           align=True)  # mirrors struct SideCopy (builder_wgmma.h): kosmos.runtime.mirror
 
 
 def _side_copy_matmul(a, b, out, src, dst, cursor, stream=None) -> None:

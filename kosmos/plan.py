@@ -65,15 +65,21 @@ class SymmetricPlan:
         if self.heap is None:
             raise KosmosError(f"{type(self).__name__} was closed")
 
-    def _next_call(self, stream: Any) -> tuple[np.uint64, np.void]:
-        """Epoch and wait context for the next launch, which goes on `stream` after every earlier
-        launch of the World's ops (DeviceOrder): a plan's epochs and queue heads assume its calls
-        never overlap, and two persistent grids beside each other can deadlock across ranks."""
+    def _join(self, stream: Any) -> None:
+        """Refuse a plan that may not run; then order what this call issues next on `stream` after
+        every earlier launch of the World's ops (DeviceOrder). _next_call does it; a call that
+        writes the plan's own arrays before its launch does it first (joining again is free)."""
         self._check_open()
         self.world.check()
         if self.stale:
             raise KosmosError(f"{type(self).__name__} was built before a device timeout; build a new plan")
         self.world.order.join(stream, capturable=self.device_epochs, who=type(self).__name__)
+
+    def _next_call(self, stream: Any) -> tuple[np.uint64, np.void]:
+        """Epoch and wait context for the next launch, which goes on `stream` after every earlier
+        launch of the World's ops (DeviceOrder): a plan's epochs and queue heads assume its calls
+        never overlap, and two persistent grids beside each other can deadlock across ranks."""
+        self._join(stream)
         self.epoch += 1
         return np.uint64(self.epoch), self._wait_ctx()
 

@@ -29,3 +29,56 @@ def test_all_to_all_layout_places_every_row_once(world):
         # Every row arrived, grouped by source in rank order.
         expected = np.concatenate([np.full(counts[s, d], s) for s in range(world)]) if recv else np.empty(0)
         np.testing.assert_array_equal(arenas[d], expected)
+
+
+# ---- the functional forms check `out` on every rank (CAI stand-ins: no GPU, no driver) ----
+
+PTR = 0x7F00_0000_0000  # 16-byte aligned, never read
+
+
+@pytest.fixture
+def no_driver(monkeypatch: pytest.MonkeyPatch) -> None:
+    from kosmos import arrays
+
+    monkeypatch.setattr(arrays, "_pointer_device", lambda ptr, name: 0)
+    monkeypatch.setattr(arrays, "_consumer_stream", lambda stream: None)
+    monkeypatch.setattr(arrays, "_wait_for_producer", lambda producer, consumer: None)
+
+
+@pytest.mark.parametrize("fn", ["all_gather", "reduce_scatter"])
+@pytest.mark.parametrize("bad", ["shape", "dtype", "overlap", "host"])
+def test_a_bad_out_on_one_rank_is_told_to_every_rank(no_driver, fn, bad) -> None:
+    """The refusal crosses the communicator (it used to come from the plan's call on this rank alone,
+    after its peers had launched), before any plan is built."""
+    pytest.importorskip("cupy")
+    from fakes import FakeComm
+    from producers import CAIProducer
+
+    from kosmos import World, collectives
+
+    sent = []
+    world = World(FakeComm(0, 2, peers=lambda v: sent.append(v) or [v, v]), gpu=False)
+    x = CAIProducer(PTR, (4, 8), "<f4")
+    rows = 8 if fn == "all_gather" else 2
+    out = {"shape": CAIProducer(PTR + 4096, (rows + 1, 8), "<f4"),
+           "dtype": CAIProducer(PTR + 4096, (rows, 8), "<i4"),
+           "overlap": CAIProducer(PTR + 64, (rows, 8), "<f4"),
+           "host": np.zeros((rows, 8), np.float32)}[bad]
+    with pytest.raises((TypeError, ValueError), match="out"):
+        getattr(collectives, fn)(world, x, out)
+    assert any(isinstance(v, str) and "out" in v for v in sent)  # the peers were told why
+    assert not getattr(world, "_collective_plans", None)
+
+
+def test_a_peers_bad_out_stops_this_rank_too(no_driver) -> None:
+    pytest.importorskip("cupy")
+    from fakes import FakeComm
+    from producers import CAIProducer
+
+    from kosmos import World, collectives
+    from kosmos.errors import KosmosError
+
+    peer = "ValueError: out has shape (3, 8); reduce_scatter writes (2, 8)"
+    world = World(FakeComm(0, 2, peers=lambda v: [v, peer] if v is None else [v, v]), gpu=False)
+    with pytest.raises(KosmosError, match=r"another rank rejected its input: rank 1: ValueError: out has shape"):
+        collectives.reduce_scatter(world, CAIProducer(PTR, (4, 8), "<f4"), CAIProducer(PTR + 4096, (2, 8), "<f4"))

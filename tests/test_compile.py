@@ -94,6 +94,20 @@ def test_a_drifted_mirror_fails_the_check(nvrtc) -> None:  # noqa: ANN001
         assert log is not None and what in log, (what, log)
 
 
+def test_a_hopper_only_mirror_is_checked_by_the_sm_90a_compile(nvrtc) -> None:  # noqa: ANN001
+    """SideCopy exists in the wgmma layer only, so its asserts sit under its guard (the AMD compiles
+    of the mirror check skip them); the sm_90a compile does reach them: a drifted mirror fails there."""
+    from kosmos import gemm
+
+    side = next(s for s in mirror.mirrors()[1] if s.ctype == "kosmos::gemm::SideCopy")
+    assert side.guard == "KOSMOS_GEMM_WGMMA" and side.dtype == gemm.SIDE_COPY_DTYPE
+    drifted = np.dtype([(n, np.uint32 if n == "bytes" else gemm.SIDE_COPY_DTYPE.fields[n][0])
+                        for n in gemm.SIDE_COPY_DTYPE.names], align=True)
+    lines = mirror.struct_asserts(mirror.StructMirror(side.ctype, drifted, side.guard))
+    log = _nvrtc_log(nvrtc, '#include "kosmos/gemm/tile.h"\n' + "\n".join(lines) + "\n")
+    assert log is not None and "kosmos::gemm::SideCopy::bytes: size" in log, log
+
+
 @pytest.mark.parametrize("arch", ["sm_90a", "sm_80"])  # wgmma + TMA; the portable mma.sync path
 def test_every_kernel_compiles_for_nvidia(nvrtc, arch: str) -> None:  # noqa: ANN001
     for f in check.kernel_files():

@@ -208,3 +208,202 @@ def test_a_closed_plan_refuses_before_building_anything():
     with pytest.raises(KosmosError, match="closed"):
         op._run((_Operand(16),), lambda: 1 / 0, None)
     assert not launched
+
+
+# ---- constructors and calls on stand-ins (no GPU): argument checks, device order, plan lifetimes ----
+
+def _fake_world(comm):
+    """What a fused op's constructor reads before it needs a GPU (hardware(), the heap)."""
+    return types.SimpleNamespace(require_gpu=lambda: None, comm=comm, size=comm.size, rank=comm.rank)
+
+
+@pytest.mark.parametrize("arg,value", [("sm_cap", 0), ("sm_cap", -4), ("sm_cap", True), ("sm_cap", 8.0),
+                                       ("sm_cap", "8"), ("movers", -1), ("movers", True), ("movers", 1.5)])
+@pytest.mark.parametrize("op", ["AllGatherMatmul", "MatmulReduceScatter", "BulkReduceScatterMatmul"])
+def test_sm_cap_and_movers_are_checked_before_the_heap(arg, value, op):
+    """sm_cap = 0 would have read as the whole GPU (crew_for's `sm_cap or sms`), a bool as 1: both are
+    refused with the op's other checks, before hardware() and the heap (which need a GPU here)."""
+    from fakes import FakeComm
+
+    from kosmos.tp import ops
+
+    with pytest.raises(ValueError, match=f"{arg} must be an integer >= {1 if arg == 'sm_cap' else 0}"):
+        getattr(ops, op)(_fake_world(FakeComm(0, 2)), 128, 64, 64, **{arg: value})
+
+
+def test_a_refusal_on_one_rank_reaches_the_others():
+    """True == 1 passes the agreement, so one rank may refuse what another accepts: the checks run
+    collectively, and the rank that accepted raises too instead of waiting in the heap's exchange."""
+    from fakes import FakeComm
+
+    from kosmos.errors import KosmosError
+    from kosmos.tp.ops import AllGatherMatmul
+
+    peer = "ValueError: sm_cap must be an integer >= 1 (or None), got True"
+    comm = FakeComm(0, 2, peers=lambda v: [v, peer] if v is None else [v, v])  # all_ok sends None when fine
+    with pytest.raises(KosmosError, match="another rank failed checking AllGatherMatmul's arguments: rank 1: "
+                                          "ValueError: sm_cap"):
+        AllGatherMatmul(_fake_world(comm), 128, 64, 64, sm_cap=1)
+
+
+def test_crew_for_refuses_a_zero_cap():
+    with pytest.raises(ValueError, match="sm_cap must be at least 1"):
+        crew_for("ag_tn", 1, 1024, 4096, 2048, H200, sm_cap=0)
+
+
+def test_nn_nt_refuses_two_way_after_the_agreement():
+    """A rank passing two_way while its peer passes one_way raises the agreement's error like its peer
+    (it used to raise its own before the agreement, leaving the peer waiting in it)."""
+    from fakes import FakeComm
+
+    from kosmos.errors import KosmosError
+    from kosmos.tp.ops import AllGatherMatmulNNNT
+
+    def peers(v):  # rank 1 passed the same arguments but policy one_way
+        return [v, tuple("one_way" if x == "two_way" else x for x in v)] if isinstance(v, tuple) else [v, v]
+
+    with pytest.raises(KosmosError, match="ranks disagree on AllGatherMatmulNNNT shape and switches"):
+        AllGatherMatmulNNNT(_fake_world(FakeComm(0, 2, peers=peers)), 128, 64, 64, policy="two_way")
+    with pytest.raises(ValueError, match="two_way is not built for it"):  # every rank passed it: each raises
+        AllGatherMatmulNNNT(_fake_world(FakeComm(0, 2)), 128, 64, 64, policy="two_way")
+
+
+def _heap_bytes(monkeypatch, cls, P, **kw):
+    """The heap size a constructor asks for at world size P (on the H200's SM count)."""
+    from fakes import FakeComm
+
+    from kosmos import plan
+    from kosmos.tp import ops
+
+    class Built(Exception):
+        pass
+
+    def heap(self, world, nbytes):
+        raise Built(nbytes)
+
+    monkeypatch.setattr(ops, "device_name", lambda: "NVIDIA H200")
+    monkeypatch.setattr(ops, "sm_count", lambda: 132)
+    monkeypatch.setattr(plan.SymmetricPlan, "__init__", heap)
+    with pytest.raises(Built) as e:
+        cls(_fake_world(FakeComm(0, P)), 256, 512, 1024, **kw)
+    return e.value.args[0]
+
+
+def test_reduce_scatters_stage_nothing_alone(monkeypatch):
+    """Alone the kernel never touches the staging (hipsrc/tp.hip gemm_rs): the heap holds none."""
+    from kosmos.dtypes import float32
+    from kosmos.tp.ops import BulkReduceScatterMatmul, MatmulReduceScatter
+
+    m, n, k = 256, 512, 1024
+    assert _heap_bytes(monkeypatch, MatmulReduceScatter, 1) == 0
+    assert _heap_bytes(monkeypatch, BulkReduceScatterMatmul, 1) == 0
+    assert _heap_bytes(monkeypatch, MatmulReduceScatter, 2) == 2 * 2 * m * n * 2
+    assert _heap_bytes(monkeypatch, MatmulReduceScatter, 4, staging_dtype=float32) == 2 * 4 * m * n * 4
+    assert _heap_bytes(monkeypatch, BulkReduceScatterMatmul, 2) == 2 * 2 * m * k * 2
+
+
+def test_reduce_setup_alone_allocates_no_staging_and_passes_none(monkeypatch):
+    import cupy
+
+    from kosmos.tp.heuristics import Crew
+    from kosmos.tp.ops import MatmulReduceScatter
+
+    op = object.__new__(MatmulReduceScatter)
+    op.P, op.m, op.crew = 1, 256, Crew(0, 0, 8, 8)
+    op.world = types.SimpleNamespace(rank=0, comm=None)
+    op.heap = types.SimpleNamespace(alloc=lambda *a: pytest.fail("alone, nothing is allocated on the heap"))
+    monkeypatch.setattr(cupy, "asarray", lambda a: _Operand(4096))  # the reducers' table (unused alone)
+    op._setup_reduce(512, np.dtype(np.float32))
+    assert op.staging is None and op.staging_buffers == [] and op.buffer_bytes == 0
+    op._kernel_args = lambda a, b, c, params, **fields: fields
+    op._epi = lambda *a: None
+    arr = _Operand(256)
+    arr.shape = (256, 512)
+    fields = op._reduce_args(arr, arr, arr, arr, arr)
+    assert (fields["staging_off"], fields["buffer_bytes"], fields["n_reduce_items"]) == (0, 0, 0)
+
+
+def test_every_constructor_ends_in_the_launch_that_waits_for_its_tables(monkeypatch):
+    """The order tables are uploaded on the constructor's stream: _launch, the last step of every
+    op's constructor, waits for them before a first call on any stream."""
+    import ast
+    import inspect
+
+    import cupy
+
+    from kosmos import gemm
+    from kosmos.tp import ops
+
+    for cls in (ops.AllGatherMatmul, ops.AllGatherMatmulNNNT, ops.BulkAllGatherMatmul, ops.MatmulReduceScatter,
+                ops.BulkReduceScatterMatmul):
+        body = ast.parse(inspect.getsource(cls)).body[0]
+        init = next(f for f in body.body if isinstance(f, ast.FunctionDef) and f.name == "__init__")
+        assert ast.unparse(init.body[-1]).startswith("self.launch = self._launch("), cls.__name__
+
+    steps = []
+    monkeypatch.setattr(ops, "load_module", lambda *a, **kw: types.SimpleNamespace(get_function=lambda name: name))
+    monkeypatch.setattr(ops.PersistentLaunch, "checked", staticmethod(lambda fn, *a: steps.append(("launch", fn))))
+    monkeypatch.setattr(gemm, "shared_mem_bytes", lambda: 0)
+    monkeypatch.setattr(cupy.cuda.runtime, "deviceSynchronize", lambda: steps.append("sync"))
+    op = object.__new__(ops.AllGatherMatmul)
+    op.world, op.tile_n, op.crew = None, 192, types.SimpleNamespace(grid=8)
+    op._launch("kosmos_tp_ag_tn")
+    assert steps == [("launch", "kosmos_tp_ag_tn_n192"), "sync"]
+
+
+def test_alone_the_mxfp8_dequantize_into_the_scratch_follows_the_device_order(monkeypatch):
+    """The scratch may still be the previous call's GEMM operand on another stream: the call joins
+    the World's device order before it dequantizes there (on the stream its kernel then uses)."""
+    from kosmos.tp import ops
+
+    op, _ = _stand_in_op()
+    steps = []
+    op.world.order.join = lambda s, **_: steps.append(("join", s))
+    monkeypatch.setattr(ops.mx, "dequantize_device", lambda x, out, stream: steps.append(("dequantize", stream)))
+    op.P, op.precision, op._scratch = 1, "mxfp8", {0: "scratch"}
+    assert op._gathered("x", None, "s1") == "scratch"
+    assert steps == [("join", "s1"), ("dequantize", "s1")]
+    op.heap = None  # a closed plan refuses before writing anything
+    with pytest.raises(Exception, match="closed"):
+        op._gathered("x", None, "s2")
+    assert len(steps) == 2
+
+
+class _FakePlan:
+    built: list = []
+
+    def __init__(self, world, m, n, k, **kw):
+        self.m, self.stale, self.closed = m, False, False
+        _FakePlan.built.append(self)
+
+    def close(self):
+        self.closed = True
+
+
+def test_layer_plans_are_rebuilt_after_a_failure_and_closed_with_the_layer():
+    from kosmos.errors import KosmosError
+    from kosmos.tp.layers import _Linear
+
+    failed = []
+
+    def check():
+        if failed:
+            raise KosmosError("this World failed earlier")
+
+    _FakePlan.built = []
+    layer = _Linear(types.SimpleNamespace(check=check), None, "bf16")
+    a = layer._plan(_FakePlan, 128, 64, 64)
+    assert layer._plan(_FakePlan, 128, 64, 64) is a
+    b = layer._plan(_FakePlan, 256, 64, 64)
+    failed.append(1)  # a device timeout, not cleared yet: no plan is touched
+    with pytest.raises(KosmosError, match="failed earlier"):
+        layer._plan(_FakePlan, 128, 64, 64)
+    assert not a.closed
+    failed.clear()  # World.clear_failure: the plans built before are stale
+    a.stale = b.stale = True
+    c = layer._plan(_FakePlan, 128, 64, 64)
+    assert c is not a and a.closed and b.closed and list(layer._plans.values()) == [c]
+    d = layer._plan(_FakePlan, 512, 64, 64)
+    layer.close()
+    assert c.closed and d.closed and not layer._plans
+    assert layer._plan(_FakePlan, 128, 64, 64) is _FakePlan.built[-1]  # a later call builds anew

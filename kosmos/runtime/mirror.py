@@ -21,6 +21,7 @@ import numpy as np
 class StructMirror:
     ctype: str        # the C++ type, fully qualified (e.g. "kosmos::tp::AgParams")
     dtype: np.dtype   # its host mirror (aligned NumPy dtype, fields in declaration order)
+    guard: str = ""   # a preprocessor condition where the struct exists only on some targets (checked there)
 
 
 @dataclass(frozen=True)
@@ -62,7 +63,8 @@ def address(a) -> int:
 
 
 def struct_asserts(m: StructMirror) -> list[str]:
-    """static_asserts of m.ctype's size, alignment and every (nested) field's offset, size and kind."""
+    """static_asserts of m.ctype's size, alignment and every (nested) field's offset, size and kind
+    (under m.guard where it has one)."""
     t, dt = m.ctype, m.dtype
     out = [f'static_assert(sizeof({t}) == {dt.itemsize}, "{t}: size");',
            f'static_assert(alignof({t}) == {dt.alignment}, "{t}: alignment");']
@@ -81,7 +83,7 @@ def struct_asserts(m: StructMirror) -> list[str]:
                 fields(path + ".", fdt, base + off)
 
     fields("", dt, 0)
-    return out
+    return [f"#if {m.guard}", *out, "#endif"] if m.guard else out
 
 
 def constant_asserts(m: ConstantMirror) -> list[str]:
@@ -105,6 +107,8 @@ def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
                StructMirror("kosmos::Status", status.STATUS_DTYPE),
                StructMirror("kosmos::gemm::Problem", gemm.PROBLEM_DTYPE),
                StructMirror("kosmos::gemm::StreamK", gemm.STREAM_K_DTYPE),
+               # Hopper only (builder_wgmma.h, through tile.h): checked by the sm_90a compile
+               StructMirror("kosmos::gemm::SideCopy", gemm.SIDE_COPY_DTYPE, guard="KOSMOS_GEMM_WGMMA"),
                StructMirror("kosmos::gemm::EpiStoreBf16", gemm.EPI_DTYPE),
                StructMirror("kosmos::gemm::EpiStoreF32", gemm.EPI_DTYPE),
                StructMirror("kosmos::gemm::EpiSwiGLU", gemm.SWIGLU_EPI_DTYPE),

@@ -82,7 +82,9 @@ def crew_for(kind: str, world: int, m: int, n: int, k: int, hw: Hardware, sm_cap
     """
     if kind not in KINDS:
         raise ValueError(f"kind must be one of {KINDS}, got {kind!r}")
-    grid = min(sm_cap or hw.sms, hw.sms)
+    if sm_cap is not None and sm_cap < 1:  # not `sm_cap or hw.sms`: 0 would mean the whole GPU
+        raise ValueError(f"sm_cap must be at least 1 (None: every SM), got {sm_cap!r}")
+    grid = hw.sms if sm_cap is None else min(sm_cap, hw.sms)
     if grid < 2 and world > 1:
         raise ValueError(f"a fused kernel needs at least 2 SMs (one mover beside one builder), cap {sm_cap}")
     rate = hw.builder_TFLOPs_per_sm * 1e12

@@ -38,7 +38,8 @@ def _shard(total: int, world: World, what: str) -> int:
 
 
 class _Linear:
-    """Inputs, gradients and weights may be any GPU array (CuPy, CAI or DLPack); results are CuPy arrays."""
+    """Inputs, gradients and weights may be any GPU array (CuPy, CAI or DLPack); results are CuPy arrays.
+    The layer keeps a plan per op and token count; close() (collective) frees them."""
 
     def __init__(self, world: World, weight: Any, precision: str, **op_options: Any):
         if precision not in PRECISIONS:
@@ -51,10 +52,21 @@ class _Linear:
         self._saved: Any = None
 
     def _plan(self, cls: type, m: int, n: int, k: int, **kw: Any) -> Any:
+        self.world.check()  # after a failure, stale plans are the same on every rank only once clear_failure ran
+        # A device timeout invalidates every plan built before it: free those (collectively, same order
+        # everywhere) and build anew, as kosmos.collectives does for its cached plans.
+        for stale in [key for key, plan in self._plans.items() if plan.stale]:
+            self._plans.pop(stale).close()
         key = (cls, m, n, k, tuple(sorted(kw.items())))
         if key not in self._plans:
             self._plans[key] = cls(self.world, m, n, k, **self.op_options, **kw)
         return self._plans[key]
+
+    def close(self) -> None:
+        """Collective: free the layer's plans (one per op and token count it has run); a later call
+        builds new ones."""
+        while self._plans:
+            self._plans.popitem()[1].close()  # popitem: last built first, the same order on every rank
 
     @property
     def _mx(self) -> bool:

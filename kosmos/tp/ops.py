@@ -40,7 +40,7 @@ from .. import gemm, mx
 from ..arrays import refuse_overlap
 from ..dtypes import bfloat16, copy_into, float32
 from ..errors import KosmosError
-from ..exchange import agree, comparable
+from ..exchange import agree, collectively, comparable
 from ..plan import SymmetricPlan
 from ..runtime import PersistentLaunch, load_module, sm_count
 from ..runtime.streams import uses_stream
@@ -82,16 +82,10 @@ class _FusedOp(SymmetricPlan):
         world.require_gpu()
         agree(world.comm, f"{type(self).__name__} shape and switches",
               comparable((m, n, k, sm_cap, policy, movers, sorted(switches.items()))))
-        self._validate(switches)
-        if m < 128 or m % 128:
-            raise ValueError(f"rows per rank m = {m} must be a positive multiple of 128 (the GEMM tile)")
-        for name, v in (("n", n), ("k", k)):
-            if v < 64 or v % 64:
-                raise ValueError(f"{name} = {v} must be a positive multiple of 64")
-        if policy not in POLICIES:
-            raise ValueError(f"policy must be one of {tuple(POLICIES)}, got {policy!r}")
-        if policy == "two_way" and self.kind in ("tn_rs", "bulk_rs_nt"):
-            raise ValueError("policy 'two_way' applies to the all-gather kernels; reduce-scatters are one_way or fixed")
+        # Checked collectively: the agreement compares values, and True == 1 == 1.0 pass it alike, so
+        # one rank may refuse what its peers accept; then every rank must raise, not wait in the heap.
+        collectively(world.comm, f"checking {type(self).__name__}'s arguments",
+                     lambda: self._check_args(m, n, k, sm_cap, policy, movers, switches))
         self.world, self.m, self.n, self.k = world, m, n, k
         self.P = world.size
         self.policy = policy
@@ -112,8 +106,27 @@ class _FusedOp(SymmetricPlan):
         SymmetricPlan.__init__(self, world, heap_bytes())
         self._args: dict[tuple[int, ...], list] = {}
 
-    def _validate(self, switches: dict[str, Any]) -> None:
-        """Check the op's own switches (before the heap exists); every rank raises alike."""
+    def _check_args(self, m: int, n: int, k: int, sm_cap: int | None, policy: str, movers: int | None,
+                    switches: dict[str, Any]) -> None:
+        """The constructor's checks, before the heap exists (run on every rank: see __init__)."""
+        self._validate(switches, policy)
+        if m < 128 or m % 128:
+            raise ValueError(f"rows per rank m = {m} must be a positive multiple of 128 (the GEMM tile)")
+        for name, v in (("n", n), ("k", k)):
+            if v < 64 or v % 64:
+                raise ValueError(f"{name} = {v} must be a positive multiple of 64")
+        if policy not in POLICIES:
+            raise ValueError(f"policy must be one of {tuple(POLICIES)}, got {policy!r}")
+        if policy == "two_way" and self.kind in ("tn_rs", "bulk_rs_nt"):
+            raise ValueError("policy 'two_way' applies to the all-gather kernels; reduce-scatters are one_way or fixed")
+        # Integers only (bools too are refused): crew_for would read sm_cap = 0 as the whole GPU, and
+        # kernel fields are integers.
+        for name, v, least in (("sm_cap", sm_cap, 1), ("movers", movers, 0)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, (int, np.integer)) or v < least):
+                raise ValueError(f"{name} must be an integer >= {least} (or None), got {v!r}")
+
+    def _validate(self, switches: dict[str, Any], policy: str) -> None:
+        """Check the op's own switches and its policy (before the heap exists); every rank raises alike."""
 
     # ---- plumbing shared by the five ops ----
     def _set_gemm(self, shape: gemm.GemmShape) -> None:
@@ -127,11 +140,18 @@ class _FusedOp(SymmetricPlan):
                                          max(1, builders))
 
     def _launch(self, name: str) -> PersistentLaunch:
+        """The op's kernel. The last step of every op's constructor: it also waits for what the
+        constructor uploaded on its stream (the order tables), which a first call on another
+        stream would otherwise read half written (as the MoE plans wait)."""
+        import cupy
+
         # the gemm module's options (a forced portable layer): shared_mem_bytes() follows them
         mod = load_module("tp.hip", world=self.world, extra_options=gemm._extra_options)
         name += "" if self.tile_n == 256 else f"_n{self.tile_n}"
-        return PersistentLaunch.checked(mod.get_function(name), self.crew.grid, gemm.block_threads(),
-                                        gemm.shared_mem_bytes())
+        launch = PersistentLaunch.checked(mod.get_function(name), self.crew.grid, gemm.block_threads(),
+                                          gemm.shared_mem_bytes())
+        cupy.cuda.runtime.deviceSynchronize()  # the tables, before a first call on any stream
+        return launch
 
     _tmap = staticmethod(gemm.tmap_of)
 
@@ -217,7 +237,7 @@ class _AllGatherBase(_FusedOp):
     def _heap_bytes(world: World, m: int, row: int) -> int:
         return m * row * 2 + world.size * (m // TILE_ROW + 1) * 8 + 4096
 
-    def _validate(self, switches: dict[str, Any]) -> None:
+    def _validate(self, switches: dict[str, Any], policy: str) -> None:
         if switches.get("precision", "bf16") not in PRECISIONS:
             raise ValueError(f"precision must be one of {PRECISIONS}, got {switches['precision']!r}")
         if switches.get("layout", "TN") not in ("TN", "NN"):
@@ -290,6 +310,9 @@ class _AllGatherBase(_FusedOp):
                 self._scratch[gather] = cupy.empty(self.gathered_shape, bfloat16)
             target = self._scratch[gather]
         if self.P == 1:
+            # Join the device order first: the scratch may still be the previous call's GEMM operand,
+            # on another stream. (The kernel then goes on this stream after it.)
+            self._join(stream)
             mx.dequantize_device(x, out=target, stream=stream)
         return target
 
@@ -370,8 +393,6 @@ class AllGatherMatmulNNNT(_AllGatherBase):
                  movers: int | None = None, mover_threads: int | None = None):
         import cupy
 
-        if policy == "two_way":  # every rank has the same arguments: every rank raises
-            raise ValueError("AllGatherMatmulNNNT runs policy 'one_way' or 'fixed' (two_way is not built for it)")
         super().__init__(world, m, n, k, sm_cap=sm_cap, policy=policy, movers=movers,
                          heap_bytes=lambda: 2 * self._heap_bytes(world, m, n),
                          switches=dict(mover_threads=mover_threads, precision="mxfp8"))
@@ -391,6 +412,11 @@ class AllGatherMatmulNNNT(_AllGatherBase):
         wm, wn, _ = gemm.tile_counts(self.wgrad_shape, self.tile_n)
         self.n_tiles2 = wm * wn
         self.launch = self._launch("kosmos_tp_ag_nn_nt")
+
+    def _validate(self, switches: dict[str, Any], policy: str) -> None:
+        super()._validate(switches, policy)
+        if policy == "two_way":  # here, after the agreement: every rank raises alike
+            raise ValueError("AllGatherMatmulNNNT runs policy 'one_way' or 'fixed' (two_way is not built for it)")
 
     @staticmethod
     def _set_epoch(args: list, epoch: np.uint64) -> None:
@@ -493,12 +519,18 @@ def _dtype_of(dt: Any, what: str) -> np.dtype:
 class _ReduceScatterBase(_FusedOp):
     kernel_enum = "KERNEL_GEMM_RS"
 
-    def _validate(self, switches: dict[str, Any]) -> None:
+    def _validate(self, switches: dict[str, Any], policy: str) -> None:
         for what in ("staging_dtype", "dw_dtype"):
             if what in switches:
                 _dtype_of(switches[what], what)
         if switches.get("rs_order", "band_major") not in RS_ORDERS:
             raise ValueError(f"rs_order must be one of {RS_ORDERS}, got {switches['rs_order']!r}")
+
+    @staticmethod
+    def _staging_bytes(world: World, m: int, cols: int, itemsize: int) -> int:
+        """The heap's two staging buffers of [P*m, cols]; none alone, where the kernel never stages
+        (hipsrc/tp.hip gemm_rs: TN+RS writes out directly, the bulk RS copies x to out)."""
+        return 2 * world.size * m * cols * itemsize if world.size > 1 else 0
 
     def _setup_reduce(self, cols: int, staging_dtype: np.dtype) -> None:
         import cupy
@@ -509,16 +541,20 @@ class _ReduceScatterBase(_FusedOp):
         P, m = self.P, self.m
         self.cols = cols
         self.staging_dtype = np.dtype(staging_dtype)
-        self.buffer_bytes = P * m * cols * self.staging_dtype.itemsize
-        self.staging = self.heap.alloc((2 * P * m * cols,), RS_SENTINEL[self.staging_dtype].dtype)
-        self.staging.local.fill(RS_SENTINEL[self.staging_dtype])
-        cupy.cuda.runtime.deviceSynchronize()
-        self.world.comm.Barrier()  # every staging buffer is poisoned before any peer reads it
         self.band = BandGrid(P, self.world.rank, m, gemm.tile_shape()[0], 1, band_tile_rows=TILE_ROW // gemm.tile_shape()[0])
         self.slice_cols = _slice_cols(cols)
-        # The two staging buffers (the kernel writes buffer epoch % 2) as [P*m, cols] arrays.
-        flat = self.staging.local.view(self.staging_dtype)
-        self.staging_buffers = [flat[i * P * m * cols:(i + 1) * P * m * cols].reshape(P * m, cols) for i in (0, 1)]
+        if P == 1:  # no staging (_staging_bytes): the kernel gets offset and size 0 and never reads them
+            self.buffer_bytes, self.staging, self.staging_buffers = 0, None, []
+        else:
+            self.buffer_bytes = P * m * cols * self.staging_dtype.itemsize
+            self.staging = self.heap.alloc((2 * P * m * cols,), RS_SENTINEL[self.staging_dtype].dtype)
+            self.staging.local.fill(RS_SENTINEL[self.staging_dtype])
+            cupy.cuda.runtime.deviceSynchronize()
+            self.world.comm.Barrier()  # every staging buffer is poisoned before any peer reads it
+            # The two staging buffers (the kernel writes buffer epoch % 2) as [P*m, cols] arrays.
+            flat = self.staging.local.view(self.staging_dtype)
+            self.staging_buffers = [flat[i * P * m * cols:(i + 1) * P * m * cols].reshape(P * m, cols)
+                                    for i in (0, 1)]
         self.reduce_order = cupy.asarray(rs_reducer_order(self.band, cols, cols // self.slice_cols))
         # Builders that join the reducers when the GEMM queue empties: up to link saturation.
         self.max_join = self.crew.grid if P == 1 else max(0, self.hw.link_saturating_movers - self.crew.movers)
@@ -527,7 +563,8 @@ class _ReduceScatterBase(_FusedOp):
         """Arguments of C = op(A, B) (into c: the staging buffer, or dW) beside reducing x into out."""
         n_items = len(self.reduce_order) if self.P > 1 else 0  # alone there is nothing to reduce
         return self._kernel_args(
-            a, b, c, RS_PARAMS_DTYPE, epi=self._epi(c, *c.shape), staging_off=self.staging.offset,
+            a, b, c, RS_PARAMS_DTYPE, epi=self._epi(c, *c.shape),
+            staging_off=self.staging.offset if self.staging is not None else 0,
             buffer_bytes=self.buffer_bytes, m=self.m, cols=self.cols, x=_ptr(x), out=_ptr(out),
             reduce_order=_ptr(self.reduce_order), band_rows=TILE_ROW, n_reduce_items=n_items,
             slice_log2=self.slice_cols.bit_length() - 1, max_join=self.max_join)
@@ -546,7 +583,7 @@ class MatmulReduceScatter(_ReduceScatterBase):
                  sm_cap: int | None = None, policy: str = "one_way", movers: int | None = None,
                  rs_order: str = "band_major"):
         super().__init__(world, m, n, k, sm_cap=sm_cap, policy=policy, movers=movers,
-                         heap_bytes=lambda: 2 * world.size * m * n * np.dtype(staging_dtype).itemsize,
+                         heap_bytes=lambda: self._staging_bytes(world, m, n, np.dtype(staging_dtype).itemsize),
                          switches=dict(staging_dtype=staging_dtype, rs_order=rs_order))
         sd = np.dtype(staging_dtype)
         self._setup_reduce(n, sd)
@@ -584,7 +621,7 @@ class BulkReduceScatterMatmul(_ReduceScatterBase):
     def __init__(self, world: World, m: int, n: int, k: int, *, dw_dtype: Any = bfloat16, sm_cap: int | None = None,
                  policy: str = "one_way", movers: int | None = None):
         super().__init__(world, m, n, k, sm_cap=sm_cap, policy=policy, movers=movers,
-                         heap_bytes=lambda: 2 * world.size * m * k * 2, switches=dict(dw_dtype=dw_dtype))
+                         heap_bytes=lambda: self._staging_bytes(world, m, k, 2), switches=dict(dw_dtype=dw_dtype))
         self._setup_reduce(k, bfloat16)
         self.dw_dtype = np.dtype(dw_dtype)
         self._set_gemm(gemm.gemm_shape("NT", (self.P * m, n), (self.P * m, k)))
