@@ -9,7 +9,7 @@ RUNS=/tmp/kosmos_next_runs; mkdir -p $RUNS
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none -x KOSMOS_COMMIT -x PYTHONPATH -x PYTHONUNBUFFERED -x KOSMOS_WAIT_BUDGET_S"
 source bench/suite_lib.sh
 T="-q -p no:cacheprovider --timeout=150 --timeout-method=thread -rfE --color=no"
-TP="tests/gpu/test_tp.py tests/gpu/test_tp_mx.py tests/gpu/test_protocol.py tests/gpu/test_mx.py"
+TP="tests/gpu/test_tp.py tests/gpu/test_tp_mx.py tests/gpu/test_protocol.py tests/gpu/test_mx.py tests/gpu/test_collectives.py"
 run "gemm side tests" timeout 200 python3 -m pytest tests/gpu/test_gemm.py -k "side or compiled" $T
 run "tp tests np1" timeout 200 python3 -m mpi4py -m pytest $TP $T
 run "tp tests np2" timeout 200 $MPIRUN -np 2 python3 -m mpi4py -m pytest $TP $T
