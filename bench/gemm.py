@@ -135,6 +135,13 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
     return rec
 
 
+def auto_vs_best(rec, sms):
+    """The automatic choice's speed over the best of the forced contenders (widths, stream-K)."""
+    forced = [v["tflops"] for k, v in rec["ours"].items() if k.startswith("w") or k == "sk"]
+    auto = rec["ours"][str(sms)]["tflops"]
+    return auto / max(forced + [auto])
+
+
 def geomean(xs):
     xs = [x for x in xs if x > 0]
     return math.exp(sum(math.log(x) for x in xs) / len(xs)) if xs else float("nan")
@@ -238,7 +245,8 @@ def main(argv=None):
         print(f"plot failed: {e}")
 
     print(f"\n# summary ({gpu}, commit {doc['commit']}) -> {out_dir / stem}.json")
-    print(f"{'group':14s} {'n':>3s} {'geomean':>8s} {'min':>6s} {'ours TF':>8s} {'cuBLAS TF':>9s}  cap116/full")
+    print(f"{'group':14s} {'n':>3s} {'geomean':>8s} {'min':>6s} {'ours TF':>8s} {'cuBLAS TF':>9s}  cap116/full"
+          "  auto/best (the choosers against the best forced width or stream-K)")
     groups = {}
     for r in results:
         groups.setdefault(r["kernel"], []).append(r)
@@ -248,6 +256,7 @@ def main(argv=None):
         print(f"{g:14s} {len(rs):3d} {geomean([r['ratio'] for r in rs]):8.3f} {min(r['ratio'] for r in rs):6.3f} "
               f"{geomean([r['ours'][str(sms)]['tflops'] for r in rs]):8.1f} {geomean([r['cublas']['tflops'] for r in rs]):9.1f}"
               f"  {('%.3f' % geomean(ret)) if ret else '-'}"
+              f"  {geomean([auto_vs_best(r, sms) for r in rs]):.3f}"
               + (f"  mxfp8/bf16 {geomean([r['mxfp8_vs_bf16'] for r in rs]):.3f}" if args.precision == "mxfp8" else ""))
 
 
