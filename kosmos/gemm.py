@@ -32,7 +32,7 @@ import numpy as np
 
 from .arrays import check_array, refuse_overlap
 from .dtypes import dtype_name
-from .runtime.streams import DeviceOrder, uses_stream
+from .runtime.streams import DeviceOrder, device_order, uses_stream
 
 LAYOUTS = ("TN", "NN", "NT")
 EPILOGUES = ("store", "swiglu", "swiglu_backward")
@@ -539,6 +539,10 @@ class GemmPlan:
     _tmaps: dict = field(default_factory=dict)
     # The queue words are shared by every call, so calls must run one after another on the device,
     # from any thread or stream. Nothing else of a call lives on the host: graphs can replay it.
+    # A plain or split-K plan keeps an order of its own, outside the GPU's (device_order): its CTAs
+    # never wait on other CTAs or ranks, so beside a World's persistent grid it is only slower (its
+    # CTAs start as SMs free up), never deadlocked. A stream-K plan takes the GPU's order
+    # (_stream_k_shared): its finishers wait on other CTAs of the launch, which must all be resident.
     _order: DeviceOrder = field(default_factory=DeviceOrder)
 
     @property
@@ -602,8 +606,9 @@ def _stream_k_shared(dev: int, sms: int) -> tuple:
     """(workspace, counters, status, order) of every stream-K plan on device `dev`, made once: the
     largest split any grid of this GPU takes (a tail of < 2 x sms tiles, <= MAX_RANGES - 1 partials
     each: ~100 MB on the H200). Shared, so plans of many shapes (a MoE layer's variable token counts)
-    do not each hold one; their calls run one after another on the device (one DeviceOrder), and a
-    CUDA graph replays them against the same buffers."""
+    do not each hold one; their calls run one after another on the device, and a CUDA graph replays
+    them against the same buffers. Their order is the GPU's, which every World there joins: a
+    finisher waits on other CTAs of its launch, so no other persistent grid may hold SMs beside it."""
     import cupy
 
     from .runtime import DeviceStatus
@@ -613,7 +618,7 @@ def _stream_k_shared(dev: int, sms: int) -> tuple:
         if state is None:
             tail = 2 * sms - 1
             state = (cupy.empty(tail * (MAX_RANGES - 1) * PARTIAL_BYTES // 4, dtype=cupy.float32),
-                     cupy.zeros(tail, dtype=cupy.uint64), DeviceStatus(rank=0), DeviceOrder())
+                     cupy.zeros(tail, dtype=cupy.uint64), DeviceStatus(rank=0), device_order(dev))
             _stream_k_state[dev] = state
     return state
 

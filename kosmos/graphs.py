@@ -12,8 +12,9 @@
         step.launch()                              # y and grads hold this step's results
 
 Why the eager step: it builds the plans and compiles the kernels (neither can happen inside a
-capture), and it puts the World's device order on this stream (kosmos orders launches across
-streams with events, which a capture cannot wait on: a captured call that would need one raises).
+capture), and it puts the device orders (the GPU's, each GEMM plan's) on this stream (kosmos orders
+launches across streams with events, which a capture cannot wait on: a captured call that would need
+one raises).
 
 Memory: CuPy's pool hands a call's temporaries back when the call returns, and would give them to
 the next allocation while the graph still writes them on every replay. So during the capture every
@@ -26,14 +27,17 @@ keep their per-call state on the device capture: kosmos.matmul and grouped_matmu
 reset by the last CTA), the MoE plans (MoEDispatch, MoECombine: call counts, hipsrc/kosmos/calls.h)
 and so MoELayer's device and fused paths, whose replays compute a new routing from new tokens. The
 collectives and the TP+SP ops still take their call epochs from the host: called inside a capture
-they raise (a replay would repeat the epoch). A replay joins the World's device order, not a GEMM
-plan's: eager kosmos.matmul / grouped_matmul calls of a captured shape share its plan's tile queue,
-so issue them on the capture stream too. CUDA only: CuPy's stream capture does not support HIP.
+they raise (a replay would repeat the epoch). A replay joins every device order its captured calls
+joined (the GPU's, each GEMM plan's: kosmos.runtime.streams.DeviceOrder), so eager calls of the same
+plans on other streams (which share their tile queues) and replays run one after another, as eager
+calls do. CUDA only: CuPy's stream capture does not support HIP.
 """
 from __future__ import annotations
 
 import contextlib
 from typing import Any, Iterator
+
+from .runtime.streams import recording_joins
 
 
 class CapturedGraph:
@@ -44,13 +48,16 @@ class CapturedGraph:
         self.stream, self.pool, self.world = stream, pool, world
         self.graph: Any = None
         self._failures = None if world is None else world.status.failures
+        self.orders: list = []  # the DeviceOrders the captured calls joined (streams.recording_joins)
 
     def launch(self) -> None:
-        """Replay on the capture stream, after every earlier launch of the World's ops (as an eager
-        call would be ordered); refused after a device timeout since the capture (the cross-rank
+        """Replay on the capture stream, after every earlier launch ordered by the device orders its
+        calls joined (the GPU's, each GEMM plan's), as eager calls would be, and before later
+        ones on any stream; refused after a device timeout since the capture (the cross-rank
         protocols' state is unknown then: rebuild the plans and capture again)."""
         if self.graph is None:
             raise RuntimeError("the capture has not finished")
+        orders = list(self.orders)
         if self.world is not None:
             self.world.check()
             if self.world.status.failures != self._failures:
@@ -58,8 +65,14 @@ class CapturedGraph:
 
                 raise KosmosError("a device timeout happened since this graph was captured: its plans may not "
                                   "run again; build new plans and capture again")
-            self.world.order.join(self.stream)
-        self.graph.launch(self.stream)
+            if self.world.order not in orders:
+                orders.append(self.world.order)
+        with contextlib.ExitStack() as held:
+            for order in sorted(orders, key=id):  # as GEMM calls from other threads do: join, then launch
+                held.enter_context(order.lock)
+            for order in orders:
+                order.join(self.stream)  # and the replay is the last use of each: later calls wait for it
+            self.graph.launch(self.stream)
 
 
 @contextlib.contextmanager
@@ -76,7 +89,7 @@ def capture(stream: Any, world: Any = None) -> Iterator[CapturedGraph]:
     if stream is None or stream.ptr == 0:
         raise ValueError("capture needs a created stream (cupy.cuda.Stream(non_blocking=True)), not the null stream")
     captured = CapturedGraph(stream, cupy.cuda.MemoryPool(), world)
-    with stream, cupy.cuda.using_allocator(captured.pool.malloc):
+    with stream, cupy.cuda.using_allocator(captured.pool.malloc), recording_joins(stream, captured.orders):
         stream.begin_capture()
         try:
             yield captured

@@ -182,7 +182,9 @@ class GroupedPlan:
     uses_tma: bool = True
     tile_n: int = 256
     _tmaps: dict = field(default_factory=dict)
-    # The queue words are shared by every call, so calls run one after another on the device.
+    # The queue words are shared by every call, so calls run one after another on the device. An
+    # order of its own, not the GPU's: no CTA waits on another, so beside a World's grid a call is
+    # only slower, never deadlocked (GemmPlan._order says more).
     _order: DeviceOrder = field(default_factory=DeviceOrder)
 
     @property

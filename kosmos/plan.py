@@ -67,7 +67,7 @@ class SymmetricPlan:
 
     def _join(self, stream: Any) -> None:
         """Refuse a plan that may not run; then order what this call issues next on `stream` after
-        every earlier launch of the World's ops (DeviceOrder). _next_call does it; a call that
+        every earlier launch of the GPU's World ops (device_order). _next_call does it; a call that
         writes the plan's own arrays before its launch does it first (joining again is free)."""
         self._check_open()
         self.world.check()
@@ -77,7 +77,7 @@ class SymmetricPlan:
 
     def _next_call(self, stream: Any) -> tuple[np.uint64, np.void]:
         """Epoch and wait context for the next launch, which goes on `stream` after every earlier
-        launch of the World's ops (DeviceOrder): a plan's epochs and queue heads assume its calls
+        launch of the GPU's World ops (device_order): a plan's epochs and queue heads assume its calls
         never overlap, and two persistent grids beside each other can deadlock across ranks."""
         self._join(stream)
         self.epoch += 1

@@ -8,7 +8,7 @@ import numpy as np
 from .environment import import_mpi, probe_gpus, usable_gpus
 from .exchange import agree
 from .errors import KosmosError, KosmosTimeoutError
-from .runtime.streams import DeviceOrder
+from .runtime.streams import DeviceOrder, device_order
 
 visible_gpus = usable_gpus  # GPUs CuPy can use; raises (naming the fix) where GPUs exist but CuPy cannot use them
 
@@ -42,7 +42,7 @@ class World:
         if gpu and ngpu == 0:
             raise KosmosError(f"no GPU is visible to this process (World(gpu=True)): {probe_gpus().reason}")
         self.num_gpus = ngpu
-        self.order = DeviceOrder()  # the World's ops run one after another on the device, whatever their stream
+        self.order = DeviceOrder()  # its ops run one after another on the device, whatever their stream (GPU: below)
         self.device_id: int | None = None
         self.oversubscribed = False
         self.status = None
@@ -57,6 +57,9 @@ class World:
 
             self.device_id = self.local_rank % ngpu
             cupy.cuda.Device(self.device_id).use()
+            # One order per GPU, not per World: the ops of two Worlds on this GPU (TP and EP groups)
+            # are persistent grids too, and must not overlap on two streams either.
+            self.order = device_order(self.device_id)
             self.oversubscribed = self.local_size > ngpu
             self.status = DeviceStatus(self.rank, DEFAULT_BUDGET_S if wait_budget_s is None else wait_budget_s)
             if self.size > 1:  # a timeout anywhere is told to every rank through this heap (wait.h)

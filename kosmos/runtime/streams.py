@@ -6,13 +6,16 @@ monotonic queue base), so two of their launches must never overlap: a persistent
 peer beside another one can deadlock across ranks when ranks start them in different orders.
 `DeviceOrder` keeps such launches in issue order on the device whatever stream each is issued on:
 when the stream changes, the new stream first waits for an event recorded on the previous one.
+Every World on a GPU shares that GPU's order (`device_order`): a TP and an EP World are two
+Worlds, and their persistent grids must not overlap either.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import threading
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Iterator, TypeVar
 
 from ..errors import KosmosError
 
@@ -20,12 +23,14 @@ F = TypeVar("F", bound=Callable[..., Any])
 
 
 class DeviceOrder:
-    """One order on the device for a set of launches (all ops of a World; one GEMM plan's calls)."""
+    """One order on the device for a set of launches (every World's ops and the stream-K GEMMs on one
+    GPU: device_order; one plain GEMM plan's calls)."""
 
     def __init__(self) -> None:
         self._last: Any = None
-        # Held around "join, then launch" by callers whose calls may come from several threads (a GEMM
-        # plan); a World's ops are issued from one thread, in the same order on every rank.
+        # Held around "join, then launch" by callers whose calls may come from several threads (GEMM
+        # plans, graph replays). World ops do not take it: they are issued from one thread, in the same
+        # order on every rank; a stream-K GEMM is in order with them when called from that thread.
         self.lock = threading.Lock()
 
     def join(self, stream: Any, capturable: bool = True, who: str = "this op") -> None:
@@ -41,13 +46,46 @@ class DeviceOrder:
         last = self._last
         if last is not None and last.ptr != s.ptr:
             if _capturing(s) or _capturing(last):
-                raise KosmosError("a captured kosmos call must follow this World's (or plan's) previous calls on "
-                                  "the capture stream, and no other stream may issue kosmos calls during a "
-                                  "capture: make one eager call on the capture stream first (kosmos.graphs)")
+                raise KosmosError("a captured kosmos call must follow this device's (or plan's) previous kosmos "
+                                  "calls on the capture stream, and no other stream may issue kosmos calls during "
+                                  "a capture: make one eager call on the capture stream first (kosmos.graphs)")
             event = cupy.cuda.Event(block=False, disable_timing=True, interprocess=False)
             event.record(last)  # after all that was issued on the previous stream, that launch included
             s.wait_event(event)
         self._last = s
+        orders = _recording.get(s.ptr)
+        if orders is not None and self not in orders:  # a capture on s: its replays join this order too
+            orders.append(self)
+
+
+_device_orders: dict[int, DeviceOrder] = {}
+_device_orders_lock = threading.Lock()
+
+
+def device_order(device_id: int) -> DeviceOrder:
+    """The order of GPU `device_id` (this process's numbering), shared by every World there and by
+    the launches that wait on other CTAs of their grid (stream-K GEMMs): such a persistent grid needs
+    all its CTAs resident, so two of them beside each other can deadlock (across ranks, or a stream-K
+    finisher waiting on CTAs that cannot start)."""
+    with _device_orders_lock:
+        order = _device_orders.get(device_id)
+        if order is None:
+            order = _device_orders[device_id] = DeviceOrder()
+        return order
+
+
+_recording: dict[int, list[DeviceOrder]] = {}  # capture stream's ptr -> the orders joined on it
+
+
+@contextlib.contextmanager
+def recording_joins(stream: Any, orders: list[DeviceOrder]) -> Iterator[list[DeviceOrder]]:
+    """While the block runs, append to `orders` (once each) every DeviceOrder joined on `stream`:
+    kosmos.graphs.capture keeps them so that a replay joins them as an eager call would."""
+    _recording[stream.ptr] = orders
+    try:
+        yield orders
+    finally:
+        del _recording[stream.ptr]
 
 
 def _capturing(s: Any) -> bool:

@@ -21,8 +21,8 @@ whose blocks run along its contracting axis: local ones are dequantized on the s
 reduce-scatters move bf16 in both precisions, so they take DeviceMX local operands the same way.
 Results are bitwise the bf16 op's on the dequantized operands (notes/mxfp8.md).
 
-Streams and SMs: every op of a World runs after the World's previous op on the device, whatever
-stream each is issued on (kosmos.runtime.streams.DeviceOrder), so two kosmos grids never overlap.
+Streams and SMs: every op of a World runs after the previous op of any World on its GPU, whatever
+stream each is issued on (kosmos.runtime.streams.device_order), so two kosmos grids never overlap.
 `sm_cap` limits an op's grid to that many SMs; work of other libraries that waits across ranks
 (NCCL) issued beside a kosmos op on another stream needs SMs of its own: keep `sm_cap` plus what
 the other work occupies at or below the SM count, or issue it on the same stream.
