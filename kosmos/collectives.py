@@ -315,9 +315,16 @@ def all_to_all(world: World, x: Any, send_counts: Sequence[int]) -> tuple[Any, n
     agree(world.comm, "all_to_all row shape and dtype", (tuple(x.shape[1:]), dtype_name(x.dtype)))
     x, matrix = exchange_send_counts(world, x, send_counts, tuple(x.shape[1:]), x.dtype)
     most = int(matrix.sum(axis=0).max())
-    capacity = 1 << max(10, (max(most, 1) - 1).bit_length())  # power-of-two buckets: few plans
-    key = ("a2a", x.shape[1:], x.dtype, capacity)
     cache = _plan_cache(world)
-    if key not in cache:
+    # Every rank holds the same plans (built and closed collectively) and the same `most` (from the
+    # all-gathered matrix), so every rank takes the same plan here, or builds the same one.
+    kind = ("a2a", x.shape[1:], x.dtype)
+    mine = sorted((k for k in cache if k[:3] == kind), key=lambda k: k[3])
+    key = next((k for k in mine if k[3] >= most), None)  # the smallest plan that holds the call
+    if key is None:
+        capacity = 1 << max(10, (max(most, 1) - 1).bit_length())  # power-of-two buckets: few plans
+        for smaller in mine:  # what they hold, the new plan holds: free their heaps first (collective)
+            cache.pop(smaller).close()
+        key = kind + (capacity,)
         cache[key] = AllToAll(world, capacity, x.shape[1:], x.dtype)
     return cache[key]._push(x, matrix)

@@ -82,3 +82,57 @@ def test_a_peers_bad_out_stops_this_rank_too(no_driver) -> None:
     world = World(FakeComm(0, 2, peers=lambda v: [v, peer] if v is None else [v, v]), gpu=False)
     with pytest.raises(KosmosError, match=r"another rank rejected its input: rank 1: ValueError: out has shape"):
         collectives.reduce_scatter(world, CAIProducer(PTR, (4, 8), "<f4"), CAIProducer(PTR + 4096, (2, 8), "<f4"))
+
+
+def test_all_to_all_reuses_the_smallest_plan_that_fits(no_driver, monkeypatch) -> None:
+    """A call takes the smallest cached plan whose arena holds it; a new bucket only when none does,
+    after closing the smaller plans (a growing capacity used to keep one heap per bucket alive). Both
+    simulated ranks, sending different counts, build and close the same plans (their choice depends
+    on the all-gathered matrix and on plans built collectively)."""
+    pytest.importorskip("cupy")
+    from fakes import FakeComm
+    from producers import CAIProducer
+
+    from kosmos import World, collectives
+
+    class Plan:
+        stale = False
+
+        def __init__(self, world, capacity, row_shape, dtype):
+            self.world, self.capacity = world, capacity
+            world.log.append(("build", capacity))
+
+        def close(self):
+            self.world.log.append(("close", self.capacity))
+
+        def _push(self, x, matrix):
+            return self.capacity
+
+    monkeypatch.setattr(collectives, "AllToAll", Plan)
+    sends = {}  # this call's send counts per rank: rows[r] -> [to rank 0, to rank 1]
+
+    def rank(r):
+        world = World(FakeComm(r, 2, peers=lambda v: [sends[0], sends[1]] if isinstance(v, np.ndarray) else [v, v]),
+                      gpu=False)
+        world.log = []
+        return world
+
+    worlds = [rank(0), rank(1)]
+
+    def call(rank0, rank1):
+        sends.update({0: np.array(rank0), 1: np.array(rank1)})
+        return [collectives.all_to_all(w, CAIProducer(PTR, (sum(sends[w.rank]), 8), "<f4"), sends[w.rank])
+                for w in worlds]
+
+    assert call([50, 10], [40, 0]) == [1024, 1024]        # rank 0 receives 90 rows, rank 1 10
+    assert call([1500, 0], [600, 5]) == [4096, 4096]      # 2100 rows: no plan fits, the smaller one goes
+    assert call([5, 5], [5, 5]) == [4096, 4096]           # no new 1024 bucket beside the 4096 one
+    assert call([2048, 0], [2048, 0]) == [4096, 4096]
+    assert call([4097, 0], [1, 0]) == [8192, 8192]
+    assert worlds[0].log == worlds[1].log == [("build", 1024), ("close", 1024), ("build", 4096),  # freed first
+                                              ("close", 4096), ("build", 8192)]
+    # Of several plans that fit, the smallest (e.g. buckets built before this rule).
+    cache = worlds[0]._collective_plans
+    cache[("a2a", (8,), np.dtype(np.float32), 2048)] = Plan(worlds[0], 2048, (8,), np.float32)
+    sends.update({0: np.array([100, 0]), 1: np.array([1, 0])})
+    assert collectives.all_to_all(worlds[0], CAIProducer(PTR, (100, 8), "<f4"), [100, 0]) == 2048

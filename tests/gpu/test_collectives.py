@@ -102,6 +102,26 @@ def test_all_to_all(world, dtype, row, skew):
         nc.close()
 
 
+def test_all_to_all_buckets_grow_and_are_reused(world):
+    """The functional all_to_all's plans: a call that outgrows the cached bucket gets a bigger one
+    (the smaller one freed on every rank), and smaller calls after it reuse it (no new bucket)."""
+    row, dtype = (40,), bfloat16  # a row no other test passes (so no bucket of theirs in the cache)
+    for it, extra in enumerate((0, 1500, 0)):  # rank 0 receives ~ 40 P, then ~ 1500 + 40 P, then ~ 40 P rows
+        counts = a2a_counts(400 + it, world.size, skew=False)
+        counts[:, 0] += extra // world.size
+        z = cupy.asarray(rank_input(500 + it, world.rank, (int(counts[world.rank].sum()),) + row, dtype))
+        out, recv = kosmos.all_to_all(world, z, counts[world.rank])
+        world.synchronize()
+        zs = [rank_input(500 + it, p, (int(counts[p].sum()),) + row, dtype) for p in range(world.size)]
+        ref = np.concatenate([zs[s][int(counts[s, :world.rank].sum()):][:int(counts[s, world.rank])]
+                              for s in range(world.size)])
+        np.testing.assert_array_equal(bits(out), ref.view(np.uint8))
+        np.testing.assert_array_equal(recv, counts[:, world.rank])
+        caps = [k[3] for k in world._collective_plans if k[0] == "a2a" and k[1:3] == (row, np.dtype(dtype))]
+        assert len(caps) == 1 and caps[0] >= int(counts.sum(axis=0).max()), caps
+        assert caps[0] == (1024 if it == 0 else 2048), caps
+
+
 def test_twenty_consecutive_calls_with_changing_inputs(world):
     """One plan per op, 20 calls back to back without host sync between them: epochs, not resets."""
     ag = AllGather(world, (33, 40), bfloat16)
