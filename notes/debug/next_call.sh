@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 15's first device call (~7 min): the TP ops on the 192 tile and the MXFP8 dequantize
+# Session 15's first device call (~9 min): the TP ops on the 192 tile and the MXFP8 dequantize
 # over rows (np 1, np 2), the side copy test and probe, bench/tp.py --quick, the MXFP8 GEMM bench. KOSMOS_COMMIT=<sha> bash notes/debug/next_call.sh
 set -uo pipefail
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 KOSMOS_WAIT_BUDGET_S=10
@@ -10,7 +10,8 @@ MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none -x KOSMOS_COMM
 source bench/suite_lib.sh
 T="-q -p no:cacheprovider --timeout=150 --timeout-method=thread -rfE --color=no"
 TP="tests/gpu/test_tp.py tests/gpu/test_tp_mx.py tests/gpu/test_protocol.py tests/gpu/test_mx.py tests/gpu/test_collectives.py"
-run "gemm side tests" timeout 200 python3 -m pytest tests/gpu/test_gemm.py -k "side or compiled" $T
+run "gemm tests" timeout 300 python3 -m pytest tests/gpu/test_gemm.py $T
+run "moe layer tests np1" timeout 200 python3 -m mpi4py -m pytest tests/gpu/test_moe_layer.py $T
 run "tp tests np1" timeout 200 python3 -m mpi4py -m pytest $TP $T
 run "tp tests np2" timeout 200 $MPIRUN -np 2 python3 -m mpi4py -m pytest $TP $T
 run "side copy probe" timeout 150 python3 notes/debug/side_copy.py
