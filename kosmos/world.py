@@ -13,11 +13,19 @@ from .runtime.streams import DeviceOrder, device_order
 visible_gpus = usable_gpus  # GPUs CuPy can use; raises (naming the fix) where GPUs exist but CuPy cannot use them
 
 
+# The GPU this process drives, bound by its first World with a GPU. A later World on a
+# sub-communicator (a TP or an EP group) keeps it: by its rank in the smaller group it would pick
+# another GPU (ranks {2, 3} of a node would take GPUs 0 and 1) and switch the process's device.
+_process_gpu: int | None = None
+
+
 class World:
     """One MPI rank per GPU (or several ranks per GPU, for tests), intranode only.
 
-    ``World(comm)`` wraps an mpi4py communicator (default ``MPI.COMM_WORLD``), binds this rank
-    to GPU ``local_rank % visible GPUs`` and owns the rank's device status word. Use it as a
+    ``World(comm)`` wraps an mpi4py communicator (default ``MPI.COMM_WORLD``), uses this process's
+    GPU (bound by its first World with a GPU: ``local_rank % visible GPUs`` in that World's
+    communicator; make it the whole job's, then build sub-communicator Worlds) and owns the rank's
+    device status word. Use it as a
     context manager or call ``finalize()``; that frees every symmetric heap made from it.
     """
 
@@ -55,7 +63,10 @@ class World:
 
             from .runtime.status import DEFAULT_BUDGET_S, DeviceStatus
 
-            self.device_id = self.local_rank % ngpu
+            global _process_gpu
+            if _process_gpu is None:
+                _process_gpu = self.local_rank % ngpu
+            self.device_id = _process_gpu
             cupy.cuda.Device(self.device_id).use()
             # One order per GPU, not per World: the ops of two Worlds on this GPU (TP and EP groups)
             # are persistent grids too, and must not overlap on two streams either.

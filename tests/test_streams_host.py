@@ -142,6 +142,7 @@ def _gpu_world(monkeypatch: pytest.MonkeyPatch, comm: FakeComm) -> World:
     from kosmos.runtime import status
 
     monkeypatch.setattr(world, "visible_gpus", lambda: 1)
+    monkeypatch.setattr(world, "_process_gpu", None)
     monkeypatch.setattr(cupy.cuda, "Device", lambda i: types.SimpleNamespace(use=lambda: None))
     monkeypatch.setattr(status, "DeviceStatus", lambda rank, budget: types.SimpleNamespace(failures=0))
     return World(comm, gpu=True)

@@ -48,3 +48,31 @@ def test_default_is_cpu_world_without_a_gpu() -> None:
     w = World(FakeComm())
     assert w.device_id is None
     w.finalize()
+
+
+def test_a_sub_communicator_world_keeps_the_process_gpu(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The first World with a GPU binds the process's GPU (its local rank % GPUs); a later World on a
+    sub-communicator (local rank 0 of a TP group) keeps it instead of taking GPU 0."""
+    import types
+
+    cupy = pytest.importorskip("cupy")
+    from kosmos import world
+    from kosmos.runtime import status
+
+    used = []
+    monkeypatch.setattr(world, "_process_gpu", None)
+    monkeypatch.setattr(world, "visible_gpus", lambda: 8)
+    monkeypatch.setattr(cupy.cuda, "Device", lambda i: types.SimpleNamespace(use=lambda: used.append(i)))
+    monkeypatch.setattr(status, "DeviceStatus", lambda rank, budget: types.SimpleNamespace(failures=0))
+    class NodeComm(FakeComm):  # a one-rank communicator whose rank on the node is `node_rank`
+        def __init__(self, node_rank: int):
+            super().__init__()
+            self.node_rank = node_rank
+
+        def Split_type(self, split_type, key=0):  # noqa: ANN001
+            return FakeComm(self.node_rank, 1)
+
+    job = World(NodeComm(3), gpu=True)  # local rank 3 of the node: GPU 3
+    assert job.device_id == 3
+    group = World(NodeComm(1), gpu=True)  # local rank 1 in a smaller group: still GPU 3
+    assert group.device_id == 3 and used == [3, 3]
