@@ -79,6 +79,35 @@ def test_ag_nn_nt_is_the_dgrad_and_the_wgrad(world, m, n, k, movers):
     np.testing.assert_array_equal(bits(dw2), bits(dw))
 
 
+@pytest.mark.parametrize("width", [192, 128])
+def test_ag_nn_nt_on_every_tile_width(world, width, monkeypatch):
+    """AG+NN(+NT) with its builders forced onto each Hopper tile width (gemm.choose_tile_n): dX and
+    dW bitwise the 128 x 256 tile's, into NaN-poisoned outputs (320 output columns: a partial last
+    tile column in every width)."""
+    if gemm.arch_path() != "wgmma":
+        pytest.skip("the narrow tiles are Hopper-only")
+    m, n, k = 384, 448, 320
+    P, r = world.size, world.rank
+    src = arr("mxw_dy", r, (m, n))
+    row_mx, col_mx = quantize_pair(src, 1)[0], quantize_pair(src, 0)[0]
+    w_mx = quantized("mxw_w", 0, (n, k), axis=0, scale=0.1)[0]
+    x_mx = quantized("mxw_x", r, (P * m, k), axis=0)[0]
+
+    def run(tile_n):
+        monkeypatch.setattr(gemm, "choose_tile_n", lambda tiles, ctas: tile_n)
+        op = AllGatherMatmulNNNT(world, m, n, k)
+        assert op.tile_n == tile_n
+        dx, dw = op(row_mx, col_mx, w_mx, x_mx, dx=poisoned((P * m, k), bfloat16), dw=poisoned((n, k), bfloat16))
+        world.synchronize()
+        got = bits(dx), bits(dw)
+        assert not any(((g & 0x7FFF) > 0x7F80).any() for g in got), f"NaN left in an output at tile_n={tile_n}"
+        return got
+
+    base = run(256)
+    for name, got, want in zip(("dX", "dW"), run(width), base):
+        np.testing.assert_array_equal(got, want, err_msg=f"{name} at tile_n={width}")
+
+
 def quantize_pair(x, axis):
     """(x's MXFP8 copy on the GPU, its exact bf16 dequantization on the host)."""
     t = mx.quantize(x, axis=axis)
