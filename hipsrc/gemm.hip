@@ -37,14 +37,12 @@ KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_f32, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32)
 
 // 128x128 and 128x192 tiles (Hopper only; the host picks them for grids of few tiles, see kosmos/gemm.py).
 #if KOSMOS_GEMM_WGMMA
-typedef TileConfig<128> NarrowTile;
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_bf16_n128, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_f32_n128, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_TMA32, NarrowTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_bf16_n128, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_f32_n128, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_TMA32, NarrowTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_bf16_n128, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_f32_n128, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32, NarrowTile)
-typedef TileConfig<192> MidTile;
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_bf16_n192, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA, MidTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_f32_n192, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_TMA32, MidTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_bf16_n192, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA, MidTile)

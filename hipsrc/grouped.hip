@@ -56,7 +56,6 @@ KOSMOS_GROUPED_KERNEL(kosmos_grouped_nt_f32, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_
 
 // 128x128 tiles (Hopper only): more tiles for few, short groups.
 #if KOSMOS_GEMM_WGMMA
-typedef TileConfig<128> NarrowTile;
 KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_tn_bf16_n128, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
 KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nn_bf16_n128, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
 KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nt_bf16_n128, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)

@@ -146,8 +146,6 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const AgP
 // Every kernel comes in the default 128x256 tile and, on Hopper, 128x192 and 128x128 ones
 // (NAME_n192, NAME_n128) that the host picks as the plain GEMM does (kosmos/tp/ops.py _set_gemm).
 #if KOSMOS_GEMM_WGMMA
-typedef TileConfig<192> MidTile;
-typedef TileConfig<128> NarrowTile;
 #define TP_KERNELS(KERNEL, NAME, ...)                                                                   \
   KERNEL(NAME, DefaultTile, __VA_ARGS__) KERNEL(NAME##_n192, MidTile, __VA_ARGS__)                     \
   KERNEL(NAME##_n128, NarrowTile, __VA_ARGS__)

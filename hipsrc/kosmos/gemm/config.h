@@ -62,6 +62,8 @@ struct TileConfig {
   static_assert(kStages <= kMaxStages && kStages * kStageBytes <= kRingBytes, "the stages must fit the plan");
 };
 typedef TileConfig<kTileN> DefaultTile;
+typedef TileConfig<192> MidTile;     // Hopper only
+typedef TileConfig<128> NarrowTile;  // Hopper only
 
 // Layouts in row-major NumPy terms (named BLAS-style, as in the paper). In each, the output
 // is [Mo, No] and the reduction has depth Kr:
