@@ -61,6 +61,26 @@ KOSMOS_DEVICE void cta_copy_rows(const Dst& dst, const Src& src, u32 rows, u32 r
   }
 }
 
+// One row by a group of threads, thread `first` of `stride` (a warp's lanes: the MoE side
+// pushes, at 40 registers a thread: no per-vector row arithmetic). xform(0, v) as above.
+template <int Unroll, class Xform = KeepVectors>
+KOSMOS_DEVICE void group_copy_row(u8* dst, const u8* src, u32 row_bytes, u32 first, u32 stride,
+                                  const Xform& xform = Xform{}) {
+  const u32 n = row_bytes / 16;
+  for (u32 i = first; i < n; i += Unroll * stride) {
+    vec16 v[Unroll];
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u)
+      if (i + u * stride < n) v[u] = ld16(src + u64(i + u * stride) * 16);
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u)
+      if (i + u * stride < n) {
+        xform(0, v[u]);
+        st16(dst + u64(i + u * stride) * 16, v[u]);
+      }
+  }
+}
+
 // The same, spread over the whole grid (CTA-major), for staging a rank's input.
 KOSMOS_DEVICE void grid_copy(void* dst, const void* src, u64 nbytes) {
   const u64 per_cta = (nbytes / 16 + gridDim.x - 1) / gridDim.x * 16;

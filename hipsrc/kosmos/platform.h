@@ -223,6 +223,26 @@ KOSMOS_DEVICE void fence_acq_rel_dev() {
 #endif
 }
 
+// ---- a warp (wave) as a group ----
+// The warp's lanes meet here, and each sees the memory operations the others made before it (a
+// wave runs its lanes in lockstep: a compiler barrier is enough there).
+KOSMOS_DEVICE void warp_sync() {
+#if KOSMOS_AMD
+  __builtin_amdgcn_wave_barrier();
+#else
+  __syncwarp();
+#endif
+}
+
+// Lane 0's value, on every lane of a converged warp.
+KOSMOS_DEVICE u64 warp_broadcast(u64 v) {
+#if KOSMOS_AMD
+  return __shfl(v, 0);
+#else
+  return __shfl_sync(0xffffffffu, v, 0);
+#endif
+}
+
 // ---- 16-byte vector access ----
 KOSMOS_DEVICE vec16 ld16(const void* p) { return *reinterpret_cast<const vec16*>(p); }
 KOSMOS_DEVICE void st16(void* p, const vec16& v) { *reinterpret_cast<vec16*>(p) = v; }

@@ -40,7 +40,7 @@ DISPATCH_PARAMS_DTYPE = np.dtype(
     [("peer_bases", _u64), ("wait", WAIT_CTX_DTYPE), ("calls", _u64), ("flags_off", _u64), ("counts_off", _u64),
      ("arrived_off", _u64), ("arena_off", _u64), ("row_bytes", _u64), ("capacity", _u64), ("start", _u64),
      ("order", _u64), ("x", _u64), ("weights", _u64), ("run_done", _u64), ("group_rows", _u64), ("run_rows", _u64),
-     ("all_counts", _u64), ("status", _u64),
+     ("all_counts", _u64), ("status", _u64), ("item_tables", _u64), ("tables_ready", _u64),
      ("rank", _i32), ("world", _i32), ("experts", _i32), ("e_loc", _i32), ("top_k", _i32), ("item_rows", _i32),
      ("refused", _i32)],
     align=True,
@@ -66,6 +66,8 @@ def dispatch_smem_bytes(world: int, experts: int) -> int:
     return 4 * (world * experts + 2 * experts + 1)
 ITEM_BYTES = 256 * 1024  # bytes an item moves (each item ends in a system-scope fence: 64 KB items spent
 # 13 % of the dispatch in them on the H200, 1 MB items balance worse; bench notes in notes/moe.md)
+SIDE_ITEM_BYTES = 32 * 1024  # the same for one warp pushing beside the builder (movers 0 in the fused
+# kernels): ~1 GB/s a warp, so a 256 KB item would hold a run's GEMM tiles back ~200 us
 
 
 class MoEDispatch(SymmetricPlan):
@@ -106,6 +108,9 @@ class MoEDispatch(SymmetricPlan):
         self.run_rows = cupy.zeros((self.e_loc, P), np.int32)
         self.all_counts = cupy.zeros((P, experts), np.int32)  # every rank's counts of the last call
         self.status = cupy.zeros(1, np.int64)
+        self.item_tables = cupy.zeros(2 * experts + 1, np.int32)  # the side pushes' (fused kernels, movers 0)
+        self.tables_ready = cupy.zeros(1, np.uint64)
+        self.side_item_rows = max(1, SIDE_ITEM_BYTES // row_bytes)
         smem = dispatch_smem_bytes(P, experts)
         mod = load_module("moe_dispatch.hip", world=world)
         # Resident, all of it: CTA 0 waits for runs other CTAs of this grid push.
@@ -139,9 +144,12 @@ class MoEDispatch(SymmetricPlan):
             self.check_status()
         return self.arena.local, self.group_rows, self.run_rows
 
-    def _params(self, x: Any, start: Any, order: Any, weights: Any, k: int, refused: bool, stream: Any) -> np.void:
+    def _params(self, x: Any, start: Any, order: Any, weights: Any, k: int, refused: bool, stream: Any,
+                side: bool = False) -> np.void:
         """This call's DispatchParams record; it takes the call's epoch, so build it right before
-        the launch. refused: this rank refused its input (x, start, order, weights are not read)."""
+        the launch. refused: this rank refused its input (x, start, order, weights are not read).
+        side: warps beside the builders push the rows (a fused kernel with movers 0): items of
+        side_item_rows."""
         w = self.world
         _, ctx = self._next_call(stream)
         return record(
@@ -151,8 +159,9 @@ class MoEDispatch(SymmetricPlan):
             start=address(start), order=address(order), x=address(x), weights=address(weights),
             run_done=self.run_done.data.ptr,
             group_rows=self.group_rows.data.ptr, run_rows=self.run_rows.data.ptr,
-            all_counts=self.all_counts.data.ptr, status=self.status.data.ptr, rank=w.rank, world=w.size,
-            experts=self.experts, e_loc=self.e_loc, top_k=max(k, 1), item_rows=self.item_rows,
+            all_counts=self.all_counts.data.ptr, status=self.status.data.ptr, item_tables=self.item_tables.data.ptr,
+            tables_ready=self.tables_ready.data.ptr, rank=w.rank, world=w.size, experts=self.experts,
+            e_loc=self.e_loc, top_k=max(k, 1), item_rows=self.side_item_rows if side else self.item_rows,
             refused=int(refused))
 
     def check_status(self) -> None:

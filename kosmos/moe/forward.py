@@ -84,7 +84,8 @@ class ExpertsLaunch:
     crew_per_16 = 0
 
     def _crews(self, movers: Any, crew: Any) -> tuple[int, int]:
-        """(movers, crew) checked, defaults: a quarter of the grid pushes first; crew_per_16."""
+        """(movers, crew) checked, defaults: a quarter of the grid pushes first; crew_per_16. movers 0:
+        no CTA pushes first, the warps each builder leaves idle push beside it."""
         def size(n: Any, name: str, default: int, lo: int, hi: int) -> int:
             n = default if n is None else n
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not lo <= n <= hi:
@@ -93,7 +94,7 @@ class ExpertsLaunch:
             return int(n)
 
         g = self.grid
-        return size(movers, "movers", max(1, g // 4), 1, g), size(crew, "crew", g * self.crew_per_16 // 16, 0, g - 1)
+        return size(movers, "movers", max(1, g // 4), 0, g), size(crew, "crew", g * self.crew_per_16 // 16, 0, g - 1)
 
     def _run(self, refusal: Exception | None, heads: Any, records: Any, movers: Any, crew: Any, check: bool,
              stream: Any) -> None:
@@ -148,7 +149,7 @@ class MoEForward(ExpertsLaunch):
         except (TypeError, ValueError) as e:
             refusal = e
         self._run(refusal, heads, lambda: (
-            disp._params(x, start, order, None, k, False, stream),
+            disp._params(x, start, order, None, k, False, stream, side=movers == 0),
             comb._params(self._y_e, disp, routing.slot, routing.weights, shared, out, t, stream, scope=1)),
             movers, crew, check, stream)
         return out, self._h

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The fused MoE kernels' movers, one device call (~5 min):
-#   KOSMOS_COMMIT=<sha> [VARIANTS="name=dir ..."] bash notes/debug/movers_call.sh
+#   KOSMOS_COMMIT=<sha> [MOVERS=0,33] [RATE=0] [VARIANTS="name=dir ..."] bash notes/debug/movers_call.sh
 # 0. the movers' copy rate alone (bulk_rate.py); 1. correctness of the tree as it is (MoE forward,
 # backward, layer tests at np 1 and 2; bitwise the device path); 2. phase timelines for each movers
 # count in MOVERS (default 33,66); 3. bench/moe.py forward and backward, for the tree and for
@@ -16,7 +16,7 @@ source bench/suite_lib.sh
 T="-q -p no:cacheprovider --timeout=150 --timeout-method=thread -rfE --color=no -x"
 M="--models Qwen3-30B-A3B,DeepSeek-V3 --rows 256,2048 --iters 10 --warmup 3 --movers ${MOVERS:-33,66}"
 TESTS="tests/gpu/test_moe_forward.py tests/gpu/test_moe_backward_fused.py tests/gpu/test_moe_layer.py"
-run "bulk rate" timeout 120 python3 notes/debug/bulk_rate.py
+[[ ${RATE:-1} == 1 ]] && run "bulk rate" timeout 120 python3 notes/debug/bulk_rate.py
 run "tests np1" timeout 150 python3 -m mpi4py -m pytest $TESTS $T
 run "tests np2" timeout 200 $MPIRUN -np 2 python3 -m mpi4py -m pytest $TESTS $T
 run "phases 2048" timeout 150 python3 notes/debug/phases.py --rows 2048 --movers ${MOVERS:-33,66}

@@ -91,9 +91,9 @@ class Case:
 
 
 @pytest.mark.parametrize("width,wgrad,crews", [
-    ("small", np.float32, [(1, 0), (None, None), ("all", "all but one")]),
-    ("small", bfloat16, [(None, None)]),
-    ("big", np.float32, [(None, None), (1, 0), (None, "all but one")])])
+    ("small", np.float32, [(1, 0), (0, 0), (None, None), ("all", "all but one")]),
+    ("small", bfloat16, [(None, None), (0, 0)]),
+    ("big", np.float32, [(None, None), (0, 0), (1, 0), (0, "all but one")])])
 def test_backward_is_bitwise_the_separate_launches(world, width, wgrad, crews):
     case = Case(world, width, wgrad)
     grid = case.bwd.grid

@@ -91,8 +91,8 @@ class Case:
         return y
 
 
-@pytest.mark.parametrize("width,crews", [("small", [(1, 0), (None, None), ("all", "all but one")]),
-                                         ("big", [(None, None), (1, 0), (None, "all but one")])])
+@pytest.mark.parametrize("width,crews", [("small", [(1, 0), (0, 0), (None, None), ("all", "all but one")]),
+                                         ("big", [(None, None), (0, 0), (1, 0), (0, "all but one")])])
 def test_forward_is_bitwise_the_separate_launches(world, width, crews):
     case = Case(world, width)
     grid = case.fwd.grid
@@ -154,7 +154,7 @@ def test_a_refused_input_stops_every_rank(world):
         want = case.separate(x, rt)[0]
         y, _ = case.fwd(x, rt, case.w1, case.w2, check=True)  # and the next call works
         assert (_bits(y) == _bits(want)).all()
-        for kw in ({"movers": 0}, {"crew": case.fwd.grid}, {"movers": True}):  # refused on every rank
+        for kw in ({"movers": -1}, {"crew": case.fwd.grid}, {"movers": True}):  # refused on every rank
             with pytest.raises(ValueError, match=next(iter(kw))):
                 case.fwd(x, rt, case.w1, case.w2, **kw)
         y, _ = case.fwd(x, rt, case.w1, case.w2, check=True)

@@ -13,6 +13,9 @@ inline float __int_as_float(int x) { float f; std::memcpy(&f, &x, 4); return f; 
 inline unsigned __float_as_uint(float x) { unsigned u; std::memcpy(&u, &x, 4); return u; }
 inline float __uint_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); return f; }
 inline void __nanosleep(unsigned) {}
+inline void __syncwarp() {}
+template <class T>
+inline T __shfl_sync(unsigned, T v, int) { return v; }
 // One thread of one CTA, unless a harness sets them (its loops over threads or CTAs run in turn).
 struct KosmosDim3 {
   unsigned x, y, z;

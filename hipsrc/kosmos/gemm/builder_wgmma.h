@@ -411,13 +411,6 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
   return stop == -1;
 }
 
-// Work beside a builder call: what the producer warpgroup's warps 1-3 (96 threads, idle while
-// thread 0 issues the TMA loads) run during the call, at the producer's 40 registers a thread.
-// NoSide: nothing (every kernel but the experiment below).
-struct NoSide {
-  KOSMOS_DEVICE void operator()(int) const {}
-};
-
 // A copy beside the builder (the experiment toward movers inside builder CTAs: notes/moe.md,
 // session 14): `bytes` from src to dst in 16-byte vectors, chunks of kChunk bytes claimed by each
 // warp from a grid-wide cursor (the kernel resets it). 4 vectors in flight a lane, to fit 40 registers.

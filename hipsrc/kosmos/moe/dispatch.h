@@ -22,6 +22,7 @@
 #include "../flags.h"
 #include "../bulk_rows.h"
 #include "../protocol.h"
+#include "../trace.h"
 #include "../wait.h"
 #include "items.h"
 #include "layout.h"
@@ -47,6 +48,9 @@ struct DispatchParams {
   i32* all_counts;        // [world][E] out: every rank's counts of this call (the combine's layout)
   i64* status;            // [1] out: 0; the rows an owner would receive past capacity; or -1: a rank
                           // refused its input on the host (it sends counts of -1). Either way nothing moves.
+  i32* item_tables;       // [2E + 1] local: my_base[E], chunk_start[E + 1] of this call, for the side
+                          // pushes (SideDispatch), written by CTA 0 ...
+  u64* tables_ready;      // [1] local: ... which then releases the call's epoch here
   i32 rank, world, experts, e_loc, top_k, item_rows;
   i32 refused;            // 1: this rank refused its input (start, order and x are not read)
 };
@@ -119,21 +123,19 @@ KOSMOS_DEVICE i64 load_counts(const DispatchParams& d, i32* counts) {
   return cta_broadcast(&s_worst, worst);
 }
 
-// The dispatch up to its pushes, for CTAs that move (standalone: all of them; fused: the movers):
-// the counts exchange, the verdict, the owner side's outputs (CTA 0), then items until the queue is
-// dry. Shared memory (dynamic, dispatch_smem_bytes): counts[P][E], my_base[E], chunk_start[E + 1].
-// Returns false when a wait gave up or the verdict stopped the call (nothing moved, outputs zeroed).
-// smem_bytes: the kernel's dynamic shared memory; what the tables leave of it stages the rows
-// (bulk_rows.h; 0: register copies).
-template <int Unroll = kMoverUnroll>
-KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d, u32 smem_bytes = 0) {
+// The dispatch up to its pushes: the counts exchange, the verdict, the owner side's outputs (CTA 0)
+// and this call's item tables, in the dynamic shared memory (dispatch_smem_bytes): counts[P][E],
+// my_base[E] (where my run of expert g starts in its owner's arena), chunk_start[E + 1] (the item
+// prefix over my runs). False when a wait gave up or the verdict stopped the call (nothing moves,
+// outputs zeroed).
+KOSMOS_DEVICE bool dispatch_plan(const DispatchParams& d) {
   extern __shared__ __align__(16) u8 dispatch_smem[];
   const i32 P = d.world, E = d.experts, me = d.rank;
   i32* counts = reinterpret_cast<i32*>(dispatch_smem);  // [P][E]
   i32* my_base = counts + P * E;                         // [E]
   i32* chunk_start = my_base + E;                        // [E + 1]
   // First, whatever the verdict: CTA 0 zeroes the next call's queue heads here (flags.h)
-  FusedHeads* heads = fused_heads(flags_of(d.peer_bases, me, d.flags_off), call_epoch());
+  fused_heads(flags_of(d.peer_bases, me, d.flags_off), call_epoch());
   if (blockIdx.x == 0) publish_counts(d);
   if (!wait_counts(d)) return false;
   const i64 worst = load_counts(d, counts);
@@ -146,8 +148,7 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d, u32 smem_bytes = 0) {
     }
     return false;
   }
-  // Where my run of each expert starts in its owner's arena (layout.h).
-  for (i32 g = threadIdx.x; g < E; g += blockDim.x) my_base[g] = arena_row(counts, P, E, d.e_loc, g, me);
+  for (i32 g = threadIdx.x; g < E; g += blockDim.x) my_base[g] = arena_row(counts, P, E, d.e_loc, g, me);  // layout.h
   if (threadIdx.x == 0) {
     chunk_start[0] = 0;
     for (i32 g = 0; g < E; ++g) chunk_start[g + 1] = chunk_start[g] + chunks_of_run(d, g);
@@ -163,29 +164,136 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d, u32 smem_bytes = 0) {
     }
   }
   __syncthreads();
+  return true;
+}
 
-  // 3. push
-  const Stage stage = stage_after(dispatch_smem, dispatch_smem_bytes(P, E), smem_bytes);
-  const i32 n_items = chunk_start[E];
-  for (;;) {
-    const i64 item = claim_item(heads);
-    if (item >= n_items) break;
-    const i32 g = run_of(chunk_start, E, item), o = g / d.e_loc, c = i32(item) - chunk_start[g];
-    const i32 first = d.start[g] + c * d.item_rows, last = min(first + d.item_rows, d.start[g + 1]);
-    // gathered rows (row i is token order[i] / k) to consecutive arena rows
-    u8* dst = reinterpret_cast<u8*>(d.peer_bases[o] + d.arena_off) + u64(my_base[g] + first - d.start[g]) * d.row_bytes;
-    const auto src = [&](u32 r) { return d.x + u64(d.order[first + i32(r)] / d.top_k) * d.row_bytes; };
+// Item `item` of this call (3.): rows [first, last) of my dispatch order, all of run g (owner o),
+// gathered (row i is token order[i] / k) to consecutive rows from dst in o's arena.
+struct DispatchItem {
+  i32 g, o, first, last;
+  u8* dst;
+};
+KOSMOS_DEVICE DispatchItem dispatch_item(const DispatchParams& d, const i32* my_base, const i32* chunk_start, i64 item) {
+  DispatchItem it;
+  it.g = run_of(chunk_start, d.experts, item);
+  it.o = it.g / d.e_loc;
+  it.first = d.start[it.g] + (i32(item) - chunk_start[it.g]) * d.item_rows;
+  it.last = min(it.first + d.item_rows, d.start[it.g + 1]);
+  it.dst = reinterpret_cast<u8*>(d.peer_bases[it.o] + d.arena_off) + u64(my_base[it.g] + it.first - d.start[it.g]) * d.row_bytes;
+  return it;
+}
+
+// Copies item `it` by the whole CTA through the staging area (bulk_rows.h), each row times its
+// pair's weight if d.weights.
+template <int Unroll>
+KOSMOS_DEVICE void cta_copy_item(const DispatchParams& d, const DispatchItem& it, Stage stage) {
+  const auto src = [&](u32 r) { return d.x + u64(d.order[it.first + i32(r)] / d.top_k) * d.row_bytes; };
+  const u32 rows = u32(it.last - it.first), row_bytes = u32(d.row_bytes);
+  if (d.weights == nullptr) {
+    bulk_copy_rows<Unroll>(stage.at, stage.bytes, it.dst, src, rows, row_bytes);
+  } else {
+    bulk_copy_rows<Unroll>(stage.at, stage.bytes, it.dst, src, rows, row_bytes,
+                           [&](u32 r, vec16& v) { v = scale_bf16x8(v, d.weights[d.order[it.first + i32(r)]]); });
+  }
+}
+
+// The same by one warp, row by row (its lanes: 32 x Unroll vectors in flight).
+template <int Unroll>
+KOSMOS_DEVICE void warp_copy_item(const DispatchParams& d, const DispatchItem& it, u32 lane) {
+  const u32 row_bytes = u32(d.row_bytes);
+  u8* dst = it.dst;
+  for (i32 i = it.first; i < it.last; ++i, dst += row_bytes) {
+    const i32 pair = d.order[i];
+    const u8* src = d.x + u64(pair / d.top_k) * row_bytes;
     if (d.weights == nullptr) {
-      bulk_copy_rows<Unroll>(stage.at, stage.bytes, dst, src, u32(last - first), u32(d.row_bytes));
+      group_copy_row<Unroll>(dst, src, row_bytes, lane, kWarpSize);
     } else {
-      bulk_copy_rows<Unroll>(stage.at, stage.bytes, dst, src, u32(last - first), u32(d.row_bytes),
-                             [&](u32 r, vec16& v) { v = scale_bf16x8(v, d.weights[d.order[first + i32(r)]]); });
+      const float w = d.weights[pair];
+      group_copy_row<Unroll>(dst, src, row_bytes, lane, kWarpSize, [w](u32, vec16& v) { v = scale_bf16x8(v, w); });
     }
-    item_done(&d.run_done[i64(call_epoch() & 1) * E + g], u64(chunks_of_run(d, g)),
-              arrived_flag(d, o, g - o * d.e_loc, me), call_epoch());
+  }
+}
+
+// One thread, after an item's rows are all written (and seen by this thread): count the item; the
+// run's last releases its arrival flag at the owner (system scope: it may be a peer's), covering
+// every item's copy (each counter fences first).
+KOSMOS_DEVICE void run_item_done(const DispatchParams& d, const DispatchItem& it) {
+  fence_acq_rel_sys();
+  if (atomic_add_acq_rel_dev(&d.run_done[i64(call_epoch() & 1) * d.experts + it.g], 1ull) + 1 == u64(chunks_of_run(d, it.g)))
+    st_release_sys(arrived_flag(d, it.o, it.g - it.o * d.e_loc, d.rank), call_epoch());
+}
+
+// The dispatch's CTAs that move (standalone: all of them; fused: the movers): the plan, then items
+// until the queue is dry. Returns dispatch_plan's verdict. smem_bytes: the kernel's dynamic shared
+// memory; what the tables leave of it stages the rows (bulk_rows.h; 0: register copies).
+template <int Unroll = kMoverUnroll>
+KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d, u32 smem_bytes = 0) {
+  extern __shared__ __align__(16) u8 dispatch_smem[];
+  if (!dispatch_plan(d)) return false;
+  const i32* my_base = reinterpret_cast<const i32*>(dispatch_smem) + d.world * d.experts;
+  const i32* chunk_start = my_base + d.experts;
+  FusedHeads* heads = &flags_of(d.peer_bases, d.rank, d.flags_off)->fused[call_epoch() & 1];
+  const Stage stage = stage_after(dispatch_smem, dispatch_smem_bytes(d.world, d.experts), smem_bytes);
+  const i32 n_items = chunk_start[d.experts];
+  for (;;) {  // 3. push
+    const i64 item = claim_item(heads);
+    if (item >= n_items) return true;
+    const DispatchItem it = dispatch_item(d, my_base, chunk_start, item);
+    cta_copy_item<Unroll>(d, it, stage);
+    __syncthreads();
+    if (threadIdx.x == 0) run_item_done(d, it);
+  }
+}
+
+// CTA 0 of a fused launch whose pushes run beside the builders (movers 0): the plan, then its item
+// tables to d.item_tables for every CTA's side pushes, released at d.tables_ready.
+KOSMOS_DEVICE bool dispatch_plan_for_side(const DispatchParams& d) {
+  extern __shared__ __align__(16) u8 dispatch_smem[];
+  if (!dispatch_plan(d)) return false;
+  const i32* tables = reinterpret_cast<const i32*>(dispatch_smem) + d.world * d.experts;
+  for (i32 v = threadIdx.x; v < 2 * d.experts + 1; v += blockDim.x) d.item_tables[v] = tables[v];
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    fence_acq_rel_dev();
+    st_release_sys(d.tables_ready, call_epoch());
   }
   return true;
 }
+
+// The dispatch's pushes beside the builder call (movers 0; gemm::run_builder_jobs_beside): each
+// warp it runs on (the producer warpgroup's idle warps on Hopper; before the jobs elsewhere) claims
+// items from the call's queue and copies them with its lanes, Unroll vectors in flight a lane
+// (Hopper's producer warps have 40 registers). Items are a warp's grain: the host sizes item_rows
+// for it (kosmos/moe/dispatch.py SIDE_ITEM_BYTES). `on` false: nothing.
+struct SideDispatch {
+  static constexpr int kUnroll = 4;
+  const DispatchParams& d;
+  bool on;
+  KOSMOS_DEVICE void operator()(int t) const {
+    if (!on) return;
+    const u32 lane = u32(t) % kWarpSize;
+    u64 ok = 1;
+    if (lane == 0) ok = wait_flag_dev(d.wait, SITE_GRID, d.tables_ready, call_epoch()) ? 1 : 0;
+    if (warp_broadcast(ok) == 0) return;  // the builders' waits for the runs give up too
+    warp_sync();                          // every lane's loads of the tables after lane 0's acquire
+    const i32* my_base = d.item_tables;
+    const i32* chunk_start = my_base + d.experts;
+    const i32 n_items = chunk_start[d.experts];
+    FusedHeads* heads = &flags_of(d.peer_bases, d.rank, d.flags_off)->fused[call_epoch() & 1];
+    for (;;) {
+      u64 item = 0;
+      if (lane == 0) item = atomic_add_relaxed_dev(&heads->mover, 1ull);
+      item = warp_broadcast(item);
+      if (item >= u64(n_items)) break;
+      const DispatchItem it = dispatch_item(d, my_base, chunk_start, i64(item));
+      warp_copy_item<kUnroll>(d, it, lane);
+      warp_sync();
+      if (lane == 0) run_item_done(d, it);
+      warp_sync();
+    }
+    phase_mark(11, threadIdx.x - lane);  // every warp's lane 0: the slot keeps the last to finish
+  }
+};
 
 // The standalone dispatch: every CTA pushes; then (4.) the owner leaves only with every non-empty
 // run aimed at it in place, so the next launch on its stream reads a complete arena.

@@ -37,15 +37,18 @@ struct ExpertGemm {
 
 // All threads, first: CTAs [0, movers) push this rank's rows (dispatch.h), the others wait for every
 // rank's counts; both load the counts into the dynamic shared memory and build the local experts'
-// group table. False: a wait gave up, or the verdict (the same on every rank) stopped the call --
-// nothing moved. On return the dynamic shared memory is free for the builder's pipeline.
+// group table. movers 0: nobody pushes here (the builder call's side job does: SideDispatch); CTA 0
+// plans the items for it. False: a wait gave up, or the verdict (the same on every rank) stopped
+// the call -- nothing moved. On return the dynamic shared memory is free for the builder's pipeline.
 template <int PushUnroll>
 KOSMOS_DEVICE bool dispatch_rows(const DispatchParams& d, i32 movers, u8* smem, gemm::GroupTable* table) {
   i32* counts = reinterpret_cast<i32*>(smem);
-  // Movers leave the counts at the start of the dynamic shared memory (dispatch_push); builders
+  // Movers leave the counts at the start of the dynamic shared memory (dispatch_plan); builders
   // load them there, so neither reads the heap one value at a time.
-  bool fine = i32(blockIdx.x) < movers ? dispatch_push<PushUnroll>(d, mover_stage_bytes(smem))
-                                       : wait_counts(d) && load_counts(d, counts) == 0;
+  bool fine;
+  if (i32(blockIdx.x) < movers) fine = dispatch_push<PushUnroll>(d, mover_stage_bytes(smem));
+  else if (movers == 0 && blockIdx.x == 0) fine = dispatch_plan_for_side(d);
+  else fine = wait_counts(d) && load_counts(d, counts) == 0;
   fine = fine && gemm::build_group_table(
                      table, [&](i32 l) { return i32(expert_rows(counts, d.world, d.experts, d.e_loc, d.rank, l)); },
                      d.e_loc, i32(d.capacity));
