@@ -138,7 +138,7 @@ def case_params(world, cfg, skew, seed):
 
 def fused_layers(world, cfg, tokens, cap, movers, crews) -> dict:
     """Path "fused" contenders, one per (movers, crew), by name ('auto': the defaults)."""
-    return {f"fused m={m or 'auto'}" + ("" if c is None else f" c={c}"):
+    return {f"fused m={'auto' if m is None else m}" + ("" if c is None else f" c={c}"):
             MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="fused", movers=m, crew=c)
             for m in movers for c in crews}
 

@@ -149,7 +149,7 @@ class MoEForward(ExpertsLaunch):
         except (TypeError, ValueError) as e:
             refusal = e
         self._run(refusal, heads, lambda: (
-            disp._params(x, start, order, None, k, False, stream, side=movers == 0),
+            disp._params(x, start, order, None, k, False, stream, side=True),
             comb._params(self._y_e, disp, routing.slot, routing.weights, shared, out, t, stream, scope=1)),
             movers, crew, check, stream)
         return out, self._h

@@ -2,8 +2,8 @@
 // the forward's mirror (forward.h), on the forward's saved layout (same routing, same counts: the
 // backward's arena rows line up with the forward's x_e, a and gate_up rows):
 //   1. dispatch dY: CTAs [0, movers) push each pair's dY row, times its routing weight (d.weights),
-//      into the experts' owners' arenas (dispatch.h), then build; the others build at once
-//      (movers 0: the builders' idle warps push beside them, SideDispatch).
+//      into the experts' owners' arenas (dispatch.h), then build; the others build at once, and
+//      the builders' idle warps push from the same queue beside them (SideDispatch).
 //   2. one builder call over four jobs; a CTA takes a job's tiles until its queue is dry, then the
 //      next job's:
 //      A dgrad2 + SwiGLU backward (NN, dA = dY_e W2 in fp32, epilogue d_pre = [dg, du] from the
@@ -67,7 +67,7 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
     const auto job_b = builder_job<LAYOUT_NT>(sb, gb.a, gb.b, claim_b, arrived_b, epi_b);
     const auto job_c = builder_job<LAYOUT_NN>(sc, gc.a, gc.b, claim_c, a_row, done_c, builds_cd);
     const auto job_d = builder_job<LAYOUT_NT>(sd, gd.a, gd.b, claim_d, a_group, epi_d, builds_cd);
-    fine = run_builder_jobs_beside(smem, SideDispatch{d, movers == 0}, job_a, job_b, job_c, job_d);
+    fine = run_builder_jobs_beside(smem, SideDispatch{d}, job_a, job_b, job_c, job_d);
     phase_mark(8);
     // a dX row is final once every tile row under it has all of C's tiles
     combine_rows<PushUnroll>(fine, c, d, &table, rows_done + rows_cap, u64(gc.p->tiles_n));

@@ -164,6 +164,14 @@ KOSMOS_DEVICE bool dispatch_plan(const DispatchParams& d) {
     }
   }
   __syncthreads();
+  if (blockIdx.x == 0 && d.item_tables != nullptr) {  // for the side pushes (SideDispatch)
+    for (i32 v = threadIdx.x; v < 2 * E + 1; v += blockDim.x) d.item_tables[v] = my_base[v];
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      fence_acq_rel_dev();
+      st_release_sys(d.tables_ready, call_epoch());
+    }
+  }
   return true;
 }
 
@@ -245,32 +253,16 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d, u32 smem_bytes = 0) {
   }
 }
 
-// CTA 0 of a fused launch whose pushes run beside the builders (movers 0): the plan, then its item
-// tables to d.item_tables for every CTA's side pushes, released at d.tables_ready.
-KOSMOS_DEVICE bool dispatch_plan_for_side(const DispatchParams& d) {
-  extern __shared__ __align__(16) u8 dispatch_smem[];
-  if (!dispatch_plan(d)) return false;
-  const i32* tables = reinterpret_cast<const i32*>(dispatch_smem) + d.world * d.experts;
-  for (i32 v = threadIdx.x; v < 2 * d.experts + 1; v += blockDim.x) d.item_tables[v] = tables[v];
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    fence_acq_rel_dev();
-    st_release_sys(d.tables_ready, call_epoch());
-  }
-  return true;
-}
-
-// The dispatch's pushes beside the builder call (movers 0; gemm::run_builder_jobs_beside): each
-// warp it runs on (the producer warpgroup's idle warps on Hopper; before the jobs elsewhere) claims
-// items from the call's queue and copies them with its lanes, Unroll vectors in flight a lane
-// (Hopper's producer warps have 40 registers). Items are a warp's grain: the host sizes item_rows
-// for it (kosmos/moe/dispatch.py SIDE_ITEM_BYTES). `on` false: nothing.
+// The dispatch's pushes beside the builder call (gemm::run_builder_jobs_beside): each warp it runs
+// on (the producer warpgroup's idle warps on Hopper; before the jobs elsewhere) claims items from
+// the call's queue, the one the mover CTAs claim from, and copies them with its lanes, Unroll
+// vectors in flight a lane (Hopper's producer warps have 40 registers). Items are a warp's grain:
+// the host sizes item_rows for it (kosmos/moe/dispatch.py SIDE_ITEM_BYTES). It reads the item
+// tables CTA 0 plans (d.item_tables, at d.tables_ready).
 struct SideDispatch {
   static constexpr int kUnroll = 4;
   const DispatchParams& d;
-  bool on;
   KOSMOS_DEVICE void operator()(int t) const {
-    if (!on) return;
     const u32 lane = u32(t) % kWarpSize;
     u64 ok = 1;
     if (lane == 0) ok = wait_flag_dev(d.wait, SITE_GRID, d.tables_ready, call_epoch()) ? 1 : 0;

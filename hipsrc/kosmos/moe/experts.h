@@ -37,8 +37,8 @@ struct ExpertGemm {
 
 // All threads, first: CTAs [0, movers) push this rank's rows (dispatch.h), the others wait for every
 // rank's counts; both load the counts into the dynamic shared memory and build the local experts'
-// group table. movers 0: nobody pushes here (the builder call's side job does: SideDispatch); CTA 0
-// plans the items for it. False: a wait gave up, or the verdict (the same on every rank) stopped
+// group table. CTA 0 plans the items either way (with movers 0 nobody pushes here: the builder
+// call's side job does, SideDispatch). False: a wait gave up, or the verdict (the same on every rank) stopped
 // the call -- nothing moved. On return the dynamic shared memory is free for the builder's pipeline.
 template <int PushUnroll>
 KOSMOS_DEVICE bool dispatch_rows(const DispatchParams& d, i32 movers, u8* smem, gemm::GroupTable* table) {
@@ -47,7 +47,7 @@ KOSMOS_DEVICE bool dispatch_rows(const DispatchParams& d, i32 movers, u8* smem, 
   // load them there, so neither reads the heap one value at a time.
   bool fine;
   if (i32(blockIdx.x) < movers) fine = dispatch_push<PushUnroll>(d, mover_stage_bytes(smem));
-  else if (movers == 0 && blockIdx.x == 0) fine = dispatch_plan_for_side(d);
+  else if (blockIdx.x == 0) fine = dispatch_plan(d);
   else fine = wait_counts(d) && load_counts(d, counts) == 0;
   fine = fine && gemm::build_group_table(
                      table, [&](i32 l) { return i32(expert_rows(counts, d.world, d.experts, d.e_loc, d.rank, l)); },

@@ -1,8 +1,8 @@
 // The MoE forward from the dispatch to the fold in one launch (the paper's Figure 6 after the
 // routing; hipsrc/moe_fused.hip kosmos_moe_forward):
 //   1. dispatch || GEMM1: CTAs [0, movers) push token rows into the owners' arenas (dispatch.h),
-//      then build; the others build at once. movers 0: no CTA pushes first; the warps the
-//      builder leaves idle push beside it (SideDispatch) while every CTA builds. A GEMM1 tile (SwiGLU epilogue) waits only for the
+//      then build; the others build at once, and the warps each builder leaves idle push from the
+//      same queue beside it (SideDispatch). A GEMM1 tile (SwiGLU epilogue) waits only for the
 //      (expert, source) runs its rows overlap (gemm::RunsArrived) and counts its tile row when
 //      stored (gemm::EpiTileRowDone, rows_done[0, rows_cap)).
 //   2. GEMM2 || combine: when GEMM1's queue is dry, CTAs [0, crew) leave for the combine and the
@@ -22,7 +22,7 @@ namespace kosmos {
 namespace moe {
 
 // Grid: one CTA per SM (all resident), gemm::kThreads threads, the builder's shared memory.
-// 0 <= movers (0: side pushes), 0 <= crew < grid. words[0..1]: GEMM1's queue,
+// 0 <= movers (0: only the side pushes), 0 <= crew < grid. words[0..1]: GEMM1's queue,
 // words[2..3]: GEMM2's, words[4]: CTAs out (for the rows_done reset). rows_cap: the counters per
 // GEMM (at least the tile rows the arena can hold). PushUnroll: vectors in flight per mover thread.
 // Both GEMMs run in one builder call (one register trade): GEMM2's tiles wait on GEMM1's rows.
@@ -50,7 +50,7 @@ KOSMOS_DEVICE void forward_experts(const ExpertGemm& g1, const Epi1& epi1, const
     const gemm::EpiTileRowDone<Epi2> done2(epi2, rows_done + rows_cap, &table);
     const bool builds2 = i32(blockIdx.x) >= crew;
     const auto job2 = gemm::builder_job<gemm::LAYOUT_TN>(s2, g2.a, g2.b, claim2, h_done, done2, builds2);
-    fine = gemm::run_builder_jobs_beside(smem, SideDispatch{d, movers == 0}, job1, job2);
+    fine = gemm::run_builder_jobs_beside(smem, SideDispatch{d}, job1, job2);
     phase_mark(8);
     // an item's rows are final once every tile row under them has all of GEMM2's tiles
     combine_rows<PushUnroll>(fine, c, d, &table, rows_done + rows_cap, u64(g2.p->tiles_n));
