@@ -10,8 +10,8 @@ tests/gpu/test_moe_backward_fused.py, tests/gpu/test_moe_layer.py; at world 1 on
 One persistent kernel (hipsrc/kosmos/moe/backward.h), on the forward's routing and saved tensors
 (x_e: the forward's dispatch arena rows [capacity, H]; a = silu(gate) * up [capacity, I]; gate_up
 [capacity, 2I]; the arena rows of this dispatch line up with them: same routing, same counts):
-movers push each pair's dY row, times its routing weight, to its expert's owner and become
-builders; then one builder call over four GEMMs: dgrad2 with the SwiGLU backward in its epilogue
+the builders' idle warps push each pair's dY row, times its routing weight, to its expert's owner
+beside one builder call over four GEMMs: dgrad2 with the SwiGLU backward in its epilogue
 (d_pre = [dg, du], dA never stored) as the rows land, wgrad2 (dW2 = dY_e^T a_e), dgrad1 (dX_e = d_pre
 W1, each tile once dgrad2 has finished its tile row) and wgrad1 (dW1 = d_pre^T x_e, each expert once
 dgrad2 has finished all its rows); a crew pushes each dX row home as soon as its dgrad1 tile row

@@ -1,17 +1,18 @@
 """MoEForward: the local experts' part of the MoE forward in one launch, dispatch to fold.
 
 MoELayer(path="fused") runs it. On the H200 it passes its tests at 1, 2 and 4 ranks, bitwise the
-separate launches; at world 1 it runs at 0.90-1.13x their speed (notes/moe.md, session 13: GEMM1
-is compute-bound and the dispatch, an HBM copy there, takes SMs from it; the movers stage rows in
-shared memory through bulk copies). Its two GEMMs run in one builder call. (Builder calls
+separate launches; at world 1 it runs at 1.01-1.13x their speed (notes/moe.md, session 15: the
+dispatch, an HBM copy there, is pushed by the warps the builders leave idle, beside GEMM1, which is
+compute-bound). Its two GEMMs run in one builder call. (Builder calls
 that trade registers back to back hung, one call in 50-800, until the ring-position mend of
 session 11: 3,000 calls clean since.)
 
     fwd = MoEForward(dispatch, combine)     # a MoEDispatch and a MoECombine of the same world and experts
     y, h = fwd(x, routing, w1, w2, gate_up=None, shared=None)
 
-One persistent kernel (hipsrc/kosmos/moe/forward.h): movers push the token rows into their experts'
-owners' arenas and become builders; GEMM1 tiles (h = silu(gate) * up of the arena rows times w1
+One persistent kernel (hipsrc/kosmos/moe/forward.h): the producer warpgroup's idle warps of every
+builder CTA push the token rows into their experts' owners' arenas beside the GEMMs (and `movers`
+CTAs, none by default, push before they build); GEMM1 tiles (h = silu(gate) * up of the arena rows times w1
 [E/P, 2F, H], the pre-activations optionally kept in gate_up [capacity, 2F]) wait only for the
 (expert, source) runs they read; GEMM2 tiles (y_e = h w2^T, w2 [E/P, H, F]) wait for GEMM1's tile
 row; a crew (none by default) pushes each expert output row home as soon as its GEMM2 tile row is
@@ -84,8 +85,8 @@ class ExpertsLaunch:
     crew_per_16 = 0
 
     def _crews(self, movers: Any, crew: Any) -> tuple[int, int]:
-        """(movers, crew) checked, defaults: a quarter of the grid pushes first; crew_per_16. movers 0:
-        no CTA pushes first, the warps each builder leaves idle push beside it."""
+        """(movers, crew) checked, defaults: no CTA pushes first (movers 0: the warps each builder
+        leaves idle push beside it, as they do anyway); crew_per_16."""
         def size(n: Any, name: str, default: int, lo: int, hi: int) -> int:
             n = default if n is None else n
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not lo <= n <= hi:
@@ -94,7 +95,7 @@ class ExpertsLaunch:
             return int(n)
 
         g = self.grid
-        return size(movers, "movers", max(1, g // 4), 0, g), size(crew, "crew", g * self.crew_per_16 // 16, 0, g - 1)
+        return size(movers, "movers", 0, 0, g), size(crew, "crew", g * self.crew_per_16 // 16, 0, g - 1)
 
     def _run(self, refusal: Exception | None, heads: Any, records: Any, movers: Any, crew: Any, check: bool,
              stream: Any) -> None:
@@ -133,7 +134,7 @@ class MoEForward(ExpertsLaunch):
                  stream: Any = None) -> tuple[Any, Any]:
         """y [T, H] bf16 and h [capacity_rows, F] bf16 (see the module docstring). x: this rank's
         tokens [T, H] bf16; routing: kosmos.moe.route's plan for them. movers: CTAs that push rows
-        before they build (default: a quarter of the grid); crew: CTAs that start the combine when
+        before they build (default 0: only the warps beside the builders push); crew: CTAs that start the combine when
         GEMM1's tiles are all taken instead of building GEMM2 (default: an eighth). check: a host
         sync, raising on an overflow or a failed wait. A rank whose arguments are refused still
         launches (moving nothing, so no peer waits for it) and raises."""

@@ -12,7 +12,7 @@ Four paths, the same result (the fused and device paths bitwise so, output and g
   (kosmos.graphs.capture) and replays with new tokens and so a new routing: the plans take their
   call epochs from the device (hipsrc/kosmos/calls.h), the GEMM queues reset on the device.
 - path="fused": as "device" with the experts' part in one launch after the routing (MoEForward,
-  kosmos/moe/forward.py): movers push rows and become builders, each GEMM1 tile starts once its
+  kosmos/moe/forward.py): warps beside the builders push rows, each GEMM1 tile starts once its
   rows have landed, each GEMM2 tile once GEMM1 has finished its tile row, rows go home as soon as
   their GEMM2 tiles are done, then the fold. The routing (router GEMM and route) and the shared
   experts' GEMMs are still launches of their own before it. Captures in a CUDA graph as "device".
