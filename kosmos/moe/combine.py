@@ -28,7 +28,7 @@ from ..runtime.mirror import StructMirror, address, record
 from ..runtime.status import WAIT_CTX_DTYPE
 from ..runtime.streams import uses_stream
 from ..world import World
-from .dispatch import ITEM_BYTES, SIDE_ITEM_BYTES, MoEDispatch
+from .dispatch import ITEM_BYTES, MoEDispatch
 from .route import DeviceRouting
 
 _u64, _i32 = np.uint64, np.int32
@@ -40,8 +40,7 @@ def combine_smem_bytes(world: int, experts: int, e_loc: int) -> int:
 COMBINE_PARAMS_DTYPE = np.dtype(
     [("peer_bases", _u64), ("wait", WAIT_CTX_DTYPE), ("calls", _u64), ("flags_off", _u64), ("comb_off", _u64),
      ("row_bytes", _u64), ("all_counts", _u64), ("dispatch_status", _u64), ("y", _u64), ("run_done", _u64),
-     ("slot", _u64), ("weights", _u64), ("shared", _u64), ("out", _u64), ("item_tables", _u64),
-     ("tables_ready", _u64), ("rank", _i32), ("world", _i32),
+     ("slot", _u64), ("weights", _u64), ("shared", _u64), ("out", _u64), ("rank", _i32), ("world", _i32),
      ("experts", _i32), ("e_loc", _i32), ("top_k", _i32), ("tokens", _i32), ("item_rows", _i32), ("scope", _i32)],
     align=True,
 )
@@ -70,13 +69,10 @@ class MoECombine(SymmetricPlan):
         self.max_tokens, self.top_k = max_tokens, top_k
         self.row_bytes = 2 * hidden
         self.item_rows = max(1, ITEM_BYTES // self.row_bytes)
-        self.side_item_rows = max(1, SIDE_ITEM_BYTES // self.row_bytes)
         super().__init__(world, max_tokens * top_k * self.row_bytes + 256)
         self.comb = self.heap.alloc((max_tokens * top_k, self.row_bytes), np.uint8)
         self.run_done = cupy.zeros((2, P), np.uint64)
         smem = combine_smem_bytes(P, experts, self.e_loc)
-        self.item_tables = cupy.zeros(smem // 4, np.int32)  # the megakernels' side pushes (combine_tables' layout)
-        self.tables_ready = cupy.zeros(1, np.uint64)
         mod = load_module("moe_combine.hip", world=world)
         # Resident, all of it: every CTA folds after waiting for rows other CTAs of this grid push.
         # As many CTAs as fit (memory-bound copies want requests in flight).
@@ -134,8 +130,7 @@ class MoECombine(SymmetricPlan):
     def _params(self, y_experts: Any, dispatch: MoEDispatch, slot: Any, weights: Any, shared: Any, out: Any,
                 tokens: int, stream: Any, scope: int = 0) -> np.void:
         """This call's CombineParams record; it takes the call's epoch, so build it right before the
-        launch. scope: the CallScope of its epoch (1 in the MoE megakernels, moe/forward.py and
-        moe/backward.py, whose warps beside the builders push items too: items of side_item_rows)."""
+        launch. scope: the CallScope of its epoch (1 in the MoE forward kernel, moe/forward.py)."""
         w = self.world
         _, ctx = self._next_call(stream)
         return record(
@@ -143,6 +138,5 @@ class MoECombine(SymmetricPlan):
             flags_off=self.flags.offset, comb_off=self.comb.offset, row_bytes=self.row_bytes,
             all_counts=dispatch.all_counts.data.ptr, dispatch_status=dispatch.status.data.ptr,
             y=address(y_experts), run_done=self.run_done.data.ptr, slot=address(slot), weights=address(weights),
-            shared=address(shared), out=address(out), item_tables=self.item_tables.data.ptr,
-            tables_ready=self.tables_ready.data.ptr, rank=w.rank, world=w.size, experts=self.experts, e_loc=self.e_loc,
-            top_k=self.top_k, tokens=tokens, item_rows=self.side_item_rows if scope else self.item_rows, scope=scope)
+            shared=address(shared), out=address(out), rank=w.rank, world=w.size, experts=self.experts, e_loc=self.e_loc,
+            top_k=self.top_k, tokens=tokens, item_rows=self.item_rows, scope=scope)

@@ -107,7 +107,7 @@ KOSMOS_DEVICE bool run_builder_jobs(u8* smem, const Job& j, const Rest&... rest)
 // The side work first, by every thread (no warp idles here), then the jobs.
 template <class Side, class Job, class... Rest>
 KOSMOS_DEVICE bool run_builder_jobs_beside(u8* smem, const Side& side, const Job& j, const Rest&... rest) {
-  side(int(threadIdx.x), false);
+  side(int(threadIdx.x));
   return run_builder_jobs(smem, j, rest...);
 }
 

@@ -421,8 +421,7 @@ struct SideCopy {
   u8* dst;
   u64 bytes;    // a multiple of 16
   u64* cursor;  // chunks claimed in this launch
-  KOSMOS_DEVICE void consumers_done() const {}
-  KOSMOS_DEVICE void operator()(int t, bool) const {
+  KOSMOS_DEVICE void operator()(int t) const {
     const int lane = t % 32;
     const u64 chunks = (bytes + kChunk - 1) / kChunk;
     for (;;) {
@@ -495,7 +494,7 @@ KOSMOS_DEVICE bool run_builder_jobs_beside(u8* smem_raw, const Side& side, const
       pos = RingPos{ps->stage, ps->phase};
       produce_jobs(smem_raw, pos, job, rest...);
     } else if (threadIdx.x >= 32) {
-      side(int(threadIdx.x) - 32, true);
+      side(int(threadIdx.x) - 32);
     }
     // Back to the entry count inside this branch, so both warpgroups reach the join below with the
     // same register count: an .inc after the join gave ptxas a join of 40- and 168-register paths,
@@ -518,7 +517,6 @@ KOSMOS_DEVICE bool run_builder_jobs_beside(u8* smem_raw, const Side& side, const
     RingPos pos{ps->stage, ps->phase};
     named_barrier_arrive(4, 384);  // read the start position, hold the consumer registers (barrier 4 above)
     consume_jobs(smem_raw, pos, job, rest...);
-    if (threadIdx.x % 128 == 0) side.consumers_done();
     // PTX: between two setmaxnreg of a warpgroup its warps must synchronize explicitly. A
     // warpgroup that built no tile (it saw the stop first) met no barrier since its .inc above.
     __syncwarp();

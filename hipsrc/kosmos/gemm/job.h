@@ -31,15 +31,12 @@ KOSMOS_DEVICE BuilderJob<L, Sched, Claim, Ready, Epi> builder_job(const Sched& s
   return BuilderJob<L, Sched, Claim, Ready, Epi>{sched, tma, tmb, claim, ready, epi, on};
 }
 
-// Work beside a builder call (run_builder_jobs_beside): side(t, beside) for t in [0, n) threads,
-// warp-aligned (t % kWarpSize is the lane). On Hopper the producer warpgroup's warps 1-3 run it
-// during the call (beside: 96 threads, idle while thread 0 issues the TMA loads, at the producer's
-// 40 registers), and each consumer warpgroup's first thread calls side.consumers_done() once past
-// its jobs; elsewhere the whole CTA runs it before the jobs (beside false: nothing it waits for may
-// need this CTA's tiles). NoSide: nothing.
+// Work beside a builder call (run_builder_jobs_beside): side(t) for t in [0, n) threads, warp-
+// aligned (t % kWarpSize is the lane). On Hopper the producer warpgroup's warps 1-3 run it during
+// the call (96 threads, idle while thread 0 issues the TMA loads, at the producer's 40 registers);
+// elsewhere the whole CTA runs it before the jobs. NoSide: nothing.
 struct NoSide {
-  KOSMOS_DEVICE void operator()(int, bool) const {}
-  KOSMOS_DEVICE void consumers_done() const {}
+  KOSMOS_DEVICE void operator()(int) const {}
 };
 
 }  // namespace gemm

@@ -89,22 +89,21 @@ struct GroupTilesDone {
 
 // For movers of a grouped GEMM's output (the MoE combine's items): rows [row, row + rows) of
 // group l are final once every tile row under them has `target` finished tiles (EpiTileRowDone's
-// counters over `table`). operator(): all threads call it, thread 0 waits; wait(): one thread.
-// False (on every thread): a wait gave up.
+// counters over `table`). All threads call it, thread 0 waits; false on every thread: a wait gave up.
 struct GroupRowsDone {
   const u64* rows_done;
   const GroupTable* table;
   u64 target;
   const WaitCtx& w;
-  KOSMOS_DEVICE bool wait(i32 l, i32 row, i32 rows) const {
-    const i32 off = row - table->row_start[l], base = table->tile_start[l];
-    for (i32 tr = off / kTileM; tr <= (off + rows - 1) / kTileM; ++tr)
-      if (!wait_flag_dev(w, SITE_TILE_READY, &rows_done[base + tr], target)) return false;
-    return true;
-  }
   KOSMOS_DEVICE bool operator()(i32 l, i32 row, i32 rows) const {
     __shared__ int s_ok;
-    return cta_broadcast(&s_ok, threadIdx.x == 0 ? int(wait(l, row, rows)) : 1) != 0;
+    int ok = 1;
+    if (threadIdx.x == 0) {
+      const i32 off = row - table->row_start[l], base = table->tile_start[l];
+      for (i32 tr = off / kTileM; tr <= (off + rows - 1) / kTileM && ok; ++tr)
+        ok = wait_flag_dev(w, SITE_TILE_READY, &rows_done[base + tr], target);
+    }
+    return cta_broadcast(&s_ok, ok) != 0;
   }
 };
 

@@ -39,11 +39,8 @@ struct CombineParams {
   const float* weights;    // [T][k]
   const float* shared;     // [T][H] fp32 shared experts' output to add, or null
   u16* out;                // [T][H] bf16
-  i32* item_tables;        // [combine_smem_bytes / 4] local: this call's tables (combine_tables' layout) for
-                           // the side pushes of the MoE megakernels, written by CTA 0 ...
-  u64* tables_ready;       // [1] local: ... which then releases the call's epoch here
   i32 rank, world, experts, e_loc, top_k, tokens, item_rows;
-  i32 scope;               // the CallScope this call's epoch is in: 0; 1 in the MoE megakernels
+  i32 scope;               // the CallScope this call's epoch is in: 0; 1 in the MoE forward kernel
 };
 
 // Shared memory: counts[P][E], then run_base[e_loc * P] (a run's first row in y), run_dest[e_loc * P]
@@ -56,25 +53,18 @@ struct CombineTables {
   i32 *counts, *run_base, *run_dest, *chunk_start, *dest_chunks;
 };
 
-// The tables laid out from `base` (combine_smem_bytes of them).
-KOSMOS_DEVICE CombineTables tables_at(const CombineParams& d, i32* base) {
-  const i32 R = d.e_loc * d.world;
-  CombineTables m;
-  m.counts = base;
-  m.run_base = m.counts + d.world * d.experts;
-  m.run_dest = m.run_base + R;
-  m.chunk_start = m.run_dest + R;
-  m.dest_chunks = m.chunk_start + R + 1;
-  return m;
-}
-
 // All threads: the layout of this call from the dispatch's counts [P][E] at `counts` (d.all_counts
-// after a dispatch launch; the dispatch's heap slot inside the MoE megakernels, which peers wrote
-// during them: relaxed system-scope loads), into the dynamic shared memory.
+// after a dispatch launch; the dispatch's heap slot inside the MoE forward kernel, which peers wrote
+// during it: relaxed system-scope loads), into the dynamic shared memory.
 KOSMOS_DEVICE CombineTables combine_tables(const CombineParams& d, const i32* counts) {
   extern __shared__ __align__(16) u8 combine_smem[];
   const i32 P = d.world, E = d.experts, L = d.e_loc, me = d.rank, R = L * P;
-  const CombineTables m = tables_at(d, reinterpret_cast<i32*>(combine_smem));
+  CombineTables m;
+  m.counts = reinterpret_cast<i32*>(combine_smem);
+  m.run_base = m.counts + P * E;
+  m.run_dest = m.run_base + R;
+  m.chunk_start = m.run_dest + R;
+  m.dest_chunks = m.chunk_start + R + 1;
   for (i32 v = threadIdx.x; v < P * E; v += blockDim.x)
     m.counts[v] = i32(ld_relaxed_sys_u32(reinterpret_cast<const u32*>(counts + v)));
   __syncthreads();
@@ -120,58 +110,6 @@ KOSMOS_DEVICE bool combine_push(const CombineParams& d, const CombineTables& m, 
                            u32(d.row_bytes));
     item_done(&d.run_done[i64(call_epoch(d.scope) & 1) * P + s], u64(m.dest_chunks[s]),
               &flags_of(d.peer_bases, s, d.flags_off)->ready[me], call_epoch(d.scope));
-  }
-}
-
-// CTA 0 of a MoE megakernel, all threads, the dynamic shared memory free: this call's tables
-// (combine_tables) to d.item_tables for the side pushes (warp_combine_push), released at
-// d.tables_ready.
-KOSMOS_DEVICE void publish_combine_tables(const CombineParams& d, const i32* counts) {
-  extern __shared__ __align__(16) u8 combine_smem[];
-  combine_tables(d, counts);
-  const i32* t = reinterpret_cast<const i32*>(combine_smem);
-  for (i32 v = threadIdx.x; v < i32(combine_smem_bytes(d.world, d.experts, d.e_loc) / 4); v += blockDim.x)
-    d.item_tables[v] = t[v];
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    fence_acq_rel_dev();
-    st_release_sys(d.tables_ready, call_epoch(d.scope));
-  }
-  __syncthreads();  // the shared memory is free again
-}
-
-// The push by one warp (lane `lane`) beside the builder call: items from the call's queue (the one
-// combine_push claims from) while stop() is false, each once ready.wait (one thread's wait) says
-// its rows are final, its rows copied as one contiguous range. It reads the tables CTA 0 published
-// (publish_combine_tables). Returns when the queue is dry, stop() is true, or a wait gave up.
-template <int Unroll, class Ready, class Stop>
-KOSMOS_DEVICE void warp_combine_push(const CombineParams& d, const Ready& ready, const Stop& stop, u32 lane) {
-  u64 ok = 1;
-  if (lane == 0) ok = wait_flag_dev(d.wait, SITE_GRID, d.tables_ready, call_epoch(d.scope)) ? 1 : 0;
-  if (warp_broadcast(ok) == 0) return;
-  warp_sync();  // every lane's loads of the tables after lane 0's acquire
-  const i32 P = d.world, E = d.experts, L = d.e_loc, me = d.rank, R = L * P;
-  const CombineTables m = tables_at(d, d.item_tables);
-  FusedHeads* heads = &flags_of(d.peer_bases, me, d.flags_off)->fused[call_epoch(d.scope) & 1];
-  const i32 n_items = m.chunk_start[R];
-  while (!stop()) {
-    u64 item = 0;
-    if (lane == 0) item = atomic_add_relaxed_dev(&heads->mover, 1ull);
-    item = warp_broadcast(item);
-    if (item >= u64(n_items)) return;
-    const i32 v = run_of(m.chunk_start, R, i64(item)), s = v % P, n = m.counts[s * E + me * L + v / P];
-    const i32 first = (i32(item) - m.chunk_start[v]) * d.item_rows, rows = min(d.item_rows, n - first);
-    ok = 1;
-    if (lane == 0) ok = ready.wait(v / P, m.run_base[v] + first, rows) ? 1 : 0;
-    if (warp_broadcast(ok) == 0) return;
-    warp_sync();  // the rows' loads after lane 0's acquire
-    group_copy_row<Unroll>(reinterpret_cast<u8*>(d.peer_bases[s] + d.comb_off) + u64(m.run_dest[v] + first) * d.row_bytes,
-                           d.y + u64(m.run_base[v] + first) * d.row_bytes, u32(rows) * u32(d.row_bytes), lane, kWarpSize);
-    warp_sync();
-    if (lane == 0)
-      count_item(&d.run_done[i64(call_epoch(d.scope) & 1) * P + s], u64(m.dest_chunks[s]),
-                 &flags_of(d.peer_bases, s, d.flags_off)->ready[me], call_epoch(d.scope));
-    warp_sync();
   }
 }
 

@@ -222,11 +222,13 @@ KOSMOS_DEVICE void warp_copy_item(const DispatchParams& d, const DispatchItem& i
   }
 }
 
-// One thread, after an item's rows are all written (and seen by this thread): count it; the run's
-// last releases its arrival flag at the owner (items.h).
+// One thread, after an item's rows are all written (and seen by this thread): count the item; the
+// run's last releases its arrival flag at the owner (system scope: it may be a peer's), covering
+// every item's copy (each counter fences first).
 KOSMOS_DEVICE void run_item_done(const DispatchParams& d, const DispatchItem& it) {
-  count_item(&d.run_done[i64(call_epoch() & 1) * d.experts + it.g], u64(chunks_of_run(d, it.g)),
-             arrived_flag(d, it.o, it.g - it.o * d.e_loc, d.rank), call_epoch());
+  fence_acq_rel_sys();
+  if (atomic_add_acq_rel_dev(&d.run_done[i64(call_epoch() & 1) * d.experts + it.g], 1ull) + 1 == u64(chunks_of_run(d, it.g)))
+    st_release_sys(arrived_flag(d, it.o, it.g - it.o * d.e_loc, d.rank), call_epoch());
 }
 
 // The dispatch's CTAs that move (standalone: all of them; fused: the movers): the plan, then items

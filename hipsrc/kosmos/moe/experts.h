@@ -56,31 +56,6 @@ KOSMOS_DEVICE bool dispatch_rows(const DispatchParams& d, i32 movers, u8* smem, 
   return fine;
 }
 
-// The side work of a megakernel's builder call (gemm::run_builder_jobs_beside): the dispatch's
-// pushes (SideDispatch), then, beside the builders only, the combine's items whose rows are final
-// (ready: the last GEMM's tile rows) until this CTA's consumers are past their jobs -- the whole CTA
-// pushes the rest with bulk copies after the call (combine_rows).
-struct SidePushes {
-  const DispatchParams& d;
-  const CombineParams& c;
-  gemm::GroupRowsDone ready;
-  u32* consumers;  // shared: consumer warpgroups of this CTA past their jobs (zeroed before the call)
-  KOSMOS_DEVICE void operator()(int t, bool beside) const {
-    SideDispatch{d}(t);
-    if (beside)
-      warp_combine_push<SideDispatch::kUnroll>(c, ready, [&] { return *static_cast<volatile u32*>(consumers) >= 2; },
-                                 u32(t) % kWarpSize);
-  }
-  KOSMOS_DEVICE void consumers_done() const { atomicAdd(consumers, 1u); }
-};
-
-// CTA 0 before the builder call (all threads; fine: the dispatch's verdict): the combine's tables
-// for the side pushes; every CTA: its consumer counter zeroed (builder_init's barrier follows).
-KOSMOS_DEVICE void prepare_side(const CombineParams& c, const DispatchParams& d, u32* consumers) {
-  if (blockIdx.x == 0) publish_combine_tables(c, counts_slot(d, d.rank, 0));
-  if (threadIdx.x == 0) *consumers = 0;
-}
-
 // The readiness of a job reading the dispatch arena: run (l, s) is rows slot[s * E + col + l] (the
 // heap slot: the pipeline has the shared memory now), its flag arrived[l * kMaxWorld + s].
 template <int L>

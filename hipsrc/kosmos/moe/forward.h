@@ -32,13 +32,11 @@ KOSMOS_DEVICE void forward_experts(const ExpertGemm& g1, const Epi1& epi1, const
                                    i32 rows_cap, u64* words, u64* rows_done) {
   extern __shared__ __align__(16) u8 smem[];
   __shared__ gemm::GroupTable table;
-  __shared__ u32 consumers;
   phase_mark(0);
   combine_prepare(c);
   bool fine = dispatch_rows<PushUnroll>(d, movers, smem, &table);
   phase_mark(1);
   if (fine) {
-    prepare_side(c, d, &consumers);
     gemm::builder_init(smem);
     phase_mark(2);
     const gemm::GroupedSchedule<gemm::LAYOUT_TN, Tile> s1{*g1.p, &table};
@@ -52,9 +50,7 @@ KOSMOS_DEVICE void forward_experts(const ExpertGemm& g1, const Epi1& epi1, const
     const gemm::EpiTileRowDone<Epi2> done2(epi2, rows_done + rows_cap, &table);
     const bool builds2 = i32(blockIdx.x) >= crew;
     const auto job2 = gemm::builder_job<gemm::LAYOUT_TN>(s2, g2.a, g2.b, claim2, h_done, done2, builds2);
-    const SidePushes side{d, c, gemm::GroupRowsDone{rows_done + rows_cap, &table, u64(g2.p->tiles_n), c.wait},
-                          &consumers};
-    fine = gemm::run_builder_jobs_beside(smem, side, job1, job2);
+    fine = gemm::run_builder_jobs_beside(smem, SideDispatch{d}, job1, job2);
     phase_mark(8);
     // an item's rows are final once every tile row under them has all of GEMM2's tiles
     combine_rows<PushUnroll>(fine, c, d, &table, rows_done + rows_cap, u64(g2.p->tiles_n));

@@ -29,18 +29,14 @@ KOSMOS_DEVICE i32 run_of(const i32* chunk_start, i32 runs, i64 item) {
   return v;
 }
 
-// One thread, once an item's copy is written and seen by it (after the copiers' barrier): count
-// the item; the last of `items` releases *flag = epoch (system scope: it may be a peer's), covering
-// every item's copy (each counter fences first).
-KOSMOS_DEVICE void count_item(u64* counter, u64 items, u64* flag, u64 epoch) {
-  fence_acq_rel_sys();
-  if (atomic_add_acq_rel_dev(counter, 1ull) + 1 == items) st_release_sys(flag, epoch);
-}
-
-// After the CTA's copy of an item (all threads): count_item.
+// After the CTA's copy of an item (all threads): count it; the last of `items` releases *flag = epoch
+// (system scope: it may be a peer's), covering every item's copy (each CTA fences before counting).
 KOSMOS_DEVICE void item_done(u64* counter, u64 items, u64* flag, u64 epoch) {
   __syncthreads();
-  if (threadIdx.x == 0) count_item(counter, items, flag, epoch);
+  if (threadIdx.x == 0) {
+    fence_acq_rel_sys();
+    if (atomic_add_acq_rel_dev(counter, 1ull) + 1 == items) st_release_sys(flag, epoch);
+  }
 }
 
 }  // namespace moe
