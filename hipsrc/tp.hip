@@ -217,7 +217,9 @@ TP_KERNELS(TP_AG_NN_NT_KERNEL, kosmos_tp_ag_nn_nt)
 // buffer; reducers pull this rank's chunk from every rank; builders that find the GEMM queue
 // empty join the reducers (one-way), up to max_join of them. Bulk (RS || NT): the RS input is
 // staged at the start, reducers become builders of the independent wgrad when they are done.
-template <int L, bool kBulk, class T, class Tile, class P, class Epi>
+// kStreamK (bulk only: no mover reads the wgrad's tiles, so a tile may have several completion
+// points): the wgrad's last waves cut into K-ranges (gemm::StreamKSchedule, r.sk), as the plain GEMM.
+template <int L, bool kBulk, class T, class Tile, bool kStreamK, class P, class Epi>
 KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const P& r, const Epi& epi) {
   const TpCommon& c = r.c;
   const WaitCtx& wait = c.wait;
@@ -248,7 +250,12 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const P& 
     }
   };
   auto build = [&]() -> bool {
-    TableClaim claim{&heads->tile, c.tile_order, c.n_tiles, nullptr, 0};
+    TableClaim claim{&heads->tile, c.tile_order, c.n_tiles, nullptr, 0};  // n_tiles: the units
+    if constexpr (kStreamK) {
+      static_assert(kBulk, "stream-K only where no mover waits for a tile");
+      const StreamKSchedule<Tile> sched{c.p, r.sk, wait};
+      return run_builder<L>(sched, &tma, &tmb, smem, claim, AlwaysReady{}, epi);
+    }
     const DenseSchedule<Tile> sched{c.p};
     if (kBulk) return run_builder<L>(sched, &tma, &tmb, smem, claim, AlwaysReady{}, epi);
     const PoisonedReady ready{&c.mine->staged, epoch * gridDim.x, world == 1, wait};
@@ -274,7 +281,7 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const P& 
 #define TP_RS_KERNEL(NAME, TILE, LAYOUT, BULK, T, EPI, MAKE_EPI)                                          \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                             \
       NAME(TP_MAPS, const KOSMOS_GRID_CONSTANT RsParams<EPI> r) {                                         \
-    gemm_rs<LAYOUT, BULK, T, TILE>(tma, tmb, r, MAKE_EPI);                                                \
+    gemm_rs<LAYOUT, BULK, T, TILE, false>(tma, tmb, r, MAKE_EPI);                                         \
   }
 // bf16 outputs (partials or dW) leave through shared memory and TMA stores (tmc); fp32 from registers.
 #define TP_EPI_TMA EpiStoreBf16Tma(r.epi, &tmc)
@@ -283,3 +290,12 @@ TP_KERNELS(TP_RS_KERNEL, kosmos_tp_tn_rs_bf16, LAYOUT_TN, false, u16, EpiStoreBf
 TP_KERNELS(TP_RS_KERNEL, kosmos_tp_tn_rs_f32, LAYOUT_TN, false, float, EpiStoreF32, TP_EPI_AS_IS)
 TP_KERNELS(TP_RS_KERNEL, kosmos_tp_bulk_rs_nt_bf16, LAYOUT_NT, true, u16, EpiStoreBf16, TP_EPI_TMA)
 TP_KERNELS(TP_RS_KERNEL, kosmos_tp_bulk_rs_nt_f32, LAYOUT_NT, true, u16, EpiStoreF32, TP_EPI_AS_IS)
+#if KOSMOS_GEMM_WGMMA  // stream-K (kosmos/tp/ops.py BulkReduceScatterMatmul chooses it as kosmos.matmul does)
+#define TP_RS_SK_KERNEL(NAME, EPI, MAKE_EPI)                                                            \
+  extern "C" __global__ void __launch_bounds__(kThreads, 1)                                             \
+      NAME(TP_MAPS, const KOSMOS_GRID_CONSTANT RsParams<EPI> r) {                                         \
+    gemm_rs<LAYOUT_NT, true, u16, DefaultTile, true>(tma, tmb, r, MAKE_EPI);                              \
+  }
+TP_RS_SK_KERNEL(kosmos_tp_bulk_rs_nt_bf16_sk, EpiStoreBf16, TP_EPI_TMA)
+TP_RS_SK_KERNEL(kosmos_tp_bulk_rs_nt_f32_sk, EpiStoreF32, TP_EPI_AS_IS)
+#endif

@@ -542,7 +542,7 @@ class GemmPlan:
     # A plain or split-K plan keeps an order of its own, outside the GPU's (device_order): its CTAs
     # never wait on other CTAs or ranks, so beside a World's persistent grid it is only slower (its
     # CTAs start as SMs free up), never deadlocked. A stream-K plan takes the GPU's order
-    # (_stream_k_shared): its finishers wait on other CTAs of the launch, which must all be resident.
+    # (stream_k_shared): its finishers wait on other CTAs of the launch, which must all be resident.
     _order: DeviceOrder = field(default_factory=DeviceOrder)
 
     @property
@@ -602,7 +602,7 @@ _plans_lock = threading.Lock()
 _stream_k_state: dict[int, tuple] = {}
 
 
-def _stream_k_shared(dev: int, sms: int) -> tuple:
+def stream_k_shared(dev: int, sms: int) -> tuple:
     """(workspace, counters, status, order) of every stream-K plan on device `dev`, made once: the
     largest split any grid of this GPU takes (a tail of < 2 x sms tiles, <= MAX_RANGES - 1 partials
     each: ~100 MB on the H200). Shared, so plans of many shapes (a MoE layer's variable token counts)
@@ -691,7 +691,7 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
                     words=cupy.zeros(2, dtype=cupy.uint64), uses_tma=wgmma, splits=splits, reduce_kernel=red,
                     tile_n=tile_n)
     if sk is not None:
-        ws, arrived, status, order = _stream_k_shared(dev, sms)
+        ws, arrived, status, order = stream_k_shared(dev, sms)
         rec = np.zeros((), STREAM_K_DTYPE)
         rec["ws"], rec["arrived"] = ws.data.ptr, arrived.data.ptr
         rec["full"], rec["tail"], rec["ranges"] = sk.full, sk.tail, sk.ranges

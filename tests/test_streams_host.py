@@ -176,7 +176,7 @@ def test_stream_k_plans_join_the_gpus_order_plain_plans_keep_their_own(monkeypat
     monkeypatch.setattr(cupy, "empty", lambda *a, **kw: "workspace")
     monkeypatch.setattr(cupy, "zeros", lambda *a, **kw: "counters")
     monkeypatch.setattr(runtime, "DeviceStatus", lambda rank: "status")
-    assert gemm._stream_k_shared(0, 132)[3] is device_order(0)
+    assert gemm.stream_k_shared(0, 132)[3] is device_order(0)
     plain = gemm.GemmPlan(None, None, "", 1, 1, (1, 1, 1), None, None)
     assert plain._order is not device_order(0)
 

@@ -75,6 +75,7 @@ struct RsParams {
   u32 slice_log2;
   i32 max_join;                   // builders that may join the reducers (one-way)
   i32 pad_;
+  gemm::StreamK sk;               // the *_sk kernels (bulk RS || NT on Hopper): the wgrad's K-range split
 };
 
 }  // namespace tp

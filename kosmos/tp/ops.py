@@ -129,15 +129,26 @@ class _FusedOp(SymmetricPlan):
         """Check the op's own switches and its policy (before the heap exists); every rank raises alike."""
 
     # ---- plumbing shared by the five ops ----
-    def _set_gemm(self, shape: gemm.GemmShape) -> None:
+    # The op's GEMM cut into K-ranges where the plain GEMM's wave model takes stream-K (set by
+    # _set_gemm for ops whose tiles no mover waits for: the bulk RS || NT's wgrad), else None.
+    stream_k: gemm.StreamKSplit | None = None
+
+    def _set_gemm(self, shape: gemm.GemmShape, stream_k_allowed: bool = False) -> None:
         """The op's GEMM and the builder's tile width for it on this grid: gemm.choose_tile_n, as
         the plain GEMM chooses (the 192- and 128-wide tiles are Hopper ones). Every width reduces in
-        the same order, so the choice never changes a bit of the result."""
+        the same order, so the choice never changes a bit of the result. stream_k_allowed: stream-K
+        on 128 x 256 tiles where gemm.choose_stream_k takes it (Hopper; a tile then has several
+        completion points, so only where no mover waits for tiles): bitwise kosmos.matmul with
+        stream_k=True and sm_cap = the builders."""
         self.shape = shape
-        widths = gemm.TILE_WIDTHS if gemm.arch_path() == "wgmma" else (256,)  # tp.hip instantiates them all
-        builders = self.crew.builders if self.P > 1 else self.crew.grid  # movers build only late, if at all
-        self.tile_n = gemm.choose_tile_n({w: math.prod(gemm.tile_counts(shape, w)[:2]) for w in widths},
-                                         max(1, builders))
+        wgmma = gemm.arch_path() == "wgmma"
+        widths = gemm.TILE_WIDTHS if wgmma else (256,)  # tp.hip instantiates them all
+        self.builders = max(1, self.crew.builders if self.P > 1 else self.crew.grid)  # movers build only late
+        counts = {w: math.prod(gemm.tile_counts(shape, w)[:2]) for w in widths}
+        k_slabs = gemm.tile_counts(shape, 256)[2]
+        if stream_k_allowed and wgmma and gemm.choose_stream_k(counts, self.builders, k_slabs):
+            self.stream_k = gemm.stream_k_split(counts[256], self.builders, k_slabs)
+        self.tile_n = 256 if self.stream_k is not None else gemm.choose_tile_n(counts, self.builders)
 
     def _launch(self, name: str) -> PersistentLaunch:
         """The op's kernel. The last step of every op's constructor: it also waits for what the
@@ -147,7 +158,7 @@ class _FusedOp(SymmetricPlan):
 
         # the gemm module's options (a forced portable layer): shared_mem_bytes() follows them
         mod = load_module("tp.hip", world=self.world, extra_options=gemm._extra_options)
-        name += "" if self.tile_n == 256 else f"_n{self.tile_n}"
+        name += ("" if self.tile_n == 256 else f"_n{self.tile_n}") + ("_sk" if self.stream_k is not None else "")
         launch = PersistentLaunch.checked(mod.get_function(name), self.crew.grid, gemm.block_threads(),
                                           gemm.shared_mem_bytes())
         cupy.cuda.runtime.deviceSynchronize()  # the tables, before a first call on any stream
@@ -184,6 +195,8 @@ class _FusedOp(SymmetricPlan):
         import cupy
 
         tm, tn, _ = gemm.tile_counts(shape, self.tile_n)
+        if self.stream_k is not None:  # the builder's stream-K queue: whole tiles, then the K-ranges
+            return None, self.stream_k.units
         if tiles is None:
             return None, tm * tn
         idx = tile_indices(tiles, self.m // gemm.tile_shape()[0], tm, tn, gemm.device_constants()["kGroupM"])
@@ -220,7 +233,8 @@ class _FusedOp(SymmetricPlan):
     def describe(self) -> str:
         c = self.crew
         return (f"{type(self).__name__}(P={self.P}, m={self.m}, n={self.n}, k={self.k}): grid {c.grid}, "
-                f"{c.movers} movers ({c.movers_per_peer}/peer), policy {self.policy}, 128x{self.tile_n} tiles")
+                f"{c.movers} movers ({c.movers_per_peer}/peer), policy {self.policy}, 128x{self.tile_n} tiles"
+                + (f", stream-K ({self.stream_k.tail} tiles x {self.stream_k.ranges} K-ranges)" if self.stream_k else ""))
 
 
 class _AllGatherBase(_FusedOp):
@@ -567,7 +581,18 @@ class _ReduceScatterBase(_FusedOp):
             staging_off=self.staging.offset if self.staging is not None else 0,
             buffer_bytes=self.buffer_bytes, m=self.m, cols=self.cols, x=_ptr(x), out=_ptr(out),
             reduce_order=_ptr(self.reduce_order), band_rows=TILE_ROW, n_reduce_items=n_items,
-            slice_log2=self.slice_cols.bit_length() - 1, max_join=self.max_join)
+            slice_log2=self.slice_cols.bit_length() - 1, max_join=self.max_join, sk=self._stream_k_record())
+
+    def _stream_k_record(self) -> np.void:
+        """The kernel's StreamK record: the split in the device's shared stream-K workspace (as the
+        plain GEMM's: the op's launches are in the same device order), or zeros."""
+        rec = np.zeros((), gemm.STREAM_K_DTYPE)
+        sk = self.stream_k
+        if sk is not None:
+            ws, arrived, _, _ = gemm.stream_k_shared(self.world.device_id, sm_count())
+            rec["ws"], rec["arrived"] = ws.data.ptr, arrived.data.ptr
+            rec["full"], rec["tail"], rec["ranges"] = sk.full, sk.tail, sk.ranges
+        return rec[()]
 
 
 class MatmulReduceScatter(_ReduceScatterBase):
@@ -624,7 +649,7 @@ class BulkReduceScatterMatmul(_ReduceScatterBase):
                          heap_bytes=lambda: self._staging_bytes(world, m, k, 2), switches=dict(dw_dtype=dw_dtype))
         self._setup_reduce(k, bfloat16)
         self.dw_dtype = np.dtype(dw_dtype)
-        self._set_gemm(gemm.gemm_shape("NT", (self.P * m, n), (self.P * m, k)))
+        self._set_gemm(gemm.gemm_shape("NT", (self.P * m, n), (self.P * m, k)), stream_k_allowed=True)
         self.tiles = self._tile_table(self.shape, None)
         self.launch = self._launch("kosmos_tp_bulk_rs_nt_" + ("bf16" if self.dw_dtype == bfloat16 else "f32"))
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..gemm import EPI_DTYPE, PROBLEM_DTYPE
+from ..gemm import EPI_DTYPE, PROBLEM_DTYPE, STREAM_K_DTYPE
 from ..runtime.mirror import StructMirror, record  # noqa: F401 - record: the ops build their records with it
 from ..runtime.status import WAIT_CTX_DTYPE
 
@@ -39,7 +39,7 @@ AG_NT_PARAMS_DTYPE = np.dtype(
 RS_PARAMS_DTYPE = np.dtype(
     [("c", TP_COMMON_DTYPE), ("epi", EPI_DTYPE), ("staging_off", _u64), ("buffer_bytes", _u64), ("m", _u64),
      ("cols", _u64), ("x", _u64), ("out", _u64), ("reduce_order", _u64), ("band_rows", _u64),
-     ("n_reduce_items", _i32), ("slice_log2", _u32), ("max_join", _i32), ("pad_", _i32)],
+     ("n_reduce_items", _i32), ("slice_log2", _u32), ("max_join", _i32), ("pad_", _i32), ("sk", STREAM_K_DTYPE)],
     align=True,
 )
 

@@ -118,6 +118,34 @@ def test_bulk_reduce_scatter_matmul(world, m, n, k, dw_dtype):
     np.testing.assert_array_equal(bits(dw2), bits(dw))
 
 
+@pytest.mark.parametrize("dw_dtype", [bfloat16, float32])
+def test_bulk_rs_nt_stream_k_is_the_plain_gemms(world, dw_dtype, monkeypatch):
+    """Bulk RS || NT with its wgrad in stream-K (forced through gemm.choose_stream_k: every tile of
+    this shape is cut into K-ranges), bitwise kosmos.matmul's stream-K on the same operands and
+    builders, into poisoned outputs, twice (the tiles' arrival counters reset in the kernel); dX as
+    the whole-tile op's."""
+    from kosmos import gemm
+
+    if gemm.arch_path() != "wgmma":
+        pytest.skip("stream-K is a Hopper path")
+    P, r = world.size, world.rank
+    m, n, k = 128 * -(-8 // P), 448, 320  # P * m >= 1024 tokens: 16+ slabs of K, two ranges of 8+
+    monkeypatch.setattr(gemm, "choose_stream_k", lambda tiles, ctas, k_slabs: True)
+    op = BulkReduceScatterMatmul(world, m, n, k, dw_dtype=dw_dtype)
+    assert op.stream_k is not None and op.stream_k.full == 0, op.describe()  # every tile in K-ranges
+    dxps = [arr("brskdx", p, (P * m, k)) for p in range(P)]
+    dy_h, x_h = arr("brskdy", r, (P * m, n)), arr("brskx", r, (P * m, k))
+    dy, x_full = cupy.asarray(dy_h), cupy.asarray(x_h)
+    want = gemm.matmul(dy, x_full, layout="NT", out_dtype=dw_dtype, sm_cap=op.builders, stream_k=True)
+    exact = sum(dxps[p][r * m:(r + 1) * m].astype(np.float32) for p in range(P)).astype(bfloat16)
+    for _ in range(2):
+        dx, dw = op(cupy.asarray(dxps[r]), dy, x_full, dx=poisoned((m, k), bfloat16), dw=poisoned((n, k), dw_dtype))
+        world.synchronize()
+        np.testing.assert_array_equal(bits(dw), bits(want))
+        np.testing.assert_array_equal(cupy.asnumpy(dx).view(np.uint16), exact.view(np.uint16))
+    assert rel_error(cupy.asnumpy(dw), f64(dy_h).T @ f64(x_h)) < TOL
+
+
 @pytest.mark.parametrize("width", [192, 128])
 def test_every_tile_width_gives_the_same_answer(world, width, monkeypatch):
     """The five ops' builders on each Hopper tile width (forced through gemm.choose_tile_n), bitwise
