@@ -2,13 +2,7 @@
 # Session 15's last device call (~5 min): the bulk RS || NT on stream-K (tests np 1 and 2, bench
 # tp --quick), the MoE layer tests on the side pushes' default (movers 0), the grouped GEMM bench
 # and the SM-cap rows of bench/gemm.py --quick. KOSMOS_COMMIT=<sha> bash notes/debug/final_call.sh
-set -uo pipefail
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 KOSMOS_WAIT_BUDGET_S=10
-export KOSMOS_COMMIT=${KOSMOS_COMMIT:-unknown}
-OUT=${OUT:-/tmp/kosmos_final}; mkdir -p "$OUT"; LOG=$OUT/final.log
-RUNS=/tmp/kosmos_final_runs; mkdir -p $RUNS
-MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none -x KOSMOS_COMMIT -x PYTHONPATH -x PYTHONUNBUFFERED -x KOSMOS_WAIT_BUDGET_S"
-source bench/suite_lib.sh
+source notes/debug/call_env.sh final
 T="-q -p no:cacheprovider --timeout=100 --timeout-method=thread -rfE --color=no"
 TP="tests/gpu/test_tp.py tests/gpu/test_tp_mx.py"
 run "tp tests np1" timeout 100 python3 -m mpi4py -m pytest $TP $T

@@ -6,13 +6,7 @@
 # count in MOVERS (default 33,66); 3. bench/moe.py forward and backward, for the tree and for
 # each variant (another hipsrc directory, carried to the device; separate processes: compare each
 # run's fused/device ratio).
-set -uo pipefail
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 KOSMOS_WAIT_BUDGET_S=10
-export KOSMOS_COMMIT=${KOSMOS_COMMIT:-unknown}
-OUT=${OUT:-/tmp/kosmos_movers}; mkdir -p "$OUT"; LOG=$OUT/movers.log
-RUNS=/tmp/kosmos_movers_runs; mkdir -p $RUNS  # bench json + png: only the json go to $OUT (its file count is limited)
-MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none -x KOSMOS_COMMIT -x PYTHONPATH -x PYTHONUNBUFFERED -x KOSMOS_WAIT_BUDGET_S"
-source bench/suite_lib.sh
+source notes/debug/call_env.sh movers
 T="-q -p no:cacheprovider --timeout=150 --timeout-method=thread -rfE --color=no -x"
 M="--models Qwen3-30B-A3B,DeepSeek-V3 --rows 256,2048 --iters 10 --warmup 3 --movers ${MOVERS:-33,66}"
 TESTS="tests/gpu/test_moe_forward.py tests/gpu/test_moe_backward_fused.py tests/gpu/test_moe_layer.py"

@@ -1,13 +1,7 @@
 #!/usr/bin/env bash
 # Session 15's first device call (~9 min): the TP ops on the 192 tile and the MXFP8 dequantize
 # over rows (np 1, np 2), the side copy test and probe, bench/tp.py --quick, the MXFP8 GEMM bench. KOSMOS_COMMIT=<sha> bash notes/debug/next_call.sh
-set -uo pipefail
-export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 KOSMOS_WAIT_BUDGET_S=10
-export KOSMOS_COMMIT=${KOSMOS_COMMIT:-unknown}
-OUT=${OUT:-/tmp/kosmos_next}; mkdir -p "$OUT"; LOG=$OUT/next.log
-RUNS=/tmp/kosmos_next_runs; mkdir -p $RUNS
-MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none -x KOSMOS_COMMIT -x PYTHONPATH -x PYTHONUNBUFFERED -x KOSMOS_WAIT_BUDGET_S"
-source bench/suite_lib.sh
+source notes/debug/call_env.sh next
 T="-q -p no:cacheprovider --timeout=150 --timeout-method=thread -rfE --color=no"
 TP="tests/gpu/test_tp.py tests/gpu/test_tp_mx.py tests/gpu/test_protocol.py tests/gpu/test_mx.py tests/gpu/test_collectives.py"
 PART=${1:-all}  # tests | bench | all (a call is limited to 600 s: run the parts as two calls)
