@@ -15,8 +15,8 @@ dY W2[e] and, from the kept ``gate_up`` (required), the output [dGate, dUp], [R,
 Rows of Y / dX past the counts' sum are not written. In NT the reduction runs over each group's rows
 only (a group with no rows gives dW[e] = 0), whatever the packed arrays hold past a group's end.
 
-One persistent launch over every group's tiles (128x256 or, for few tiles, 128x128 builder tiles;
-one CTA per SM or sm_cap);
+One persistent launch over every group's tiles (128x256 or, for few tiles, 128x192 or 128x128
+builder tiles, chosen by gemm.choose_tile_n; one CTA per SM or sm_cap);
 bitwise reproducible for a given shape and counts. Bad counts (negative, or summing past R) make the
 kernel compute nothing and leave the output as it was; with ``check=True`` the call waits for the
 kernel and raises ValueError naming the count. Without it nothing is reported (no host round trip;
@@ -120,7 +120,7 @@ def grouped_shape(layout: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...
                         swiglu_f=f, epilogue=epilogue)
 
 
-TILE_WIDTHS = (256, 128)  # the grouped kernels' tile configurations (hipsrc/grouped.hip)
+TILE_WIDTHS = gemm.TILE_WIDTHS  # the grouped kernels' tile configurations (hipsrc/grouped.hip): the GEMM's
 
 
 def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256) -> str:
@@ -129,7 +129,7 @@ def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256) -
     if epilogue == "swiglu_backward":
         return "kosmos_grouped_nn_swiglu_bwd"
     suffix = "f32" if out_dtype is not None and np.dtype(out_dtype) == np.float32 else "bf16"
-    return f"kosmos_grouped_{layout.lower()}_{suffix}" + ("_n128" if tile_n == 128 else "")
+    return f"kosmos_grouped_{layout.lower()}_{suffix}" + ("" if tile_n == 256 else f"_n{tile_n}")
 
 
 def resolve_out_dtype(layout: str, out_dtype: Any, epilogue: str) -> np.dtype:
@@ -249,8 +249,8 @@ def grouped_matmul(a, b, group_rows, layout: str = "TN", out=None, out_dtype=Non
                    epilogue: str = "store", gate_up=None, check: bool = False, tile_n: int | None = None,
                    stream=None):
     """Grouped GEMM over ragged groups in one launch; see the module docstring. Returns ``out``.
-    ``tile_n``: 256 or 128 (Hopper, store epilogues); None = gemm.choose_tile_n on the tiles every
-    packed row would give."""
+    ``tile_n``: 256, 192 or 128 (Hopper, store epilogues); None = gemm.choose_tile_n on the tiles
+    every packed row would give."""
     import cupy
 
     if isinstance(layout, str):

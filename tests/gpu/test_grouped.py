@@ -130,12 +130,13 @@ def test_one_group_takes_everything_with_several_tiles_per_cta(layout):
     run_case(layout, [0, 0, 2051, 0], 576, 448, cap=5)
 
 
+@pytest.mark.parametrize("width", [192, 128])
 @pytest.mark.parametrize("layout", ["TN", "NN", "NT"])
-def test_narrow_tiles(layout):
+def test_narrow_tiles(layout, width):
     if gemm.arch_path() != "wgmma":
-        pytest.skip("128-wide tiles are Hopper-only")
-    run_case(layout, EDGE, 320, 192, tile_n=128, cap=7)
-    run_case(layout, [0, 0, 2051, 0], 576, 448, out_kind="f32" if layout == "NT" else "bf16", tile_n=128)
+        pytest.skip("the narrow tiles are Hopper-only")
+    run_case(layout, EDGE, 320, 192, tile_n=width, cap=7)
+    run_case(layout, [0, 0, 2051, 0], 576, 448, out_kind="f32" if layout == "NT" else "bf16", tile_n=width)
 
 
 def test_automatic_tile_width():
