@@ -211,14 +211,6 @@ def test_tile_width_chooser():
                 assert gemm.kernel_name(layout, "store", dt or np.dtype("V2"), width) + "," in text
     tp = (hipsrc_dir() / "tp.hip").read_text()  # NAME_n192 / NAME_n128 come from the TP_KERNELS macro
     assert "KERNEL(NAME##_n192, MidTile" in tp and "KERNEL(NAME##_n128, NarrowTile" in tp
-    from kosmos import grouped
-
-    gr = (hipsrc_dir() / "grouped.hip").read_text()  # the narrow ones from KOSMOS_GROUPED_NARROW
-    for width, tile in ((192, "MidTile"), (128, "NarrowTile")):
-        assert f"KOSMOS_GROUPED_NARROW(n{width}, {tile})" in gr
-        for layout, dt in (("TN", None), ("NN", None), ("NT", None), ("NT", np.float32)):
-            name = grouped.kernel_name(layout, "store", dt, width)
-            assert name.replace(f"_n{width}", "_##SUFFIX") in gr, name
 
 
 def test_tma_store_follows_the_plan_not_the_kernel_name():

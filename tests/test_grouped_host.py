@@ -65,8 +65,10 @@ def test_every_grouped_kernel_exists_in_the_source():
     assert grouped.kernel_name("NT", "store", np.float32) in text
     assert grouped.kernel_name("TN", "swiglu", None) in text
     assert grouped.kernel_name("NN", "swiglu_backward", None) in text
-    for layout in grouped.LAYOUTS:
-        assert grouped.kernel_name(layout, "store", None, 128) in text
-    assert grouped.kernel_name("NT", "store", np.float32, 128) in text
+    for width, tile in ((192, "MidTile"), (128, "NarrowTile")):  # the narrow ones from KOSMOS_GROUPED_NARROW
+        assert f"KOSMOS_GROUPED_NARROW(n{width}, {tile})" in text
+        for layout, dt in [(lo, None) for lo in grouped.LAYOUTS] + [("NT", np.float32)]:
+            name = grouped.kernel_name(layout, "store", dt, width)
+            assert name.replace(f"_n{width}", "_##SUFFIX") in text, name
     s = grouped.grouped_shape("TN", (1000, 512), (8, 768, 512), 8)
     assert (s.tiles(128), s.tile_estimate(256), s.tile_estimate(128)) == ((0, 6, 8), 8 * 3, 8 * 6)

@@ -75,7 +75,7 @@ class MoEBackward(ExpertsLaunch):
             import cupy
 
             ones = cupy.ones(routing.weights.shape, np.float32)  # dY was weighted on its way out
-            return (disp._params(dy, start, order, weights, k, False, stream, side=True),
+            return (disp._params(dy, start, order, weights, k, False, stream, side=self.side_pushes(movers)),
                     comb._params(self._d_xe, disp, routing.slot, ones, extra, out, t, stream, scope=1))
 
         self._run(refusal, heads, records, movers, crew, check, stream)

@@ -85,8 +85,10 @@ class ExpertsLaunch:
     crew_per_16 = 0
 
     def _crews(self, movers: Any, crew: Any) -> tuple[int, int]:
-        """(movers, crew) checked, defaults: no CTA pushes first (movers 0: the warps each builder
-        leaves idle push beside it, as they do anyway); crew_per_16."""
+        """(movers, crew) checked, defaults: on Hopper no CTA pushes first (movers 0: the warps each
+        builder leaves idle push beside it, as they do anyway); elsewhere a quarter of the grid
+        (side work runs before a CTA's jobs there: with movers 0 every CTA pushes, then builds);
+        crew_per_16."""
         def size(n: Any, name: str, default: int, lo: int, hi: int) -> int:
             n = default if n is None else n
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not lo <= n <= hi:
@@ -95,7 +97,20 @@ class ExpertsLaunch:
             return int(n)
 
         g = self.grid
-        return size(movers, "movers", 0, 0, g), size(crew, "crew", g * self.crew_per_16 // 16, 0, g - 1)
+        default = 0 if self._beside else max(1, g // 4)
+        return size(movers, "movers", default, 0, g), size(crew, "crew", g * self.crew_per_16 // 16, 0, g - 1)
+
+    @property
+    def _beside(self) -> bool:
+        """Whether the builders' idle warps push beside them (hipsrc/kosmos/moe/experts.h side_pushes:
+        the Hopper builder)."""
+        from .. import gemm
+
+        return gemm.arch_path() == "wgmma"
+
+    def side_pushes(self, movers: int) -> bool:
+        """Whether warps push dispatch items (then items are a warp's grain): experts.h side_pushes."""
+        return self._beside or movers == 0
 
     def _run(self, refusal: Exception | None, heads: Any, records: Any, movers: Any, crew: Any, check: bool,
              stream: Any) -> None:
@@ -150,7 +165,7 @@ class MoEForward(ExpertsLaunch):
         except (TypeError, ValueError) as e:
             refusal = e
         self._run(refusal, heads, lambda: (
-            disp._params(x, start, order, None, k, False, stream, side=True),
+            disp._params(x, start, order, None, k, False, stream, side=self.side_pushes(movers)),
             comb._params(self._y_e, disp, routing.slot, routing.weights, shared, out, t, stream, scope=1)),
             movers, crew, check, stream)
         return out, self._h

@@ -91,12 +91,12 @@ class Case:
         return y
 
 
-@pytest.mark.parametrize("width,crews", [("small", [(1, 0), (0, 0), (None, None), ("all", "all but one")]),
-                                         ("big", [(None, None), (0, 0), (1, 0), (0, "all but one")])])
+@pytest.mark.parametrize("width,crews", [("small", [(1, 0), (None, None), (0, 0), (16, 0), ("all", "all but one")]),
+                                         ("big", [(None, None), (16, 0), (1, 0), (0, "all but one")])])
 def test_forward_is_bitwise_the_separate_launches(world, width, crews):
     case = Case(world, width)
     grid = case.fwd.grid
-    size = {None: None, 1: 1, 0: 0, "all": grid, "all but one": grid - 1}
+    size = {None: None, 1: 1, 0: 0, 16: min(16, grid - 1), "all": grid, "all but one": grid - 1}
     try:
         snaps = []
         for c, (movers, crew) in enumerate(crews):

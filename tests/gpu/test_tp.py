@@ -118,21 +118,25 @@ def test_bulk_reduce_scatter_matmul(world, m, n, k, dw_dtype):
     np.testing.assert_array_equal(bits(dw2), bits(dw))
 
 
-@pytest.mark.parametrize("dw_dtype", [bfloat16, float32])
-def test_bulk_rs_nt_stream_k_is_the_plain_gemms(world, dw_dtype, monkeypatch):
-    """Bulk RS || NT with its wgrad in stream-K (forced through gemm.choose_stream_k: every tile of
-    this shape is cut into K-ranges), bitwise kosmos.matmul's stream-K on the same operands and
-    builders, into poisoned outputs, twice (the tiles' arrival counters reset in the kernel); dX as
-    the whole-tile op's."""
+@pytest.mark.parametrize("dw_dtype,shape", [(bfloat16, "tail"), (float32, "tail"), (float32, "waves")])
+def test_bulk_rs_nt_stream_k_is_the_plain_gemms(world, dw_dtype, shape, monkeypatch):
+    """Bulk RS || NT with its wgrad in stream-K (forced through gemm.choose_stream_k), bitwise
+    kosmos.matmul's stream-K on the same operands and builders, into poisoned outputs, twice (the
+    tiles' arrival counters return to 0 in the kernel); dX exact. "tail": every tile cut into 2
+    K-ranges; "waves": more than two waves of tiles (whole ones first) and 24+ slabs of K."""
     from kosmos import gemm
 
     if gemm.arch_path() != "wgmma":
         pytest.skip("stream-K is a Hopper path")
     P, r = world.size, world.rank
-    m, n, k = 128 * -(-8 // P), 448, 320  # P * m >= 1024 tokens: 16+ slabs of K, two ranges of 8+
+    if shape == "tail":
+        m, n, k = 128 * -(-8 // P), 448, 320  # P * m >= 1024 tokens: 16+ slabs of K, two ranges of 8+
+    else:
+        m, n, k = 128 * -(-12 // P), 2304, 4096  # 288 tiles of 128 x 256, 24+ slabs
     monkeypatch.setattr(gemm, "choose_stream_k", lambda tiles, ctas, k_slabs: True)
     op = BulkReduceScatterMatmul(world, m, n, k, dw_dtype=dw_dtype)
-    assert op.stream_k is not None and op.stream_k.full == 0, op.describe()  # every tile in K-ranges
+    assert op.stream_k is not None, op.describe()
+    assert (op.stream_k.full == 0) == (shape == "tail"), op.describe()
     dxps = [arr("brskdx", p, (P * m, k)) for p in range(P)]
     dy_h, x_h = arr("brskdy", r, (P * m, n)), arr("brskx", r, (P * m, k))
     dy, x_full = cupy.asarray(dy_h), cupy.asarray(x_h)

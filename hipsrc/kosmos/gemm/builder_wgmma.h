@@ -154,11 +154,14 @@ KOSMOS_DEVICE bool stream_k_fixup(const Sched& sched, const TileCoord& tc, float
   }
   __shared__ int sk_ok;
   if (ctid == 0) {
-    // Cannot time out but by a defect (the other ranges were claimed earlier and never wait); if
-    // it does, the status names SITE_GRID (the host raises it at the plan's next call and zeroes
-    // the counters) and the tile is stored as NaN, never as a silently partial sum.
+    // The other ranges were claimed earlier and never wait, so this gives up only on a defect or
+    // because the grid or a peer failed (a fused kernel's wait context): then the status names the
+    // site (the host raises it) and the tile is stored as NaN, never as a silently partial sum.
     sk_ok = wait_flag_dev(sched.wait, SITE_GRID, &sk.arrived[tc.sk_tile], u64(tc.sk_pieces - 1)) ? 1 : 0;
-    sk.arrived[tc.sk_tile] = 0;  // for the next launch: nobody else touches it in this one
+    // Back to 0 for the next launch once this one's ranges have all counted: a subtraction, not a
+    // store, so ranges that count after a wait that gave up leave no residue (the counters are
+    // shared by every stream-K launch on the device).
+    atomic_add_relaxed_dev(&sk.arrived[tc.sk_tile], u64(0) - u64(tc.sk_pieces - 1));
   }
   named_barrier(1, 256);
   // NaN added to every element on failure (an unconditional add: accumulators written in a

@@ -67,7 +67,7 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
     const auto job_b = builder_job<LAYOUT_NT>(sb, gb.a, gb.b, claim_b, arrived_b, epi_b);
     const auto job_c = builder_job<LAYOUT_NN>(sc, gc.a, gc.b, claim_c, a_row, done_c, builds_cd);
     const auto job_d = builder_job<LAYOUT_NT>(sd, gd.a, gd.b, claim_d, a_group, epi_d, builds_cd);
-    fine = run_builder_jobs_beside(smem, SideDispatch{d}, job_a, job_b, job_c, job_d);
+    fine = run_builder_jobs_beside(smem, SideDispatch{d, side_pushes(movers)}, job_a, job_b, job_c, job_d);
     phase_mark(8);
     // a dX row is final once every tile row under it has all of C's tiles
     combine_rows<PushUnroll>(fine, c, d, &table, rows_done + rows_cap, u64(gc.p->tiles_n));

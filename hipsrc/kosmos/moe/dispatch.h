@@ -258,11 +258,15 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d, u32 smem_bytes = 0) {
 // the call's queue, the one the mover CTAs claim from, and copies them with its lanes, Unroll
 // vectors in flight a lane (Hopper's producer warps have 40 registers). Items are a warp's grain:
 // the host sizes item_rows for it (kosmos/moe/dispatch.py SIDE_ITEM_BYTES). It reads the item
-// tables CTA 0 plans (d.item_tables, at d.tables_ready).
+// tables CTA 0 plans (d.item_tables, at d.tables_ready). `on` false: nothing (the portable
+// builder runs side work before its jobs, so there mover CTAs push and builders build at once:
+// kosmos/moe/forward.py side_pushes).
 struct SideDispatch {
   static constexpr int kUnroll = 4;
   const DispatchParams& d;
+  bool on;
   KOSMOS_DEVICE void operator()(int t) const {
+    if (!on) return;
     const u32 lane = u32(t) % kWarpSize;
     u64 ok = 1;
     if (lane == 0) ok = wait_flag_dev(d.wait, SITE_GRID, d.tables_ready, call_epoch()) ? 1 : 0;

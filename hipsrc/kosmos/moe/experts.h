@@ -56,6 +56,11 @@ KOSMOS_DEVICE bool dispatch_rows(const DispatchParams& d, i32 movers, u8* smem, 
   return fine;
 }
 
+// Whether the builder call's idle warps push the dispatch beside it (SideDispatch): always on
+// Hopper; elsewhere (side work runs before the jobs, no warp is idle) only when no CTA moves.
+// kosmos/moe/forward.py side_pushes mirrors it (the item size follows).
+KOSMOS_DEVICE bool side_pushes(i32 movers) { return gemm::kArchPath == 1 || movers == 0; }
+
 // The readiness of a job reading the dispatch arena: run (l, s) is rows slot[s * E + col + l] (the
 // heap slot: the pipeline has the shared memory now), its flag arrived[l * kMaxWorld + s].
 template <int L>

@@ -50,7 +50,7 @@ KOSMOS_DEVICE void forward_experts(const ExpertGemm& g1, const Epi1& epi1, const
     const gemm::EpiTileRowDone<Epi2> done2(epi2, rows_done + rows_cap, &table);
     const bool builds2 = i32(blockIdx.x) >= crew;
     const auto job2 = gemm::builder_job<gemm::LAYOUT_TN>(s2, g2.a, g2.b, claim2, h_done, done2, builds2);
-    fine = gemm::run_builder_jobs_beside(smem, SideDispatch{d}, job1, job2);
+    fine = gemm::run_builder_jobs_beside(smem, SideDispatch{d, side_pushes(movers)}, job1, job2);
     phase_mark(8);
     // an item's rows are final once every tile row under them has all of GEMM2's tiles
     combine_rows<PushUnroll>(fine, c, d, &table, rows_done + rows_cap, u64(g2.p->tiles_n));
