@@ -325,6 +325,19 @@ def choose_stream_k(tiles: dict[int, int], ctas: int, k_slabs: int) -> bool:
     return split.seconds(ctas) < STREAM_K_MARGIN * whole
 
 
+def choose_tiling(shape: GemmShape, ctas: int, widths: tuple[int, ...],
+                  stream_k_ok: bool) -> tuple[int, StreamKSplit | None]:
+    """The automatic tiling of a grid of `ctas` builders: (256, the split) where stream_k_ok and
+    choose_stream_k takes stream-K, else (choose_tile_n's width among `widths`, None). The plain
+    GEMM (get_plan) and the fused ops (kosmos/tp/ops.py) choose alike."""
+    counts = {w: math.prod(tile_counts(shape, w)[:2]) for w in widths}
+    if stream_k_ok:
+        k_slabs = tile_counts(shape, 256)[2]
+        if choose_stream_k(counts, ctas, k_slabs):
+            return 256, stream_k_split(counts[256], ctas, k_slabs)
+    return choose_tile_n(counts, ctas), None
+
+
 def tile_order(shape: GemmShape, tile_n: int = 256) -> list[tuple[int, int]]:
     """Queue index -> (tile row, tile column): the device's DenseSchedule, for tests and tools."""
     tiles_m, tiles_n, _ = tile_counts(shape, tile_n)
@@ -623,6 +636,16 @@ def stream_k_shared(dev: int, sms: int) -> tuple:
     return state
 
 
+def stream_k_record(sk: StreamKSplit, dev: int, sms: int) -> np.void:
+    """The kernels' StreamK record (STREAM_K_DTYPE) of split `sk` in device `dev`'s shared workspace
+    (stream_k_shared)."""
+    ws, arrived, _, _ = stream_k_shared(dev, sms)
+    rec = np.zeros((), STREAM_K_DTYPE)
+    rec["ws"], rec["arrived"] = ws.data.ptr, arrived.data.ptr
+    rec["full"], rec["tail"], rec["ranges"] = sk.full, sk.tail, sk.ranges
+    return rec[()]
+
+
 def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, split_k: int | None = 1,
              tile_n: int | None = None, stream_k: bool | None = None) -> GemmPlan:
     """The cached plan for a GEMM; split_k: 1 = none, None = choose_split_k, n = n K-ranges;
@@ -652,19 +675,17 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     if stream_k is True and not sk_ok:
         raise ValueError("stream_k=True is a Hopper (wgmma) path for the store epilogues on 128 x 256 tiles, "
                          "without split-K")
-    widths = TILE_WIDTHS if wgmma and plain else (256,)
-    counts = {w: math.prod(tile_counts(shape, w)[:2]) for w in widths}
-    if stream_k is True or (stream_k is None and tile_n is None and split_k == 1 and sk_ok):
-        k_slabs = tile_counts(shape, 256)[2]
-        if stream_k is True or choose_stream_k(counts, ctas, k_slabs):
-            sk = stream_k_split(counts[256], ctas, k_slabs)
-            if sk is None and stream_k is True:
-                raise ValueError(f"stream_k=True: a reduction of {k_slabs} slabs of 64 is too short to cut into "
-                                 f"K-ranges of {MIN_SLABS_PER_RANGE} or more")
+    if stream_k is True:
+        tm, tn, k_slabs = tile_counts(shape, 256)
+        sk = stream_k_split(tm * tn, ctas, k_slabs)
+        if sk is None:
+            raise ValueError(f"stream_k=True: a reduction of {k_slabs} slabs of 64 is too short to cut into "
+                             f"K-ranges of {MIN_SLABS_PER_RANGE} or more")
+    elif tile_n is None:
+        widths = TILE_WIDTHS if wgmma and plain else (256,)
+        tile_n, sk = choose_tiling(shape, ctas, widths, stream_k is None and split_k == 1 and sk_ok)
     if sk is not None:
         tile_n, split_k = 256, 1
-    elif tile_n is None:
-        tile_n = choose_tile_n(counts, ctas)
     tiles = tile_counts(shape, tile_n)
     ntiles = tiles[0] * tiles[1]
     if split_k is None:
@@ -692,10 +713,7 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
                     tile_n=tile_n)
     if sk is not None:
         ws, arrived, status, order = stream_k_shared(dev, sms)
-        rec = np.zeros((), STREAM_K_DTYPE)
-        rec["ws"], rec["arrived"] = ws.data.ptr, arrived.data.ptr
-        rec["full"], rec["tail"], rec["ranges"] = sk.full, sk.tail, sk.ranges
-        plan.stream_k, plan.sk_record, plan.status, plan._order = sk, rec[()], status, order
+        plan.stream_k, plan.sk_record, plan.status, plan._order = sk, stream_k_record(sk, dev, sms), status, order
         plan._sk_buffers = (ws, arrived)
     with _plans_lock:
         _plans[key] = plan

@@ -31,7 +31,6 @@ Each op is one persistent kernel launch (hipsrc/tp.hip); `policy`, `ag_order`, `
 """
 from __future__ import annotations
 
-import math
 from typing import Any, Callable
 
 import numpy as np
@@ -144,11 +143,7 @@ class _FusedOp(SymmetricPlan):
         wgmma = gemm.arch_path() == "wgmma"
         widths = gemm.TILE_WIDTHS if wgmma else (256,)  # tp.hip instantiates them all
         self.builders = max(1, self.crew.builders if self.P > 1 else self.crew.grid)  # movers build only late
-        counts = {w: math.prod(gemm.tile_counts(shape, w)[:2]) for w in widths}
-        k_slabs = gemm.tile_counts(shape, 256)[2]
-        if stream_k_allowed and wgmma and gemm.choose_stream_k(counts, self.builders, k_slabs):
-            self.stream_k = gemm.stream_k_split(counts[256], self.builders, k_slabs)
-        self.tile_n = 256 if self.stream_k is not None else gemm.choose_tile_n(counts, self.builders)
+        self.tile_n, self.stream_k = gemm.choose_tiling(shape, self.builders, widths, stream_k_allowed and wgmma)
 
     def _launch(self, name: str) -> PersistentLaunch:
         """The op's kernel. The last step of every op's constructor: it also waits for what the
@@ -585,14 +580,10 @@ class _ReduceScatterBase(_FusedOp):
 
     def _stream_k_record(self) -> np.void:
         """The kernel's StreamK record: the split in the device's shared stream-K workspace (as the
-        plain GEMM's: the op's launches are in the same device order), or zeros."""
-        rec = np.zeros((), gemm.STREAM_K_DTYPE)
-        sk = self.stream_k
-        if sk is not None:
-            ws, arrived, _, _ = gemm.stream_k_shared(self.world.device_id, sm_count())
-            rec["ws"], rec["arrived"] = ws.data.ptr, arrived.data.ptr
-            rec["full"], rec["tail"], rec["ranges"] = sk.full, sk.tail, sk.ranges
-        return rec[()]
+        plain GEMM's: the op's launches are in the same device order), or zeros (whole tiles)."""
+        if self.stream_k is None:
+            return np.zeros((), gemm.STREAM_K_DTYPE)[()]
+        return gemm.stream_k_record(self.stream_k, self.world.device_id, sm_count())
 
 
 class MatmulReduceScatter(_ReduceScatterBase):
