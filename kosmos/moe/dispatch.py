@@ -66,8 +66,8 @@ def dispatch_smem_bytes(world: int, experts: int) -> int:
     return 4 * (world * experts + 2 * experts + 1)
 ITEM_BYTES = 256 * 1024  # bytes an item moves (each item ends in a system-scope fence: 64 KB items spent
 # 13 % of the dispatch in them on the H200, 1 MB items balance worse; bench notes in notes/moe.md)
-SIDE_ITEM_BYTES = 32 * 1024  # the same for one warp pushing beside the builder (movers 0 in the fused
-# kernels): ~1 GB/s a warp, so a 256 KB item would hold a run's GEMM tiles back ~200 us
+SIDE_ITEM_BYTES = 32 * 1024  # the same where warps push (the fused kernels' side pushes, ExpertsLaunch.
+# side_pushes): ~1 GB/s a warp, so a 256 KB item would hold a run's GEMM tiles back ~200 us
 
 
 class MoEDispatch(SymmetricPlan):
@@ -108,7 +108,7 @@ class MoEDispatch(SymmetricPlan):
         self.run_rows = cupy.zeros((self.e_loc, P), np.int32)
         self.all_counts = cupy.zeros((P, experts), np.int32)  # every rank's counts of the last call
         self.status = cupy.zeros(1, np.int64)
-        self.item_tables = cupy.zeros(2 * experts + 1, np.int32)  # the side pushes' (fused kernels, movers 0)
+        self.item_tables = cupy.zeros(2 * experts + 1, np.int32)  # the fused kernels' side pushes read them
         self.tables_ready = cupy.zeros(1, np.uint64)
         self.side_item_rows = max(1, SIDE_ITEM_BYTES // row_bytes)
         smem = dispatch_smem_bytes(P, experts)
@@ -148,8 +148,8 @@ class MoEDispatch(SymmetricPlan):
                 side: bool = False) -> np.void:
         """This call's DispatchParams record; it takes the call's epoch, so build it right before
         the launch. refused: this rank refused its input (x, start, order, weights are not read).
-        side: warps beside the builders push the rows (a fused kernel with movers 0): items of
-        side_item_rows."""
+        side: warps push rows too (a fused kernel's side pushes, ExpertsLaunch.side_pushes): items of
+        side_item_rows, every pusher's."""
         w = self.world
         _, ctx = self._next_call(stream)
         return record(

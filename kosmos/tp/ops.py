@@ -128,17 +128,13 @@ class _FusedOp(SymmetricPlan):
         """Check the op's own switches and its policy (before the heap exists); every rank raises alike."""
 
     # ---- plumbing shared by the five ops ----
-    # The op's GEMM cut into K-ranges where the plain GEMM's wave model takes stream-K (set by
-    # _set_gemm for ops whose tiles no mover waits for: the bulk RS || NT's wgrad), else None.
-    stream_k: gemm.StreamKSplit | None = None
-
     def _set_gemm(self, shape: gemm.GemmShape, stream_k_allowed: bool = False) -> None:
         """The op's GEMM and the builder's tile width for it on this grid: gemm.choose_tile_n, as
         the plain GEMM chooses (the 192- and 128-wide tiles are Hopper ones). Every width reduces in
         the same order, so the choice never changes a bit of the result. stream_k_allowed: stream-K
         on 128 x 256 tiles where gemm.choose_stream_k takes it (Hopper; a tile then has several
-        completion points, so only where no mover waits for tiles): bitwise kosmos.matmul with
-        stream_k=True and sm_cap = the builders."""
+        completion points, so only where no mover waits for tiles): self.stream_k is then the split
+        (else None), bitwise kosmos.matmul with stream_k=True and sm_cap = the builders."""
         self.shape = shape
         wgmma = gemm.arch_path() == "wgmma"
         widths = gemm.TILE_WIDTHS if wgmma else (256,)  # tp.hip instantiates them all
