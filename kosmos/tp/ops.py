@@ -128,6 +128,8 @@ class _FusedOp(SymmetricPlan):
         """Check the op's own switches and its policy (before the heap exists); every rank raises alike."""
 
     # ---- plumbing shared by the five ops ----
+    stream_k: gemm.StreamKSplit | None = None  # whole tiles until _set_gemm says otherwise
+
     def _set_gemm(self, shape: gemm.GemmShape, stream_k_allowed: bool = False) -> None:
         """The op's GEMM and the builder's tile width for it on this grid: gemm.choose_tile_n, as
         the plain GEMM chooses (the 192- and 128-wide tiles are Hopper ones). Every width reduces in
