@@ -354,7 +354,7 @@ def tile_order(shape: GemmShape, tile_n: int = 256) -> list[tuple[int, int]]:
 PROBLEM_DTYPE = np.dtype(
     [("a", np.uint64), ("b", np.uint64), ("mo", np.int32), ("no", np.int32), ("kr", np.int32), ("lda", np.int32),
      ("ldb", np.int32), ("tiles_m", np.int32), ("tiles_n", np.int32), ("k_slabs", np.int32), ("swiglu_f", np.int32),
-     ("k_splits", np.int32), ("b_group_stride", np.int64)],
+     ("k_splits", np.int32), ("b_group_stride", np.int64), ("a_scales", np.uint64)],
     align=True,
 )
 EPI_DTYPE = np.dtype([("out", np.uint64), ("ldo", np.int32), ("mo", np.int32), ("no", np.int32)], align=True)
@@ -366,13 +366,15 @@ SWIGLU_EPI_DTYPE = np.dtype([("out", np.uint64), ("ldo", np.int32), ("mo", np.in
 TMAP_DTYPE = np.dtype([("words", np.uint64, (16,))], align=True)
 
 
-def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256, stream_k: bool = False) -> str:
+def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256, stream_k: bool = False,
+                mx_a: bool = False) -> str:
     if epilogue == "swiglu":
         return "kosmos_gemm_tn_swiglu"
     if epilogue == "swiglu_backward":
         return "kosmos_gemm_nn_swiglu_bwd"
     suffix = "f32" if np.dtype(out_dtype) == np.float32 else "bf16"
-    return f"kosmos_gemm_{layout.lower()}_{suffix}" + ("" if tile_n == 256 else f"_n{tile_n}") + ("_sk" if stream_k else "")
+    return (f"kosmos_gemm_{layout.lower()}_{'mx_' if mx_a else ''}{suffix}" + ("" if tile_n == 256 else f"_n{tile_n}")
+            + ("_sk" if stream_k else ""))
 
 
 def _bf16():
@@ -431,25 +433,30 @@ def _module():
     return load_module("gemm.hip", extra_options=_extra_options)
 
 
-def encode_tmap(ptr: int, dims: tuple[int, ...], strides_elems: tuple[int, ...], elem_bytes: int = 2) -> np.void:
+def encode_tmap(ptr: int, dims: tuple[int, ...], strides_elems: tuple[int, ...], elem_bytes: int = 2,
+                box: tuple[int, int] | None = None) -> np.void:
     """A TMA descriptor of bf16 (elem_bytes 2) or fp32 (4) boxes of 64 rows x 128 bytes (64 or 32
-    columns; x1... in further dims) with 128-byte swizzle (zero fill out of bounds).
+    columns; x1... in further dims) with 128-byte swizzle, or of uint8 (1: MXFP8 codes) boxes of
+    `box` = (columns, rows) unswizzled; zero fill out of bounds.
 
     dims: innermost first (columns, rows[, groups]); strides_elems: of every dim but the first."""
     from cuda.bindings import driver as cu
 
-    kind = {2: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+    kind = {1: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_UINT8,
+            2: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
             4: cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_FLOAT32}[elem_bytes]
+    swizzled = elem_bytes != 1
+    box = box or (128 // elem_bytes, 64)
     res, tm = cu.cuTensorMapEncodeTiled(
         kind,
         len(dims),
         ptr,
         [cu.cuuint64_t(d) for d in dims],
         [cu.cuuint64_t(st * elem_bytes) for st in strides_elems],
-        [cu.cuuint32_t(128 // elem_bytes), cu.cuuint32_t(64)] + [cu.cuuint32_t(1)] * (len(dims) - 2),
+        [cu.cuuint32_t(box[0]), cu.cuuint32_t(box[1])] + [cu.cuuint32_t(1)] * (len(dims) - 2),
         [cu.cuuint32_t(1)] * len(dims),
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
-        cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B if swizzled else cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_NONE,
         cu.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
         cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
     )
@@ -471,18 +478,27 @@ def tmap_of(arr) -> np.void:
 ZERO_TMAP = np.zeros(1, TMAP_DTYPE)[0]
 
 
-def operand_tmaps(cache: dict, a, b, out, uses_tma: bool, tma_store: bool) -> tuple[np.void, np.void, np.void]:
+def tmap_of_codes(codes) -> np.void:
+    """The TMA map of MXFP8 A's codes (uint8 [rows, cols], C-contiguous): 128 rows x 64 codes a box,
+    unswizzled, as the MXFP8-A builder's stage holds them (config.h kStageBytesAMx)."""
+    rows, cols = (int(d) for d in codes.shape)
+    return encode_tmap(codes.data.ptr, (cols, rows), (cols,), 1, box=(DEVICE_CONSTANTS["kTileK"], DEVICE_CONSTANTS["kTileM"]))
+
+
+def operand_tmaps(cache: dict, a, b, out, uses_tma: bool, tma_store: bool,
+                  mx_a: bool = False) -> tuple[np.void, np.void, np.void]:
     """(a, b, out) TMA maps for a plan, cached by the arrays' addresses (the output's map only when
-    the kernel stores through TMA; a 3-D output is mapped as its 2-D rows); zeros off Hopper."""
+    the kernel stores through TMA; a 3-D output is mapped as its 2-D rows); zeros off Hopper.
+    mx_a: a is MXFP8 A's codes (tmap_of_codes)."""
     if not uses_tma:
         return ZERO_TMAP, ZERO_TMAP, ZERO_TMAP
-    key = (a.data.ptr, b.data.ptr, out.data.ptr)
+    key = (a.data.ptr, b.data.ptr, out.data.ptr, mx_a)
     hit = cache.get(key)
     if hit is None:
         tc = tmap_of(out.reshape(-1, out.shape[-1])) if tma_store else ZERO_TMAP
         if len(cache) > 32:
             cache.clear()
-        hit = cache[key] = (tmap_of(a), tmap_of(b), tc)
+        hit = cache[key] = (tmap_of_codes(a) if mx_a else tmap_of(a), tmap_of(b), tc)
     return hit
 
 
@@ -549,6 +565,7 @@ class GemmPlan:
     sk_record: Any = None  # STREAM_K_DTYPE: its workspace and counters (allocated with the plan)
     status: Any = None     # the stream-K finishers' bounded waits (kosmos.runtime.DeviceStatus)
     _sk_buffers: tuple = ()  # the workspace and counters sk_record points to
+    mx_a: bool = False     # A is MXFP8 (a DeviceMX: codes + scales), dequantized in the consumers
     _tmaps: dict = field(default_factory=dict)
     # The queue words are shared by every call, so calls must run one after another on the device,
     # from any thread or stream. Nothing else of a call lives on the host: graphs can replay it.
@@ -571,9 +588,14 @@ class GemmPlan:
         """The standard kernel arguments (tma, tmb, tmc, problem, epilogue, queue words); epi_rows:
         the epilogue's rows per split (split-K's padded partials), default the output's."""
         s = self.shape
+        scales = None
+        if self.mx_a:
+            a, scales = a.data, a.scales
         prob = problem_record(a, b, s.mo, s.no, s.kr, self.tiles, s.swiglu_f, self.splits)
+        if scales is not None:
+            prob["a_scales"] = scales.data.ptr
         epi = epi_record(out, epi_rows or s.mo, s.swiglu_f or s.no, s.epilogue, gate_up)
-        ta, tb, tc = operand_tmaps(self._tmaps, a, b, out, self.uses_tma, self.tma_store)
+        ta, tb, tc = operand_tmaps(self._tmaps, a, b, out, self.uses_tma, self.tma_store, self.mx_a)
         return (ta, tb, tc, prob, epi, self.words if words is None else words)
 
     def check_stream_k(self) -> None:
@@ -647,17 +669,18 @@ def stream_k_record(sk: StreamKSplit, dev: int, sms: int) -> np.void:
 
 
 def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, split_k: int | None = 1,
-             tile_n: int | None = None, stream_k: bool | None = None) -> GemmPlan:
+             tile_n: int | None = None, stream_k: bool | None = None, mx_a: bool = False) -> GemmPlan:
     """The cached plan for a GEMM; split_k: 1 = none, None = choose_split_k, n = n K-ranges;
     tile_n: 256, 192 or 128, None = choose_tile_n; stream_k: True, False, None = choose_stream_k (only
     when tile_n is None and split_k is 1: a caller who names the tile gets whole tiles, one who asks
-    for split_k=None gets choose_split_k's choice)."""
+    for split_k=None gets choose_split_k's choice). mx_a: A is MXFP8 (mx_a_path says when: whole
+    tiles, no split)."""
     import cupy
 
     from .runtime.launch import PersistentLaunch, sm_count
 
     dev = cupy.cuda.Device().id
-    key = (shape, np.dtype(out_dtype).str, sm_cap, split_k, tile_n, stream_k, dev, _extra_options)
+    key = (shape, np.dtype(out_dtype).str, sm_cap, split_k, tile_n, stream_k, mx_a, dev, _extra_options)
     with _plans_lock:
         plan = _plans.get(key)
     if plan is not None:
@@ -667,6 +690,12 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     wgmma = _arch_info(dev, _extra_options)[0] == 1
     plain = shape.epilogue == "store"
     check_tile_n(tile_n, shape.epilogue, wgmma)
+    if mx_a and not mx_a_path(shape.layout, shape.epilogue, split_k, stream_k, wgmma):
+        raise ValueError(f"MXFP8 A in the mainloop takes {' or '.join(MX_A_LAYOUTS)}, the store epilogue, whole "
+                         f"tiles (no split-K, no stream-K) on Hopper; got {shape.layout}, {shape.epilogue!r}, "
+                         f"split_k={split_k}, stream_k={stream_k}")
+    if mx_a:
+        split_k, stream_k = 1, False
     # Stream-K first (128 x 256 tiles, no split-K): when asked, or when its wave model wins.
     if not (stream_k is None or isinstance(stream_k, bool)):
         raise TypeError(f"stream_k must be True, False or None (automatic), got {stream_k!r}")
@@ -703,14 +732,14 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
         name = kernel_name(shape.layout, "store", np.float32, tile_n)  # fp32 partials into a workspace
         red = mod.get_function("kosmos_gemm_splitk_reduce_" + ("f32" if np.dtype(out_dtype) == np.float32 else "bf16"))
     else:
-        name = kernel_name(shape.layout, shape.epilogue, out_dtype, tile_n)
+        name = kernel_name(shape.layout, shape.epilogue, out_dtype, tile_n, mx_a=mx_a)
         red = None
     kern = mod.get_function(name)
     grid = grid_size(units, sms, sm_cap)
     launch = PersistentLaunch.checked(kern, grid, block_threads(), shared_mem_bytes())
     plan = GemmPlan(shape, np.dtype(out_dtype), name, grid, units, tiles, launch,
                     words=cupy.zeros(2, dtype=cupy.uint64), uses_tma=wgmma, splits=splits, reduce_kernel=red,
-                    tile_n=tile_n)
+                    tile_n=tile_n, mx_a=mx_a)
     if sk is not None:
         ws, arrived, status, order = stream_k_shared(dev, sms)
         plan.stream_k, plan.sk_record, plan.status, plan._order = sk, stream_k_record(sk, dev, sms), status, order
@@ -771,6 +800,15 @@ def contracting_axis(layout: str, operand: int) -> int:
     return {"TN": (1, 1), "NN": (1, 0), "NT": (0, 0)}[layout][operand]
 
 
+MX_A_LAYOUTS = ("TN", "NN")  # A K-major: the layouts whose MXFP8 A the consumers dequantize
+
+
+def mx_a_path(layout: str, epilogue: str, split_k: int | None, stream_k: bool | None, wgmma: bool) -> bool:
+    """Whether an MXFP8 A runs through the mainloop (TileConfig MxA: codes in shared memory,
+    dequantized into wgmma's register fragments, no pass over A); else it is dequantized first."""
+    return wgmma and layout in MX_A_LAYOUTS and epilogue == "store" and split_k in (1, None) and stream_k is not True
+
+
 def dequantized_operand(t: Any, name: str, layout: str, operand: int, stream: Any = None) -> Any:
     """t itself, or, for an MXFP8 operand (kosmos.mx.DeviceMX), its exact bf16 dequantization after
     checking that its blocks run along its contracting axis in `layout`."""
@@ -805,16 +843,25 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     ``gate_up``: the SwiGLU epilogues' pre-activations (see the module docstring).
 
     ``a`` and ``b`` are bf16, or MXFP8 (kosmos.mx.DeviceMX, blocks along the operand's contracting
-    axis): an MXFP8 operand is dequantized exactly to bf16 on the stream and the bf16 builder runs
-    on it (the H200 has no block-scaled MMA: notes/mxfp8.md), so the result is bitwise the bf16
-    GEMM of the dequantized operands.
+    axis; the H200 has no block-scaled MMA: notes/mxfp8.md). An MXFP8 ``a`` of a TN or NN GEMM with
+    the store epilogue on Hopper (mx_a_path; not with split-K or stream_k=True) stays MXFP8: the
+    consumers dequantize its codes exactly into wgmma's register fragments, and ``b`` (bf16 or MXFP8)
+    is rewritten once with its reduction index permuted per 64-slab (kosmos.mx.kperm_operand): the
+    result is bitwise ``matmul(permute_k(a'), permute_k(b'), tile_n=...)`` on the dequantized
+    operands a', b' (kosmos.mx.permute_k: the same products, summed in another order). Any other
+    MXFP8 operand is dequantized exactly to bf16 on the stream first, and the result is bitwise the
+    bf16 GEMM of the dequantized operands.
     """
     import cupy
+
+    from . import mx
 
     if isinstance(layout, str):
         layout = layout.upper()
     dev = cupy.cuda.Device().id
     bf16 = _bf16()
+    if isinstance(a, mx.DeviceMX) and mx_a_path(layout, epilogue, split_k, stream_k, arch_path() == "wgmma"):
+        return _matmul_mx_a(a, b, layout, out, out_dtype, sm_cap, tile_n, stream)
     a, b = (dequantized_operand(t, name, layout, i, stream) for i, (t, name) in enumerate(((a, "a"), (b, "b"))))
     a = check_array(a, "a", dtypes=(bf16,), device=dev, stream=stream)
     b = check_array(b, "b", dtypes=(bf16,), device=dev, stream=stream)
@@ -828,6 +875,27 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     gate_up = gate_up_array(gate_up, shape, dev, stream, a=a, b=b, output=out)
     plan = get_plan(shape, dt, sm_cap, split_k, tile_n, stream_k)
     plan(a, b, out, stream=stream, gate_up=gate_up)
+    return out
+
+
+def _matmul_mx_a(a, b, layout: str, out, out_dtype, sm_cap: int | None, tile_n: int | None, stream: Any):
+    """matmul's MXFP8-A path (mx_a_path): b permuted per slab, then the MxA builder."""
+    import cupy
+
+    from . import mx
+
+    a = mx.check_mx(a, "a", axis=contracting_axis(layout, 0), stream=stream)
+    b_shape = tuple(b.data.shape if isinstance(b, mx.DeviceMX) else b.shape)
+    shape = gemm_shape(layout, a.shape, b_shape)
+    bp = mx.kperm_operand(b, axis=contracting_axis(layout, 1), stream=stream)
+    if out is not None:
+        out = check_array(out, "out", device=cupy.cuda.Device().id, stream=stream, writable=True)
+        if out_dtype is None:
+            out_dtype = out.dtype
+    dt = resolve_out_dtype(out_dtype, "store")
+    out = output_array(out, shape.out_shape, dt, a=a.data, a_scales=a.scales, b=bp)
+    plan = get_plan(shape, dt, sm_cap, 1, tile_n, False, mx_a=True)
+    plan(a, bp, out, stream=stream)
     return out
 
 

@@ -76,33 +76,139 @@ def test_device_dequantize_every_code_and_scale():
         assert bad.size == 0, f"axis {t.axis}: {len(bad)} pairs differ, first {bad[:3].tolist()}"
 
 
-@pytest.mark.parametrize("layout", ["TN", "NN", "NT"])
-def test_matmul_on_mxfp8_operands(layout):
-    """kosmos.matmul on DeviceMX operands (blocks along each one's contracting axis) is bitwise
-    the bf16 GEMM of the reference-dequantized operands, and within bf16 rounding of float64."""
+def _mx_operands(layout, m, n, k, seed, spread=0.0):
+    """(DeviceMX, its reference dequantization in bf16) for a and b of `layout`, each quantized along
+    its contracting axis; `spread`: log2 range of per-row magnitudes (0: unit normal data)."""
     from kosmos import gemm
-    from kosmos.reference import rel_error
 
-    # odd tile counts; M of TN/NN a multiple of 32 only (NT's output rows must be multiples of 64)
-    m, n, k = (320 if layout == "NT" else 352), 192, 320
-    rng = np.random.default_rng(len(layout))
+    rng = np.random.default_rng(seed)
     a_shape, b_shape, _ = gemm.PaperShape("", "", m, n, k, layout).operand_shapes()
     ops = []
     for i, shape in enumerate((a_shape, b_shape)):
-        x = (rng.standard_normal(shape) + 0.05).astype(bfloat16)
+        mags = np.exp2(rng.uniform(-spread, spread, size=(shape[0], 1))) if spread else 1.0
+        x = ((rng.standard_normal(shape) + 0.05) * mags).astype(bfloat16)
         t = mx.quantize(x, axis=gemm.contracting_axis(layout, i))
         ops.append((mx.to_device(t), mx.dequantize(t).astype(bfloat16)))
-    (a_mx, a), (b_mx, b) = ops
-    out = poisoned((m, n), bfloat16)
-    got = gemm.matmul(a_mx, b_mx, layout, out=out)
-    want = gemm.matmul(cupy.asarray(a), cupy.asarray(b), layout)
-    np.testing.assert_array_equal(cupy.asnumpy(got).view(np.uint16), cupy.asnumpy(want).view(np.uint16))
+    return ops
+
+
+def _reference(layout, a, b):
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
-    ref = {"TN": lambda: a64 @ b64.T, "NN": lambda: a64 @ b64, "NT": lambda: a64.T @ b64}[layout]()
-    assert rel_error(cupy.asnumpy(got), ref) < 1e-2
+    return {"TN": lambda: a64 @ b64.T, "NN": lambda: a64 @ b64, "NT": lambda: a64.T @ b64}[layout]()
+
+
+def _bits(x):
+    return cupy.asnumpy(x).view(np.uint16 if x.dtype.itemsize == 2 else np.uint32)
+
+
+def test_matmul_on_mxfp8_operands_nt():
+    """NT (A MN-major): both operands dequantized first; bitwise the bf16 GEMM of the reference-
+    dequantized operands, and within bf16 rounding of float64."""
+    from kosmos import gemm
+    from kosmos.reference import rel_error
+
+    m, n, k = 320, 192, 320  # odd tile counts (NT's output rows must be multiples of 64)
+    (a_mx, a), (b_mx, b) = _mx_operands("NT", m, n, k, seed=2)
+    got = gemm.matmul(a_mx, b_mx, "NT", out=poisoned((m, n), bfloat16))
+    want = gemm.matmul(cupy.asarray(a), cupy.asarray(b), "NT")
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    assert rel_error(cupy.asnumpy(got), _reference("NT", a, b)) < 1e-2
     with pytest.raises(ValueError, match="contracting axis"):
-        wrong = mx.to_device(mx.quantize(a, axis=1 - gemm.contracting_axis(layout, 0)))
-        gemm.matmul(wrong, b_mx, layout)
+        wrong = mx.to_device(mx.quantize(a, axis=1 - gemm.contracting_axis("NT", 0)))
+        gemm.matmul(wrong, b_mx, "NT")
+
+
+# (m, n, k): odd tile counts with rows ending inside a tile; more tiles than CTAs (several a CTA);
+# a deep reduction (many slabs: both fragment sets of the mainloop, scales a slab ahead)
+MX_A_SHAPES = [(352, 192, 320), (4096, 2048, 512), (544, 320, 4096)]
+
+
+@pytest.mark.parametrize("m,n,k", MX_A_SHAPES)
+@pytest.mark.parametrize("layout", ["TN", "NN"])
+def test_matmul_mx_a_in_the_mainloop(layout, m, n, k):
+    """TN and NN with an MXFP8 A on Hopper: A dequantized in the consumers' registers, B permuted per
+    slab. Bitwise our bf16 GEMM on the permuted, reference-dequantized operands (the same wgmma
+    steps on the same values) for every tile width, twice (reproducible); float64 within bf16
+    rounding; B given as bf16 gives the same bits as B given as MXFP8."""
+    from kosmos import gemm
+    from kosmos.reference import rel_error
+
+    if gemm.arch_path() != "wgmma":
+        pytest.skip("the MXFP8-A mainloop is Hopper's (elsewhere A is dequantized first)")
+    (a_mx, a), (b_mx, b) = _mx_operands(layout, m, n, k, seed=m + n + k, spread=24)
+    out_shape = (m, n)
+    ap = cupy.asarray(mx.permute_k(a, 1))
+    bp = cupy.asarray(mx.permute_k(b, gemm.contracting_axis(layout, 1)))
+    ref = _reference(layout, a, b)
+    for tile_n in (256, 192, 128):
+        got = gemm.matmul(a_mx, b_mx, layout, out=poisoned(out_shape, bfloat16), tile_n=tile_n)
+        again = gemm.matmul(a_mx, b_mx, layout, out=poisoned(out_shape, bfloat16), tile_n=tile_n)
+        want = gemm.matmul(ap, bp, layout, tile_n=tile_n)
+        np.testing.assert_array_equal(_bits(got), _bits(want), err_msg=f"tile_n={tile_n}")
+        np.testing.assert_array_equal(_bits(again), _bits(got))
+        assert rel_error(cupy.asnumpy(got), ref) < 1e-2, tile_n
+    f32 = gemm.matmul(a_mx, cupy.asarray(b), layout, out_dtype=np.float32, tile_n=256)  # B bf16, fp32 out
+    np.testing.assert_array_equal(_bits(f32), _bits(gemm.matmul(ap, bp, layout, out_dtype=np.float32, tile_n=256)))
+    auto = gemm.matmul(a_mx, b_mx, layout)  # the automatic tile choice
+    assert rel_error(cupy.asnumpy(auto), ref) < 1e-2
+    with pytest.raises(ValueError, match="contracting axis"):
+        gemm.matmul(mx.to_device(mx.quantize(a, axis=0)), b_mx, layout)
+
+
+@pytest.mark.parametrize("layout", ["TN", "NN"])
+def test_matmul_mx_a_nan_codes_and_scales(layout):
+    """A NaN block (NaN scale, as quantize writes it) and a NaN code under a finite scale (a foreign
+    producer's): exactly the rows holding one are NaN, the others bitwise the oracle."""
+    from kosmos import gemm
+
+    if gemm.arch_path() != "wgmma":
+        pytest.skip("the MXFP8-A mainloop is Hopper's")
+    m, n, k = 256, 256, 256
+    (a_mx, a), (b_mx, b) = _mx_operands(layout, m, n, k, seed=7)
+    data, scales = cupy.asnumpy(a_mx.data), cupy.asnumpy(a_mx.scales)
+    data[5, 40] = 0x7F        # a NaN code, scale finite
+    data[130, 200] = 0xFF     # its negative twin
+    scales[77, 3] = 0xFF      # a NaN scale over finite codes
+    a_bad = mx.DeviceMX(cupy.asarray(data), cupy.asarray(scales), 1)
+    got = cupy.asnumpy(gemm.matmul(a_bad, b_mx, layout, out=poisoned((m, n), bfloat16), tile_n=256))
+    nan_rows = np.isnan(got.astype(np.float32)).any(axis=1)
+    assert sorted(np.flatnonzero(nan_rows)) == [5, 77, 130]
+    assert np.isnan(got[[5, 77, 130]].astype(np.float32)).all()
+    want = cupy.asnumpy(gemm.matmul(cupy.asarray(mx.permute_k(a, 1)),
+                                    cupy.asarray(mx.permute_k(b, gemm.contracting_axis(layout, 1))), layout, tile_n=256))
+    np.testing.assert_array_equal(got[~nan_rows].view(np.uint16), want[~nan_rows].view(np.uint16))
+
+
+def test_register_dequant_every_code_and_scale():
+    """The mainloop's conversion (e4m3x4_to_bf16x4_scaled) on all 65,536 (code, scale) pairs: bit for
+    bit the reference for every non-NaN code (bf16 subnormals, overflow to Inf and the NaN scale
+    included); e4m3x4_nan_bits flags exactly the NaN codes (which the mainloop then decodes exactly)."""
+    from kosmos import gemm
+    from kosmos.runtime.module import load_module
+
+    if gemm.arch_path() != "wgmma":
+        pytest.skip("the register conversion is Hopper's (bf16x2 multiplies)")
+    codes = np.tile(np.arange(256, dtype=np.uint8), 256)               # pair i: code i % 256, scale i // 256
+    scales = np.repeat(np.arange(256, dtype=np.uint8), 256)
+    words = cupy.asarray(codes.view(np.uint32))
+    word_scales = cupy.asarray(scales[::4].copy())
+    out = cupy.full(2 * words.size, 0xFFFFFFFF, dtype=np.uint32)
+    nan = cupy.full(words.size, 0xFFFFFFFF, dtype=np.uint32)
+    load_module("mx.hip").get_function("kosmos_mx_regs_dequant")(
+        (64,), (256,), (words, word_scales, np.int64(words.size), out, nan))
+    got = cupy.asnumpy(out).view(np.uint16)  # element i's bf16, in code order
+    ref = mx.MXTensor(codes.reshape(-1, 32).view(mx.float8_e4m3), scales[::32].reshape(-1, 1).view(mx.float8_e8m0), 1)
+    with np.errstate(over="ignore"):
+        want = mx.dequantize(ref).astype(bfloat16).view(np.uint16).reshape(-1)
+    nan_code = (codes & 0x7F) == 0x7F
+    want_nan = (want & 0x7FFF) > 0x7F80
+    ok = ~nan_code
+    assert (((got[ok] & 0x7FFF) > 0x7F80) == want_nan[ok]).all()
+    bad = np.flatnonzero(ok & ~want_nan & (got != want))
+    assert bad.size == 0, f"{bad.size} pairs differ, first (code, scale): {[(i % 256, i // 256) for i in bad[:4]]}"
+    flags = cupy.asnumpy(nan)
+    word_has_nan = nan_code.reshape(-1, 4).any(axis=1)
+    assert ((flags != 0) == word_has_nan).all()
 
 
 @pytest.mark.parametrize("m,n,k", [(128, 128, 64), (300, 200, 512)])

@@ -21,6 +21,7 @@
 #include "schedule.h"
 #include "sm90_wgmma.h"
 #include "../trace.h"
+#include "../mx/dequant.h"
 
 namespace kosmos {
 namespace gemm {
@@ -178,6 +179,79 @@ KOSMOS_DEVICE bool stream_k_fixup(const Sched& sched, const TileCoord& tc, float
   return true;
 }
 
+// ---- MXFP8 A (TileConfig::kMxA): the consumers dequantize A's codes into wgmma fragments ----
+// Thread (warp, lane) of a consumer warpgroup holds rows g = lane / 4 and g + 8 of its warp's 16
+// and, of each 64-code slab row, the 16 consecutive codes 16 q .. 16 q + 15, q = lane % 4 (one
+// 16-byte shared load a row; a quarter warp reads two whole 64-byte rows: no bank conflict). The
+// m64k16 fragment of wgmma step kk takes codes 4 kk .. 4 kk + 3 of them: codes 0, 1 at columns
+// 2q, 2q + 1 and codes 2, 3 at 2q + 8, 2q + 9. So step kk's column c holds the slab's code
+// 16 q + 4 kk + 2 h + b for c = 16 kk + 8 h + 2 q + b: B's rows of each slab are stored in that
+// order (kosmos.mx.k_permutation), and the product is the GEMM's. The 16 codes share one scale
+// block (32 codes): 2 q + ... stays inside block q / 2 of the slab.
+struct MxFirst {
+  i32 a_m0, kb0;  // the unit's first A row and first slab
+};
+struct MxScales {
+  const u8* row0;  // the scales of the thread's rows g and g + 8 (clamped to the last row: rows
+  const u8* row1;  // past it are zero codes from the TMA's fill, never stored)
+  i32 block0;      // the thread's block in the unit's first slab
+  i32 blocks;      // scales per row (kr / 32)
+  // The scale code of slab i; 127 (2^0) past the row's last block (zero codes there: a NaN scale
+  // would turn them into NaN).
+  KOSMOS_DEVICE u32 at(const u8* row, i32 i) const {
+    const i32 b = block0 + 2 * i;
+    return b < blocks ? u32(__ldg(row + b)) : 127u;
+  }
+};
+KOSMOS_DEVICE MxScales mx_scales_of(const Problem& p, const MxFirst& f, i32 tile_row, i32 q) {
+  const i32 blocks = p.kr / 32, last = p.mo - 1;
+  const i32 r0 = f.a_m0 + tile_row, r1 = r0 + 8;
+  return MxScales{p.a_scales + i64(r0 < last ? r0 : last) * blocks, p.a_scales + i64(r1 < last ? r1 : last) * blocks,
+                  2 * f.kb0 + q / 2, blocks};
+}
+
+// One slab of a consumer warpgroup: A's codes -> frag (16 registers: step kk's a[0..3] at 4 kk),
+// then the four wgmma steps on B's stage at b0, committed as one group (the caller waits).
+template <int kN, bool BK>
+KOSMOS_DEVICE void consume_mx_slab(float* acc, u32* frag, const u8* stage, u32 b0, int cw, int warp, int lane,
+                                   u32 s0, u32 s1, bool first) {
+  using namespace sm90;
+  const u8* row = stage + (cw * 64 + warp * 16 + lane / 4) * kTileK + (lane % 4) * 16;
+  const vec16 c0 = ld16(row), c1 = ld16(row + 8 * kTileK);
+  const u32 k0 = mx::e8m0_to_bf16x2(s0), k1 = mx::e8m0_to_bf16x2(s1);
+  const u32* w0 = &c0.x;
+  const u32* w1 = &c1.x;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    mx::e4m3x4_to_bf16x4_scaled(w0[kk], k0, frag[4 * kk], frag[4 * kk + 2]);
+    mx::e4m3x4_to_bf16x4_scaled(w1[kk], k1, frag[4 * kk + 1], frag[4 * kk + 3]);
+  }
+  u32 nan = 0;
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) nan |= mx::e4m3x4_nan_bits(w0[kk]) | mx::e4m3x4_nan_bits(w1[kk]);
+  if (nan != 0) {  // rare: a NaN code; the integer form, which gives NaN for it
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const u32 w = r == 0 ? w0[kk] : w1[kk], sc = r == 0 ? s0 : s1;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          frag[4 * kk + r + 2 * h] = u32(mx::e4m3_to_bf16_scaled(u8(w >> (16 * h)), u8(sc))) |
+                                     (u32(mx::e4m3_to_bf16_scaled(u8(w >> (16 * h + 8)), u8(sc))) << 16);
+        }
+      }
+    }
+  }
+  wgmma_fence();  // the fragments were written by ordinary instructions
+#pragma unroll
+  for (int kk = 0; kk < kTileK / 16; ++kk) {
+    const u64 db = BK ? make_desc(b0 + kk * 32, 16, 1024) : make_desc(b0 + kk * 2048, kBoxBytes, 1024);
+    wgmma_tile_rs<kN, BK ? 0 : 1>(acc, frag + 4 * kk, db, (!first || kk > 0) ? 1u : 0u);
+  }
+  wgmma_commit();
+}
+
 // The producer's half of a call, thread 0 alone: claims units, runs the readiness hook, issues
 // the TMA loads and writes each stage's slot. Returns false when a hook aborted.
 template <class Job>
@@ -227,13 +301,17 @@ KOSMOS_DEVICE bool produce(const Job& job, u8* smem_raw, RingPos& pos) {
       slot[s] = t;
       mbar_arrive_expect_tx(&full[s], Cfg::kStageBytes);
       u8* sa = base + s * Cfg::kStageBytes;
-      u8* sb = sa + kStageBytesA;
+      u8* sb = sa + Cfg::kStageBytesA;
       const i32 k = tc.k_off + kb * kTileK;
+      if constexpr (Cfg::kMxA) {
+        tma_load_2d(sa, tma, k, tc.a_m0, &full[s]);  // one box: 128 rows x 64 codes
+      } else {
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const i32 mn = tc.a_m0 + 64 * h;
-        if (AK) tma_load_2d(sa + h * kBoxBytes, tma, k, mn, &full[s]);
-        else tma_load_2d(sa + h * kBoxBytes, tma, mn, k, &full[s]);
+        for (int h = 0; h < 2; ++h) {
+          const i32 mn = tc.a_m0 + 64 * h;
+          if (AK) tma_load_2d(sa + h * kBoxBytes, tma, k, mn, &full[s]);
+          else tma_load_2d(sa + h * kBoxBytes, tma, mn, k, &full[s]);
+        }
       }
 #pragma unroll
       for (int c = 0; c < Cfg::kBoxesB; ++c) {
@@ -297,10 +375,12 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
     // Only the slab count (and, ragged, the reduction rows left) stay live across the mainloop;
     // the tile is placed again for the epilogue: registers the wgmma pipeline needs otherwise.
     i32 nslabs, k_left;
+    MxFirst mx_first;  // (MXFP8 A only: its scales' first row and slab)
     {
       const TileCoord t0 = sched.tile(t);
       nslabs = t0.kb1 - t0.kb0;
       k_left = t0.k_end - (t0.k_off + t0.kb0 * kTileK);
+      mx_first = MxFirst{t0.a_m0, t0.kb0};
     }
     if constexpr (Sched::kRaggedK) {
       // Only ragged schedules have units with nothing to reduce (a group without rows). The
@@ -314,39 +394,63 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
       }
     }
     int prev = -1;
-    for (i32 i = 0; i < nslabs; ++i) {
-      if (i > 0) mbar_wait(&full[s], ph);
-      u8* stage = base + s * Cfg::kStageBytes;
-      if constexpr (Sched::kRaggedK) {
-        // The group's last slab: TMA loaded 64 rows, the rows past the group's end belong to the
-        // next group. Zero them in both operands (0 x Inf would be NaN) before any wgmma reads.
-        const i32 valid = k_left - i * kTileK;
-        if (valid < kTileK) {
-          const i32 chunks = (kTileK - valid) * 8;  // 16-byte chunks per 64x64 box
-          const int ctid = tid + 128 * cw;
-          for (i32 c = ctid; c < (2 + Cfg::kBoxesB) * chunks; c += 256) {
-            const i32 box = c / chunks, r = valid + (c % chunks) / 8;
-            st16(stage + box * kBoxBytes + r * 128 + (c % 8) * 16, vec16{0u, 0u, 0u, 0u});
+    if constexpr (Cfg::kMxA) {
+      static_assert(AK && !Sched::kRaggedK && !Sched::kGroupedB, "MXFP8 A: K-major, one dense GEMM");
+      // Two fragment sets, slabs alternating: slab i's conversion writes the set whose wgmmas
+      // (slab i - 2's) the wait<1> of slab i - 1 has retired, while slab i - 1's still run.
+      u32 frag_even[16], frag_odd[16];
+      MxScales sc = mx_scales_of(sched.p, mx_first, cw * 64 + warp * 16 + lane / 4, lane % 4);
+      u32 s_next0 = sc.at(sc.row0, 0), s_next1 = sc.at(sc.row1, 0);
+      for (i32 i = 0; i < nslabs; ++i) {
+        if (i > 0) mbar_wait(&full[s], ph);
+        const u32 s0 = s_next0, s1 = s_next1;
+        s_next0 = sc.at(sc.row0, i + 1);  // a slab ahead: the loads' latency under this slab's MMA
+        s_next1 = sc.at(sc.row1, i + 1);
+        u8* stage = base + s * Cfg::kStageBytes;
+        const u32 b0 = smem_addr(stage + Cfg::kStageBytesA);
+        if ((i & 1) == 0) consume_mx_slab<kN, BK>(acc, frag_even, stage, b0, cw, warp, lane, s0, s1, i == 0);
+        else consume_mx_slab<kN, BK>(acc, frag_odd, stage, b0, cw, warp, lane, s0, s1, false);
+        wgmma_wait<1>();
+        fence_regs<Cfg::kAcc>(acc);
+        if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+        prev = int(s);
+        ring_advance<Cfg::kStages>(s, ph);
+      }
+    } else {
+      for (i32 i = 0; i < nslabs; ++i) {
+        if (i > 0) mbar_wait(&full[s], ph);
+        u8* stage = base + s * Cfg::kStageBytes;
+        if constexpr (Sched::kRaggedK) {
+          // The group's last slab: TMA loaded 64 rows, the rows past the group's end belong to the
+          // next group. Zero them in both operands (0 x Inf would be NaN) before any wgmma reads.
+          const i32 valid = k_left - i * kTileK;
+          if (valid < kTileK) {
+            const i32 chunks = (kTileK - valid) * 8;  // 16-byte chunks per 64x64 box
+            const int ctid = tid + 128 * cw;
+            for (i32 c = ctid; c < (2 + Cfg::kBoxesB) * chunks; c += 256) {
+              const i32 box = c / chunks, r = valid + (c % chunks) / 8;
+              st16(stage + box * kBoxBytes + r * 128 + (c % 8) * 16, vec16{0u, 0u, 0u, 0u});
+            }
+            fence_proxy_async_shared();
+            named_barrier(1, 256);
           }
-          fence_proxy_async_shared();
-          named_barrier(1, 256);
         }
-      }
-      const u32 a0 = smem_addr(stage + cw * kBoxBytes);
-      const u32 b0 = smem_addr(stage + kStageBytesA);
-      wgmma_fence();
+        const u32 a0 = smem_addr(stage + cw * kBoxBytes);
+        const u32 b0 = smem_addr(stage + Cfg::kStageBytesA);
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kTileK / 16; ++kk) {
-        const u64 da = AK ? make_desc(a0 + kk * 32, 16, 1024) : make_desc(a0 + kk * 2048, kBoxBytes, 1024);
-        const u64 db = BK ? make_desc(b0 + kk * 32, 16, 1024) : make_desc(b0 + kk * 2048, kBoxBytes, 1024);
-        wgmma_tile<kN, AK ? 0 : 1, BK ? 0 : 1>(acc, da, db, (i > 0 || kk > 0) ? 1u : 0u);
+        for (int kk = 0; kk < kTileK / 16; ++kk) {
+          const u64 da = AK ? make_desc(a0 + kk * 32, 16, 1024) : make_desc(a0 + kk * 2048, kBoxBytes, 1024);
+          const u64 db = BK ? make_desc(b0 + kk * 32, 16, 1024) : make_desc(b0 + kk * 2048, kBoxBytes, 1024);
+          wgmma_tile<kN, AK ? 0 : 1, BK ? 0 : 1>(acc, da, db, (i > 0 || kk > 0) ? 1u : 0u);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();
+        fence_regs<Cfg::kAcc>(acc);
+        if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+        prev = int(s);
+        ring_advance<Cfg::kStages>(s, ph);
       }
-      wgmma_commit();
-      wgmma_wait<1>();
-      fence_regs<Cfg::kAcc>(acc);
-      if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
-      prev = int(s);
-      ring_advance<Cfg::kStages>(s, ph);
     }
     wgmma_wait<0>();
     fence_regs<Cfg::kAcc>(acc);

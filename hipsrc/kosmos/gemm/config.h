@@ -48,22 +48,33 @@ static_assert(kSmemBytesPortable >= (kTileM + kTileN) * (kTileK + 8) * 2 + 128, 
 // only one of the portable layers and of SwiGLU; BN = 192 and 128 (Hopper) give 4/3 and 2 times the
 // tiles, for grids of few tiles (small M, narrow N) where whole waves matter more than per-tile
 // efficiency (192: 4 stages of 40 KB in the 192 KB ring).
+// MxA (Hopper): A is MXFP8, K-major (E4M3 codes, Problem::a_scales one E8M0 scale per 32 of a row):
+// a stage holds A's 128 x 64 codes (8 KB, unswizzled 64-byte rows) and the consumers dequantize
+// them into wgmma's register fragments (builder_wgmma.h consume_mx_slab). B is bf16 as always, its
+// reduction index permuted within each 64-slab (kosmos.mx.k_permutation) to match what a thread's
+// 16 consecutive codes become in the fragments.
 constexpr int kMaxStages = 6;
 constexpr int kRingBytes = kStages * kStageBytes;  // the stages' share of kSmemBytes
-template <int BN>
+constexpr int kStageBytesAMx = kTileM * kTileK;    // 128 rows x 64 E4M3 codes
+template <int BN, bool MxA = false>
 struct TileConfig {
   static_assert(BN == 128 || BN == 192 || BN == 256, "tile widths: 128, 192 or 256");
   static constexpr int kTileN = BN;
+  static constexpr bool kMxA = MxA;
   static constexpr int kBoxesB = BN / 64;
+  static constexpr int kStageBytesA = MxA ? kStageBytesAMx : kosmos::gemm::kStageBytesA;
   static constexpr int kStageBytesB = kBoxesB * kBoxBytes;
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
-  static constexpr int kStages = kRingBytes / kStageBytes;
+  static constexpr int kStages = kRingBytes / kStageBytes < kMaxStages ? kRingBytes / kStageBytes : kMaxStages;
   static constexpr int kAcc = BN / 2;  // fp32 accumulators per consumer thread (m64 x BN per warpgroup)
-  static_assert(kStages <= kMaxStages && kStages * kStageBytes <= kRingBytes, "the stages must fit the plan");
+  static_assert(kStages * kStageBytes <= kRingBytes, "the stages must fit the plan");
 };
 typedef TileConfig<kTileN> DefaultTile;
 typedef TileConfig<192> MidTile;     // Hopper only
 typedef TileConfig<128> NarrowTile;  // Hopper only
+typedef TileConfig<256, true> MxTile;  // Hopper only, as the two below
+typedef TileConfig<192, true> MxMidTile;
+typedef TileConfig<128, true> MxNarrowTile;
 
 // Layouts in row-major NumPy terms (named BLAS-style, as in the paper). In each, the output
 // is [Mo, No] and the reduction has depth Kr:
@@ -86,7 +97,7 @@ struct alignas(64) TensorMap {
 // One GEMM problem as the builder sees it (for grouped GEMMs: the dimensions of one group; mo is
 // then the rows of the packed operand for TN/NN, or one group's output rows for NT).
 struct Problem {
-  const u16* a;      // bf16, row-major, see Layout
+  const u16* a;      // bf16, row-major, see Layout (E4M3 codes under TileConfig::kMxA)
   const u16* b;
   i32 mo, no, kr;    // output rows, output columns (of the accumulator tile grid), reduction depth
   i32 lda, ldb;      // row strides of a and b in elements
@@ -95,11 +106,12 @@ struct Problem {
   i32 k_splits;      // split-K: work units per output tile (0 or 1 = none); unit s of a tile covers one
                      // K-range and writes its own fp32 partial (EpiStoreF32 at out + s * mo * ldo)
   i64 b_group_stride;  // grouped TN/NN: elements from one group's b to the next (portable layers)
+  const u8* a_scales;  // MXFP8 A (TileConfig::kMxA): E8M0 [mo, kr / 32], a row's scales contiguous
 };
 
 // kosmos/gemm.py mirrors Problem as PROBLEM_DTYPE (every field checked by kosmos/runtime/mirror.py in
 // CPU CI; not here in the kernels: an older NVRTC seen on a GPU image rejected __builtin_offsetof).
-static_assert(sizeof(Problem) == 64, "Problem layout: see PROBLEM_DTYPE in kosmos/gemm.py");
+static_assert(sizeof(Problem) == 72, "Problem layout: see PROBLEM_DTYPE in kosmos/gemm.py");
 
 KOSMOS_DEVICE i32 k_splits_of(const Problem& p) { return p.k_splits > 1 ? p.k_splits : 1; }
 
