@@ -227,7 +227,7 @@ def permute_k(x: np.ndarray, axis: int) -> np.ndarray:
     pad = -k % K_SLAB
     x = np.concatenate([x, np.zeros(x.shape[:-1] + (pad,), x.dtype)], axis=-1)
     idx = (np.arange(0, k + pad, K_SLAB)[:, None] + k_permutation()[None]).reshape(-1)
-    return np.moveaxis(x[..., idx], -1, axis)
+    return np.ascontiguousarray(np.moveaxis(x[..., idx], -1, axis))
 
 
 @uses_stream

@@ -216,19 +216,32 @@ template <int kN, bool BK>
 KOSMOS_DEVICE void consume_mx_slab(float* acc, u32* frag, const u8* stage, u32 b0, int cw, int warp, int lane,
                                    u32 s0, u32 s1, bool first) {
   using namespace sm90;
-  const u8* row = stage + (cw * 64 + warp * 16 + lane / 4) * kTileK + (lane % 4) * 16;
-  const vec16 c0 = ld16(row), c1 = ld16(row + 8 * kTileK);
-  const u32 k0 = mx::e8m0_to_bf16x2(s0), k1 = mx::e8m0_to_bf16x2(s1);
+  const u32 row = smem_addr(stage) + (cw * 64 + warp * 16 + lane / 4) * kTileK + (lane % 4) * 16;
+  const vec16 c0 = lds16(row), c1 = lds16(row + 8 * kTileK);
   const u32* w0 = &c0.x;
   const u32* w1 = &c1.x;
+#ifndef KOSMOS_MX_VARIANT
+#define KOSMOS_MX_VARIANT 0
+#endif
+#if KOSMOS_MX_VARIANT == 2  // experiment: no conversion (wrong values), the RS mainloop's bound
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    frag[4 * kk] = w0[kk] & 0x3f3f3f3fu, frag[4 * kk + 2] = w0[kk] >> 2 & 0x3f3f3f3fu;
+    frag[4 * kk + 1] = w1[kk] & 0x3f3f3f3fu, frag[4 * kk + 3] = w1[kk] >> 2 & 0x3f3f3f3fu;
+  }
+#else
+  const u32 k0 = mx::e8m0_to_bf16x2(s0), k1 = mx::e8m0_to_bf16x2(s1);
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     mx::e4m3x4_to_bf16x4_scaled(w0[kk], k0, frag[4 * kk], frag[4 * kk + 2]);
     mx::e4m3x4_to_bf16x4_scaled(w1[kk], k1, frag[4 * kk + 1], frag[4 * kk + 3]);
   }
+#endif
   u32 nan = 0;
+#if KOSMOS_MX_VARIANT == 0
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) nan |= mx::e4m3x4_nan_bits(w0[kk]) | mx::e4m3x4_nan_bits(w1[kk]);
+#endif
   if (nan != 0) {  // rare: a NaN code; the integer form, which gives NaN for it
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {

@@ -10,6 +10,14 @@ namespace sm90 {
 
 KOSMOS_DEVICE u32 smem_addr(const void* p) { return u32(__cvta_generic_to_shared(p)); }
 
+// 16 bytes from shared memory at a shared-window address (an ld.shared: a generic pointer into the
+// dynamic shared memory compiles to a generic load).
+KOSMOS_DEVICE vec16 lds16(u32 saddr) {
+  vec16 v;
+  asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(saddr) : "memory");
+  return v;
+}
+
 // ---- mbarrier ----
 KOSMOS_DEVICE void mbar_init(u64* bar, u32 count) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
