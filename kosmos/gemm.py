@@ -565,7 +565,7 @@ class GemmPlan:
     sk_record: Any = None  # STREAM_K_DTYPE: its workspace and counters (allocated with the plan)
     status: Any = None     # the stream-K finishers' bounded waits (kosmos.runtime.DeviceStatus)
     _sk_buffers: tuple = ()  # the workspace and counters sk_record points to
-    mx_a: bool = False     # A is MXFP8 (a DeviceMX: codes + scales), dequantized in the consumers
+    mx_a: bool = False     # A is MXFP8 (a DeviceMX: codes + scales), dequantized by the builder
     _tmaps: dict = field(default_factory=dict)
     # The queue words are shared by every call, so calls must run one after another on the device,
     # from any thread or stream. Nothing else of a call lives on the host: graphs can replay it.
@@ -800,12 +800,12 @@ def contracting_axis(layout: str, operand: int) -> int:
     return {"TN": (1, 1), "NN": (1, 0), "NT": (0, 0)}[layout][operand]
 
 
-MX_A_LAYOUTS = ("TN", "NN")  # A K-major: the layouts whose MXFP8 A the consumers dequantize
+MX_A_LAYOUTS = ("TN", "NN")  # A K-major: the layouts whose MXFP8 A the builder dequantizes itself
 
 
 def mx_a_path(layout: str, epilogue: str, split_k: int | None, stream_k: bool | None, wgmma: bool) -> bool:
-    """Whether an MXFP8 A runs through the mainloop (TileConfig MxA: codes in shared memory,
-    dequantized into wgmma's register fragments, no pass over A); else it is dequantized first."""
+    """Whether an MXFP8 A goes into the builder as MXFP8 (TileConfig MxA: its codes dequantized in
+    shared memory by the producer warpgroup's idle warps, no pass over A); else it is dequantized first."""
     return wgmma and layout in MX_A_LAYOUTS and epilogue == "store" and split_k in (1, None) and stream_k is not True
 
 
@@ -844,13 +844,10 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
 
     ``a`` and ``b`` are bf16, or MXFP8 (kosmos.mx.DeviceMX, blocks along the operand's contracting
     axis; the H200 has no block-scaled MMA: notes/mxfp8.md). An MXFP8 ``a`` of a TN or NN GEMM with
-    the store epilogue on Hopper (mx_a_path; not with split-K or stream_k=True) stays MXFP8: the
-    consumers dequantize its codes exactly into wgmma's register fragments, and ``b`` (bf16 or MXFP8)
-    is rewritten once with its reduction index permuted per 64-slab (kosmos.mx.kperm_operand): the
-    result is bitwise ``matmul(permute_k(a'), permute_k(b'), tile_n=...)`` on the dequantized
-    operands a', b' (kosmos.mx.permute_k: the same products, summed in another order). Any other
-    MXFP8 operand is dequantized exactly to bf16 on the stream first, and the result is bitwise the
-    bf16 GEMM of the dequantized operands.
+    the store epilogue on Hopper (mx_a_path; not with split-K or stream_k=True) stays MXFP8 in
+    memory: the builder's idle producer warps dequantize each stage's codes in shared memory. Any
+    other MXFP8 operand is dequantized to bf16 on the stream first. Either way the dequantization is
+    exact and the result is bitwise the bf16 GEMM of the dequantized operands (same tiling).
     """
     import cupy
 
@@ -879,23 +876,23 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
 
 
 def _matmul_mx_a(a, b, layout: str, out, out_dtype, sm_cap: int | None, tile_n: int | None, stream: Any):
-    """matmul's MXFP8-A path (mx_a_path): b permuted per slab, then the MxA builder."""
+    """matmul's MXFP8-A path (mx_a_path): b dequantized when MXFP8, then the MxA builder."""
     import cupy
 
     from . import mx
 
+    dev = cupy.cuda.Device().id
     a = mx.check_mx(a, "a", axis=contracting_axis(layout, 0), stream=stream)
-    b_shape = tuple(b.data.shape if isinstance(b, mx.DeviceMX) else b.shape)
-    shape = gemm_shape(layout, a.shape, b_shape)
-    bp = mx.kperm_operand(b, axis=contracting_axis(layout, 1), stream=stream)
+    b = check_array(dequantized_operand(b, "b", layout, 1, stream), "b", dtypes=(_bf16(),), device=dev, stream=stream)
+    shape = gemm_shape(layout, a.shape, b.shape)
     if out is not None:
-        out = check_array(out, "out", device=cupy.cuda.Device().id, stream=stream, writable=True)
+        out = check_array(out, "out", device=dev, stream=stream, writable=True)
         if out_dtype is None:
             out_dtype = out.dtype
     dt = resolve_out_dtype(out_dtype, "store")
-    out = output_array(out, shape.out_shape, dt, a=a.data, a_scales=a.scales, b=bp)
+    out = output_array(out, shape.out_shape, dt, a=a.data, a_scales=a.scales, b=b)
     plan = get_plan(shape, dt, sm_cap, 1, tile_n, False, mx_a=True)
-    plan(a, bp, out, stream=stream)
+    plan(a, b, out, stream=stream)
     return out
 
 
