@@ -106,7 +106,7 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
                 a, b = sets[i % nsets]
                 gemm.matmul(a, b, s.layout, out=out, stream_k=True)
             fns["sk"] = run_sk
-    if mxfp8:  # matmul on MXFP8 operands: TN/NN A dequantized in the builder (B over HBM); NT both first
+    if mxfp8:  # matmul on MXFP8 operands: TN/NN A dequantized in the mainloop, B permuted; NT both first
         mx_sets = [mx_copies(s.layout, a, b) for a, b in sets]
 
         def run_mx(i):

@@ -51,8 +51,8 @@ KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_bf16_n192, LAYOUT_NT, EpiStoreBf16, KOSMO
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_f32_n192, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32, MidTile)
 #endif
 
-// MXFP8 A (Hopper only): A's E4M3 codes dequantized in shared memory by the producer warpgroup's
-// idle warps (TileConfig MxA), B bf16; TN and NN.
+// MXFP8 A (Hopper only): A's E4M3 codes dequantized in the consumers' registers (TileConfig MxA),
+// B bf16 with its reduction index permuted per slab (kosmos.mx.k_permutation); TN and NN.
 #if KOSMOS_GEMM_WGMMA
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_mx_bf16, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA, MxTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_mx_f32, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_TMA32, MxTile)

@@ -60,7 +60,46 @@ extern "C" __global__ void kosmos_mx_dequantize_bf16(const u8* __restrict__ data
   grid_dequant_rows(out, data, scales, u64(rows), u32(cols), blocks);
 }
 
-// kosmos_mx_regs_dequant: the MXFP8-A GEMM's conversion (builder_wgmma.h convert_mx_codes) (dequant.h e4m3x4_to_bf16x4_scaled and
+// kosmos_mx_kperm_bf16: the B operand of the MXFP8-A GEMM (builder_wgmma.h, TileConfig MxA): bf16
+// [rows, cols] with its reduction index permuted within each 64-slab, logical index L holding
+// natural index k_natural(L), and padded with zeros to whole slabs. permute_rows = 0 (TN: B is
+// [N, K], columns permuted, out [rows, ceil64(cols)]) or 1 (NN: B is [K, N], rows permuted, out
+// [ceil64(rows), cols]). The source is an MXFP8 copy (blocks kRowBlocks / kColBlocks, dequantized
+// exactly as kosmos_mx_dequantize_bf16) or bf16 (blocks kNone: data holds bf16, scales unused).
+KOSMOS_DEVICE u32 k_natural(u32 l) { return 16 * ((l % 8) / 2) + 4 * (l / 16) + 2 * ((l % 16) / 8) + l % 2; }
+
+// Two consecutive elements (r, c), (r, c + 1) of the source as a bf16 pair (c even).
+KOSMOS_DEVICE u32 source_pair(const u8* data, const u8* scales, i64 r, i64 c, i64 cols, int blocks) {
+  if (blocks == kNone) return *reinterpret_cast<const u32*>(reinterpret_cast<const u16*>(data) + r * cols + c);
+  const u32 codes = *reinterpret_cast<const u16*>(data + r * cols + c);
+  if (blocks == kRowBlocks) {
+    const u32 sc = scales[r * (cols / 32) + c / 32];
+    return e4m3x2_to_bf16x2_scaled(codes, sc, sc);
+  }
+  return e4m3x2_to_bf16x2_scaled(codes, scales[(r / 32) * cols + c], scales[(r / 32) * cols + c + 1]);
+}
+
+extern "C" __global__ void kosmos_mx_kperm_bf16(const u8* __restrict__ data, const u8* __restrict__ scales, i64 rows,
+                                                i64 cols, i32 blocks, i32 permute_rows, u16* __restrict__ out) {
+  const i64 out_rows = permute_rows ? (rows + 63) / 64 * 64 : rows;
+  const i64 out_cols = permute_rows ? cols : (cols + 63) / 64 * 64;
+  const i64 vecs = out_rows * (out_cols / 8);  // 8 bf16 (16 bytes) a thread
+  for (i64 v = i64(blockIdx.x) * blockDim.x + threadIdx.x; v < vecs; v += i64(gridDim.x) * blockDim.x) {
+    const i64 r = v / (out_cols / 8), c0 = v % (out_cols / 8) * 8;
+    u32 w[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+      i64 sr = r, sc = c0 + 2 * j;
+      if (permute_rows) sr = r / 64 * 64 + k_natural(u32(r % 64));
+      else sc = c0 / 64 * 64 + k_natural(u32(c0 % 64 + 2 * j));  // a logical pair is a natural pair
+      // (cols is even and a natural pair never straddles the end: both or neither inside)
+      w[j] = (sr < rows && sc < cols) ? source_pair(data, scales, sr, sc, cols, blocks) : 0u;
+    }
+    st16(out + r * out_cols + c0, vec16{w[0], w[1], w[2], w[3]});
+  }
+}
+
+// kosmos_mx_regs_dequant: the MXFP8-A mainloop's conversion (dequant.h e4m3x4_to_bf16x4_scaled and
 // e4m3x4_nan_bits) over words[n] of four codes each under scales[n] (one code a word): out[2 i],
 // out[2 i + 1] the word's two bf16 pairs, nan[i] its NaN bits. Hopper only (elsewhere it writes
 // nothing and kosmos.mx refuses it); a test kernel: tests/gpu/test_mx.py runs every (code, scale).

@@ -565,7 +565,7 @@ class GemmPlan:
     sk_record: Any = None  # STREAM_K_DTYPE: its workspace and counters (allocated with the plan)
     status: Any = None     # the stream-K finishers' bounded waits (kosmos.runtime.DeviceStatus)
     _sk_buffers: tuple = ()  # the workspace and counters sk_record points to
-    mx_a: bool = False     # A is MXFP8 (a DeviceMX: codes + scales), dequantized by the builder
+    mx_a: bool = False     # A is MXFP8 (a DeviceMX: codes + scales), dequantized in the consumers
     _tmaps: dict = field(default_factory=dict)
     # The queue words are shared by every call, so calls must run one after another on the device,
     # from any thread or stream. Nothing else of a call lives on the host: graphs can replay it.
@@ -800,13 +800,21 @@ def contracting_axis(layout: str, operand: int) -> int:
     return {"TN": (1, 1), "NN": (1, 0), "NT": (0, 0)}[layout][operand]
 
 
-MX_A_LAYOUTS = ("TN", "NN")  # A K-major: the layouts whose MXFP8 A the builder dequantizes itself
+MX_A_LAYOUTS = ("TN", "NN")  # A K-major: the layouts whose MXFP8 A the consumers dequantize
+# The register path costs ~20 % of the MMA on every shape (the consumers' conversion: notes/mxfp8.md,
+# session 16); dequantizing A over HBM first costs its pass, ~350 / No of the GEMM's time on the H200
+# (3 bytes an element at ~3 TB/s against ~700 TFLOP/s). Measured crossover: No 1,280 (register path
+# 0.79 of bf16, the pass 0.74) to 1,792 (0.79 each): the register path up to this many columns.
+MX_A_MAX_COLUMNS = 1536
 
 
-def mx_a_path(layout: str, epilogue: str, split_k: int | None, stream_k: bool | None, wgmma: bool) -> bool:
-    """Whether an MXFP8 A goes into the builder as MXFP8 (TileConfig MxA: its codes dequantized in
-    shared memory by the producer warpgroup's idle warps, no pass over A); else it is dequantized first."""
-    return wgmma and layout in MX_A_LAYOUTS and epilogue == "store" and split_k in (1, None) and stream_k is not True
+def mx_a_path(layout: str, epilogue: str, split_k: int | None, stream_k: bool | None, wgmma: bool,
+              no: int = 0) -> bool:
+    """Whether an MXFP8 A of a GEMM of `no` output columns runs through the mainloop (TileConfig MxA:
+    codes in shared memory, dequantized into wgmma's register fragments, no pass over A); else it is
+    dequantized first (cheaper where the GEMM is wide: MX_A_MAX_COLUMNS)."""
+    return (wgmma and layout in MX_A_LAYOUTS and epilogue == "store" and split_k in (1, None)
+            and stream_k is not True and no <= MX_A_MAX_COLUMNS)
 
 
 def dequantized_operand(t: Any, name: str, layout: str, operand: int, stream: Any = None) -> Any:
@@ -843,11 +851,15 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     ``gate_up``: the SwiGLU epilogues' pre-activations (see the module docstring).
 
     ``a`` and ``b`` are bf16, or MXFP8 (kosmos.mx.DeviceMX, blocks along the operand's contracting
-    axis; the H200 has no block-scaled MMA: notes/mxfp8.md). An MXFP8 ``a`` of a TN or NN GEMM with
-    the store epilogue on Hopper (mx_a_path; not with split-K or stream_k=True) stays MXFP8 in
-    memory: the builder's idle producer warps dequantize each stage's codes in shared memory. Any
-    other MXFP8 operand is dequantized to bf16 on the stream first. Either way the dequantization is
-    exact and the result is bitwise the bf16 GEMM of the dequantized operands (same tiling).
+    axis; the H200 has no block-scaled MMA: notes/mxfp8.md). An MXFP8 ``a`` of a TN or NN GEMM of at
+    most MX_A_MAX_COLUMNS output columns with the store epilogue on Hopper (mx_a_path; not with
+    split-K or stream_k=True) stays MXFP8: the
+    consumers dequantize its codes exactly into wgmma's register fragments, and ``b`` (bf16 or MXFP8)
+    is rewritten once with its reduction index permuted per 64-slab (kosmos.mx.kperm_operand): the
+    result is bitwise ``matmul(permute_k(a'), permute_k(b'), tile_n=...)`` on the dequantized
+    operands a', b' (kosmos.mx.permute_k: the same products, summed in another order). Any other
+    MXFP8 operand is dequantized exactly to bf16 on the stream first, and the result is bitwise the
+    bf16 GEMM of the dequantized operands.
     """
     import cupy
 
@@ -857,8 +869,11 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
         layout = layout.upper()
     dev = cupy.cuda.Device().id
     bf16 = _bf16()
-    if isinstance(a, mx.DeviceMX) and mx_a_path(layout, epilogue, split_k, stream_k, arch_path() == "wgmma"):
-        return _matmul_mx_a(a, b, layout, out, out_dtype, sm_cap, tile_n, stream)
+    if isinstance(a, mx.DeviceMX) and layout in MX_A_LAYOUTS:
+        b_shape = tuple(b.data.shape if isinstance(b, mx.DeviceMX) else b.shape)
+        no = gemm_shape(layout, tuple(a.data.shape), b_shape, epilogue).no
+        if mx_a_path(layout, epilogue, split_k, stream_k, arch_path() == "wgmma", no):
+            return _matmul_mx_a(a, b, layout, out, out_dtype, sm_cap, tile_n, stream)
     a, b = (dequantized_operand(t, name, layout, i, stream) for i, (t, name) in enumerate(((a, "a"), (b, "b"))))
     a = check_array(a, "a", dtypes=(bf16,), device=dev, stream=stream)
     b = check_array(b, "b", dtypes=(bf16,), device=dev, stream=stream)
@@ -876,23 +891,23 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
 
 
 def _matmul_mx_a(a, b, layout: str, out, out_dtype, sm_cap: int | None, tile_n: int | None, stream: Any):
-    """matmul's MXFP8-A path (mx_a_path): b dequantized when MXFP8, then the MxA builder."""
+    """matmul's MXFP8-A path (mx_a_path): b permuted per slab, then the MxA builder."""
     import cupy
 
     from . import mx
 
-    dev = cupy.cuda.Device().id
     a = mx.check_mx(a, "a", axis=contracting_axis(layout, 0), stream=stream)
-    b = check_array(dequantized_operand(b, "b", layout, 1, stream), "b", dtypes=(_bf16(),), device=dev, stream=stream)
-    shape = gemm_shape(layout, a.shape, b.shape)
+    b_shape = tuple(b.data.shape if isinstance(b, mx.DeviceMX) else b.shape)
+    shape = gemm_shape(layout, a.shape, b_shape)
+    bp = mx.kperm_operand(b, axis=contracting_axis(layout, 1), stream=stream)
     if out is not None:
-        out = check_array(out, "out", device=dev, stream=stream, writable=True)
+        out = check_array(out, "out", device=cupy.cuda.Device().id, stream=stream, writable=True)
         if out_dtype is None:
             out_dtype = out.dtype
     dt = resolve_out_dtype(out_dtype, "store")
-    out = output_array(out, shape.out_shape, dt, a=a.data, a_scales=a.scales, b=b)
+    out = output_array(out, shape.out_shape, dt, a=a.data, a_scales=a.scales, b=bp)
     plan = get_plan(shape, dt, sm_cap, 1, tile_n, False, mx_a=True)
-    plan(a, b, out, stream=stream)
+    plan(a, bp, out, stream=stream)
     return out
 
 

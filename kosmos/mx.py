@@ -203,6 +203,64 @@ def dequantize_device(t: DeviceMX, out: Any = None, stream: Any = None):
     return out
 
 
+# ---------------------------------------------------------------- the MXFP8-A GEMM's B operand
+K_SLAB = 64  # the GEMM's reduction slab (hipsrc/kosmos/gemm/config.h kTileK)
+
+
+def k_permutation() -> np.ndarray:
+    """int64[64]: for each logical reduction index L of a slab, the natural index the MXFP8-A GEMM
+    (hipsrc/kosmos/gemm/builder_wgmma.h, TileConfig MxA) computes there. A consumer thread holds 16
+    consecutive codes 16 q .. 16 q + 15 of an A row (q = lane % 4) and gives wgmma step kk codes
+    4 kk .. 4 kk + 3 as columns 2q, 2q + 1, 2q + 8, 2q + 9 of the step's 16: natural
+    16 q + 4 kk + 2 h + b sits at L = 16 kk + 8 h + 2 q + b. B's rows are stored in that order
+    (kperm_operand), so the GEMM is the GEMM of the same operands, summed in another order."""
+    L = np.arange(K_SLAB)
+    kk, h, q, b = L // 16, (L % 16) // 8, (L % 8) // 2, L % 2
+    return 16 * q + 4 * kk + 2 * h + b
+
+
+def permute_k(x: np.ndarray, axis: int) -> np.ndarray:
+    """x with its axis `axis` zero-padded to whole slabs of 64 and permuted within each as
+    k_permutation says (NumPy; the reference of kperm_operand)."""
+    x = np.moveaxis(np.asarray(x), axis, -1)
+    k = x.shape[-1]
+    pad = -k % K_SLAB
+    x = np.concatenate([x, np.zeros(x.shape[:-1] + (pad,), x.dtype)], axis=-1)
+    idx = (np.arange(0, k + pad, K_SLAB)[:, None] + k_permutation()[None]).reshape(-1)
+    return np.ascontiguousarray(np.moveaxis(x[..., idx], -1, axis))
+
+
+@uses_stream
+def kperm_operand(b: Any, axis: int, stream: Any = None):
+    """B of the MXFP8-A GEMM (bf16 CuPy): b's reduction axis `axis` (1: B is [N, K], TN; 0: B is
+    [K, N], NN) zero-padded to whole 64-slabs and permuted within each (k_permutation), one kernel
+    (hipsrc/mx.hip kosmos_mx_kperm_bf16). b: a DeviceMX with its blocks along `axis` (dequantized
+    exactly on the way) or a bf16 CuPy matrix."""
+    import cupy
+
+    from .arrays import check_array
+    from .runtime.module import load_module
+
+    if isinstance(b, DeviceMX):
+        b = check_mx(b, "b", axis=axis, stream=stream)
+        data, scales, blocks = b.data, b.scales, blocks_code(b)
+    else:
+        data = check_array(b, "b", dtypes=(bfloat16,), device=cupy.cuda.Device().id, stream=stream)
+        if data.ndim != 2:
+            raise ValueError(f"b must be a 2-D matrix, got shape {tuple(data.shape)}")
+        scales, blocks = data, 0
+    rows, cols = data.shape
+    if cols % 8:
+        raise ValueError(f"b's rows must be whole 16-byte vectors (columns a multiple of 8), got {cols} columns")
+    shape = (-(-rows // K_SLAB) * K_SLAB, cols) if axis == 0 else (rows, -(-cols // K_SLAB) * K_SLAB)
+    out = cupy.empty(shape, dtype=bfloat16)
+    vecs = shape[0] * shape[1] // 8
+    grid = max(1, min(-(-vecs // 256), 65535))
+    load_module("mx.hip").get_function("kosmos_mx_kperm_bf16")(
+        (grid,), (256,), (data, scales, np.int64(rows), np.int64(cols), np.int32(blocks), np.int32(axis == 0), out))
+    return out
+
+
 # ---------------------------------------------------------------- CDNA4's native path
 _native: dict[int, bool] = {}
 

@@ -147,7 +147,38 @@ def test_the_grid_loop_reads_each_elements_own_scale(mx_host, axis, rows, cols, 
     np.testing.assert_array_equal(got, want)
 
 
-def test_mx_a_path_is_taken_where_the_builder_can():
+def test_k_permutation_is_the_fragment_layout():
+    """The MXFP8-A mainloop's slab permutation: a bijection of 0..63 where thread q's 16 consecutive
+    codes land at wgmma step kk's columns 2q, 2q + 1 (codes 4 kk, 4 kk + 1) and 2q + 8, 2q + 9
+    (codes 4 kk + 2, 4 kk + 3), as builder_wgmma.h consume_mx_slab loads them."""
+    perm = mx.k_permutation()
+    assert sorted(perm.tolist()) == list(range(64))
+    for q in range(4):
+        for kk in range(4):
+            for j in range(4):
+                column = 16 * kk + 2 * q + (j % 2) + 8 * (j // 2)
+                assert perm[column] == 16 * q + 4 * kk + j
+
+
+@pytest.mark.parametrize("axis", [0, 1])
+def test_permute_k_keeps_the_product(axis):
+    """Permuting both operands' reduction index alike (and padding it with zeros to whole slabs)
+    leaves the product unchanged: integers, so exactly."""
+    rng = np.random.default_rng(axis)
+    a = rng.integers(-8, 8, size=(5, 96))
+    b = rng.integers(-8, 8, size=(96, 7) if axis == 0 else (7, 96))
+    ap = mx.permute_k(a, 1)
+    bp = mx.permute_k(b, axis)
+    assert ap.shape == (5, 128) and bp.shape[axis] == 128
+    padded = np.concatenate([a, np.zeros((5, 32), a.dtype)], axis=1)
+    for slab in (slice(0, 64), slice(64, 128)):  # each slab a permutation of its own (padded) codes
+        assert (np.sort(ap[:, slab], axis=1) == np.sort(padded[:, slab], axis=1)).all()
+    want = a @ (b if axis == 0 else b.T)
+    got = ap @ (bp if axis == 0 else bp.T)
+    assert (got == want).all()
+
+
+def test_mx_a_path_is_taken_where_the_mainloop_can():
     from kosmos import gemm
 
     assert gemm.mx_a_path("TN", "store", 1, None, True)
@@ -157,4 +188,6 @@ def test_mx_a_path_is_taken_where_the_builder_can():
     assert not gemm.mx_a_path("TN", "store", 2, None, True)         # split-K
     assert not gemm.mx_a_path("TN", "store", 1, True, True)         # stream-K asked for
     assert not gemm.mx_a_path("TN", "store", 1, None, False)        # not Hopper
+    assert gemm.mx_a_path("TN", "store", 1, None, True, gemm.MX_A_MAX_COLUMNS)
+    assert not gemm.mx_a_path("TN", "store", 1, None, True, gemm.MX_A_MAX_COLUMNS + 64)  # wide: pass first
     assert gemm.kernel_name("NN", "store", np.float32, 192, mx_a=True) == "kosmos_gemm_nn_mx_f32_n192"

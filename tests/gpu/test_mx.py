@@ -119,24 +119,33 @@ def test_matmul_on_mxfp8_operands_nt():
 
 
 # (m, n, k): odd tile counts with rows ending inside a tile; more tiles than CTAs (several a CTA);
-# a deep reduction (many slabs: the ring wraps many times, scales a slab ahead)
+# a deep reduction (many slabs: both fragment sets of the mainloop, scales a slab ahead)
 MX_A_SHAPES = [(352, 192, 320), (4096, 2048, 512), (544, 320, 4096)]
 
 
 @pytest.mark.parametrize("m,n,k", MX_A_SHAPES)
 @pytest.mark.parametrize("layout", ["TN", "NN"])
-def test_matmul_mx_a_in_the_builder(layout, m, n, k):
-    """TN and NN with an MXFP8 A on Hopper: A's codes dequantized in shared memory by the builder's
-    converter warps. Bitwise our bf16 GEMM on the reference-dequantized operands for every tile
-    width, twice (reproducible); float64 within bf16 rounding; B given as bf16 or as MXFP8 alike."""
+def test_matmul_mx_a_in_the_mainloop(layout, m, n, k, monkeypatch):
+    """TN and NN with an MXFP8 A on Hopper: A dequantized in the consumers' registers, B permuted per
+    slab. Bitwise our bf16 GEMM on the permuted, reference-dequantized operands (the same wgmma
+    steps on the same values) for every tile width, twice (reproducible); float64 within bf16
+    rounding; B given as bf16 gives the same bits as B given as MXFP8."""
     from kosmos import gemm
     from kosmos.reference import rel_error
 
     if gemm.arch_path() != "wgmma":
-        pytest.skip("the MXFP8-A builder is Hopper's (elsewhere A is dequantized first)")
+        pytest.skip("the MXFP8-A mainloop is Hopper's (elsewhere A is dequantized first)")
     (a_mx, a), (b_mx, b) = _mx_operands(layout, m, n, k, seed=m + n + k, spread=24)
     out_shape = (m, n)
-    ap, bp = cupy.asarray(a), cupy.asarray(b)
+    # matmul picks the dequantize-first path for wide GEMMs: the automatic choice first, then the
+    # register path forced on every shape
+    auto = gemm.matmul(a_mx, b_mx, layout, out=poisoned(out_shape, bfloat16), tile_n=256)
+    if n > gemm.MX_A_MAX_COLUMNS:
+        np.testing.assert_array_equal(_bits(auto), _bits(gemm.matmul(cupy.asarray(a), cupy.asarray(b), layout,
+                                                                      tile_n=256)))
+    monkeypatch.setattr(gemm, "MX_A_MAX_COLUMNS", 1 << 30)
+    ap = cupy.asarray(mx.permute_k(a, 1))
+    bp = cupy.asarray(mx.permute_k(b, gemm.contracting_axis(layout, 1)))
     ref = _reference(layout, a, b)
     for tile_n in (256, 192, 128):
         got = gemm.matmul(a_mx, b_mx, layout, out=poisoned(out_shape, bfloat16), tile_n=tile_n)
@@ -160,7 +169,7 @@ def test_matmul_mx_a_nan_codes_and_scales(layout):
     from kosmos import gemm
 
     if gemm.arch_path() != "wgmma":
-        pytest.skip("the MXFP8-A builder is Hopper's")
+        pytest.skip("the MXFP8-A mainloop is Hopper's")
     m, n, k = 256, 256, 256
     (a_mx, a), (b_mx, b) = _mx_operands(layout, m, n, k, seed=7)
     data, scales = cupy.asnumpy(a_mx.data), cupy.asnumpy(a_mx.scales)
@@ -172,14 +181,15 @@ def test_matmul_mx_a_nan_codes_and_scales(layout):
     nan_rows = np.isnan(got.astype(np.float32)).any(axis=1)
     assert sorted(np.flatnonzero(nan_rows)) == [5, 77, 130]
     assert np.isnan(got[[5, 77, 130]].astype(np.float32)).all()
-    want = cupy.asnumpy(gemm.matmul(cupy.asarray(a), cupy.asarray(b), layout, tile_n=256))
+    want = cupy.asnumpy(gemm.matmul(cupy.asarray(mx.permute_k(a, 1)),
+                                    cupy.asarray(mx.permute_k(b, gemm.contracting_axis(layout, 1))), layout, tile_n=256))
     np.testing.assert_array_equal(got[~nan_rows].view(np.uint16), want[~nan_rows].view(np.uint16))
 
 
 def test_register_dequant_every_code_and_scale():
-    """The MXFP8-A builder's conversion (e4m3x4_to_bf16x4_scaled) on all 65,536 (code, scale) pairs: bit for
+    """The mainloop's conversion (e4m3x4_to_bf16x4_scaled) on all 65,536 (code, scale) pairs: bit for
     bit the reference for every non-NaN code (bf16 subnormals, overflow to Inf and the NaN scale
-    included); e4m3x4_nan_bits flags exactly the NaN codes (which the converters then decode exactly)."""
+    included); e4m3x4_nan_bits flags exactly the NaN codes (which the mainloop then decodes exactly)."""
     from kosmos import gemm
     from kosmos.runtime.module import load_module
 

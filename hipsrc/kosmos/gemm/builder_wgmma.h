@@ -34,10 +34,8 @@ constexpr int kEntryRegs = 168;  // 65536 / 384 rounded down to a multiple of 8
 struct PipelineState {
   u64 full[kMaxStages];   // TMA bytes of the stage landed (count 1 + tx)
   u64 empty[kMaxStages];  // the consumers' 8 warps are done reading it
-  u64 ready[kMaxStages];  // MXFP8 A (TileConfig::kMxA): the 3 converter warps wrote its bf16 A tile
   i32 slot[kMaxStages];   // the unit the stage belongs to, or -1 / -2
   u32 stage, phase;     // the ring position between calls: both sides end a call at the same one
-  u32 end_stage, end_phase;  // where the producer ended this call (stage/phase once all have read them)
   i32 aborted;         // a readiness hook failed: the kernel is on its way out
 };
 static_assert(sizeof(PipelineState) <= 256, "the pipeline state must fit the 256 bytes kSmemBytes keeps for it");
@@ -59,7 +57,6 @@ KOSMOS_DEVICE void builder_init_arch(u8* smem_raw) {
     for (int i = 0; i < kMaxStages; ++i) {  // every tile configuration's ring
       sm90::mbar_init(&ps->full[i], 1);
       sm90::mbar_init(&ps->empty[i], 8);  // one arrival per consumer warp
-      sm90::mbar_init(&ps->ready[i], 3);  // one per converter warp (producer warps 1-3)
     }
     ps->stage = ps->phase = 0;
     ps->aborted = 0;
@@ -182,101 +179,77 @@ KOSMOS_DEVICE bool stream_k_fixup(const Sched& sched, const TileCoord& tc, float
   return true;
 }
 
-// ---- MXFP8 A (TileConfig::kMxA): the producer warpgroup's warps 1-3 convert A's codes ----
-// A stage's codes slot, after all stages' bf16 tiles (the ring's tail).
-template <class Cfg>
-KOSMOS_DEVICE u8* codes_slot(u8* base, u32 s) {
-  return base + Cfg::kStages * Cfg::kStageBytes + s * Cfg::kCodesBytes;
-}
-
-// The scale codes of a converter thread's (row, block) pairs t + 96 j in slab kb of a unit whose
-// first A row is a_m0, byte j for pair j; 127 (2^0) past A's rows (the TMA's zero fill there: a
-// NaN scale would make it NaN) or its blocks.
-template <int kPerThread>
-KOSMOS_DEVICE u32 mx_pair_scales(const Problem& p, i32 a_m0, i32 kb, int t, i32 blocks) {
-  u32 packed = 0;
-#pragma unroll 1  // rolled, like the conversion's pair loop (an unrolled one's addresses spill)
-  for (int j = 0; j < kPerThread; ++j) {
-    const int pr = t + 96 * j;
-    const i32 row = a_m0 + pr / 2, b = 2 * kb + pr % 2;
-    const u32 v = (pr < 2 * kTileM && row < p.mo && b < blocks) ? u32(__ldg(p.a_scales + i64(row) * blocks + b)) : 127u;
-    packed |= v << (8 * j);
+// ---- MXFP8 A (TileConfig::kMxA): the consumers dequantize A's codes into wgmma fragments ----
+// Thread (warp, lane) of a consumer warpgroup holds rows g = lane / 4 and g + 8 of its warp's 16
+// and, of each 64-code slab row, the 16 consecutive codes 16 q .. 16 q + 15, q = lane % 4 (one
+// 16-byte shared load a row; a quarter warp reads two whole 64-byte rows: no bank conflict). The
+// m64k16 fragment of wgmma step kk takes codes 4 kk .. 4 kk + 3 of them: codes 0, 1 at columns
+// 2q, 2q + 1 and codes 2, 3 at 2q + 8, 2q + 9. So step kk's column c holds the slab's code
+// 16 q + 4 kk + 2 h + b for c = 16 kk + 8 h + 2 q + b: B's rows of each slab are stored in that
+// order (kosmos.mx.k_permutation), and the product is the GEMM's. The 16 codes share one scale
+// block (32 codes): 2 q + ... stays inside block q / 2 of the slab.
+struct MxFirst {
+  i32 a_m0, kb0;  // the unit's first A row and first slab
+};
+struct MxScales {
+  const u8* row0;  // the scales of the thread's rows g and g + 8 (clamped to the last row: rows
+  const u8* row1;  // past it are zero codes from the TMA's fill, never stored)
+  i32 block0;      // the thread's block in the unit's first slab
+  i32 blocks;      // scales per row (kr / 32)
+  // The scale code of slab i; 127 (2^0) past the row's last block (zero codes there: a NaN scale
+  // would turn them into NaN).
+  KOSMOS_DEVICE u32 at(const u8* row, i32 i) const {
+    const i32 b = block0 + 2 * i;
+    return b < blocks ? u32(__ldg(row + b)) : 127u;
   }
-  return packed;
+};
+KOSMOS_DEVICE MxScales mx_scales_of(const Problem& p, const MxFirst& f, i32 tile_row, i32 q) {
+  const i32 blocks = p.kr / 32, last = p.mo - 1;
+  const i32 r0 = f.a_m0 + tile_row, r1 = r0 + 8;
+  return MxScales{p.a_scales + i64(r0 < last ? r0 : last) * blocks, p.a_scales + i64(r1 < last ? r1 : last) * blocks,
+                  2 * f.kb0 + q / 2, blocks};
 }
 
-// The converters' walk over the ring beside the producer (96 threads, t = 0..95, at the producer's
-// 40 registers): each stage the TMA filled (full) has its 128 x 64 codes dequantized into the
-// stage's bf16 A tile, two 64-row boxes in the TMA's 128-byte swizzle (16-byte chunk c of row r at
-// c ^ (r % 8)), exactly (dequant.h: integer moves and bf16x2 multiplies; a word holding a NaN code
-// takes the integer form), then the warp arrives on ready, which the consumers wait on instead of
-// full. A thread takes (row, 32-code block) pairs t, t + 96, t + 192 of the stage's 256; their
-// scales are loaded a slab ahead within a unit. Stop slots are passed on (ready) like data.
-template <class Job>
-KOSMOS_DEVICE void convert_mx_codes(const Job& job, u8* smem_raw, RingPos pos, int t) {
+// One slab of a consumer warpgroup: A's codes -> frag (16 registers: step kk's a[0..3] at 4 kk),
+// then the four wgmma steps on B's stage at b0, committed as one group (the caller waits).
+template <int kN, bool BK>
+KOSMOS_DEVICE void consume_mx_slab(float* acc, u32* frag, const u8* stage, u32 b0, int cw, int warp, int lane,
+                                   u32 s0, u32 s1, bool first) {
   using namespace sm90;
-  typedef typename Job::Sched::Tile Cfg;
-  static_assert(LayoutTraits<Job::kLayout>::kAKMajor && !Job::Sched::kRaggedK && !Job::Sched::kGroupedB,
-                "MXFP8 A: K-major, one dense GEMM");
-  constexpr int kPairs = 2 * kTileM, kThreadsMx = 96, kPerThread = (kPairs + kThreadsMx - 1) / kThreadsMx;
-  const Problem& p = job.sched.p;
-  u8* base = stage_base(smem_raw);
-  PipelineState* ps = pipeline_of(smem_raw);
-  const int lane = t % 32;
-  const i32 blocks = p.kr / 32;
-  u32 s = pos.s, ph = pos.ph;
-  for (;;) {
-    mbar_wait(&ps->full[s], ph);
-    const i32 u = ps->slot[s];
-    if (u < 0) {
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&ps->ready[s]);
-      ring_advance<Cfg::kStages>(s, ph);
-      break;
-    }
-    const TileCoord tc = job.sched.tile(u);
-    const i32 a_m0 = tc.a_m0, kb0 = tc.kb0, nslabs = tc.kb1 - tc.kb0;
-    // The scales of the thread's pairs in slab i of this unit, byte j for pair j (127: 2^0, for
-    // rows past A's end, whose codes are the TMA's zero fill: a clamped row's NaN scale would
-    // make them NaN). Packed: the converters have 40 registers.
-    u32 sc = mx_pair_scales<kPerThread>(p, a_m0, kb0, t, blocks);
-    for (i32 i = 0; i < nslabs; ++i) {
-      if (i > 0) mbar_wait(&ps->full[s], ph);
-      const u32 next = i + 1 < nslabs ? mx_pair_scales<kPerThread>(p, a_m0, kb0 + i + 1, t, blocks) : 0u;
-      const u32 codes = smem_addr(codes_slot<Cfg>(base, s));
-      const u32 tile = smem_addr(base + s * Cfg::kStageBytes);
-#pragma unroll 1  // rolled: unrolled, the pairs' addresses are hoisted out of the slab loop and spill
-      for (int j = 0; j < kPerThread; ++j) {
-        const int pr = t + kThreadsMx * j;
-        if (pr >= kPairs) break;
-        const int row = pr / 2, blk = pr % 2;
-        const u32 scale = (sc >> (8 * j)) & 0xFFu, k2 = mx::e8m0_to_bf16x2(scale);
-        const u32 dst = tile + (row / 64) * kBoxBytes + (row % 64) * 128;
+  const u32 row = smem_addr(stage) + (cw * 64 + warp * 16 + lane / 4) * kTileK + (lane % 4) * 16;
+  const vec16 c0 = lds16(row), c1 = lds16(row + 8 * kTileK);
+  const u32* w0 = &c0.x;
+  const u32* w1 = &c1.x;
+  const u32 k0 = mx::e8m0_to_bf16x2(s0), k1 = mx::e8m0_to_bf16x2(s1);
 #pragma unroll
-        for (int g = 0; g < 4; ++g) {  // 8 codes -> one 16-byte chunk of 8 bf16
-          const uint2 c = lds8(codes + row * kTileK + blk * 32 + g * 8);
-          u32 out[4];
-          mx::e4m3x4_to_bf16x4_scaled(c.x, k2, out[0], out[1]);
-          mx::e4m3x4_to_bf16x4_scaled(c.y, k2, out[2], out[3]);
-          if ((mx::e4m3x4_nan_bits(c.x) | mx::e4m3x4_nan_bits(c.y)) != 0) {
-            // rare: a NaN code; the integer form, which gives NaN for it
+  for (int kk = 0; kk < 4; ++kk) {
+    mx::e4m3x4_to_bf16x4_scaled(w0[kk], k0, frag[4 * kk], frag[4 * kk + 2]);
+    mx::e4m3x4_to_bf16x4_scaled(w1[kk], k1, frag[4 * kk + 1], frag[4 * kk + 3]);
+  }
+  u32 nan = 0;
 #pragma unroll
-            for (int e = 0; e < 4; ++e) {
-              const u32 w = e < 2 ? c.x : c.y, sh = 16 * (e % 2);
-              out[e] = u32(mx::e4m3_to_bf16_scaled(u8(w >> sh), u8(scale))) |
-                       (u32(mx::e4m3_to_bf16_scaled(u8(w >> (sh + 8)), u8(scale))) << 16);
-            }
-          }
-          sts16(dst + (((blk * 4 + g) ^ (row % 8)) * 16), vec16{out[0], out[1], out[2], out[3]});
+  for (int kk = 0; kk < 4; ++kk) nan |= mx::e4m3x4_nan_bits(w0[kk]) | mx::e4m3x4_nan_bits(w1[kk]);
+  if (nan != 0) {  // rare: a NaN code; the integer form, which gives NaN for it
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+#pragma unroll
+      for (int r = 0; r < 2; ++r) {
+        const u32 w = r == 0 ? w0[kk] : w1[kk], sc = r == 0 ? s0 : s1;
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          frag[4 * kk + r + 2 * h] = u32(mx::e4m3_to_bf16_scaled(u8(w >> (16 * h)), u8(sc))) |
+                                     (u32(mx::e4m3_to_bf16_scaled(u8(w >> (16 * h + 8)), u8(sc))) << 16);
         }
       }
-      fence_proxy_async_shared();  // the bf16 tile is read by wgmma (the async proxy)
-      __syncwarp();
-      if (lane == 0) mbar_arrive(&ps->ready[s]);
-      ring_advance<Cfg::kStages>(s, ph);
-      sc = next;
     }
   }
+  wgmma_fence();  // the fragments were written by ordinary instructions
+#pragma unroll
+  for (int kk = 0; kk < kTileK / 16; ++kk) {
+    const u64 db = BK ? make_desc(b0 + kk * 32, 16, 1024) : make_desc(b0 + kk * 2048, kBoxBytes, 1024);
+    wgmma_tile_rs<kN, BK ? 0 : 1>(acc, frag + 4 * kk, db, (!first || kk > 0) ? 1u : 0u);
+  }
+  wgmma_commit();
 }
 
 // The producer's half of a call, thread 0 alone: claims units, runs the readiness hook, issues
@@ -326,12 +299,12 @@ KOSMOS_DEVICE bool produce(const Job& job, u8* smem_raw, RingPos& pos) {
     for (i32 kb = tc.kb0; kb < tc.kb1; ++kb) {
       mbar_wait(&empty[s], ph ^ 1);
       slot[s] = t;
-      mbar_arrive_expect_tx(&full[s], Cfg::kTxBytes);
+      mbar_arrive_expect_tx(&full[s], Cfg::kStageBytes);
       u8* sa = base + s * Cfg::kStageBytes;
-      u8* sb = sa + kStageBytesA;
+      u8* sb = sa + Cfg::kStageBytesA;
       const i32 k = tc.k_off + kb * kTileK;
       if constexpr (Cfg::kMxA) {
-        tma_load_2d(codes_slot<Cfg>(base, s), tma, k, tc.a_m0, &full[s]);  // one box: 128 rows x 64 codes
+        tma_load_2d(sa, tma, k, tc.a_m0, &full[s]);  // one box: 128 rows x 64 codes
       } else {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
@@ -375,7 +348,7 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
   u8* base = stage_base(smem_raw);
   u8* epi_smem = base + kRingBytes;  // kEpiBytes: 16 KB per consumer warpgroup
   PipelineState* ps = pipeline_of(smem_raw);
-  u64* full = Cfg::kMxA ? ps->ready : ps->full;  // MXFP8 A: a stage is whole once its A is converted
+  u64* full = ps->full;
   u64* empty = ps->empty;
   i32* slot = ps->slot;
   const int wg = threadIdx.x / 128;
@@ -402,10 +375,12 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
     // Only the slab count (and, ragged, the reduction rows left) stay live across the mainloop;
     // the tile is placed again for the epilogue: registers the wgmma pipeline needs otherwise.
     i32 nslabs, k_left;
+    MxFirst mx_first;  // (MXFP8 A only: its scales' first row and slab)
     {
       const TileCoord t0 = sched.tile(t);
       nslabs = t0.kb1 - t0.kb0;
       k_left = t0.k_end - (t0.k_off + t0.kb0 * kTileK);
+      mx_first = MxFirst{t0.a_m0, t0.kb0};
     }
     if constexpr (Sched::kRaggedK) {
       // Only ragged schedules have units with nothing to reduce (a group without rows). The
@@ -419,39 +394,63 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
       }
     }
     int prev = -1;
-    for (i32 i = 0; i < nslabs; ++i) {
-      if (i > 0) mbar_wait(&full[s], ph);
-      u8* stage = base + s * Cfg::kStageBytes;
-      if constexpr (Sched::kRaggedK) {
-        // The group's last slab: TMA loaded 64 rows, the rows past the group's end belong to the
-        // next group. Zero them in both operands (0 x Inf would be NaN) before any wgmma reads.
-        const i32 valid = k_left - i * kTileK;
-        if (valid < kTileK) {
-          const i32 chunks = (kTileK - valid) * 8;  // 16-byte chunks per 64x64 box
-          const int ctid = tid + 128 * cw;
-          for (i32 c = ctid; c < (2 + Cfg::kBoxesB) * chunks; c += 256) {
-            const i32 box = c / chunks, r = valid + (c % chunks) / 8;
-            st16(stage + box * kBoxBytes + r * 128 + (c % 8) * 16, vec16{0u, 0u, 0u, 0u});
+    if constexpr (Cfg::kMxA) {
+      static_assert(AK && !Sched::kRaggedK && !Sched::kGroupedB, "MXFP8 A: K-major, one dense GEMM");
+      // Two fragment sets, slabs alternating: slab i's conversion writes the set whose wgmmas
+      // (slab i - 2's) the wait<1> of slab i - 1 has retired, while slab i - 1's still run.
+      u32 frag_even[16], frag_odd[16];
+      MxScales sc = mx_scales_of(sched.p, mx_first, cw * 64 + warp * 16 + lane / 4, lane % 4);
+      u32 s_next0 = sc.at(sc.row0, 0), s_next1 = sc.at(sc.row1, 0);
+      for (i32 i = 0; i < nslabs; ++i) {
+        if (i > 0) mbar_wait(&full[s], ph);
+        const u32 s0 = s_next0, s1 = s_next1;
+        s_next0 = sc.at(sc.row0, i + 1);  // a slab ahead: the loads' latency under this slab's MMA
+        s_next1 = sc.at(sc.row1, i + 1);
+        u8* stage = base + s * Cfg::kStageBytes;
+        const u32 b0 = smem_addr(stage + Cfg::kStageBytesA);
+        if ((i & 1) == 0) consume_mx_slab<kN, BK>(acc, frag_even, stage, b0, cw, warp, lane, s0, s1, i == 0);
+        else consume_mx_slab<kN, BK>(acc, frag_odd, stage, b0, cw, warp, lane, s0, s1, false);
+        wgmma_wait<1>();
+        fence_regs<Cfg::kAcc>(acc);
+        if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+        prev = int(s);
+        ring_advance<Cfg::kStages>(s, ph);
+      }
+    } else {
+      for (i32 i = 0; i < nslabs; ++i) {
+        if (i > 0) mbar_wait(&full[s], ph);
+        u8* stage = base + s * Cfg::kStageBytes;
+        if constexpr (Sched::kRaggedK) {
+          // The group's last slab: TMA loaded 64 rows, the rows past the group's end belong to the
+          // next group. Zero them in both operands (0 x Inf would be NaN) before any wgmma reads.
+          const i32 valid = k_left - i * kTileK;
+          if (valid < kTileK) {
+            const i32 chunks = (kTileK - valid) * 8;  // 16-byte chunks per 64x64 box
+            const int ctid = tid + 128 * cw;
+            for (i32 c = ctid; c < (2 + Cfg::kBoxesB) * chunks; c += 256) {
+              const i32 box = c / chunks, r = valid + (c % chunks) / 8;
+              st16(stage + box * kBoxBytes + r * 128 + (c % 8) * 16, vec16{0u, 0u, 0u, 0u});
+            }
+            fence_proxy_async_shared();
+            named_barrier(1, 256);
           }
-          fence_proxy_async_shared();
-          named_barrier(1, 256);
         }
-      }
-      const u32 a0 = smem_addr(stage + cw * kBoxBytes);
-      const u32 b0 = smem_addr(stage + kStageBytesA);
-      wgmma_fence();
+        const u32 a0 = smem_addr(stage + cw * kBoxBytes);
+        const u32 b0 = smem_addr(stage + Cfg::kStageBytesA);
+        wgmma_fence();
 #pragma unroll
-      for (int kk = 0; kk < kTileK / 16; ++kk) {
-        const u64 da = AK ? make_desc(a0 + kk * 32, 16, 1024) : make_desc(a0 + kk * 2048, kBoxBytes, 1024);
-        const u64 db = BK ? make_desc(b0 + kk * 32, 16, 1024) : make_desc(b0 + kk * 2048, kBoxBytes, 1024);
-        wgmma_tile<kN, AK ? 0 : 1, BK ? 0 : 1>(acc, da, db, (i > 0 || kk > 0) ? 1u : 0u);
+        for (int kk = 0; kk < kTileK / 16; ++kk) {
+          const u64 da = AK ? make_desc(a0 + kk * 32, 16, 1024) : make_desc(a0 + kk * 2048, kBoxBytes, 1024);
+          const u64 db = BK ? make_desc(b0 + kk * 32, 16, 1024) : make_desc(b0 + kk * 2048, kBoxBytes, 1024);
+          wgmma_tile<kN, AK ? 0 : 1, BK ? 0 : 1>(acc, da, db, (i > 0 || kk > 0) ? 1u : 0u);
+        }
+        wgmma_commit();
+        wgmma_wait<1>();
+        fence_regs<Cfg::kAcc>(acc);
+        if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+        prev = int(s);
+        ring_advance<Cfg::kStages>(s, ph);
       }
-      wgmma_commit();
-      wgmma_wait<1>();
-      fence_regs<Cfg::kAcc>(acc);
-      if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
-      prev = int(s);
-      ring_advance<Cfg::kStages>(s, ph);
     }
     wgmma_wait<0>();
     fence_regs<Cfg::kAcc>(acc);
@@ -597,18 +596,12 @@ KOSMOS_DEVICE bool run_builder_jobs_beside(u8* smem_raw, const Side& side, const
   // trade made the consumer warps start apart; notes/moe.md, sessions 11-12).
   if (wg == 0) {
     setmaxnreg_dec<kProducerRegs>();
+    RingPos pos{0, 0};
     if (threadIdx.x == 0) {
-      RingPos pos{ps->stage, ps->phase};
+      pos = RingPos{ps->stage, ps->phase};
       produce_jobs(smem_raw, pos, job, rest...);
-      ps->end_stage = pos.s;  // (not kept in registers across the join: the converters need all 40)
-      ps->end_phase = pos.ph;
     } else if (threadIdx.x >= 32) {
-      if constexpr (Job::Sched::Tile::kMxA) {
-        static_assert(sizeof...(Rest) == 0, "MXFP8 A: one job a call (its converters walk one job's ring)");
-        if (job.on) convert_mx_codes(job, smem_raw, RingPos{ps->stage, ps->phase}, int(threadIdx.x) - 32);
-      } else {
-        side(int(threadIdx.x) - 32);
-      }
+      side(int(threadIdx.x) - 32);
     }
     // Back to the entry count inside this branch, so both warpgroups reach the join below with the
     // same register count: an .inc after the join gave ptxas a join of 40- and 168-register paths,
@@ -622,8 +615,8 @@ KOSMOS_DEVICE bool run_builder_jobs_beside(u8* smem_raw, const Side& side, const
     __syncwarp();
     named_barrier(4, 384);
     if (threadIdx.x == 0) {
-      ps->stage = ps->end_stage;
-      ps->phase = ps->end_phase;
+      ps->stage = pos.s;
+      ps->phase = pos.ph;
     }
     setmaxnreg_inc<kEntryRegs>();
   } else {

@@ -49,9 +49,10 @@ static_assert(kSmemBytesPortable >= (kTileM + kTileN) * (kTileK + 8) * 2 + 128, 
 // tiles, for grids of few tiles (small M, narrow N) where whole waves matter more than per-tile
 // efficiency (192: 4 stages of 40 KB in the 192 KB ring).
 // MxA (Hopper): A is MXFP8, K-major (E4M3 codes, Problem::a_scales one E8M0 scale per 32 of a row):
-// the TMA brings A's 128 x 64 codes into a codes slot of the stage (8 KB, unswizzled 64-byte rows)
-// and the producer warpgroup's idle warps dequantize them into the stage's bf16 A tile as the TMA
-// would have written it (builder_wgmma.h convert_mx_codes); the consumers then run the bf16 path.
+// a stage holds A's 128 x 64 codes (8 KB, unswizzled 64-byte rows) and the consumers dequantize
+// them into wgmma's register fragments (builder_wgmma.h consume_mx_slab). B is bf16 as always, its
+// reduction index permuted within each 64-slab (kosmos.mx.k_permutation) to match what a thread's
+// 16 consecutive codes become in the fragments.
 constexpr int kMaxStages = 6;
 constexpr int kRingBytes = kStages * kStageBytes;  // the stages' share of kSmemBytes
 constexpr int kStageBytesAMx = kTileM * kTileK;    // 128 rows x 64 E4M3 codes
@@ -61,14 +62,12 @@ struct TileConfig {
   static constexpr int kTileN = BN;
   static constexpr bool kMxA = MxA;
   static constexpr int kBoxesB = BN / 64;
+  static constexpr int kStageBytesA = MxA ? kStageBytesAMx : kosmos::gemm::kStageBytesA;
   static constexpr int kStageBytesB = kBoxesB * kBoxBytes;
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
-  static constexpr int kCodesBytes = MxA ? kStageBytesAMx : 0;  // a stage's codes slot (after all stages)
-  static constexpr int kStages = kRingBytes / (kStageBytes + kCodesBytes) < kMaxStages
-                                     ? kRingBytes / (kStageBytes + kCodesBytes) : kMaxStages;
-  static constexpr int kTxBytes = MxA ? kCodesBytes + kStageBytesB : kStageBytes;  // what the TMA brings a stage
+  static constexpr int kStages = kRingBytes / kStageBytes < kMaxStages ? kRingBytes / kStageBytes : kMaxStages;
   static constexpr int kAcc = BN / 2;  // fp32 accumulators per consumer thread (m64 x BN per warpgroup)
-  static_assert(kStages * (kStageBytes + kCodesBytes) <= kRingBytes, "the stages must fit the plan");
+  static_assert(kStages * kStageBytes <= kRingBytes, "the stages must fit the plan");
 };
 typedef TileConfig<kTileN> DefaultTile;
 typedef TileConfig<192> MidTile;     // Hopper only

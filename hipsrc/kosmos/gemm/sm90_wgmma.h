@@ -10,20 +10,12 @@ namespace sm90 {
 
 KOSMOS_DEVICE u32 smem_addr(const void* p) { return u32(__cvta_generic_to_shared(p)); }
 
-// 16 bytes from / to shared memory at a shared-window address (ld/st.shared: a generic pointer into
-// the dynamic shared memory compiles to generic loads and stores).
+// 16 bytes from shared memory at a shared-window address (an ld.shared: a generic pointer into the
+// dynamic shared memory compiles to a generic load).
 KOSMOS_DEVICE vec16 lds16(u32 saddr) {
   vec16 v;
   asm volatile("ld.shared.v4.b32 {%0, %1, %2, %3}, [%4];" : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "r"(saddr) : "memory");
   return v;
-}
-KOSMOS_DEVICE uint2 lds8(u32 saddr) {
-  uint2 v;
-  asm volatile("ld.shared.v2.b32 {%0, %1}, [%2];" : "=r"(v.x), "=r"(v.y) : "r"(saddr) : "memory");
-  return v;
-}
-KOSMOS_DEVICE void sts16(u32 saddr, const vec16& v) {
-  asm volatile("st.shared.v4.b32 [%0], {%1, %2, %3, %4};" ::"r"(saddr), "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w) : "memory");
 }
 
 // ---- mbarrier ----
@@ -178,6 +170,16 @@ KOSMOS_DEVICE void wgmma_m64n256k16(float* d, u64 desc_a, u64 desc_b, u32 scale_
                : KOSMOS_WGMMA_ACC128
                : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
 }
+// The same with A from registers: a[0..3] the m64k16 bf16 fragment (the mma.m16n8k16 A layout per
+// warp: rows lane/4 (+8), columns 2 (lane%4) (+1) (+8)).
+template <int TB>
+KOSMOS_DEVICE void wgmma_m64n256k16_rs(float* d, const u32* a, u64 desc_b, u32 scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " KOSMOS_WGMMA_REGS128
+               ", {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
+               : KOSMOS_WGMMA_ACC128
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TB));
+}
 // D[64x192] (+)= A[64x16] * B[16x192] (96 accumulators a thread), A and B in shared memory;
 // TA/TB: 1 when the operand is MN-major (transposed).
 template <int TA, int TB>
@@ -187,6 +189,16 @@ KOSMOS_DEVICE void wgmma_m64n192k16(float* d, u64 desc_a, u64 desc_b, u32 scale_
                ", %96, %97, p, 1, 1, %99, %100;\n}\n"
                : KOSMOS_WGMMA_ACC96
                : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
+}
+// The same with A from registers: a[0..3] the m64k16 bf16 fragment (the mma.m16n8k16 A layout per
+// warp: rows lane/4 (+8), columns 2 (lane%4) (+1) (+8)).
+template <int TB>
+KOSMOS_DEVICE void wgmma_m64n192k16_rs(float* d, const u32* a, u64 desc_b, u32 scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " KOSMOS_WGMMA_REGS96
+               ", {%96, %97, %98, %99}, %100, p, 1, 1, %102;\n}\n"
+               : KOSMOS_WGMMA_ACC96
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TB));
 }
 // D[64x128] (+)= A[64x16] * B[16x128] (64 accumulators a thread), A and B in shared memory;
 // TA/TB: 1 when the operand is MN-major (transposed).
@@ -198,12 +210,28 @@ KOSMOS_DEVICE void wgmma_m64n128k16(float* d, u64 desc_a, u64 desc_b, u32 scale_
                : KOSMOS_WGMMA_ACC64
                : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
 }
+// The same with A from registers: a[0..3] the m64k16 bf16 fragment (the mma.m16n8k16 A layout per
+// warp: rows lane/4 (+8), columns 2 (lane%4) (+1) (+8)).
+template <int TB>
+KOSMOS_DEVICE void wgmma_m64n128k16_rs(float* d, const u32* a, u64 desc_b, u32 scale_d) {
+  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
+               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " KOSMOS_WGMMA_REGS64
+               ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
+               : KOSMOS_WGMMA_ACC64
+               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TB));
+}
 // The m64nNk16 of a tile configuration: N = BN, one consumer warpgroup's 64 rows of the tile.
 template <int BN, int TA, int TB>
 KOSMOS_DEVICE void wgmma_tile(float* d, u64 desc_a, u64 desc_b, u32 scale_d) {
   if constexpr (BN == 256) wgmma_m64n256k16<TA, TB>(d, desc_a, desc_b, scale_d);
   else if constexpr (BN == 192) wgmma_m64n192k16<TA, TB>(d, desc_a, desc_b, scale_d);
   else wgmma_m64n128k16<TA, TB>(d, desc_a, desc_b, scale_d);
+}
+template <int BN, int TB>
+KOSMOS_DEVICE void wgmma_tile_rs(float* d, const u32* a, u64 desc_b, u32 scale_d) {
+  if constexpr (BN == 256) wgmma_m64n256k16_rs<TB>(d, a, desc_b, scale_d);
+  else if constexpr (BN == 192) wgmma_m64n192k16_rs<TB>(d, a, desc_b, scale_d);
+  else wgmma_m64n128k16_rs<TB>(d, a, desc_b, scale_d);
 }
 
 }  // namespace sm90
