@@ -160,66 +160,35 @@ KOSMOS_DEVICE void fence_regs(float* d) {
 #define KOSMOS_WGMMA_REGS64 "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}"
 #define KOSMOS_WGMMA_ACC64 "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]), "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]), "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]), "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]), "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]), "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]), "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]), "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
 
-// D[64x256] (+)= A[64x16] * B[16x256] (128 accumulators a thread), A and B in shared memory;
-// TA/TB: 1 when the operand is MN-major (transposed).
-template <int TA, int TB>
-KOSMOS_DEVICE void wgmma_m64n256k16(float* d, u64 desc_a, u64 desc_b, u32 scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %130, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " KOSMOS_WGMMA_REGS128
-               ", %128, %129, p, 1, 1, %131, %132;\n}\n"
-               : KOSMOS_WGMMA_ACC128
-               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
-}
-// The same with A from registers: a[0..3] the m64k16 bf16 fragment (the mma.m16n8k16 A layout per
-// warp: rows lane/4 (+8), columns 2 (lane%4) (+1) (+8)).
-template <int TB>
-KOSMOS_DEVICE void wgmma_m64n256k16_rs(float* d, const u32* a, u64 desc_b, u32 scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %133, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 " KOSMOS_WGMMA_REGS128
-               ", {%128, %129, %130, %131}, %132, p, 1, 1, %134;\n}\n"
-               : KOSMOS_WGMMA_ACC128
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TB));
-}
-// D[64x192] (+)= A[64x16] * B[16x192] (96 accumulators a thread), A and B in shared memory;
-// TA/TB: 1 when the operand is MN-major (transposed).
-template <int TA, int TB>
-KOSMOS_DEVICE void wgmma_m64n192k16(float* d, u64 desc_a, u64 desc_b, u32 scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %98, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " KOSMOS_WGMMA_REGS96
-               ", %96, %97, p, 1, 1, %99, %100;\n}\n"
-               : KOSMOS_WGMMA_ACC96
-               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
-}
-// The same with A from registers: a[0..3] the m64k16 bf16 fragment (the mma.m16n8k16 A layout per
-// warp: rows lane/4 (+8), columns 2 (lane%4) (+1) (+8)).
-template <int TB>
-KOSMOS_DEVICE void wgmma_m64n192k16_rs(float* d, const u32* a, u64 desc_b, u32 scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %101, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n192k16.f32.bf16.bf16 " KOSMOS_WGMMA_REGS96
-               ", {%96, %97, %98, %99}, %100, p, 1, 1, %102;\n}\n"
-               : KOSMOS_WGMMA_ACC96
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TB));
-}
-// D[64x128] (+)= A[64x16] * B[16x128] (64 accumulators a thread), A and B in shared memory;
-// TA/TB: 1 when the operand is MN-major (transposed).
-template <int TA, int TB>
-KOSMOS_DEVICE void wgmma_m64n128k16(float* d, u64 desc_a, u64 desc_b, u32 scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %66, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " KOSMOS_WGMMA_REGS64
-               ", %64, %65, p, 1, 1, %67, %68;\n}\n"
-               : KOSMOS_WGMMA_ACC64
-               : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));
-}
-// The same with A from registers: a[0..3] the m64k16 bf16 fragment (the mma.m16n8k16 A layout per
-// warp: rows lane/4 (+8), columns 2 (lane%4) (+1) (+8)).
-template <int TB>
-KOSMOS_DEVICE void wgmma_m64n128k16_rs(float* d, const u32* a, u64 desc_b, u32 scale_d) {
-  asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %69, 0;\n"
-               "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 " KOSMOS_WGMMA_REGS64
-               ", {%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
-               : KOSMOS_WGMMA_ACC64
-               : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TB));
-}
+// D[64xN] (+)= A[64x16] * B[16xN] (N / 2 accumulators a thread) for one width N, two forms:
+//   wgmma_m64nNk16<TA, TB>(d, desc_a, desc_b, scale_d)  A and B in shared memory; TA/TB: 1 when the
+//                                                        operand is MN-major (transposed)
+//   wgmma_m64nNk16_rs<TB>(d, a, desc_b, scale_d)         A from registers: a[0..3] the m64k16 bf16
+//       fragment (per warp the mma.m16n8k16 A layout: rows lane/4 (+8), columns 2 (lane%4) (+1) (+8))
+// SS / RS: the operand numbers after the accumulators' (the scale_d predicate's, then the tail).
+#define KOSMOS_WGMMA_WIDTH(N, ACC, REGS, SS_P, SS_TAIL, RS_P, RS_TAIL)                                       \
+  template <int TA, int TB>                                                                                  \
+  KOSMOS_DEVICE void wgmma_m64n##N##k16(float* d, u64 desc_a, u64 desc_b, u32 scale_d) {                     \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" SS_P ", 0;\n"                                          \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " REGS SS_TAIL ";\n}\n"           \
+                 : ACC                                                                                        \
+                 : "l"(desc_a), "l"(desc_b), "r"(scale_d), "n"(TA), "n"(TB));                                \
+  }                                                                                                          \
+  template <int TB>                                                                                          \
+  KOSMOS_DEVICE void wgmma_m64n##N##k16_rs(float* d, const u32* a, u64 desc_b, u32 scale_d) {                \
+    asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, %" RS_P ", 0;\n"                                          \
+                 "wgmma.mma_async.sync.aligned.m64n" #N "k16.f32.bf16.bf16 " REGS RS_TAIL ";\n}\n"           \
+                 : ACC                                                                                        \
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(desc_b), "r"(scale_d), "n"(TB));          \
+  }
+KOSMOS_WGMMA_WIDTH(256, KOSMOS_WGMMA_ACC128, KOSMOS_WGMMA_REGS128, "130", ", %128, %129, p, 1, 1, %131, %132",
+                   "133", ", {%128, %129, %130, %131}, %132, p, 1, 1, %134")
+KOSMOS_WGMMA_WIDTH(192, KOSMOS_WGMMA_ACC96, KOSMOS_WGMMA_REGS96, "98", ", %96, %97, p, 1, 1, %99, %100",
+                   "101", ", {%96, %97, %98, %99}, %100, p, 1, 1, %102")
+KOSMOS_WGMMA_WIDTH(128, KOSMOS_WGMMA_ACC64, KOSMOS_WGMMA_REGS64, "66", ", %64, %65, p, 1, 1, %67, %68",
+                   "69", ", {%64, %65, %66, %67}, %68, p, 1, 1, %70")
+#undef KOSMOS_WGMMA_WIDTH
+
 // The m64nNk16 of a tile configuration: N = BN, one consumer warpgroup's 64 rows of the tile.
 template <int BN, int TA, int TB>
 KOSMOS_DEVICE void wgmma_tile(float* d, u64 desc_a, u64 desc_b, u32 scale_d) {
