@@ -220,20 +220,11 @@ KOSMOS_DEVICE void consume_mx_slab(float* acc, u32* frag, const u8* stage, u32 b
   const vec16 c0 = lds16(row), c1 = lds16(row + 8 * kTileK);
   const u32* w0 = &c0.x;
   const u32* w1 = &c1.x;
-  if (s0 <= mx::kMxOneStepMax && s1 <= mx::kMxOneStepMax) {  // one multiply an element pair (most blocks)
-    const u32 k0 = mx::e8m0_to_bf16x2_one_step(s0), k1 = mx::e8m0_to_bf16x2_one_step(s1);
+  const u32 k0 = mx::e8m0_to_bf16x2(s0), k1 = mx::e8m0_to_bf16x2(s1);
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      mx::e4m3x4_to_bf16x4_scaled<false>(w0[kk], k0, frag[4 * kk], frag[4 * kk + 2]);
-      mx::e4m3x4_to_bf16x4_scaled<false>(w1[kk], k1, frag[4 * kk + 1], frag[4 * kk + 3]);
-    }
-  } else {
-    const u32 k0 = mx::e8m0_to_bf16x2(s0), k1 = mx::e8m0_to_bf16x2(s1);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      mx::e4m3x4_to_bf16x4_scaled<true>(w0[kk], k0, frag[4 * kk], frag[4 * kk + 2]);
-      mx::e4m3x4_to_bf16x4_scaled<true>(w1[kk], k1, frag[4 * kk + 1], frag[4 * kk + 3]);
-    }
+  for (int kk = 0; kk < 4; ++kk) {
+    mx::e4m3x4_to_bf16x4_scaled(w0[kk], k0, frag[4 * kk], frag[4 * kk + 2]);
+    mx::e4m3x4_to_bf16x4_scaled(w1[kk], k1, frag[4 * kk + 1], frag[4 * kk + 3]);
   }
   u32 nan = 0;
 #pragma unroll

@@ -68,48 +68,36 @@ KOSMOS_DEVICE u32 e4m3x2_to_bf16x2_scaled(u32 codes2, u32 s0, u32 s1) {
 // ---- in registers, for the mainloop (Hopper: bf16x2 multiplies are sm_90 instructions) ----
 // Four E4M3 codes (one u32, code i in bits 8i..8i+7) of one block times its scale, as two bf16
 // pairs (codes 0,1 -> lo; 2,3 -> hi), the same bits as e4m3_to_bf16_scaled for every non-NaN code.
-// Integer moves and one or two bf16x2 multiplies, no conversion instruction (Hopper issues those at
-// a fraction of the ALU rate): a code's sign, exponent and mantissa shifted into a bf16's low bits
-// read as the E4M3 value times 2^-120 (subnormals included), so times 2^(120 + k) is the
-// dequantized value, one round to nearest even (bf16 subnormals kept: these PTX multiplies have no
-// flush-to-zero). 2^(120 + k) is a bf16 normal for scale codes s <= kMxOneStepMax (k <= 7): one
-// multiply (`mult2` = e8m0_to_bf16x2_one_step(s)); above, x 2^120 first (exact: every E4M3 value is
-// a bf16 normal), then x 2^k (`mult2` = e8m0_to_bf16x2(s)). A NaN code (S.1111.111) reads as a
-// finite value here: the caller checks e4m3x4_nan_bits and takes the integer form for a word that
-// has one.
+// Integer moves and two bf16x2 multiplies, no conversion instruction (Hopper issues those at a
+// fraction of the ALU rate): a code's sign, exponent and mantissa shifted into a bf16's low bits
+// read as the E4M3 value times 2^-120 (subnormals included), so x 2^120 (exact: every E4M3 value
+// is a bf16 normal) then x 2^k (one round to nearest even; bf16 subnormals kept: these PTX
+// multiplies have no flush-to-zero) is the dequantized value. `scale2`: bf16x2 of 2^k in both halves
+// (e8m0_to_bf16x2). A NaN code (S.1111.111) reads as a finite value here: the caller checks
+// e4m3x4_nan_bits and takes the integer form for a word that has one.
 #if KOSMOS_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define KOSMOS_MX_REGS 1
-constexpr u32 kMxOneStepMax = 134;
 KOSMOS_DEVICE u32 e8m0_to_bf16x2(u32 s) {
   const u32 h = s == 0u ? 0x0040u : (s == 0xFFu ? 0x7FC0u : s << 7);  // 2^-127 is a bf16 subnormal
   return h | (h << 16);
 }
-KOSMOS_DEVICE u32 e8m0_to_bf16x2_one_step(u32 s) {  // 2^(120 + s - 127), s <= kMxOneStepMax
-  const u32 h = (s + 120u) << 7;
-  return h | (h << 16);
-}
-template <bool kTwoSteps>
-KOSMOS_DEVICE void e4m3x4_to_bf16x4_scaled(u32 codes4, u32 mult2, u32& lo, u32& hi) {
-  u32 a, b;
-  asm("{\n\t.reg .b32 m;\n\t"
-      "prmt.b32 %0, 0, %2, 0x5140;\n\t"  // codes 0, 1 in the high bytes of the two halves
-      "prmt.b32 %1, 0, %2, 0x7362;\n\t"  // codes 2, 3
-      "and.b32 m, %0, 0x7fff7fff;\n\t"
+KOSMOS_DEVICE void e4m3x4_to_bf16x4_scaled(u32 codes4, u32 scale2, u32& lo, u32& hi) {
+  asm("{\n\t.reg .b32 a, b, m, c;\n\t"
+      "mov.b32 c, 0x7b807b80;\n\t"  // 2^120 in both halves
+      "prmt.b32 a, 0, %2, 0x5140;\n\t"  // codes 0, 1 in the high bytes of the two halves
+      "prmt.b32 b, 0, %2, 0x7362;\n\t"  // codes 2, 3
+      "and.b32 m, a, 0x7fff7fff;\n\t"
       "shr.b32 m, m, 4;\n\t"
-      "lop3.b32 %0, m, 0x80008000, %0, 0xf8;\n\t"  // m | (sign of a)
-      "and.b32 m, %1, 0x7fff7fff;\n\t"
+      "lop3.b32 a, m, 0x80008000, a, 0xf8;\n\t"  // m | (sign of a)
+      "mul.rn.bf16x2 a, a, c;\n\t"  // x 2^120 (exact)
+      "mul.rn.bf16x2 %0, a, %3;\n\t"
+      "and.b32 m, b, 0x7fff7fff;\n\t"
       "shr.b32 m, m, 4;\n\t"
-      "lop3.b32 %1, m, 0x80008000, %1, 0xf8;\n\t}"
-      : "=r"(a), "=r"(b)
-      : "r"(codes4));
-  if constexpr (kTwoSteps) {
-    asm("{\n\t.reg .b32 c;\n\t"
-        "mov.b32 c, 0x7b807b80;\n\t"  // 2^120 in both halves
-        "mul.rn.bf16x2 %0, %0, c;\n\t"
-        "mul.rn.bf16x2 %1, %1, c;\n\t}"
-        : "+r"(a), "+r"(b));
-  }
-  asm("mul.rn.bf16x2 %0, %2, %4;\n\tmul.rn.bf16x2 %1, %3, %4;" : "=r"(lo), "=r"(hi) : "r"(a), "r"(b), "r"(mult2));
+      "lop3.b32 b, m, 0x80008000, b, 0xf8;\n\t"
+      "mul.rn.bf16x2 b, b, c;\n\t"
+      "mul.rn.bf16x2 %1, b, %3;\n\t}"
+      : "=r"(lo), "=r"(hi)
+      : "r"(codes4), "r"(scale2));
 }
 #endif
 // Nonzero when one of four codes is an E4M3 NaN (magnitude 0x7F: + 1 carries into bit 7).
