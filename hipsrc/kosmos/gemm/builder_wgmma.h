@@ -214,21 +214,38 @@ KOSMOS_DEVICE MxScales mx_scales_of(const Problem& p, const MxFirst& f, i32 tile
 // then the four wgmma steps on B's stage at b0, committed as one group (the caller waits).
 template <int kN, bool BK>
 KOSMOS_DEVICE void consume_mx_slab(float* acc, u32* frag, const u8* stage, u32 b0, int cw, int warp, int lane,
-                                   u32 s0, u32 s1, bool first) {
+                                   u32 s0, u32 s1, bool first, u32& seen0, u32& seen1) {
   using namespace sm90;
   const u32 row = smem_addr(stage) + (cw * 64 + warp * 16 + lane / 4) * kTileK + (lane % 4) * 16;
   const vec16 c0 = lds16(row), c1 = lds16(row + 8 * kTileK);
   const u32* w0 = &c0.x;
   const u32* w1 = &c1.x;
+#if KOSMOS_MX_VARIANT == 2  // experiment: no conversion (wrong values), the RS mainloop's bound
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    frag[4 * kk] = w0[kk] & 0x3f3f3f3fu, frag[4 * kk + 2] = w0[kk] >> 2 & 0x3f3f3f3fu;
+    frag[4 * kk + 1] = w1[kk] & 0x3f3f3f3fu, frag[4 * kk + 3] = w1[kk] >> 2 & 0x3f3f3f3fu;
+  }
+#else
   const u32 k0 = mx::e8m0_to_bf16x2(s0), k1 = mx::e8m0_to_bf16x2(s1);
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     mx::e4m3x4_to_bf16x4_scaled(w0[kk], k0, frag[4 * kk], frag[4 * kk + 2]);
     mx::e4m3x4_to_bf16x4_scaled(w1[kk], k1, frag[4 * kk + 1], frag[4 * kk + 3]);
   }
+#endif
+#if KOSMOS_MX_VARIANT == 4
+#pragma unroll
+  for (int kk = 0; kk < 4; kk += 2) {
+    seen0 &= mx::e4m3x4_nan_seen(w0[kk]) & mx::e4m3x4_nan_seen(w0[kk + 1]);
+    seen1 &= mx::e4m3x4_nan_seen(w1[kk]) & mx::e4m3x4_nan_seen(w1[kk + 1]);
+  }
+#endif
   u32 nan = 0;
+#if KOSMOS_MX_VARIANT == 0 || KOSMOS_MX_VARIANT == 3
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) nan |= mx::e4m3x4_nan_bits(w0[kk]) | mx::e4m3x4_nan_bits(w1[kk]);
+#endif
   if (nan != 0) {  // rare: a NaN code; the integer form, which gives NaN for it
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
@@ -250,6 +267,21 @@ KOSMOS_DEVICE void consume_mx_slab(float* acc, u32* frag, const u8* stage, u32 b
     wgmma_tile_rs<kN, BK ? 0 : 1>(acc, frag + 4 * kk, db, (!first || kk > 0) ? 1u : 0u);
   }
   wgmma_commit();
+}
+
+// A NaN code anywhere in an A row makes the whole output row NaN (NaN x anything, 0 included):
+// applied once a unit, after its last wgmma, from the AND of e4m3x4_nan_seen over the row's codes
+// (the quad's four lanes read a row's K in four parts). Selects, not a branch: wgmma registers
+// written in a divergent path serialize every wgmma of the kernel.
+template <int kAcc>
+KOSMOS_DEVICE void mx_nan_rows(float* acc, u32 seen0, u32 seen1) {
+  seen0 &= __shfl_xor_sync(0xffffffffu, seen0, 1);
+  seen0 &= __shfl_xor_sync(0xffffffffu, seen0, 2);
+  seen1 &= __shfl_xor_sync(0xffffffffu, seen1, 1);
+  seen1 &= __shfl_xor_sync(0xffffffffu, seen1, 2);
+  const bool nan0 = mx::e4m3_nan_in(seen0), nan1 = mx::e4m3_nan_in(seen1);
+#pragma unroll
+  for (int i = 0; i < kAcc; ++i) acc[i] = ((i & 2) ? nan1 : nan0) ? __int_as_float(0x7fc00000) : acc[i];
 }
 
 // The producer's half of a call, thread 0 alone: claims units, runs the readiness hook, issues
@@ -375,7 +407,8 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
     // Only the slab count (and, ragged, the reduction rows left) stay live across the mainloop;
     // the tile is placed again for the epilogue: registers the wgmma pipeline needs otherwise.
     i32 nslabs, k_left;
-    MxFirst mx_first;  // (MXFP8 A only: its scales' first row and slab)
+    MxFirst mx_first;  // (MXFP8 A only: its scales' first row and slab, and the NaN-code watch)
+    u32 mx_seen0 = ~0u, mx_seen1 = ~0u;
     {
       const TileCoord t0 = sched.tile(t);
       nslabs = t0.kb1 - t0.kb0;
@@ -401,6 +434,7 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
       u32 frag_even[16], frag_odd[16];
       MxScales sc = mx_scales_of(sched.p, mx_first, cw * 64 + warp * 16 + lane / 4, lane % 4);
       u32 s_next0 = sc.at(sc.row0, 0), s_next1 = sc.at(sc.row1, 0);
+      mx_seen0 = mx_seen1 = ~0u;
       for (i32 i = 0; i < nslabs; ++i) {
         if (i > 0) mbar_wait(&full[s], ph);
         const u32 s0 = s_next0, s1 = s_next1;
@@ -408,8 +442,8 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
         s_next1 = sc.at(sc.row1, i + 1);
         u8* stage = base + s * Cfg::kStageBytes;
         const u32 b0 = smem_addr(stage + Cfg::kStageBytesA);
-        if ((i & 1) == 0) consume_mx_slab<kN, BK>(acc, frag_even, stage, b0, cw, warp, lane, s0, s1, i == 0);
-        else consume_mx_slab<kN, BK>(acc, frag_odd, stage, b0, cw, warp, lane, s0, s1, false);
+        if ((i & 1) == 0) consume_mx_slab<kN, BK>(acc, frag_even, stage, b0, cw, warp, lane, s0, s1, i == 0, mx_seen0, mx_seen1);
+        else consume_mx_slab<kN, BK>(acc, frag_odd, stage, b0, cw, warp, lane, s0, s1, false, mx_seen0, mx_seen1);
         wgmma_wait<1>();
         fence_regs<Cfg::kAcc>(acc);
         if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
@@ -455,6 +489,9 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
     wgmma_wait<0>();
     fence_regs<Cfg::kAcc>(acc);
     if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
+#if KOSMOS_MX_VARIANT == 4
+    if constexpr (Cfg::kMxA) mx_nan_rows<Cfg::kAcc>(acc, mx_seen0, mx_seen1);
+#endif
     const TileCoord tc = sched.tile(t);
     if constexpr (Sched::kStreamK) {
       if (tc.sk_pieces > 1 && !stream_k_fixup(sched, tc, acc, tid + 128 * cw)) continue;

@@ -81,6 +81,10 @@ KOSMOS_DEVICE u32 e8m0_to_bf16x2(u32 s) {
   const u32 h = s == 0u ? 0x0040u : (s == 0xFFu ? 0x7FC0u : s << 7);  // 2^-127 is a bf16 subnormal
   return h | (h << 16);
 }
+#ifndef KOSMOS_MX_VARIANT
+#define KOSMOS_MX_VARIANT 0
+#endif
+#if KOSMOS_MX_VARIANT == 0
 KOSMOS_DEVICE void e4m3x4_to_bf16x4_scaled(u32 codes4, u32 scale2, u32& lo, u32& hi) {
   asm("{\n\t.reg .b32 a, b, m, c;\n\t"
       "mov.b32 c, 0x7b807b80;\n\t"  // 2^120 in both halves
@@ -99,7 +103,32 @@ KOSMOS_DEVICE void e4m3x4_to_bf16x4_scaled(u32 codes4, u32 scale2, u32& lo, u32&
       : "=r"(lo), "=r"(hi)
       : "r"(codes4), "r"(scale2));
 }
+#else
+// Two integer-pipe instructions a pair: prmt's sign-replicating selector puts each code in the low
+// byte of its half and the code's sign over the high byte ([S..S][code]); << 4 (an integer
+// multiply: the FMA pipe) moves the code to bits 4..11 and a sign copy to bit 15; the mask keeps
+// the sign and the 7 magnitude bits (what spills from the low half into the high one is masked).
+KOSMOS_DEVICE u32 bf16x2_mul(u32 a, u32 b) {
+  u32 d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
+}
+KOSMOS_DEVICE void e4m3x4_to_bf16x4_scaled(u32 codes4, u32 scale2, u32& lo, u32& hi) {
+  u32 a, b;
+  asm("prmt.b32 %0, %1, 0, 0x9180;" : "=r"(a) : "r"(codes4));  // [S1 c1 S0 c0]
+  asm("prmt.b32 %0, %1, 0, 0xB3A2;" : "=r"(b) : "r"(codes4));  // [S3 c3 S2 c2]
+  a = (a * 16u) & 0x87F087F0u;
+  b = (b * 16u) & 0x87F087F0u;
+  lo = bf16x2_mul(bf16x2_mul(a, 0x7B807B80u), scale2);  // x 2^120 (exact), then x 2^k
+  hi = bf16x2_mul(bf16x2_mul(b, 0x7B807B80u), scale2);
+}
 #endif
+#endif  // KOSMOS_MX_REGS
+// An AND-accumulator of e4m3x4_nan_seen over many words keeps every bit 7 set unless some code was
+// a NaN: (code | 0x80) + 1 carries out of the byte only for magnitude 0x7F (a carry into the next
+// byte can clear its bit 7 too: a false alarm only in a word that has a NaN anyway).
+KOSMOS_DEVICE u32 e4m3x4_nan_seen(u32 codes4) { return (codes4 | 0x80808080u) + 0x01010101u; }
+KOSMOS_DEVICE bool e4m3_nan_in(u32 seen_and) { return (seen_and & 0x80808080u) != 0x80808080u; }
 // Nonzero when one of four codes is an E4M3 NaN (magnitude 0x7F: + 1 carries into bit 7).
 KOSMOS_DEVICE u32 e4m3x4_nan_bits(u32 codes4) { return ((codes4 & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u; }
 
