@@ -801,11 +801,11 @@ def contracting_axis(layout: str, operand: int) -> int:
 
 
 MX_A_LAYOUTS = ("TN", "NN")  # A K-major: the layouts whose MXFP8 A the consumers dequantize
-# The register path costs ~20 % of the MMA on every shape (the consumers' conversion: notes/mxfp8.md,
-# session 16); dequantizing A over HBM first costs its pass, ~350 / No of the GEMM's time on the H200
-# (3 bytes an element at ~3 TB/s against ~700 TFLOP/s). Measured crossover: No 1,280 (register path
-# 0.79 of bf16, the pass 0.74) to 1,792 (0.79 each): the register path up to this many columns.
-MX_A_MAX_COLUMNS = 1536
+# The register path costs ~15 % of the MMA on every shape (the consumers' conversion: notes/mxfp8.md,
+# sessions 16-17); dequantizing A over HBM first costs its pass, ~350 / No of the GEMM's time on the
+# H200 (3 bytes an element at ~3 TB/s against ~700 TFLOP/s). Measured (session 17): No 1,792 register
+# path 0.86 of bf16, the pass 0.78; No 3,584 0.85 and 0.88: the register path up to this many columns.
+MX_A_MAX_COLUMNS = 2048
 
 
 def mx_a_path(layout: str, epilogue: str, split_k: int | None, stream_k: bool | None, wgmma: bool,

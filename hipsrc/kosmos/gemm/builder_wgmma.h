@@ -211,7 +211,8 @@ KOSMOS_DEVICE MxScales mx_scales_of(const Problem& p, const MxFirst& f, i32 tile
 }
 
 // One slab of a consumer warpgroup: A's codes -> frag (16 registers: step kk's a[0..3] at 4 kk),
-// then the four wgmma steps on B's stage at b0, committed as one group (the caller waits).
+// then the four wgmma steps on B's stage at b0, committed as one group (the caller waits);
+// seen0/seen1 AND-accumulate e4m3x4_nan_seen of the thread's codes of rows g and g + 8.
 template <int kN, bool BK>
 KOSMOS_DEVICE void consume_mx_slab(float* acc, u32* frag, const u8* stage, u32 b0, int cw, int warp, int lane,
                                    u32 s0, u32 s1, bool first, u32& seen0, u32& seen1) {
@@ -220,45 +221,17 @@ KOSMOS_DEVICE void consume_mx_slab(float* acc, u32* frag, const u8* stage, u32 b
   const vec16 c0 = lds16(row), c1 = lds16(row + 8 * kTileK);
   const u32* w0 = &c0.x;
   const u32* w1 = &c1.x;
-#if KOSMOS_MX_VARIANT == 2  // experiment: no conversion (wrong values), the RS mainloop's bound
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    frag[4 * kk] = w0[kk] & 0x3f3f3f3fu, frag[4 * kk + 2] = w0[kk] >> 2 & 0x3f3f3f3fu;
-    frag[4 * kk + 1] = w1[kk] & 0x3f3f3f3fu, frag[4 * kk + 3] = w1[kk] >> 2 & 0x3f3f3f3fu;
-  }
-#else
   const u32 k0 = mx::e8m0_to_bf16x2(s0), k1 = mx::e8m0_to_bf16x2(s1);
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     mx::e4m3x4_to_bf16x4_scaled(w0[kk], k0, frag[4 * kk], frag[4 * kk + 2]);
     mx::e4m3x4_to_bf16x4_scaled(w1[kk], k1, frag[4 * kk + 1], frag[4 * kk + 3]);
   }
-#endif
-#if KOSMOS_MX_VARIANT == 4
+  // NaN codes are watched, not decoded (the conversion reads them as finite): mx_nan_rows
 #pragma unroll
   for (int kk = 0; kk < 4; kk += 2) {
     seen0 &= mx::e4m3x4_nan_seen(w0[kk]) & mx::e4m3x4_nan_seen(w0[kk + 1]);
     seen1 &= mx::e4m3x4_nan_seen(w1[kk]) & mx::e4m3x4_nan_seen(w1[kk + 1]);
-  }
-#endif
-  u32 nan = 0;
-#if KOSMOS_MX_VARIANT == 0 || KOSMOS_MX_VARIANT == 3
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) nan |= mx::e4m3x4_nan_bits(w0[kk]) | mx::e4m3x4_nan_bits(w1[kk]);
-#endif
-  if (nan != 0) {  // rare: a NaN code; the integer form, which gives NaN for it
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-      for (int r = 0; r < 2; ++r) {
-        const u32 w = r == 0 ? w0[kk] : w1[kk], sc = r == 0 ? s0 : s1;
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          frag[4 * kk + r + 2 * h] = u32(mx::e4m3_to_bf16_scaled(u8(w >> (16 * h)), u8(sc))) |
-                                     (u32(mx::e4m3_to_bf16_scaled(u8(w >> (16 * h + 8)), u8(sc))) << 16);
-        }
-      }
-    }
   }
   wgmma_fence();  // the fragments were written by ordinary instructions
 #pragma unroll
@@ -489,9 +462,7 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
     wgmma_wait<0>();
     fence_regs<Cfg::kAcc>(acc);
     if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
-#if KOSMOS_MX_VARIANT == 4
     if constexpr (Cfg::kMxA) mx_nan_rows<Cfg::kAcc>(acc, mx_seen0, mx_seen1);
-#endif
     const TileCoord tc = sched.tile(t);
     if constexpr (Sched::kStreamK) {
       if (tc.sk_pieces > 1 && !stream_k_fixup(sched, tc, acc, tid + 128 * cw)) continue;

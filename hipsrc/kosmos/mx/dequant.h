@@ -73,37 +73,14 @@ KOSMOS_DEVICE u32 e4m3x2_to_bf16x2_scaled(u32 codes2, u32 s0, u32 s1) {
 // read as the E4M3 value times 2^-120 (subnormals included), so x 2^120 (exact: every E4M3 value
 // is a bf16 normal) then x 2^k (one round to nearest even; bf16 subnormals kept: these PTX
 // multiplies have no flush-to-zero) is the dequantized value. `scale2`: bf16x2 of 2^k in both halves
-// (e8m0_to_bf16x2). A NaN code (S.1111.111) reads as a finite value here: the caller checks
-// e4m3x4_nan_bits and takes the integer form for a word that has one.
+// (e8m0_to_bf16x2). A NaN code (S.1111.111) reads as a finite value here: the caller watches for
+// NaN codes with e4m3x4_nan_seen (the mainloop makes a row that had one NaN: mx_nan_rows).
 #if KOSMOS_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
 #define KOSMOS_MX_REGS 1
 KOSMOS_DEVICE u32 e8m0_to_bf16x2(u32 s) {
   const u32 h = s == 0u ? 0x0040u : (s == 0xFFu ? 0x7FC0u : s << 7);  // 2^-127 is a bf16 subnormal
   return h | (h << 16);
 }
-#ifndef KOSMOS_MX_VARIANT
-#define KOSMOS_MX_VARIANT 0
-#endif
-#if KOSMOS_MX_VARIANT == 0
-KOSMOS_DEVICE void e4m3x4_to_bf16x4_scaled(u32 codes4, u32 scale2, u32& lo, u32& hi) {
-  asm("{\n\t.reg .b32 a, b, m, c;\n\t"
-      "mov.b32 c, 0x7b807b80;\n\t"  // 2^120 in both halves
-      "prmt.b32 a, 0, %2, 0x5140;\n\t"  // codes 0, 1 in the high bytes of the two halves
-      "prmt.b32 b, 0, %2, 0x7362;\n\t"  // codes 2, 3
-      "and.b32 m, a, 0x7fff7fff;\n\t"
-      "shr.b32 m, m, 4;\n\t"
-      "lop3.b32 a, m, 0x80008000, a, 0xf8;\n\t"  // m | (sign of a)
-      "mul.rn.bf16x2 a, a, c;\n\t"  // x 2^120 (exact)
-      "mul.rn.bf16x2 %0, a, %3;\n\t"
-      "and.b32 m, b, 0x7fff7fff;\n\t"
-      "shr.b32 m, m, 4;\n\t"
-      "lop3.b32 b, m, 0x80008000, b, 0xf8;\n\t"
-      "mul.rn.bf16x2 b, b, c;\n\t"
-      "mul.rn.bf16x2 %1, b, %3;\n\t}"
-      : "=r"(lo), "=r"(hi)
-      : "r"(codes4), "r"(scale2));
-}
-#else
 // Two integer-pipe instructions a pair: prmt's sign-replicating selector puts each code in the low
 // byte of its half and the code's sign over the high byte ([S..S][code]); << 4 (an integer
 // multiply: the FMA pipe) moves the code to bits 4..11 and a sign copy to bit 15; the mask keeps
@@ -122,15 +99,12 @@ KOSMOS_DEVICE void e4m3x4_to_bf16x4_scaled(u32 codes4, u32 scale2, u32& lo, u32&
   lo = bf16x2_mul(bf16x2_mul(a, 0x7B807B80u), scale2);  // x 2^120 (exact), then x 2^k
   hi = bf16x2_mul(bf16x2_mul(b, 0x7B807B80u), scale2);
 }
-#endif
 #endif  // KOSMOS_MX_REGS
 // An AND-accumulator of e4m3x4_nan_seen over many words keeps every bit 7 set unless some code was
 // a NaN: (code | 0x80) + 1 carries out of the byte only for magnitude 0x7F (a carry into the next
 // byte can clear its bit 7 too: a false alarm only in a word that has a NaN anyway).
 KOSMOS_DEVICE u32 e4m3x4_nan_seen(u32 codes4) { return (codes4 | 0x80808080u) + 0x01010101u; }
 KOSMOS_DEVICE bool e4m3_nan_in(u32 seen_and) { return (seen_and & 0x80808080u) != 0x80808080u; }
-// Nonzero when one of four codes is an E4M3 NaN (magnitude 0x7F: + 1 carries into bit 7).
-KOSMOS_DEVICE u32 e4m3x4_nan_bits(u32 codes4) { return ((codes4 & 0x7F7F7F7Fu) + 0x01010101u) & 0x80808080u; }
 
 KOSMOS_DEVICE u32 byte_of(const vec16& v, int i) { return ((&v.x)[i / 4] >> (8 * (i % 4))) & 0xFFu; }
 
