@@ -257,6 +257,18 @@ KOSMOS_DEVICE void mx_nan_rows(float* acc, u32 seen0, u32 seen1) {
   for (int i = 0; i < kAcc; ++i) acc[i] = ((i & 2) ? nan1 : nan0) ? __int_as_float(0x7fc00000) : acc[i];
 }
 
+// A unit whose output rows all lie in its first 64 (a ragged group's last rows, a GEMM's last
+// tile row): the second consumer warpgroup's rows are none of the output's, so it runs no MMA and
+// the TMA brings no A rows for it (it still walks the ring). Not for ragged-K units (their
+// last-slab zeroing is both warpgroups' work) nor MXFP8 A (one 128-row codes box).
+#ifndef KOSMOS_IDLE_WG  // experiment switch (session 17): 0 turns the idle warpgroup off
+#define KOSMOS_IDLE_WG 1
+#endif
+template <class Cfg, class Sched>
+KOSMOS_DEVICE bool one_warpgroup_rows(const TileCoord& tc) {
+  return KOSMOS_IDLE_WG && !Cfg::kMxA && !Sched::kRaggedK && tc.row_end - tc.row0 <= 64;
+}
+
 // The producer's half of a call, thread 0 alone: claims units, runs the readiness hook, issues
 // the TMA loads and writes each stage's slot. Returns false when a hook aborted.
 template <class Job>
@@ -301,10 +313,11 @@ KOSMOS_DEVICE bool produce(const Job& job, u8* smem_raw, RingPos& pos) {
       break;
     }
     if (!Job::Ready::kTrivial) fence_proxy_async_global();
+    const bool half = one_warpgroup_rows<Cfg, Sched>(tc);  // A's second 64-row box is not read
     for (i32 kb = tc.kb0; kb < tc.kb1; ++kb) {
       mbar_wait(&empty[s], ph ^ 1);
       slot[s] = t;
-      mbar_arrive_expect_tx(&full[s], Cfg::kStageBytes);
+      mbar_arrive_expect_tx(&full[s], Cfg::kStageBytes - (half ? kBoxBytes : 0));
       u8* sa = base + s * Cfg::kStageBytes;
       u8* sb = sa + Cfg::kStageBytesA;
       const i32 k = tc.k_off + kb * kTileK;
@@ -313,6 +326,7 @@ KOSMOS_DEVICE bool produce(const Job& job, u8* smem_raw, RingPos& pos) {
       } else {
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
+          if (h == 1 && half) break;
           const i32 mn = tc.a_m0 + 64 * h;
           if (AK) tma_load_2d(sa + h * kBoxBytes, tma, k, mn, &full[s]);
           else tma_load_2d(sa + h * kBoxBytes, tma, mn, k, &full[s]);
@@ -379,12 +393,13 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
     }
     // Only the slab count (and, ragged, the reduction rows left) stay live across the mainloop;
     // the tile is placed again for the epilogue: registers the wgmma pipeline needs otherwise.
-    i32 nslabs, k_left;
+    i32 nslabs, k_left, busy;  // busy: the slabs this warpgroup multiplies (0: one_warpgroup_rows)
     MxFirst mx_first;  // (MXFP8 A only: its scales' first row and slab, and the NaN-code watch)
     u32 mx_seen0 = ~0u, mx_seen1 = ~0u;
     {
       const TileCoord t0 = sched.tile(t);
       nslabs = t0.kb1 - t0.kb0;
+      busy = cw == 1 && one_warpgroup_rows<Cfg, Sched>(t0) ? 0 : nslabs;
       k_left = t0.k_end - (t0.k_off + t0.kb0 * kTileK);
       mx_first = MxFirst{t0.a_m0, t0.kb0};
     }
@@ -424,7 +439,9 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
         ring_advance<Cfg::kStages>(s, ph);
       }
     } else {
-      for (i32 i = 0; i < nslabs; ++i) {
+      // An idle warpgroup's accumulators keep the last unit's values: only rows past row_end, never
+      // stored (a trip count, not a branch around the wgmmas: ptxas serializes those).
+      for (i32 i = 0; i < busy; ++i) {
         if (i > 0) mbar_wait(&full[s], ph);
         u8* stage = base + s * Cfg::kStageBytes;
         if constexpr (Sched::kRaggedK) {
@@ -456,6 +473,11 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
         fence_regs<Cfg::kAcc>(acc);
         if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev]);
         prev = int(s);
+        ring_advance<Cfg::kStages>(s, ph);
+      }
+      for (i32 i = busy; i < nslabs; ++i) {  // idle: the stages are released as they land
+        if (i > 0) mbar_wait(&full[s], ph);
+        if (lane == 0) mbar_arrive(&empty[s]);
         ring_advance<Cfg::kStages>(s, ph);
       }
     }
