@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 17, second call: A = the idle-warpgroup experiment (notes/debug/idle_wg.py), MXFP8 + GEMM
 # tests, bench/gemm.py --quick --precision mxfp8; B = grouped, MoE and TP tests at np 1.
+# (notes/debug/idle_wg.py and its KOSMOS_IDLE_WG switch live at 656295e only: git checkout 656295e to rerun A.)
 # KOSMOS_COMMIT=<sha> bash notes/debug/s17_call2.sh A|B
 source notes/debug/call_env.sh s17_$1
 T="-q -p no:cacheprovider --timeout=200 --timeout-method=thread -rfE --color=no"
