@@ -15,6 +15,12 @@
 #else
 #define KOSMOS_NVIDIA 1
 #endif
+// Hopper's device pass (sm_90+): bf16x2 multiplies, wgmma, the async proxy.
+#if KOSMOS_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#define KOSMOS_SM90 1
+#else
+#define KOSMOS_SM90 0
+#endif
 
 #define KOSMOS_DEVICE __device__ __forceinline__
 
@@ -95,7 +101,7 @@ KOSMOS_DEVICE u32 hw_e4m3x2_to_bf16x2_scaled(u32 codes2, float s0, float s1) {
 // Order this thread's earlier generic-proxy global writes before its later async-proxy (TMA)
 // accesses of the same memory. Only Hopper and later have a separate async proxy.
 KOSMOS_DEVICE void fence_proxy_async_generic_to_tma() {
-#if KOSMOS_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+#if KOSMOS_SM90
   asm volatile("fence.proxy.async.global;" ::: "memory");
 #endif
 }

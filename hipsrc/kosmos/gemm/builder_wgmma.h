@@ -420,7 +420,6 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
       u32 frag_even[16], frag_odd[16];
       MxScales sc = mx_scales_of(sched.p, mx_first, cw * 64 + warp * 16 + lane / 4, lane % 4);
       u32 s_next0 = sc.at(sc.row0, 0), s_next1 = sc.at(sc.row1, 0);
-      mx_seen0 = mx_seen1 = ~0u;
       for (i32 i = 0; i < nslabs; ++i) {
         if (i > 0) mbar_wait(&full[s], ph);
         const u32 s0 = s_next0, s1 = s_next1;

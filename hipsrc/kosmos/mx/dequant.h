@@ -75,21 +75,20 @@ KOSMOS_DEVICE u32 e4m3x2_to_bf16x2_scaled(u32 codes2, u32 s0, u32 s1) {
 // multiplies have no flush-to-zero) is the dequantized value. `scale2`: bf16x2 of 2^k in both halves
 // (e8m0_to_bf16x2). A NaN code (S.1111.111) reads as a finite value here: the caller watches for
 // NaN codes with e4m3x4_nan_seen (the mainloop makes a row that had one NaN: mx_nan_rows).
-#if KOSMOS_NVIDIA && defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-#define KOSMOS_MX_REGS 1
+#if KOSMOS_SM90
 KOSMOS_DEVICE u32 e8m0_to_bf16x2(u32 s) {
   const u32 h = s == 0u ? 0x0040u : (s == 0xFFu ? 0x7FC0u : s << 7);  // 2^-127 is a bf16 subnormal
   return h | (h << 16);
+}
+KOSMOS_DEVICE u32 bf16x2_mul(u32 a, u32 b) {  // (no flush-to-zero, whatever -ftz says)
+  u32 d;
+  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
+  return d;
 }
 // Two integer-pipe instructions a pair: prmt's sign-replicating selector puts each code in the low
 // byte of its half and the code's sign over the high byte ([S..S][code]); << 4 (an integer
 // multiply: the FMA pipe) moves the code to bits 4..11 and a sign copy to bit 15; the mask keeps
 // the sign and the 7 magnitude bits (what spills from the low half into the high one is masked).
-KOSMOS_DEVICE u32 bf16x2_mul(u32 a, u32 b) {
-  u32 d;
-  asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
-  return d;
-}
 KOSMOS_DEVICE void e4m3x4_to_bf16x4_scaled(u32 codes4, u32 scale2, u32& lo, u32& hi) {
   u32 a, b;
   asm("prmt.b32 %0, %1, 0, 0x9180;" : "=r"(a) : "r"(codes4));  // [S1 c1 S0 c0]
@@ -99,7 +98,7 @@ KOSMOS_DEVICE void e4m3x4_to_bf16x4_scaled(u32 codes4, u32 scale2, u32& lo, u32&
   lo = bf16x2_mul(bf16x2_mul(a, 0x7B807B80u), scale2);  // x 2^120 (exact), then x 2^k
   hi = bf16x2_mul(bf16x2_mul(b, 0x7B807B80u), scale2);
 }
-#endif  // KOSMOS_MX_REGS
+#endif  // KOSMOS_SM90
 // An AND-accumulator of e4m3x4_nan_seen over many words keeps every bit 7 set unless some code was
 // a NaN: (code | 0x80) + 1 carries out of the byte only for magnitude 0x7F (a carry into the next
 // byte can clear its bit 7 too: a false alarm only in a word that has a NaN anyway).
