@@ -175,6 +175,14 @@ KOSMOS_DEVICE void st_release_sys(u64* p, u64 v) {
 #endif
 }
 
+KOSMOS_DEVICE void st_release_dev(u64* p, u64 v) {
+#if KOSMOS_AMD
+  __hip_atomic_store(p, v, __ATOMIC_RELEASE, __HIP_MEMORY_SCOPE_AGENT);
+#else
+  asm volatile("st.release.gpu.global.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+#endif
+}
+
 KOSMOS_DEVICE void st_relaxed_sys_u32(u32* p, u32 v) {
 #if KOSMOS_AMD
   __hip_atomic_store(p, v, __ATOMIC_RELAXED, __HIP_MEMORY_SCOPE_SYSTEM);

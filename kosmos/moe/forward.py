@@ -1,4 +1,4 @@
-"""MoEForward: the local experts' part of the MoE forward in one launch, dispatch to fold.
+"""MoEForward: the MoE forward in one launch, router (or dispatch, given a routing) to fold.
 
 MoELayer(path="fused") runs it. On the H200 it passes its tests at 1, 2 and 4 ranks, bitwise the
 separate launches; at world 1 it runs at 1.01-1.13x their speed (notes/moe.md, session 15: the
@@ -8,9 +8,14 @@ that trade registers back to back hung, one call in 50-800, until the ring-posit
 session 11: 3,000 calls clean since.)
 
     fwd = MoEForward(dispatch, combine)     # a MoEDispatch and a MoECombine of the same world and experts
-    y, h = fwd(x, routing, w1, w2, gate_up=None, shared=None)
+    y, h = fwd(x, routing, w1, w2, gate_up=None, shared=None)   # routing: kosmos.moe.route's
+    lr = LaunchRouting(cfg, max_tokens)     # or the routing inside the launch:
+    y, h = fwd(x, lr, w1, w2, router_w=wr, bias=None)           # lr.routing(T): its plan, lr.logits[:T]
 
-One persistent kernel (hipsrc/kosmos/moe/forward.h): the producer warpgroup's idle warps of every
+One persistent kernel (hipsrc/kosmos/moe/forward.h). Given a LaunchRouting, every CTA first builds
+router GEMM tiles (fp32 logits), then the CTAs route their chunks of tokens and lay out the
+dispatch plan between grid barriers (hipsrc/kosmos/moe/router.h: kosmos.moe.route's steps, the
+same bits). Then the producer warpgroup's idle warps of every
 builder CTA push the token rows into their experts' owners' arenas beside the GEMMs (and `movers`
 CTAs, none by default, push before they build); GEMM1 tiles (h = silu(gate) * up of the arena rows times w1
 [E/P, 2F, H], the pre-activations optionally kept in gate_up [capacity, 2F]) wait only for the
@@ -37,7 +42,7 @@ from ..dtypes import bfloat16
 from ..runtime.streams import uses_stream
 from .combine import MoECombine, combine_smem_bytes
 from .dispatch import MoEDispatch, dispatch_smem_bytes, fused_launch
-from .route import DeviceRouting
+from .route import DeviceRouting, LaunchRouting, no_route
 
 
 def null_heads(*epilogues: np.dtype) -> tuple:
@@ -112,6 +117,10 @@ class ExpertsLaunch:
         """Whether warps push dispatch items (then items are a warp's grain): experts.h side_pushes."""
         return self._beside or movers == 0
 
+    def _null_heads(self) -> tuple:
+        """The GEMMs' arguments of a refused call (kernel argument order)."""
+        return null_heads(*self.epilogues)
+
     def _run(self, refusal: Exception | None, heads: Any, records: Any, movers: Any, crew: Any, check: bool,
              stream: Any) -> None:
         """Launch this call: heads (the GEMMs' arguments) and records() -> (DispatchParams,
@@ -122,7 +131,7 @@ class ExpertsLaunch:
         if refusal is None:
             drec, crec = records()
         else:
-            heads = null_heads(*self.epilogues)
+            heads = self._null_heads()
             drec = disp._params(None, None, None, None, 1, True, stream)
             crec = comb._params(None, disp, None, None, None, None, 0, stream, scope=1)
             movers, crew = 1, 0
@@ -138,29 +147,49 @@ class MoEForward(ExpertsLaunch):
     def __init__(self, dispatch: MoEDispatch, combine: MoECombine):
         from .. import gemm
 
-        super().__init__(dispatch, combine, "kosmos_moe_forward", 2)
-        self.epilogues = (gemm.SWIGLU_EPI_DTYPE, gemm.EPI_DTYPE)  # the kernel's epilogue records, in order
+        super().__init__(dispatch, combine, "kosmos_moe_forward", 3)
+        # the kernel's epilogue records, in order: the router GEMM's, GEMM1's, GEMM2's
+        self.epilogues = (gemm.EPI_DTYPE, gemm.SWIGLU_EPI_DTYPE, gemm.EPI_DTYPE)
         self._h = self._y_e = None
         self._tmaps: tuple[dict, dict] = ({}, {})
 
+    def _null_heads(self) -> tuple:
+        router, experts = null_heads(self.epilogues[0]), null_heads(*self.epilogues[1:])
+        return (*router, no_route(), *experts)
+
     @uses_stream
-    def __call__(self, x: Any, routing: DeviceRouting, w1: Any, w2: Any, *, gate_up: Any = None, shared: Any = None,
-                 out: Any = None, movers: int | None = None, crew: int | None = None, check: bool = False,
+    def __call__(self, x: Any, routing: DeviceRouting | LaunchRouting, w1: Any, w2: Any, *, router_w: Any = None,
+                 bias: Any = None, gate_up: Any = None, shared: Any = None, out: Any = None,
+                 movers: int | None = None, crew: int | None = None, check: bool = False,
                  stream: Any = None) -> tuple[Any, Any]:
         """y [T, H] bf16 and h [capacity_rows, F] bf16 (see the module docstring). x: this rank's
-        tokens [T, H] bf16; routing: kosmos.moe.route's plan for them. movers: CTAs that push rows
-        before they build (default 0: only the warps beside the builders push); crew: CTAs that start the combine when
+        tokens [T, H] bf16; routing: kosmos.moe.route's plan for them, or a LaunchRouting: then the
+        launch routes x itself first (router_w [E, H] bf16, bias as the config says) and
+        routing.routing(T) holds the plan afterwards. movers: CTAs that push rows before they build
+        (default 0: only the warps beside the builders push); crew: CTAs that start the combine when
         GEMM1's tiles are all taken instead of building GEMM2 (default: an eighth). check: a host
         sync, raising on an overflow or a failed wait. A rank whose arguments are refused still
         launches (moving nothing, so no peer waits for it) and raises."""
+        from .. import gemm
+
         disp, comb = self.dispatch, self.combine
         refusal = heads = None
         try:
+            here = isinstance(routing, LaunchRouting)
+            if here:
+                x = check_array(x, "x", dtypes=(bfloat16,), device=self.world.device_id, stream=stream)
+                if x.ndim != 2:
+                    raise ValueError(f"x must be [T, H], got {tuple(x.shape)}")
+                launch_routing, routing = routing, routing.routing(int(x.shape[0]))
+            elif router_w is not None or bias is not None:
+                raise ValueError("router_w and bias go with a LaunchRouting (the routing inside the launch)")
             x, start, order, _, k = disp._checked(x, routing, False, stream)
             if x.dtype != bfloat16:
                 raise TypeError(f"the experts' GEMMs take bf16 tokens, got {x.dtype}")
             movers, crew = self._crews(movers, crew)
-            heads = self._gemm_heads(w1, w2, gate_up, stream)
+            route_head = (launch_routing.head(x, router_w, bias, gemm.arch_path() == "wgmma", stream) if here
+                          else (*null_heads(self.epilogues[0]), no_route()))
+            heads = (*route_head, *self._gemm_heads(w1, w2, gate_up, stream))
             shared, out, t = comb.checked_outputs(routing, shared, out, stream)
         except (TypeError, ValueError) as e:
             refusal = e

@@ -11,11 +11,13 @@ Four paths, the same result (the fused and device paths bitwise so, output and g
   MoECombine (rows back and the fold). A forward + backward step captures in one CUDA graph
   (kosmos.graphs.capture) and replays with new tokens and so a new routing: the plans take their
   call epochs from the device (hipsrc/kosmos/calls.h), the GEMM queues reset on the device.
-- path="fused": as "device" with the experts' part in one launch after the routing (MoEForward,
-  kosmos/moe/forward.py): warps beside the builders push rows, each GEMM1 tile starts once its
-  rows have landed, each GEMM2 tile once GEMM1 has finished its tile row, rows go home as soon as
-  their GEMM2 tiles are done, then the fold. The routing (router GEMM and route) and the shared
-  experts' GEMMs are still launches of their own before it. Captures in a CUDA graph as "device".
+- path="fused": as "device", router to fold in one launch (MoEForward, kosmos/moe/forward.py):
+  every CTA builds router GEMM tiles, the routing and the dispatch plan follow between grid
+  barriers (route()'s steps: the same bits), warps beside the builders push rows, each GEMM1 tile
+  starts once its rows have landed, each GEMM2 tile once GEMM1 has finished its tile row, rows go
+  home as soon as their GEMM2 tiles are done, then the fold. Still launches of their own before
+  it: the shared experts' GEMMs, and the routing of a call that drops tokens (capacity_factor: the
+  keep rule sorts on the stream). Captures in a CUDA graph as "device".
 - path="serial": the counts cross ranks through MPI and the rows through kosmos AllToAll:
   1. router logits X Wr^T (fp32, kosmos.matmul) and kosmos.moe.route: experts, weights, the
      dispatch order (expert-major, so owner-major);
@@ -59,7 +61,7 @@ from .dispatch import MoEDispatch
 from .backward import MoEBackward
 from .forward import MoEForward
 from .reference import silu
-from .route import DeviceRouting, check_routable, plan_chunks, route
+from .route import DeviceRouting, LaunchRouting, check_routable, plan_chunks, route
 
 PATHS = ("serial", "device", "fused", "baseline")
 
@@ -248,6 +250,7 @@ class MoELayer:
             self._dispatch = MoEDispatch(world, cfg.experts, 2 * h, self.capacity_rows)
             self._combine = MoECombine(world, cfg.experts, h, max_tokens, k)
             self._forward = MoEForward(self._dispatch, self._combine) if path == "fused" else None
+            self._routing = LaunchRouting(cfg, max_tokens) if path == "fused" else None  # routed in its launch
             self._backwards: dict = {}  # path "fused": MoEBackward per wgrad dtype, built at first use
             # the backward's own arena: the forward's (x_experts) must outlive the dY dispatch
             self._dispatch_bwd = MoEDispatch(world, cfg.experts, 2 * h, self.capacity_rows)
@@ -267,12 +270,14 @@ class MoELayer:
     def memory(self) -> dict[str, int]:
         """Bytes on this rank: `symmetric_heaps`, held from the build to close() (the dispatch
         arenas of capacity_rows rows, the combine buffer, their flags; the baseline's NCCL buffers
-        are NCCL's and not counted); `forward_context`, what one forward at max_tokens keeps for its
+        are NCCL's and not counted); `routing`, path "fused"'s routing buffers (logits and plan for
+        max_tokens, held from the build); `forward_context`, what one forward at max_tokens keeps for its
         backward (from CuPy's pool, until the context is dropped; the dispatch arena it also points
         into is in the heaps)."""
         heaps = sum(plan.heap.nbytes for plan in (self._dispatch, self._combine, getattr(self, "_dispatch_bwd", None))
                     if getattr(plan, "heap", None) is not None)
         return {"symmetric_heaps": int(heaps),
+                "routing": self._routing.nbytes if getattr(self, "_routing", None) is not None else 0,
                 "forward_context": context_bytes(self.cfg, self.capacity_rows, self.max_tokens, self._router_pad,
                                                  expert_rows_copied=self.path in ("serial", "baseline"))}
 
@@ -323,8 +328,9 @@ class MoELayer:
         all_ok(self.world.comm, err)
         t = int(x.shape[0])
 
-        # 1. route
-        logits, r = self._route(x, params)
+        # 1. route (path "fused": inside its launch, unless tokens are dropped)
+        in_launch = self.path == "fused" and not self._routing.dropping(t)
+        logits, r = (self._routing.logits[:t], None) if in_launch else self._route(x, params)
         if self.path in ("device", "fused"):
             y, ctx = self._forward_device(x, params, r)
             ctx.x, ctx.logits, ctx.calls = x, logits, (self._dispatch.epoch, self._combine.epoch)
@@ -419,8 +425,8 @@ class MoELayer:
         import cupy
 
         cfg = self.cfg
-        if x.shape[0]:
-            logits = gemm.matmul(x, self._padded_router_w(params), "TN", out_dtype=float32)
+        if x.shape[0]:  # whole tiles, as the fused launch's router GEMM: the same bits
+            logits = gemm.matmul(x, self._padded_router_w(params), "TN", out_dtype=float32, stream_k=False)
         else:
             logits = cupy.empty((0, self._router_pad), float32)
         return logits, route(logits, cfg, params.bias)
@@ -452,16 +458,20 @@ class MoELayer:
             kept.append((h, gate_up))
         return acc, tuple(kept)
 
-    def _forward_device(self, x: Any, params: MoEParams, r: DeviceRouting) -> tuple[Any, MoEContext]:
+    def _forward_device(self, x: Any, params: MoEParams, r: DeviceRouting | None) -> tuple[Any, MoEContext]:
         """Dispatch, expert GEMMs on the arena, combine + fold: no host round trip. GEMM1's epilogue
-        keeps the pre-activations [gate, up] for the backward (which then recomputes nothing)."""
+        keeps the pre-activations [gate, up] for the backward (which then recomputes nothing).
+        r None (path "fused"): the launch routes x first."""
         import cupy
 
         gate_up = cupy.empty((self.capacity_rows, 2 * self.cfg.intermediate), bfloat16)
         shared, kept = self._shared(x, params)
         if self.path == "fused":
-            y, hmid = self._forward(x, r, params.w1, params.w2, gate_up=gate_up, shared=shared, movers=self.movers,
-                                     crew=self.crew)
+            router = {} if r is not None else {"router_w": params.router_w, "bias": params.bias}
+            y, hmid = self._forward(x, self._routing if r is None else r, params.w1, params.w2, gate_up=gate_up,
+                                     shared=shared, movers=self.movers, crew=self.crew, **router)
+            if r is None:
+                r = self._routing.routing(int(x.shape[0]))
             x_e, group_rows = self._dispatch.arena.local.view(bfloat16), self._dispatch.group_rows
         else:
             arena, group_rows, _ = self._dispatch(x, r)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..arrays import check_array
-from ..runtime.mirror import StructMirror
+from ..runtime.mirror import StructMirror, address
 from ..runtime.streams import uses_stream
 from .config import MoEConfig
 
@@ -38,7 +38,24 @@ ROUTE_RULE_DTYPE = np.dtype(
     align=True,
 )
 CONSTANTS = {"kMaxTopK": 16, "kMaxGroups": 16, "kChunk": 32, "SCORE_SOFTMAX": 0, "SCORE_SIGMOID": 1}
-MIRRORS = [StructMirror("kosmos::moe::RouteRule", ROUTE_RULE_DTYPE)]
+_u64 = np.uint64
+# RouteParams of hipsrc/kosmos/moe/router.h: the routing inside the forward megakernel (LaunchRouting)
+ROUTE_PARAMS_DTYPE = np.dtype(
+    [("rule", ROUTE_RULE_DTYPE), ("logits", _u64), ("ld", np.int64), ("experts", _u64), ("weights", _u64),
+     ("order", _u64), ("slot", _u64), ("start", _u64), ("counts", _u64), ("offsets", _u64), ("prob_sums", _u64),
+     ("lse_sq", _u64), ("mean_prob", _u64), ("losses", _u64), ("grid", _u64), ("tokens", np.int32),
+     ("aux_coef", np.float32), ("z_coef", np.float32), ("pad_", np.int32)],
+    align=True,
+)
+MIRRORS = [StructMirror("kosmos::moe::RouteRule", ROUTE_RULE_DTYPE),
+           StructMirror("kosmos::moe::RouteParams", ROUTE_PARAMS_DTYPE)]
+
+
+def no_route() -> np.void:
+    """The RouteParams of a forward launch whose routing came with the call (nothing routes there)."""
+    rec = np.zeros((), ROUTE_PARAMS_DTYPE)
+    rec["tokens"] = -1
+    return rec[()]
 _THREADS = 128
 _SCAN_THREADS = 512  # the scan's one CTA: a thread per expert (more experts: threads stride)
 
@@ -84,6 +101,20 @@ def rule_record(cfg: MoEConfig, bias_ptr: int = 0) -> np.void:
     return rec[()]
 
 
+def bias_address(cfg: MoEConfig, bias: Any, dev: int, stream: Any) -> int:
+    """The expert bias's address (0 without one), checked against the config."""
+    if not cfg.expert_bias:
+        if bias is not None:
+            raise ValueError("a bias was given but the config has expert_bias = False")
+        return 0
+    if bias is None:
+        raise ValueError(f"MoEConfig {cfg.name or ''} has expert_bias: pass bias, float32 [{cfg.experts}]")
+    bias = check_array(bias, "bias", dtypes=(np.dtype(np.float32),), device=dev, stream=stream)
+    if bias.shape != (cfg.experts,):
+        raise ValueError(f"bias must be [{cfg.experts}], got {tuple(bias.shape)}")
+    return bias.data.ptr
+
+
 def plan_chunks(tokens: int) -> int:
     return -(-tokens // CONSTANTS["kChunk"])
 
@@ -103,16 +134,7 @@ def route(logits: Any, cfg: MoEConfig, bias: Any = None, *, stream: Any = None) 
     logits = check_array(logits, "logits", dtypes=(np.dtype(np.float32),), device=dev, stream=stream)
     if logits.ndim != 2 or logits.shape[1] < cfg.experts:
         raise ValueError(f"logits must be [tokens, L] with L >= {cfg.experts} experts, got {tuple(logits.shape)}")
-    bias_ptr = 0
-    if cfg.expert_bias:
-        if bias is None:
-            raise ValueError(f"MoEConfig {cfg.name or ''} has expert_bias: pass bias, float32 [{cfg.experts}]")
-        bias = check_array(bias, "bias", dtypes=(np.dtype(np.float32),), device=dev, stream=stream)
-        if bias.shape != (cfg.experts,):
-            raise ValueError(f"bias must be [{cfg.experts}], got {tuple(bias.shape)}")
-        bias_ptr = bias.data.ptr
-    elif bias is not None:
-        raise ValueError("a bias was given but the config has expert_bias = False")
+    bias_ptr = bias_address(cfg, bias, dev, stream)
     t, k, e = int(logits.shape[0]), cfg.top_k, cfg.experts
     if t * k >= 2**31:
         raise ValueError(f"{t} tokens x top_k {k} rows exceed the int32 row index")
@@ -178,3 +200,104 @@ def route(logits: Any, cfg: MoEConfig, bias: Any = None, *, stream: Any = None) 
     else:
         place(experts)
     return DeviceRouting(experts, weights, order, slot, start, losses, mean_prob, kept)
+
+
+class LaunchRouting:
+    """The routing inside the MoE forward megakernel (MoEForward called with it instead of a
+    DeviceRouting, and the router's weights): the router GEMM's fp32 logits and the plan in buffers
+    for up to `max_tokens` tokens a call, allocated once (hipsrc/kosmos/moe/router.h runs route()'s
+    steps, so both give the same bits). A call's outputs (routing(t), logits) are valid until the
+    next call. Token dropping is not routed here (route() keeps the pairs of highest weight by a sort
+    on the stream): `dropping(t)` says when a call must route outside."""
+
+    def __init__(self, cfg: MoEConfig, max_tokens: int):
+        import cupy
+
+        check_routable(cfg)
+        if not isinstance(max_tokens, int) or max_tokens < 1:
+            raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        t, k, e = max_tokens, cfg.top_k, cfg.experts
+        chunks = plan_chunks(t)
+        if t * k >= 2**31 or chunks * e >= 2**31:
+            raise ValueError(f"{t} tokens x top_k {k} x {e} experts exceed the router's int32 indices")
+        self.cfg, self.max_tokens = cfg, max_tokens
+        self.columns = -(-e // 64) * 64  # the logits' row: the router GEMM's 64-column tiles
+        self.with_losses = bool(cfg.aux_loss_coef or cfg.z_loss_coef)
+        self.logits = cupy.zeros((t, self.columns), np.float32)
+        self.experts = cupy.zeros((t, k), np.int32)
+        self.weights = cupy.zeros((t, k), np.float32)
+        self.order = cupy.zeros(t * k, np.int32)
+        self.slot = cupy.zeros(t * k, np.int32)
+        self.start = cupy.zeros(e + 1, np.int32)
+        self.losses = cupy.zeros(2, np.float32)
+        self.mean_prob = cupy.zeros(e, np.float32) if self.with_losses else None
+        self._scratch = [cupy.zeros((chunks, e), np.int32), cupy.zeros((chunks, e), np.int32)]  # counts, offsets
+        if self.with_losses:
+            self._scratch += [cupy.zeros((chunks, e), np.float64), cupy.zeros(chunks, np.float64)]
+        self._grid = cupy.zeros(2, np.uint64)  # the grid barrier's words (hipsrc/kosmos/grid.h)
+        self._tmaps: dict = {}
+        cupy.cuda.runtime.deviceSynchronize()  # the zeroed words, before a first call on any stream
+
+    @property
+    def nbytes(self) -> int:
+        arrays = [self.logits, self.experts, self.weights, self.order, self.slot, self.start, self.losses,
+                  self._grid, *self._scratch] + ([self.mean_prob] if self.with_losses else [])
+        return int(sum(a.nbytes for a in arrays))
+
+    def dropping(self, tokens: int) -> bool:
+        """Whether a call of `tokens` tokens drops pairs (its routing then runs outside: route())."""
+        cap = self.cfg.capacity_of(tokens)
+        return cap is not None and cap < tokens * self.cfg.top_k
+
+    def routing(self, tokens: int) -> DeviceRouting:
+        """The last call's routing of `tokens` tokens: views of the buffers."""
+        if not 0 <= tokens <= self.max_tokens:
+            raise ValueError(f"{tokens} tokens: this routing holds at most {self.max_tokens}")
+        k = self.cfg.top_k
+        return DeviceRouting(self.experts[:tokens], self.weights[:tokens], self.order[:tokens * k],
+                             self.slot[:tokens * k], self.start, self.losses, self.mean_prob)
+
+    def head(self, x: Any, router_w: Any, bias: Any, uses_tma: bool, stream: Any = None) -> tuple:
+        """The forward kernel's router arguments for this call: the GEMM's (x, router_w, logits)
+        maps, Problem and fp32 epilogue, then the RouteParams record. x: bf16 [T, H], T <=
+        max_tokens; router_w: bf16 [E, H]; bias: fp32 [E] when the config has expert_bias."""
+        import cupy
+
+        from .. import gemm
+        from ..dtypes import bfloat16
+        from ..runtime.mirror import record
+
+        cfg, dev = self.cfg, cupy.cuda.Device().id
+        e, h = cfg.experts, int(x.shape[1])
+        t = int(x.shape[0])
+        if self.dropping(t):
+            raise ValueError(f"{t} tokens with capacity_factor {cfg.capacity_factor}: token dropping is routed "
+                             f"outside the launch (kosmos.moe.route)")
+        router_w = check_array(router_w, "router_w", dtypes=(bfloat16,), device=dev, stream=stream)
+        if router_w.shape != (e, h):
+            raise ValueError(f"router_w must be [{e}, {h}] bf16, got {tuple(router_w.shape)}")
+        bias_ptr = bias_address(cfg, bias, dev, stream)
+        logits = self.logits[:t]
+        shape = gemm.gemm_shape("TN", (max(t, 1), h), (self.columns, h))  # checks H; N is E padded
+        tiles_m, tiles_n, k_slabs = gemm.tile_counts(shape)
+        prob = gemm.problem_record(x, router_w, t, e, h, (-(-t // gemm.tile_shape()[0]), tiles_n, k_slabs))
+        epi = gemm.epi_record(logits, t, e)
+        maps = (gemm.ZERO_TMAP,) * 3
+        if uses_tma and t:
+            key = (x.data.ptr, t, router_w.data.ptr)
+            maps = self._tmaps.get(key)
+            if maps is None:
+                if len(self._tmaps) > 32:
+                    self._tmaps.clear()
+                # router_w's map has E rows: the tile's rows past them load as zeros
+                maps = self._tmaps[key] = (gemm.tmap_of(x), gemm.tmap_of(router_w), gemm.tmap_of(logits))
+        counts, offsets, *sums = self._scratch
+        prob_sums, lse_sq = sums if sums else (None, None)
+        rec = record(ROUTE_PARAMS_DTYPE, rule=rule_record(cfg, bias_ptr), logits=logits.data.ptr,
+                     ld=self.columns, experts=self.experts.data.ptr, weights=self.weights.data.ptr,
+                     order=self.order.data.ptr, slot=self.slot.data.ptr, start=self.start.data.ptr,
+                     counts=counts.data.ptr, offsets=offsets.data.ptr, prob_sums=address(prob_sums),
+                     lse_sq=address(lse_sq), mean_prob=address(self.mean_prob), losses=self.losses.data.ptr,
+                     grid=self._grid.data.ptr, tokens=t, aux_coef=cfg.aux_loss_coef, z_coef=cfg.z_loss_coef)
+        return (*maps, prob, epi, rec)
+

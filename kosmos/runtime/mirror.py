@@ -102,7 +102,7 @@ def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
     from . import status
 
     headers = ["kosmos/wait.h", "kosmos/gemm/tile.h", "kosmos/tp.h", "kosmos/tp_params.h", "kosmos/moe/route.h",
-               "kosmos/moe/dispatch.h", "kosmos/moe/combine.h", "kosmos/mx/quant.h"]
+               "kosmos/moe/dispatch.h", "kosmos/moe/combine.h", "kosmos/moe/router.h", "kosmos/mx/quant.h"]
     structs = [StructMirror("kosmos::WaitCtx", status.WAIT_CTX_DTYPE),
                StructMirror("kosmos::Status", status.STATUS_DTYPE),
                StructMirror("kosmos::gemm::Problem", gemm.PROBLEM_DTYPE),

@@ -6,6 +6,8 @@ theirs, with any crew of movers and combine CTAs, on rerun too; y is also compar
 NumPy forward of every rank's tokens. Outputs are poisoned with NaN before each call; calls run back
 to back without a host sync; a rank arrives late; every other call is skewed towards one expert;
 "big" gives every CTA several tiles of each GEMM. A refused input on one rank stops every rank.
+With the routing inside the launch (LaunchRouting) the logits and the plan must be bitwise our
+plain GEMM's and kosmos.moe.route's, and y the separate launches' on that plan.
 """
 from __future__ import annotations
 
@@ -73,6 +75,13 @@ class Case:
         y_e = grouped.grouped_matmul(h, self.w2, rows, "TN")
         y = self.comb(y_e, self.disp, rt, shared=shared)
         return y, h, kept, int(rows.sum())
+
+    @staticmethod
+    def separate_on(disp, comb, w1, w2, x, rt):
+        """y of the separate launches on these plans and weights."""
+        arena, rows, _ = disp(x, rt)
+        h = grouped.grouped_matmul(arena.view(bfloat16), w1, rows, "TN", epilogue="swiglu")
+        return comb(grouped.grouped_matmul(h, w2, rows, "TN"), disp, rt)
 
     def float64(self, x, rt, shared=None):
         """y of this rank's tokens in float64 from every rank's tokens, routings and weights."""
@@ -159,5 +168,111 @@ def test_a_refused_input_stops_every_rank(world):
                 case.fwd(x, rt, case.w1, case.w2, **kw)
         y, _ = case.fwd(x, rt, case.w1, case.w2, check=True)
         assert (_bits(y) == _bits(want)).all(), "after refusals"
+    finally:
+        case.close()
+
+
+# The routing inside the launch (LaunchRouting): the router GEMM's logits must be bitwise our plain
+# GEMM's (whole tiles), the plan bitwise kosmos.moe.route's on those logits, y bitwise the separate
+# launches on that plan. Configs: softmax with both losses; sigmoid + bias + group-limited top-k.
+# "many": more than 12 chunks per CTA (several routing rounds); the last rank of a world > 1 has no
+# tokens in the small case; the token count changes from call to call (the buffers' tails are stale).
+ROUTED = {
+    "softmax": dict(score="softmax", top_k=2, aux_loss_coef=0.01, z_loss_coef=0.001),
+    "grouped": dict(score="sigmoid", top_k=3, expert_bias=True, groups=4, topk_groups=2, scaling=2.5),
+}
+
+
+@pytest.mark.parametrize("rule", sorted(ROUTED))
+@pytest.mark.parametrize("size", ["small", "big", "many"])
+def test_routing_in_the_launch_is_route_bitwise(world, rule, size):
+    from kosmos import gemm
+    from kosmos.moe.route import LaunchRouting
+
+    if size == "many" and rule != "softmax":
+        pytest.skip("one rule is enough for the rounds")
+    P, r = world.size, world.rank
+    h, f = (512, 256) if size == "big" else (128, 64)
+    experts = 8 * P if rule == "grouped" else 4 * P
+    cfg = MoEConfig(experts=experts, hidden=h, intermediate=f, **ROUTED[rule])
+    e_loc = experts // P
+    max_t = {"small": 200, "big": 8192, "many": 13 * 32 * 132 + 77}[size]
+    cap = P * max_t * cfg.top_k
+    disp = MoEDispatch(world, experts, 2 * h, capacity_rows=cap)
+    comb = MoECombine(world, experts, h, max_t, cfg.top_k)
+    fwd = MoEForward(disp, comb)
+    lr = LaunchRouting(cfg, max_t)
+    try:
+        w1 = cupy.asarray((rank_input(90, r, (e_loc, 2 * f, h), np.float32) * 0.1).astype(bfloat16))
+        w2 = cupy.asarray((rank_input(91, r, (e_loc, h, f), np.float32) * 0.1).astype(bfloat16))
+        wr = cupy.asarray((rank_input(92, 0, (experts, h), np.float32) * 0.05).astype(bfloat16))
+        pad = cupy.zeros((lr.columns, h), bfloat16)
+        pad[:experts] = wr
+        bias = cupy.asarray(rank_input(93, 0, (experts,), np.float32) * 0.1) if cfg.expert_bias else None
+        failed = []
+        for call in range(3):
+            if size == "small":
+                t = 0 if (P > 1 and r == P - 1) else 50 + 29 * r + 7 * call
+            else:
+                t = max_t - 1000 * call - 3 * r
+            x = cupy.asarray((rank_input(40 + call, r, (t, h), np.float32)).astype(bfloat16))
+            if call == 1 and r == P - 1:
+                cupy.cuda.Device().synchronize()
+                time.sleep(0.5)  # a late rank
+            for a in (lr.logits, lr.weights, lr.losses):
+                a.fill(np.nan)
+            for a in (lr.experts, lr.order, lr.slot, lr.start):
+                a.fill(-7)
+            out = _nan(cupy.empty((t, h), bfloat16))
+            y, _ = fwd(x, lr, w1, w2, router_w=wr, bias=bias, out=out)
+            got = lr.routing(t)
+            got = {k: cupy.asnumpy(getattr(got, k)).copy() for k in ("experts", "weights", "order", "slot", "start",
+                                                                     "losses")}
+            got["logits"] = cupy.asnumpy(lr.logits[:t, :experts])
+            got["y"] = _bits(y).copy()
+            # the oracle: our plain GEMM, route() and the separate launches on its plan
+            logits = (gemm.matmul(x, pad, "TN", out_dtype=np.float32, stream_k=False) if t
+                      else cupy.empty((0, lr.columns), np.float32))
+            rt = route(logits, cfg, bias)
+            want_y = Case.separate_on(disp, comb, w1, w2, x, rt)
+            want = {k: cupy.asnumpy(getattr(rt, k)) for k in ("experts", "weights", "order", "slot", "start",
+                                                              "losses")}
+            want["logits"], want["y"] = cupy.asnumpy(logits[:, :experts]), _bits(want_y)
+            for k in want:
+                if got[k].shape != want[k].shape or got[k].tobytes() != want[k].tobytes():
+                    failed.append(f"call {call} (T {t}): {k} is not bitwise route()'s")
+        again, _ = fwd(x, lr, w1, w2, router_w=wr, bias=bias)
+        if _bits(again).tobytes() != got["y"].tobytes():
+            failed.append("a rerun differs")
+        disp.check_status()
+        everyone = world.comm.allgather(failed)
+        assert not any(everyone), f"rank {r}: {failed}; all ranks: {everyone}"
+    finally:
+        disp.close()
+        comb.close()
+
+
+def test_routing_in_the_launch_refuses_bad_input(world):
+    from kosmos.moe.route import LaunchRouting
+
+    case = Case(world, "small")
+    try:
+        cfg = MoEConfig(experts=case.cfg.experts, top_k=2, hidden=case.h, intermediate=case.f, expert_bias=True)
+        lr = LaunchRouting(cfg, case.max_t)
+        x = cupy.asarray(rank_input(5, world.rank, (40, case.h), np.float32).astype(bfloat16))
+        wr = cupy.asarray(rank_input(6, 0, (cfg.experts, case.h), np.float32).astype(bfloat16))
+        bias = cupy.asarray(rank_input(7, 0, (cfg.experts,), np.float32))
+        bad = world.rank == 0
+        with pytest.raises(ValueError if bad else KosmosError, match="bias" if bad else "refused"):
+            case.fwd(x, lr, case.w1, case.w2, router_w=wr, bias=None if bad else bias, check=True)
+        if bad:
+            world.synchronize()
+        with pytest.raises(ValueError, match="router_w"):  # on every rank: a routing came with the call
+            case.fwd(x, route(cupy.zeros((40, 64), np.float32), case.cfg), case.w1, case.w2, router_w=wr)
+        big = cupy.asarray(rank_input(8, world.rank, (case.max_t + 1, case.h), np.float32).astype(bfloat16))
+        with pytest.raises(ValueError, match="at most"):
+            case.fwd(big, lr, case.w1, case.w2, router_w=wr, bias=bias)
+        y, _ = case.fwd(x, lr, case.w1, case.w2, router_w=wr, bias=bias, check=True)  # and the next call works
+        assert np.isfinite(cupy.asnumpy(y).astype(np.float32)).all()
     finally:
         case.close()

@@ -44,6 +44,8 @@ KOSMOS_DEVICE void stage_operand(u16* s, const u16* g, i32 ld, i32 k0, i32 rlim,
 
 // Nothing lives across calls here: each call stages its own slabs synchronously.
 KOSMOS_DEVICE void builder_init_arch(u8*) { __syncthreads(); }
+KOSMOS_DEVICE u32 lendable_bytes_arch(u8*) { return u32(kSmemBytes); }  // the slabs: restaged every slab
+KOSMOS_DEVICE void builder_reclaim_arch(u8*) { __syncthreads(); }
 
 template <int L, class Sched, class Claim, class Ready, class Epi>
 KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap*, const TensorMap*, u8* smem_raw,

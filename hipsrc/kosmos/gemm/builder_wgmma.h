@@ -65,6 +65,15 @@ KOSMOS_DEVICE void builder_init_arch(u8* smem_raw) {
   __syncthreads();
 }
 
+// The stages and the epilogue staging, before the pipeline state: free between two builder calls.
+KOSMOS_DEVICE u32 lendable_bytes_arch(u8* smem_raw) { return u32(reinterpret_cast<u8*>(pipeline_of(smem_raw)) - smem_raw); }
+
+// All threads, after a loan of the stages (tile.h): its generic writes before the TMA's.
+KOSMOS_DEVICE void builder_reclaim_arch(u8*) {
+  sm90::fence_proxy_async_shared();
+  __syncthreads();
+}
+
 // Where a side of the ring stands: the next stage and its phase parity. Kept in registers through
 // a builder call, in the PipelineState between calls.
 struct RingPos {

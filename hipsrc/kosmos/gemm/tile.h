@@ -27,7 +27,11 @@
 //                    jobs after it are skipped).
 // Returns true when claim() ran dry, false when a readiness hook aborted (then the CTA must not
 // call it again). Between calls the CTA may use its registers and the static shared memory for
-// something else; the dynamic shared memory holds the pipeline, which lives for the whole kernel.
+// something else; the dynamic shared memory holds the pipeline, which lives for the whole kernel,
+// but its first lendable_bytes(smem) bytes (the stages) may be lent out between two calls:
+//   kosmos::gemm::lendable_bytes(smem)     the bytes from smem on that hold no pipeline state
+//   kosmos::gemm::builder_reclaim(smem);   all threads, before the next call after such a loan
+//                                          (orders the loan's generic writes before the ring's TMA)
 #pragma once
 #include "arch.h"
 #include "config.h"
@@ -43,6 +47,8 @@ namespace kosmos {
 namespace gemm {
 
 KOSMOS_DEVICE void builder_init(u8* smem) { builder_init_arch(smem); }
+KOSMOS_DEVICE u32 lendable_bytes(u8* smem) { return lendable_bytes_arch(smem); }
+KOSMOS_DEVICE void builder_reclaim(u8* smem) { builder_reclaim_arch(smem); }
 
 template <int L, class Sched, class Claim, class Ready, class Epi>
 KOSMOS_DEVICE bool run_builder(const Sched& sched, const TensorMap* tma, const TensorMap* tmb, u8* smem,

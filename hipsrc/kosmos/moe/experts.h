@@ -19,14 +19,7 @@ namespace moe {
 // loop's rate, notes/moe.md): everything before the builder's pipeline state, whose mbarriers stay
 // valid from builder_init on (a review found the combine's staging over them; harmless while no
 // builder call follows the combine, but undefined). 0 (no bulk copies): register copies.
-KOSMOS_DEVICE u32 mover_stage_bytes(u8* smem) {
-#if KOSMOS_GEMM_WGMMA
-  return u32(reinterpret_cast<u8*>(gemm::pipeline_of(smem)) - smem);
-#else
-  (void)smem;
-  return 0;
-#endif
-}
+KOSMOS_DEVICE u32 mover_stage_bytes(u8* smem) { return gemm::kArchPath == 1 ? gemm::lendable_bytes(smem) : 0u; }
 
 // One grouped GEMM of a megakernel: its operand maps and problem (the epilogue comes apart).
 struct ExpertGemm {

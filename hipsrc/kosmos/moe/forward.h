@@ -1,5 +1,7 @@
-// The MoE forward from the dispatch to the fold in one launch (the paper's Figure 6 after the
-// routing; hipsrc/moe_fused.hip kosmos_moe_forward):
+// The MoE forward from the router to the fold in one launch (the paper's Figure 6;
+// hipsrc/moe_fused.hip kosmos_moe_forward):
+//   0. the routing (router.h): the router GEMM, then the routing and the dispatch plan in grid
+//      barrier-separated steps -- unless the routing came with the call (RouteParams.tokens < 0);
 //   1. dispatch || GEMM1: CTAs [0, movers) push token rows into the owners' arenas (dispatch.h),
 //      then build; the others build at once, and the warps each builder leaves idle push from the
 //      same queue beside it (SideDispatch). A GEMM1 tile (SwiGLU epilogue) waits only for the
@@ -16,28 +18,32 @@
 // any CTA leaves GEMM1's queue; the crew for GEMM2 tiles. experts.h has the steps it shares with
 // the backward (the dispatch, the combine, shared memory and epochs).
 #pragma once
-#include "experts.h"
+#include "router.h"
 
 namespace kosmos {
 namespace moe {
 
 // Grid: one CTA per SM (all resident), gemm::kThreads threads, the builder's shared memory.
 // 0 <= movers (0: only the side pushes), 0 <= crew < grid. words[0..1]: GEMM1's queue,
-// words[2..3]: GEMM2's, words[4]: CTAs out (for the rows_done reset). rows_cap: the counters per
-// GEMM (at least the tile rows the arena can hold). PushUnroll: vectors in flight per mover thread.
-// Both GEMMs run in one builder call (one register trade): GEMM2's tiles wait on GEMM1's rows.
-template <class Tile, int PushUnroll, class Epi1, class Epi2>
-KOSMOS_DEVICE void forward_experts(const ExpertGemm& g1, const Epi1& epi1, const ExpertGemm& g2, const Epi2& epi2,
+// words[2..3]: GEMM2's, words[4..5]: the router GEMM's, words[6]: CTAs out (for the rows_done
+// reset). rows_cap: the counters per GEMM (at least the tile rows the arena can hold). PushUnroll:
+// vectors in flight per mover thread. Both expert GEMMs run in one builder call (one register
+// trade): GEMM2's tiles wait on GEMM1's rows. The router GEMM (gr, epir) is a call before them.
+template <class Tile, int PushUnroll, class EpiR, class Epi1, class Epi2>
+KOSMOS_DEVICE void forward_experts(const ExpertGemm& gr, const EpiR& epir, const RouteParams& route,
+                                   const ExpertGemm& g1, const Epi1& epi1, const ExpertGemm& g2, const Epi2& epi2,
                                    const DispatchParams& d, const CombineParams& c, i32 movers, i32 crew,
                                    i32 rows_cap, u64* words, u64* rows_done) {
   extern __shared__ __align__(16) u8 smem[];
   __shared__ gemm::GroupTable table;
   phase_mark(0);
+  gemm::builder_init(smem);  // once: the router's call and the experts' share the pipeline
+  bool fine = route_in_launch<Tile>(route, gr, epir, words + 4, d.wait, smem);
   combine_prepare(c);
-  bool fine = dispatch_rows<PushUnroll>(d, movers, smem, &table);
+  fine = fine && dispatch_rows<PushUnroll>(d, movers, smem, &table);
   phase_mark(1);
   if (fine) {
-    gemm::builder_init(smem);
+    gemm::builder_reclaim(smem);  // the routing's and the dispatch's tables lay in the stages
     phase_mark(2);
     const gemm::GroupedSchedule<gemm::LAYOUT_TN, Tile> s1{*g1.p, &table};
     gemm::QueueClaim claim1{words, s1.units()};
@@ -60,7 +66,8 @@ KOSMOS_DEVICE void forward_experts(const ExpertGemm& g1, const Epi1& epi1, const
   }
   gemm::queue_exit(words);
   gemm::queue_exit(words + 2);
-  zero_when_last_out(words + 4, rows_done, 2 * rows_cap);
+  gemm::queue_exit(words + 4);
+  zero_when_last_out(words + 6, rows_done, 2 * rows_cap);
 }
 
 }  // namespace moe

@@ -1,0 +1,157 @@
+// The routing as the MoE forward megakernel's first phases (forward.h), the same steps as the
+// standalone kernels of hipsrc/moe_route.hip (route.h's rule, plan.h's counting sort), so the two
+// give the same bits:
+//   1. every CTA builds router GEMM tiles: logits = x Wr^T in fp32 (a builder call of its own);
+//   2. grid barrier; CTA b routes chunks b, b + grid, ... (kChunk tokens each, a thread a token,
+//      kRoundChunks chunks at once) and counts each chunk's pairs per expert (+ the loss partials);
+//   3. grid barrier; every CTA scans the counts itself (a thread per expert: cheaper than one more
+//      barrier), writes its own chunks' offsets and places their pairs (order, slot); CTA 0 writes
+//      start and the losses;
+//   4. grid barrier: the dispatch may read start and order.
+// The chunk tables live in the builder's stages, lent between its two calls (gemm/tile.h).
+#pragma once
+#include "../grid.h"
+#include "../trace.h"
+#include "experts.h"
+#include "plan.h"
+
+namespace kosmos {
+namespace moe {
+
+struct RouteParams {
+  RouteRule rule;
+  const float* logits;  // [T][ld] fp32: the router GEMM's output
+  i64 ld;
+  i32* experts;         // [T][k] best first
+  float* weights;       // [T][k]
+  i32* order;           // [T * k] row -> t * k + j
+  i32* slot;            // [T * k] t * k + j -> row
+  i32* start;           // [E + 1]
+  i32* counts;          // [chunks][E] scratch: the chunks' pairs per expert
+  i32* offsets;         // [chunks][E] scratch: rows of the expert before the chunk
+  double* prob_sums;    // [chunks][E] scratch, or null: no losses
+  double* lse_sq;       // [chunks] scratch (with prob_sums)
+  float* mean_prob;     // [E] (with prob_sums)
+  float* losses;        // [2] aux, z (zeros without prob_sums)
+  u64* grid;            // [2] the grid barrier's words (grid.h)
+  i32 tokens;           // T; -1: the routing came with the call, none of this runs
+  float aux_coef, z_coef;
+  i32 pad_;
+};
+
+constexpr i32 kRoundChunks = gemm::kThreads / kChunk;  // chunks a CTA routes at once
+
+// The lent stages' layout in step 2: the round's pair experts, then its tokens' norms.
+KOSMOS_DEVICE i32* round_experts(u8* scratch) { return reinterpret_cast<i32*>(scratch); }
+KOSMOS_DEVICE TokenNorm* round_norms(u8* scratch) {
+  return reinterpret_cast<TokenNorm*>(scratch + kRoundChunks * kChunk * kMaxTopK * sizeof(i32));
+}
+constexpr u32 kRouteScratchBytes = kRoundChunks * kChunk * (kMaxTopK * sizeof(i32) + sizeof(TokenNorm));
+static_assert(kRouteScratchBytes <= u32(gemm::kSmemBytesPortable), "the round's tables must fit the lent stages");
+
+// Step 2, all threads of a CTA.
+KOSMOS_DEVICE void route_chunks(const RouteParams& r, u8* scratch) {
+  const RouteRule& rule = r.rule;
+  const i32 k = rule.top_k, E = rule.experts, T = r.tokens, chunks = chunks_of(T), grid = i32(gridDim.x);
+  i32* ex = round_experts(scratch);  // [kRoundChunks][kChunk * k]
+  TokenNorm* norms = round_norms(scratch);
+  const i32 j = i32(threadIdx.x) / kChunk, lane = i32(threadIdx.x) % kChunk;
+  for (i32 first = i32(blockIdx.x); first < chunks; first += kRoundChunks * grid) {
+    const i32 c = first + j * grid, t = c * kChunk + lane;
+    if (j < kRoundChunks && c < chunks && t < T) {
+      const float* row = r.logits + t * r.ld;
+      i32* mine = ex + j * kChunk * k + lane * k;
+      route_token(rule, row, mine, r.weights + i64(t) * k);
+      for (i32 s = 0; s < k; ++s) r.experts[i64(t) * k + s] = mine[s];
+      if (r.prob_sums) norms[j * kChunk + lane] = token_norm(rule, row);
+    }
+    __syncthreads();
+    for (i32 v = i32(threadIdx.x); v < kRoundChunks * E; v += i32(blockDim.x)) {
+      const i32 jj = v / E, e = v - jj * E, cc = first + jj * grid;
+      if (cc >= chunks) continue;
+      const i32 t0 = cc * kChunk, t1 = min(t0 + kChunk, T);
+      r.counts[i64(cc) * E + e] = chunk_count(ex + jj * kChunk * k, (t1 - t0) * k, e);
+      if (r.prob_sums)
+        r.prob_sums[i64(cc) * E + e] = chunk_prob_sum(rule, r.logits, r.ld, t0, t1, norms + jj * kChunk, e);
+    }
+    if (r.prob_sums && i32(threadIdx.x) < kRoundChunks) {
+      const i32 cc = first + i32(threadIdx.x) * grid;
+      if (cc < chunks) {
+        const i32 t0 = cc * kChunk, t1 = min(t0 + kChunk, T);
+        double z = 0.0;
+        for (i32 t = t0; t < t1; ++t) z += norms[i32(threadIdx.x) * kChunk + t - t0].lse2;
+        r.lse_sq[cc] = z;
+      }
+    }
+    __syncthreads();
+  }
+}
+
+// Step 3, all threads of a CTA, after every CTA's step 2.
+KOSMOS_DEVICE void place_chunks(const RouteParams& r, u8* scratch) {
+  const i32 k = r.rule.top_k, E = r.rule.experts, T = r.tokens, chunks = chunks_of(T), grid = i32(gridDim.x);
+  const bool cta0 = blockIdx.x == 0, losses = r.prob_sums != nullptr;
+  i32* start = reinterpret_cast<i32*>(scratch);  // [E + 1]
+  i32* ex = start + E + 1;                         // [kChunk * k]: one chunk's pair experts
+  for (i32 e = i32(threadIdx.x); e < E; e += i32(blockDim.x)) {
+    i32 run = 0;
+    double p = 0.0;
+    for (i32 c = 0; c < chunks; ++c) {
+      if (c % grid == i32(blockIdx.x)) r.offsets[i64(c) * E + e] = run;
+      run += r.counts[i64(c) * E + e];
+      if (cta0 && losses) p += r.prob_sums[i64(c) * E + e];
+    }
+    start[e + 1] = run;
+    if (cta0 && losses) r.mean_prob[e] = float(p / T);
+  }
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    start[0] = 0;
+    for (i32 e = 0; e < E; ++e) start[e + 1] += start[e];
+    if (cta0) {
+      RouterLosses l{0.0f, 0.0f};
+      if (losses && T > 0)
+        l = router_losses(E, T, k, start, r.mean_prob, r.lse_sq, chunks, r.aux_coef, r.z_coef);
+      r.losses[0] = l.aux;
+      r.losses[1] = l.z;
+    }
+  }
+  __syncthreads();
+  if (cta0)
+    for (i32 e = i32(threadIdx.x); e <= E; e += i32(blockDim.x)) r.start[e] = start[e];
+  for (i32 c = i32(blockIdx.x); c < chunks; c += grid) {
+    const i32 t0 = c * kChunk, n = (min(t0 + kChunk, T) - t0) * k;
+    for (i32 i = i32(threadIdx.x); i < n; i += i32(blockDim.x)) ex[i] = r.experts[i64(t0) * k + i];
+    __syncthreads();
+    for (i32 i = i32(threadIdx.x); i < n; i += i32(blockDim.x)) {
+      const i32 p = t0 * k + i, row = start[ex[i]] + r.offsets[i64(c) * E + ex[i]] + rank_in_chunk(ex, i);
+      r.order[row] = p;
+      r.slot[p] = row;
+    }
+    __syncthreads();
+  }
+}
+
+// All threads of every CTA, first thing in the launch (after gemm::builder_init): steps 1-4. The
+// router GEMM's units come from queue[0..1] (the kernel's last CTA out resets it: queue_exit).
+// False: a grid wait gave up (nothing after it may run). With r.tokens < 0, nothing runs.
+template <class Tile, class Epi>
+KOSMOS_DEVICE bool route_in_launch(const RouteParams& r, const ExpertGemm& g, const Epi& epi, u64* queue,
+                                   const WaitCtx& w, u8* smem) {
+  if (r.tokens < 0) return true;
+  const gemm::DenseSchedule<Tile> s{*g.p};
+  gemm::QueueClaim claim{queue, gemm::work_units(*g.p)};
+  const gemm::AlwaysReady always;
+  gemm::run_builder_jobs(smem, gemm::builder_job<gemm::LAYOUT_TN>(s, g.a, g.b, claim, always, epi));
+  phase_mark(12);
+  if (!grid_barrier(r.grid, w)) return false;
+  route_chunks(r, smem);
+  phase_mark(13);
+  if (!grid_barrier(r.grid, w)) return false;
+  place_chunks(r, smem);
+  phase_mark(14);
+  return grid_barrier(r.grid, w);
+}
+
+}  // namespace moe
+}  // namespace kosmos
