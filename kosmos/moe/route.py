@@ -42,7 +42,7 @@ _u64 = np.uint64
 # RouteParams of hipsrc/kosmos/moe/router.h: the routing inside the forward megakernel (LaunchRouting)
 ROUTE_PARAMS_DTYPE = np.dtype(
     [("rule", ROUTE_RULE_DTYPE), ("logits", _u64), ("ld", np.int64), ("experts", _u64), ("weights", _u64),
-     ("order", _u64), ("slot", _u64), ("start", _u64), ("counts", _u64), ("offsets", _u64), ("prob_sums", _u64),
+     ("order", _u64), ("slot", _u64), ("start", _u64), ("counts", _u64), ("prob_sums", _u64),
      ("lse_sq", _u64), ("mean_prob", _u64), ("losses", _u64), ("grid", _u64), ("tokens", np.int32),
      ("aux_coef", np.float32), ("z_coef", np.float32), ("pad_", np.int32)],
     align=True,
@@ -231,7 +231,7 @@ class LaunchRouting:
         self.start = cupy.zeros(e + 1, np.int32)
         self.losses = cupy.zeros(2, np.float32)
         self.mean_prob = cupy.zeros(e, np.float32) if self.with_losses else None
-        self._scratch = [cupy.zeros((chunks, e), np.int32), cupy.zeros((chunks, e), np.int32)]  # counts, offsets
+        self._scratch = [cupy.zeros((chunks, e), np.int32)]  # counts
         if self.with_losses:
             self._scratch += [cupy.zeros((chunks, e), np.float64), cupy.zeros(chunks, np.float64)]
         self._grid = cupy.zeros(2, np.uint64)  # the grid barrier's words (hipsrc/kosmos/grid.h)
@@ -291,12 +291,12 @@ class LaunchRouting:
                     self._tmaps.clear()
                 # router_w's map has E rows: the tile's rows past them load as zeros
                 maps = self._tmaps[key] = (gemm.tmap_of(x), gemm.tmap_of(router_w), gemm.tmap_of(logits))
-        counts, offsets, *sums = self._scratch
+        counts, *sums = self._scratch
         prob_sums, lse_sq = sums if sums else (None, None)
         rec = record(ROUTE_PARAMS_DTYPE, rule=rule_record(cfg, bias_ptr), logits=logits.data.ptr,
                      ld=self.columns, experts=self.experts.data.ptr, weights=self.weights.data.ptr,
                      order=self.order.data.ptr, slot=self.slot.data.ptr, start=self.start.data.ptr,
-                     counts=counts.data.ptr, offsets=offsets.data.ptr, prob_sums=address(prob_sums),
+                     counts=counts.data.ptr, prob_sums=address(prob_sums),
                      lse_sq=address(lse_sq), mean_prob=address(self.mean_prob), losses=self.losses.data.ptr,
                      grid=self._grid.data.ptr, tokens=t, aux_coef=cfg.aux_loss_coef, z_coef=cfg.z_loss_coef)
         return (*maps, prob, epi, rec)

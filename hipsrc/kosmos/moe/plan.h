@@ -59,19 +59,24 @@ KOSMOS_DEVICE double chunk_prob_sum(const RouteRule& r, const float* logits, i64
   return p;
 }
 
+// Expert e's normalised score averaged over the tokens, from the chunks' sums in chunk order (the
+// order fixes the bits: the forward megakernel sums the same way).
+KOSMOS_DEVICE float expert_mean_prob(i32 e, i32 E, i32 chunks, i32 tokens, const double* __restrict__ prob_sums) {
+  double p = 0.0;
+  for (i32 c = 0; c < chunks; ++c) p += prob_sums[i64(c) * E + e];
+  return float(p / tokens);
+}
+
 // Expert e's offsets[c][e] = rows of e in chunks before c (start[e] is added by the caller once the
-// totals are scanned); returns e's total. mean_prob[e] (when prob_sums is non-null): e's normalised
-// score averaged over the tokens.
+// totals are scanned); returns e's total. mean_prob[e] (when prob_sums is non-null): expert_mean_prob.
 KOSMOS_DEVICE i32 scan_expert(i32 e, i32 E, i32 chunks, i32 tokens, const i32* counts, i32* offsets,
                               const double* prob_sums, float* mean_prob) {
   i32 run = 0;
-  double p = 0.0;
   for (i32 c = 0; c < chunks; ++c) {
     offsets[i64(c) * E + e] = run;
     run += counts[i64(c) * E + e];
-    if (prob_sums) p += prob_sums[i64(c) * E + e];
   }
-  if (prob_sums) mean_prob[e] = float(p / tokens);
+  if (prob_sums) mean_prob[e] = expert_mean_prob(e, E, chunks, tokens, prob_sums);
   return run;
 }
 

@@ -4,10 +4,9 @@
 //   1. every CTA builds router GEMM tiles: logits = x Wr^T in fp32 (a builder call of its own);
 //   2. grid barrier; CTA b routes chunks b, b + grid, ... (kChunk tokens each, a thread a token,
 //      kRoundChunks chunks at once) and counts each chunk's pairs per expert (+ the loss partials);
-//   3. grid barrier; every CTA scans the counts itself (a thread per expert: cheaper than one more
-//      barrier), writes its own chunks' offsets and places their pairs (order, slot); CTA 0 writes
-//      start and the losses;
-//   4. grid barrier: the dispatch may read start and order.
+//   3. grid barrier; every CTA sums the counts itself (cheaper than one more barrier) and places
+//      the pairs of its own run of chunks (order, slot); CTA 0 writes start;
+//   4. grid barrier: the dispatch may read start and order; the last CTA computes the losses.
 // The chunk tables live in the builder's stages, lent between its two calls (gemm/tile.h).
 #pragma once
 #include "../grid.h"
@@ -28,7 +27,6 @@ struct RouteParams {
   i32* slot;            // [T * k] t * k + j -> row
   i32* start;           // [E + 1]
   i32* counts;          // [chunks][E] scratch: the chunks' pairs per expert
-  i32* offsets;         // [chunks][E] scratch: rows of the expert before the chunk
   double* prob_sums;    // [chunks][E] scratch, or null: no losses
   double* lse_sq;       // [chunks] scratch (with prob_sums)
   float* mean_prob;     // [E] (with prob_sums)
@@ -87,49 +85,66 @@ KOSMOS_DEVICE void route_chunks(const RouteParams& r, u8* scratch) {
   }
 }
 
-// Step 3, all threads of a CTA, after every CTA's step 2.
+// Step 3, all threads of a CTA, after every CTA's step 2. Chunks [first, last) are this CTA's to
+// place (contiguous, so one prefix serves them all): the experts' totals and the rows before the
+// CTA's first chunk are integer sums, order-free, so every thread adds what it loads (shared-memory
+// atomics) instead of one thread per expert walking every chunk.
 KOSMOS_DEVICE void place_chunks(const RouteParams& r, u8* scratch) {
-  const i32 k = r.rule.top_k, E = r.rule.experts, T = r.tokens, chunks = chunks_of(T), grid = i32(gridDim.x);
-  const bool cta0 = blockIdx.x == 0, losses = r.prob_sums != nullptr;
-  i32* start = reinterpret_cast<i32*>(scratch);  // [E + 1]
-  i32* ex = start + E + 1;                         // [kChunk * k]: one chunk's pair experts
-  for (i32 e = i32(threadIdx.x); e < E; e += i32(blockDim.x)) {
-    i32 run = 0;
-    double p = 0.0;
-    for (i32 c = 0; c < chunks; ++c) {
-      if (c % grid == i32(blockIdx.x)) r.offsets[i64(c) * E + e] = run;
-      run += r.counts[i64(c) * E + e];
-      if (cta0 && losses) p += r.prob_sums[i64(c) * E + e];
-    }
-    start[e + 1] = run;
-    if (cta0 && losses) r.mean_prob[e] = float(p / T);
+  const i32 k = r.rule.top_k, E = r.rule.experts, T = r.tokens, chunks = chunks_of(T);
+  const i32 per = (chunks + i32(gridDim.x) - 1) / i32(gridDim.x), first = i32(blockIdx.x) * per;
+  const i32 last = min(first + per, chunks);
+  i32* start = reinterpret_cast<i32*>(scratch);  // [E + 1]: the totals, then start[]
+  i32* before = start + E + 1;                     // [E]: rows of each expert ahead of the chunk placed
+  i32* ex = before + E;                            // [kChunk * k]: that chunk's pair experts
+  for (i32 e = i32(threadIdx.x); e <= E; e += i32(blockDim.x)) start[e] = 0;
+  for (i32 e = i32(threadIdx.x); e < E; e += i32(blockDim.x)) before[e] = 0;
+  __syncthreads();
+  const i32* __restrict__ counts = r.counts;
+  for (i64 v = threadIdx.x; v < i64(chunks) * E; v += blockDim.x) {
+    const i32 n = counts[v], c = i32(v / E), e = i32(v - i64(c) * E);
+    if (n == 0) continue;
+    atomicAdd(&start[e + 1], n);
+    if (c < first) atomicAdd(&before[e], n);
   }
   __syncthreads();
   if (threadIdx.x == 0) {
-    start[0] = 0;
     for (i32 e = 0; e < E; ++e) start[e + 1] += start[e];
-    if (cta0) {
-      RouterLosses l{0.0f, 0.0f};
-      if (losses && T > 0)
-        l = router_losses(E, T, k, start, r.mean_prob, r.lse_sq, chunks, r.aux_coef, r.z_coef);
-      r.losses[0] = l.aux;
-      r.losses[1] = l.z;
-    }
+    if (blockIdx.x == 0 && (!r.prob_sums || T == 0)) r.losses[0] = r.losses[1] = 0.0f;  // else: route_losses
   }
   __syncthreads();
-  if (cta0)
+  if (blockIdx.x == 0)
     for (i32 e = i32(threadIdx.x); e <= E; e += i32(blockDim.x)) r.start[e] = start[e];
-  for (i32 c = i32(blockIdx.x); c < chunks; c += grid) {
+  for (i32 c = first; c < last; ++c) {
     const i32 t0 = c * kChunk, n = (min(t0 + kChunk, T) - t0) * k;
     for (i32 i = i32(threadIdx.x); i < n; i += i32(blockDim.x)) ex[i] = r.experts[i64(t0) * k + i];
     __syncthreads();
     for (i32 i = i32(threadIdx.x); i < n; i += i32(blockDim.x)) {
-      const i32 p = t0 * k + i, row = start[ex[i]] + r.offsets[i64(c) * E + ex[i]] + rank_in_chunk(ex, i);
+      const i32 p = t0 * k + i, row = start[ex[i]] + before[ex[i]] + rank_in_chunk(ex, i);
       r.order[row] = p;
       r.slot[p] = row;
     }
     __syncthreads();
+    for (i32 e = i32(threadIdx.x); e < E; e += i32(blockDim.x)) before[e] += counts[i64(c) * E + e];
+    __syncthreads();
   }
+}
+
+// After step 4, on the grid's last CTA (it owns the fewest chunks; the dispatch's CTA 0 must not
+// wait for this): mean_prob and the losses, in the standalone scan's order (the same bits). The
+// start[] of step 3 is still in the lent stages.
+KOSMOS_DEVICE void route_losses(const RouteParams& r, const u8* scratch) {
+  const i32 E = r.rule.experts, T = r.tokens, chunks = chunks_of(T);
+  if (!r.prob_sums || T == 0 || blockIdx.x != gridDim.x - 1) return;
+  for (i32 e = i32(threadIdx.x); e < E; e += i32(blockDim.x))
+    r.mean_prob[e] = expert_mean_prob(e, E, chunks, T, r.prob_sums);
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    const RouterLosses l = router_losses(E, T, r.rule.top_k, reinterpret_cast<const i32*>(scratch), r.mean_prob,
+                                         r.lse_sq, chunks, r.aux_coef, r.z_coef);
+    r.losses[0] = l.aux;
+    r.losses[1] = l.z;
+  }
+  __syncthreads();
 }
 
 // All threads of every CTA, first thing in the launch (after gemm::builder_init): steps 1-4. The
@@ -150,7 +165,9 @@ KOSMOS_DEVICE bool route_in_launch(const RouteParams& r, const ExpertGemm& g, co
   if (!grid_barrier(r.grid, w)) return false;
   place_chunks(r, smem);
   phase_mark(14);
-  return grid_barrier(r.grid, w);
+  if (!grid_barrier(r.grid, w)) return false;
+  route_losses(r, smem);
+  return true;
 }
 
 }  // namespace moe
