@@ -14,7 +14,7 @@ adds a linear per-expert bias ramp (models with expert_bias only; each case reco
 rows per expert). Contenders, timed interleaved call by call through kosmos.timing (device
 events behind the stream blocker): layer (path "device": router GEMM, routing, dispatch, both
 grouped GEMMs, the shared expert, combine and fold as separate launches, no host round trip);
-fused m=M [c=C] (path "fused": the experts' part in one launch, MoEForward, with M dispatch movers
+fused m=M [c=C] (path "fused": router to fold in one launch, MoEForward, with M dispatch movers
 and C combine crew; `--movers 8,33,auto --crew 0,16`);
 experts (every expert GEMM of the layer alone: the two grouped GEMMs on the same counts and the
 shared expert's); dense (cuBLAS on the same FLOPs: the routed rows' two GEMMs and the shared
