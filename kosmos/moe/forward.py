@@ -153,9 +153,12 @@ class MoEForward(ExpertsLaunch):
         self._h = self._y_e = None
         self._tmaps: tuple[dict, dict] = ({}, {})
 
+    def _no_router(self) -> tuple:
+        """The router's arguments of a call whose routing came with it (or was refused)."""
+        return (*null_heads(self.epilogues[0]), no_route())
+
     def _null_heads(self) -> tuple:
-        router, experts = null_heads(self.epilogues[0]), null_heads(*self.epilogues[1:])
-        return (*router, no_route(), *experts)
+        return (*self._no_router(), *null_heads(*self.epilogues[1:]))
 
     @uses_stream
     def __call__(self, x: Any, routing: DeviceRouting | LaunchRouting, w1: Any, w2: Any, *, router_w: Any = None,
@@ -188,7 +191,7 @@ class MoEForward(ExpertsLaunch):
                 raise TypeError(f"the experts' GEMMs take bf16 tokens, got {x.dtype}")
             movers, crew = self._crews(movers, crew)
             route_head = (launch_routing.head(x, router_w, bias, gemm.arch_path() == "wgmma", stream) if here
-                          else (*null_heads(self.epilogues[0]), no_route()))
+                          else self._no_router())
             heads = (*route_head, *self._gemm_heads(w1, w2, gate_up, stream))
             shared, out, t = comb.checked_outputs(routing, shared, out, stream)
         except (TypeError, ValueError) as e:

@@ -61,7 +61,7 @@ from .dispatch import MoEDispatch
 from .backward import MoEBackward
 from .forward import MoEForward
 from .reference import silu
-from .route import DeviceRouting, LaunchRouting, check_routable, plan_chunks, route
+from .route import DeviceRouting, LaunchRouting, check_plan_size, check_routable, route
 
 PATHS = ("serial", "device", "fused", "baseline")
 
@@ -242,9 +242,7 @@ class MoELayer:
         if self.capacity_rows // gemm.tile_shape()[0] + self.e_loc >= 2**16:
             raise ValueError(f"capacity_rows = {self.capacity_rows}: the grouped GEMM takes fewer than "
                              f"{(2**16 - self.e_loc) * gemm.tile_shape()[0]} rows; pass a smaller capacity_rows")
-        if max_tokens * k >= 2**31 or plan_chunks(max_tokens) * cfg.experts >= 2**31:
-            raise ValueError(f"max_tokens = {max_tokens} with top_k {k} and {cfg.experts} experts exceeds the "
-                             f"router's int32 indices")
+        check_plan_size(cfg, max_tokens)
         h = cfg.hidden
         if path in ("device", "fused"):
             self._dispatch = MoEDispatch(world, cfg.experts, 2 * h, self.capacity_rows)

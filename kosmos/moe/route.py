@@ -119,6 +119,19 @@ def plan_chunks(tokens: int) -> int:
     return -(-tokens // CONSTANTS["kChunk"])
 
 
+def check_plan_size(cfg: MoEConfig, tokens: int) -> None:
+    """The plan's int32 indices: rows (tokens x top_k) and the per-chunk table (chunks x experts)."""
+    k, e = cfg.top_k, cfg.experts
+    if tokens * k >= 2**31 or plan_chunks(tokens) * e >= 2**31:
+        raise ValueError(f"{tokens} tokens with top_k {k} and {e} experts exceed the router's int32 indices")
+
+
+def drops_tokens(cfg: MoEConfig, tokens: int) -> bool:
+    """Whether a routing of `tokens` tokens drops pairs past their experts' capacity."""
+    cap = cfg.capacity_of(tokens)
+    return cap is not None and cap < tokens * cfg.top_k
+
+
 def _module():
     from ..runtime.module import load_module
 
@@ -136,8 +149,7 @@ def route(logits: Any, cfg: MoEConfig, bias: Any = None, *, stream: Any = None) 
         raise ValueError(f"logits must be [tokens, L] with L >= {cfg.experts} experts, got {tuple(logits.shape)}")
     bias_ptr = bias_address(cfg, bias, dev, stream)
     t, k, e = int(logits.shape[0]), cfg.top_k, cfg.experts
-    if t * k >= 2**31:
-        raise ValueError(f"{t} tokens x top_k {k} rows exceed the int32 row index")
+    check_plan_size(cfg, t)
     with_losses = bool(cfg.aux_loss_coef or cfg.z_loss_coef)
     experts = cupy.empty((t, k), np.int32)
     weights = cupy.empty((t, k), np.float32)
@@ -149,8 +161,6 @@ def route(logits: Any, cfg: MoEConfig, bias: Any = None, *, stream: Any = None) 
     if t == 0:
         return DeviceRouting(experts, weights, order, slot, start, losses, mean_prob)
     chunks = plan_chunks(t)
-    if chunks * e >= 2**31:
-        raise ValueError(f"{t} tokens x {e} experts: the plan's per-chunk table exceeds the int32 index")
     counts = cupy.empty((chunks, e), np.int32)
     offsets = cupy.empty((chunks, e), np.int32)
     prob_sums = cupy.empty((chunks, e), np.float64) if with_losses else None
@@ -179,8 +189,8 @@ def route(logits: Any, cfg: MoEConfig, bias: Any = None, *, stream: Any = None) 
 
     count_and_scan(experts, start, True)
     kept = None
-    cap = cfg.capacity_of(t)
-    if cap is not None and cap < t * k:
+    if drops_tokens(cfg, t):
+        cap = cfg.capacity_of(t)
         # Token dropping: each expert keeps its `cap` pairs of highest weight (the lower pair index
         # first among equals; reference.capacity_keep), ranked within the experts' rows of the plan
         # above; the plan is then counted and placed again over the kept pairs (a dropped pair's
@@ -216,10 +226,9 @@ class LaunchRouting:
         check_routable(cfg)
         if not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
+        check_plan_size(cfg, max_tokens)
         t, k, e = max_tokens, cfg.top_k, cfg.experts
         chunks = plan_chunks(t)
-        if t * k >= 2**31 or chunks * e >= 2**31:
-            raise ValueError(f"{t} tokens x top_k {k} x {e} experts exceed the router's int32 indices")
         self.cfg, self.max_tokens = cfg, max_tokens
         self.columns = -(-e // 64) * 64  # the logits' row: the router GEMM's 64-column tiles
         self.with_losses = bool(cfg.aux_loss_coef or cfg.z_loss_coef)
@@ -246,8 +255,7 @@ class LaunchRouting:
 
     def dropping(self, tokens: int) -> bool:
         """Whether a call of `tokens` tokens drops pairs (its routing then runs outside: route())."""
-        cap = self.cfg.capacity_of(tokens)
-        return cap is not None and cap < tokens * self.cfg.top_k
+        return drops_tokens(self.cfg, tokens)
 
     def routing(self, tokens: int) -> DeviceRouting:
         """The last call's routing of `tokens` tokens: views of the buffers."""
@@ -280,7 +288,7 @@ class LaunchRouting:
         logits = self.logits[:t]
         shape = gemm.gemm_shape("TN", (max(t, 1), h), (self.columns, h))  # checks H; N is E padded
         tiles_m, tiles_n, k_slabs = gemm.tile_counts(shape)
-        prob = gemm.problem_record(x, router_w, t, e, h, (-(-t // gemm.tile_shape()[0]), tiles_n, k_slabs))
+        prob = gemm.problem_record(x, router_w, t, e, h, (tiles_m if t else 0, tiles_n, k_slabs))
         epi = gemm.epi_record(logits, t, e)
         maps = (gemm.ZERO_TMAP,) * 3
         if uses_tma and t:
