@@ -178,14 +178,14 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
             routed(_)
             layer._shared(x, params)
 
-        s_w = cfg.shared_width if cfg.shared else 0
+        s_w = cfg.shared_width
         sx, sw1, sw2 = random_bf16((tokens, h), seed + 8), random_bf16((2 * s_w, h), seed + 9), random_bf16((h, s_w), seed + 10)
         sh, sa, so = cupy.empty((tokens, 2 * s_w), dx.dtype), random_bf16((tokens, s_w), seed + 11), cupy.empty((tokens, h), dx.dtype)
 
-        def dense(_):  # cuBLAS on the same FLOPs: the routed rows' two GEMMs, and the shared experts'
+        def dense(_):  # cuBLAS on the same FLOPs: the routed rows' two GEMMs, and the shared MLP's
             cupy.matmul(dx, dw1.T, out=dh)
             cupy.matmul(da, dw2.T, out=dy)
-            for _j in range(cfg.shared):
+            if s_w:
                 cupy.matmul(sx, sw1.T, out=sh)
                 cupy.matmul(sa, sw2.T, out=so)
 
@@ -209,8 +209,8 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
                 "routed": routed, "shared": lambda _: layer._shared(x, params),
                 "combine": lambda _: layer._combine(y_e, layer._dispatch, r, shared=sh)}, warmup, iters,
                 rounds_per_hold=4))
-        # the routed rows' FLOPs and the shared experts' on every token
-        flops = per_rank(world, 2 * total * (2 * i * h + h * i) + 2 * tokens * cfg.shared * 3 * h * s_w)
+        # the routed rows' FLOPs and the shared MLP's on every token
+        flops = per_rank(world, 2 * total * (2 * i * h + h * i) + 2 * tokens * 3 * h * s_w)
         rec = {"model": cfg.name, "E": cfg.experts, "top_k": cfg.top_k, "H": h, "I": i, "tokens": tokens,
                "ranks": world.size, "rows_per_expert": rows_per, "skew": skew, "total_rows": total,
                "layer_bytes": layer.memory(), "max_rows": int(per_rank(world, int(counts.max()), "max")),
@@ -258,10 +258,10 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed, movers=(None
         layer.backward(dy, ctx, params)
         rows = ctx.group_rows
         total = int(rows.sum())
-        h, i, s_w = cfg.hidden, cfg.intermediate, cfg.shared_width if cfg.shared else 0
+        h, i, s_w = cfg.hidden, cfg.intermediate, cfg.shared_width
         x_e, a = ctx.x_experts, ctx.h
         d_ye, d_pre = random_bf16(x_e.shape, seed + 5), random_bf16((x_e.shape[0], 2 * i), seed + 6)
-        if cfg.shared:  # the shared experts' backward operands (their own forward's are not kept)
+        if s_w:  # the shared MLP's backward operands (its own forward's are not kept)
             sx, sd = random_bf16((tokens, h), seed + 7), random_bf16((tokens, 2 * s_w), seed + 8)
             sa, sw1 = random_bf16((tokens, s_w), seed + 9), random_bf16((2 * s_w, h), seed + 10)
 
@@ -291,10 +291,10 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed, movers=(None
             cupy.matmul(dpr, w1)        # dgrad1 [R, H]
             shared_gemms()
 
-        def shared_gemms():  # wgrad2, dgrad2, wgrad1, dgrad1 of each shared expert
-            for j in range(cfg.shared):
+        def shared_gemms():  # wgrad2, dgrad2, wgrad1, dgrad1 of the shared MLP
+            if s_w:
                 cupy.matmul(dy.T, sa)
-                cupy.matmul(dy, params.shared_w2[j])
+                cupy.matmul(dy, params.shared_w2)
                 cupy.matmul(sd.T, sx)
                 cupy.matmul(sd, sw1)
 
@@ -309,7 +309,7 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed, movers=(None
         if base is not None:
             unheld.update({"baseline step": step_of(base), "baseline forward": lambda _: base.forward(x, params)})
         t.update(time_calls(world, unheld, warmup, iters, hold=False))
-        flops = per_rank(world, 12 * h * (total * i + tokens * cfg.shared * s_w))  # 2 + 2 + 4 + 4 (x R H I) per expert
+        flops = per_rank(world, 12 * h * (total * i + tokens * s_w))  # 2 + 2 + 4 + 4 (x R H I) per expert
         rec = {"model": cfg.name, "E": cfg.experts, "top_k": cfg.top_k, "H": h, "I": i, "tokens": tokens,
                "ranks": world.size, "rows_per_expert": rows_per, "skew": skew, "total_rows": total}
         for name, tm in t.items():

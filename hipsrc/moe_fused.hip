@@ -14,7 +14,7 @@ using namespace kosmos::moe;
 
 // The MoE forward in one launch (hipsrc/kosmos/moe/forward.h): the router GEMM's maps, problem and
 // epilogue and the routing's record (tokens < 0: the routing came with the call), then GEMM1's,
-// then GEMM2's, then both plans' records.
+// GEMM2's, the shared MLP's two (tiles_m 0: none), then both plans' records.
 extern "C" __global__ void __launch_bounds__(kThreads, 1)
     kosmos_moe_forward(const KOSMOS_GRID_CONSTANT TensorMap tmar, const KOSMOS_GRID_CONSTANT TensorMap tmbr,
                        const KOSMOS_GRID_CONSTANT TensorMap tmcr, Problem pr, EpiStoreF32 epir,
@@ -23,13 +23,18 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                        const KOSMOS_GRID_CONSTANT TensorMap tmc1, Problem p1, EpiSwiGLU epi1,
                        const KOSMOS_GRID_CONSTANT TensorMap tma2, const KOSMOS_GRID_CONSTANT TensorMap tmb2,
                        const KOSMOS_GRID_CONSTANT TensorMap tmc2, Problem p2, EpiStoreBf16 epi2,
+                       const KOSMOS_GRID_CONSTANT TensorMap tmas1, const KOSMOS_GRID_CONSTANT TensorMap tmbs1,
+                       const KOSMOS_GRID_CONSTANT TensorMap tmcs1, Problem ps1, EpiSwiGLU epis1,
+                       const KOSMOS_GRID_CONSTANT TensorMap tmas2, const KOSMOS_GRID_CONSTANT TensorMap tmbs2,
+                       const KOSMOS_GRID_CONSTANT TensorMap tmcs2, Problem ps2, EpiStoreF32 epis2,
                        const KOSMOS_GRID_CONSTANT DispatchParams d, const KOSMOS_GRID_CONSTANT CombineParams c,
                        i32 movers, i32 crew, i32 rows_cap, u64* words, u64* rows_done) {
   const CallScope dispatch_call(d.calls, 0), combine_call(c.calls, 1);
   forward_experts<DefaultTile, KOSMOS_MOE_PUSH_UNROLL>(ExpertGemm{&tmar, &tmbr, &pr}, EpiStoreF32Tma(epir, &tmcr), route,
                                                        ExpertGemm{&tma1, &tmb1, &p1}, epi1, ExpertGemm{&tma2, &tmb2, &p2},
-                                                       EpiStoreBf16Tma(epi2, &tmc2), d, c, movers, crew, rows_cap,
-                                                       words, rows_done);
+                                                       EpiStoreBf16Tma(epi2, &tmc2), ExpertGemm{&tmas1, &tmbs1, &ps1}, epis1,
+                                                       ExpertGemm{&tmas2, &tmbs2, &ps2}, EpiStoreF32Tma(epis2, &tmcs2), d, c,
+                                                       movers, crew, rows_cap, words, rows_done);
 }
 
 // The experts' part of the MoE backward in one launch (hipsrc/kosmos/moe/backward.h): the maps,

@@ -492,7 +492,7 @@ def operand_tmaps(cache: dict, a, b, out, uses_tma: bool, tma_store: bool,
     mx_a: a is MXFP8 A's codes (tmap_of_codes)."""
     if not uses_tma:
         return ZERO_TMAP, ZERO_TMAP, ZERO_TMAP
-    key = (a.data.ptr, b.data.ptr, out.data.ptr, mx_a)
+    key = (a.data.ptr, a.shape, b.data.ptr, b.shape, out.data.ptr, out.shape, mx_a)  # a pool reuses addresses
     hit = cache.get(key)
     if hit is None:
         tc = tmap_of(out.reshape(-1, out.shape[-1])) if tma_store else ZERO_TMAP
@@ -512,6 +512,14 @@ def problem_record(a, b, mo: int, no: int, kr: int, tiles: tuple[int, int, int],
     prob["tiles_m"], prob["tiles_n"], prob["k_slabs"] = tiles
     prob["swiglu_f"], prob["k_splits"], prob["b_group_stride"] = swiglu_f, k_splits, b_group_stride
     return prob
+
+
+def kernel_head(shape: GemmShape, a, b, out, tmaps: dict, uses_tma: bool, gate_up=None) -> tuple:
+    """The (a, b, out) maps, Problem and epilogue record of a GEMM in whole 128 x 256 tiles: a dense
+    job of a fused launch (the MoE forward's shared MLP); maps cached in `tmaps`."""
+    prob = problem_record(a, b, shape.mo, shape.no, shape.kr, tile_counts(shape), shape.swiglu_f)
+    epi = epi_record(out, shape.mo, shape.swiglu_f or shape.no, shape.epilogue, gate_up)
+    return (*operand_tmaps(tmaps, a, b, out, uses_tma, stores_through_tma(shape.epilogue, uses_tma)), prob, epi)
 
 
 def epi_record(out, mo: int, no: int, epilogue: str = "store", gate_up=None) -> np.void:

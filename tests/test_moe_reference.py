@@ -121,10 +121,27 @@ def test_forward_one_expert_is_the_dense_mlp_and_shared_adds():
     np.testing.assert_allclose(r.weights, 1.0)
     np.testing.assert_allclose(y, ref.expert_mlp(x, w1[0], w2[0]))
     cs = MoEConfig(experts=1, top_k=1, hidden=64, intermediate=64, shared=1)
-    ys, _ = ref.forward(x, rw, w1, w2, cs, shared_w1=w1, shared_w2=w2)
+    ys, _ = ref.forward(x, rw, w1, w2, cs, shared_w1=w1[0], shared_w2=w2[0])
     np.testing.assert_allclose(ys, 2 * y)
     with pytest.raises(ValueError, match="shared expert"):
         ref.forward(x, rw, w1, w2, cs)
+    with pytest.raises(ValueError, match="shared expert"):  # the per-expert stack is not the MLP's layout
+        ref.forward(x, rw, w1, w2, cs, shared_w1=w1, shared_w2=w2)
+
+
+def test_shared_experts_are_one_mlp_of_their_summed_width():
+    """S shared experts (gate g_s, up u_s, down d_s) sum to one SwiGLU MLP of width S Is whose w1
+    stacks every gate, then every up, and whose w2 puts the downs side by side: the layout of
+    MoEParams.shared_w1 / shared_w2."""
+    rng = np.random.default_rng(2)
+    h, i_s = 64, 64
+    x = rng.standard_normal((6, h))
+    g, u, d = (rng.standard_normal((2, i_s, h)), rng.standard_normal((2, i_s, h)), rng.standard_normal((2, h, i_s)))
+    apart = sum(ref.expert_mlp(x, np.concatenate([g[s], u[s]]), d[s]) for s in range(2))
+    one = ref.expert_mlp(x, np.concatenate([g[0], g[1], u[0], u[1]]), np.concatenate([d[0], d[1]], axis=1))
+    np.testing.assert_allclose(one, apart, rtol=1e-12, atol=1e-12)
+    c = MoEConfig(experts=2, top_k=1, hidden=h, intermediate=128, shared=2, shared_intermediate=i_s)
+    assert c.shared_width == 2 * i_s
 
 
 def test_forward_equals_a_per_token_loop():
@@ -166,11 +183,11 @@ def test_forward_with_drops_equals_a_per_token_loop_over_the_kept_pairs():
     c = cfg(top_k=2, capacity_factor=0.7, shared=1)
     x, rw = rng.standard_normal((9, 64)), rng.standard_normal((8, 64))
     w1, w2 = rng.standard_normal((8, 128, 64)) / 8, rng.standard_normal((8, 64, 64)) / 8
-    sw1, sw2 = rng.standard_normal((1, 128, 64)) / 8, rng.standard_normal((1, 64, 64)) / 8
+    sw1, sw2 = rng.standard_normal((128, 64)) / 8, rng.standard_normal((64, 64)) / 8
     y, r = ref.forward(x, rw, w1, w2, c, None, sw1, sw2, rank_tokens=[4, 5])
     assert not r.kept.all()
     for t in range(9):
-        want = ref.expert_mlp(x[t:t + 1], sw1[0], sw2[0])[0]
+        want = ref.expert_mlp(x[t:t + 1], sw1, sw2)[0]
         want = want + sum(r.weights[t, j] * ref.expert_mlp(x[t:t + 1], w1[e], w2[e])[0]
                           for j, e in enumerate(r.experts[t]) if r.kept[t, j])
         np.testing.assert_allclose(y[t], want, rtol=1e-12, atol=1e-12)
@@ -199,8 +216,8 @@ def test_backward_matches_finite_differences(kw):
     w1 = rng.standard_normal((e, 2 * i, h)) * 0.15
     w2 = rng.standard_normal((e, h, i)) * 0.15
     bias = rng.standard_normal(e) * 0.1 if c.expert_bias else None
-    sw1 = rng.standard_normal((c.shared, 2 * c.shared_width, h)) * 0.15 if c.shared else None
-    sw2 = rng.standard_normal((c.shared, h, c.shared_width)) * 0.15 if c.shared else None
+    sw1 = rng.standard_normal((2 * c.shared_width, h)) * 0.15 if c.shared else None
+    sw2 = rng.standard_normal((h, c.shared_width)) * 0.15 if c.shared else None
     dy = rng.standard_normal((t, h))
     g = ref.backward(x, wr, w1, w2, c, dy, bias, sw1, sw2)
     params = {"x": (x, g.dx), "wr": (wr, g.d_router_w), "w1": (w1, g.dw1), "w2": (w2, g.dw2)}

@@ -3,9 +3,9 @@ from .combine import MoECombine
 from .config import MoEConfig, load_models
 from .dispatch import MoEDispatch
 from .backward import MoEBackward
-from .forward import MoEForward
+from .forward import MoEForward, SharedMLP
 from .layer import MoEContext, MoEGradients, MoELayer, MoEParams, expert_tensors
 from .route import DeviceRouting, route
 
 __all__ = ["DeviceRouting", "MoEBackward", "MoECombine", "MoEConfig", "MoEContext", "MoEDispatch", "MoEForward", "MoEGradients", "MoELayer",
-           "MoEParams", "expert_tensors", "load_models", "route"]
+           "MoEParams", "SharedMLP", "expert_tensors", "load_models", "route"]

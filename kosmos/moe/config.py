@@ -22,8 +22,8 @@ class MoEConfig:
     topk_groups: int = 0           # ... of which the best `topk_groups` (by the sum of their two best) compete
     normalize: bool = True         # the k weights divided by their sum
     scaling: float = 1.0           # routed weights multiplied by it
-    shared: int = 0                # shared experts
-    shared_intermediate: int = 0   # their width (0 = intermediate)
+    shared: int = 0                # shared experts (run as one SwiGLU MLP of width shared_width)
+    shared_intermediate: int = 0   # each one's width (0 = intermediate)
     aux_loss_coef: float = 0.0     # load-balancing loss weight (0 = not computed)
     z_loss_coef: float = 0.0       # router z-loss weight (0 = not computed)
     capacity_factor: float = 0.0   # > 0: token dropping (capacity_of); 0 = dropless
@@ -60,12 +60,17 @@ class MoEConfig:
             raise bad(f"capacity_factor must be a number >= 0 (0: dropless), got {self.capacity_factor!r}")
         if self.shared < 0 or self.shared_intermediate < 0:
             raise bad("shared and shared_intermediate must be >= 0")
-        if self.shared and self.shared_width % 64:
-            raise bad(f"shared_intermediate = {self.shared_width} must be a multiple of 64 (the GEMM builder's tiles)")
+        if self.shared and (self.shared_intermediate or self.intermediate) % 64:
+            raise bad(f"shared_intermediate = {self.shared_intermediate} must be a multiple of 64 (the GEMM builder's "
+                      f"tiles)")
 
     @property
     def shared_width(self) -> int:
-        return self.shared_intermediate or self.intermediate
+        """The shared MLP's width: the S shared experts are one SwiGLU MLP of width S x their own
+        (as DeepSeek's modelling code builds them; the same function, one GEMM pair), weights
+        shared_w1 [2 shared_width, H] (gate rows, then up rows) and shared_w2 [H, shared_width];
+        0 without shared experts."""
+        return self.shared * (self.shared_intermediate or self.intermediate)
 
     def capacity_of(self, tokens: int) -> int | None:
         """Token dropping (capacity_factor > 0): each rank sends each expert at most

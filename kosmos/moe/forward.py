@@ -8,9 +8,10 @@ that trade registers back to back hung, one call in 50-800, until the ring-posit
 session 11: 3,000 calls clean since.)
 
     fwd = MoEForward(dispatch, combine)     # a MoEDispatch and a MoECombine of the same world and experts
-    y, h = fwd(x, routing, w1, w2, gate_up=None, shared=None)   # routing: kosmos.moe.route's
+    y, h = fwd(x, routing, w1, w2, gate_up=None)         # routing: kosmos.moe.route's
     lr = LaunchRouting(cfg, max_tokens)     # or the routing inside the launch:
-    y, h = fwd(x, lr, w1, w2, router_w=wr, bias=None)           # lr.routing(T): its plan, lr.logits[:T]
+    y, h = fwd(x, lr, w1, w2, router_w=wr, bias=None)    # lr.routing(T): its plan, lr.logits[:T]
+    y, h = fwd(..., shared=SharedMLP(sw1, sw2, h_s, gate_up_s))   # with the shared experts' MLP
 
 One persistent kernel (hipsrc/kosmos/moe/forward.h). Given a LaunchRouting, every CTA first builds
 router GEMM tiles (fp32 logits), then the CTAs route their chunks of tokens and lay out the
@@ -22,8 +23,11 @@ CTAs, none by default, push before they build); GEMM1 tiles (h = silu(gate) * up
 (expert, source) runs they read; GEMM2 tiles (y_e = h w2^T, w2 [E/P, H, F]) wait for GEMM1's tile
 row; a crew (none by default) pushes each expert output row home as soon as its GEMM2 tile row is
 done, the builders join it when GEMM2's queue is dry; every rank then folds its tokens' k rows
-with their router weights in fp32, plus the shared experts' fp32 output, rounded once. Returns y [T, H] bf16 and h [capacity, F] bf16 (the arena's
-order, for the backward). The counts never leave the GPU, nothing is zeroed by a separate launch:
+with their router weights in fp32, plus the shared experts' MLP's output, rounded once. That MLP
+(SharedMLP: h_s = silu(x g^T) * (x u^T), then h_s w2^T in fp32) runs as jobs of the same builder
+call: its first GEMM before GEMM1 (it needs no routed row: the CTAs build it while the dispatch
+lands), its second after GEMM2; the fold waits for it. Returns y [T, H] bf16 and h [capacity, F]
+bf16 (the arena's order, for the backward). The counts never leave the GPU, nothing is zeroed by a separate launch:
 a call can be captured in a CUDA graph.
 
 The dispatch plan's arena, group_rows and status, and the combine plan's buffer, are this call's
@@ -33,11 +37,12 @@ another forward. A routing past the capacity moves nothing on every rank and y i
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..arrays import check_array
+from ..arrays import check_array, refuse_overlap
 from ..dtypes import bfloat16
 from ..runtime.streams import uses_stream
 from .combine import MoECombine, combine_smem_bytes
@@ -55,11 +60,23 @@ def null_heads(*epilogues: np.dtype) -> tuple:
     return tuple(v for dt in epilogues for v in (t, t, t, zero(gemm.PROBLEM_DTYPE), zero(dt)))
 
 
+@dataclass
+class SharedMLP:
+    """The shared experts' MLP for MoEForward (MoEConfig.shared_width Fs): weights w1 [2 Fs, H] (gate
+    rows, then up rows) and w2 [H, Fs], bf16; the launch writes h [T, Fs] bf16 (silu(gate) * up)
+    and, when given, gate_up [T, 2 Fs] bf16 (the pre-activations, for the backward)."""
+    w1: Any
+    w2: Any
+    h: Any
+    gate_up: Any = None
+
+
 class ExpertsLaunch:
     """What the MoE megakernels (MoEForward, moe/backward.py's MoEBackward) share: a dispatch and a
     combine plan of one world and experts, one hipsrc/moe_fused.hip launch with `queues` GEMM
     queues (head and CTAs out each, then the CTAs out of the counters' reset), and the finished
-    tiles per tile row of the two GEMMs the combine and a later GEMM wait for."""
+    tiles per tile row of the two GEMMs the combine and a later GEMM wait for (then two counters of
+    the forward's shared MLP)."""
 
     def __init__(self, dispatch: MoEDispatch, combine: MoECombine, kernel: str, queues: int):
         import cupy
@@ -77,7 +94,7 @@ class ExpertsLaunch:
         self._words = cupy.zeros(2 * queues + 1, np.uint64)
         # finished tiles per tile row of two GEMMs (the kernel's last CTA zeroes them)
         self._rows_cap = dispatch.capacity_rows // gemm.tile_shape()[0] + dispatch.e_loc + 1
-        self._rows_done = cupy.zeros(2 * self._rows_cap, np.uint64)
+        self._rows_done = cupy.zeros(2 * self._rows_cap + 2, np.uint64)
         cupy.cuda.runtime.deviceSynchronize()  # the zeroed counters, before a first call on any stream
 
     @property
@@ -147,11 +164,12 @@ class MoEForward(ExpertsLaunch):
     def __init__(self, dispatch: MoEDispatch, combine: MoECombine):
         from .. import gemm
 
-        super().__init__(dispatch, combine, "kosmos_moe_forward", 3)
-        # the kernel's epilogue records, in order: the router GEMM's, GEMM1's, GEMM2's
-        self.epilogues = (gemm.EPI_DTYPE, gemm.SWIGLU_EPI_DTYPE, gemm.EPI_DTYPE)
+        super().__init__(dispatch, combine, "kosmos_moe_forward", 5)
+        # the kernel's epilogue records, in order: the router GEMM's, GEMM1's, GEMM2's, the shared
+        # MLP's two
+        self.epilogues = (gemm.EPI_DTYPE, gemm.SWIGLU_EPI_DTYPE, gemm.EPI_DTYPE, gemm.SWIGLU_EPI_DTYPE, gemm.EPI_DTYPE)
         self._h = self._y_e = None
-        self._tmaps: tuple[dict, dict] = ({}, {})
+        self._tmaps: tuple[dict, ...] = ({}, {}, {}, {})
 
     def _no_router(self) -> tuple:
         """The router's arguments of a call whose routing came with it (or was refused)."""
@@ -162,13 +180,14 @@ class MoEForward(ExpertsLaunch):
 
     @uses_stream
     def __call__(self, x: Any, routing: DeviceRouting | LaunchRouting, w1: Any, w2: Any, *, router_w: Any = None,
-                 bias: Any = None, gate_up: Any = None, shared: Any = None, out: Any = None,
+                 bias: Any = None, gate_up: Any = None, shared: SharedMLP | None = None, out: Any = None,
                  movers: int | None = None, crew: int | None = None, check: bool = False,
                  stream: Any = None) -> tuple[Any, Any]:
         """y [T, H] bf16 and h [capacity_rows, F] bf16 (see the module docstring). x: this rank's
         tokens [T, H] bf16; routing: kosmos.moe.route's plan for them, or a LaunchRouting: then the
         launch routes x itself first (router_w [E, H] bf16, bias as the config says) and
-        routing.routing(T) holds the plan afterwards. movers: CTAs that push rows before they build
+        routing.routing(T) holds the plan afterwards. shared: the shared experts' MLP, run in the
+        launch and added in the fold. movers: CTAs that push rows before they build
         (default 0: only the warps beside the builders push); crew: CTAs that start the combine when
         GEMM1's tiles are all taken instead of building GEMM2 (default: an eighth). check: a host
         sync, raising on an overflow or a failed wait. A rank whose arguments are refused still
@@ -192,15 +211,45 @@ class MoEForward(ExpertsLaunch):
             movers, crew = self._crews(movers, crew)
             route_head = (launch_routing.head(x, router_w, bias, gemm.arch_path() == "wgmma", stream) if here
                           else self._no_router())
-            heads = (*route_head, *self._gemm_heads(w1, w2, gate_up, stream))
-            shared, out, t = comb.checked_outputs(routing, shared, out, stream)
+            _, out, t = comb.checked_outputs(routing, None, out, stream)
+            shared_heads, shared_out = self._shared_heads(x, shared, stream)
+            heads = (*route_head, *self._gemm_heads(w1, w2, gate_up, stream), *shared_heads)
         except (TypeError, ValueError) as e:
             refusal = e
         self._run(refusal, heads, lambda: (
             disp._params(x, start, order, None, k, False, stream, side=self.side_pushes(movers)),
-            comb._params(self._y_e, disp, routing.slot, routing.weights, shared, out, t, stream, scope=1)),
+            comb._params(self._y_e, disp, routing.slot, routing.weights, shared_out, out, t, stream, scope=1)),
             movers, crew, check, stream)
         return out, self._h
+
+    def _shared_heads(self, x: Any, shared: SharedMLP | None, stream: Any) -> tuple[tuple, Any]:
+        """The shared MLP's kernel arguments (both GEMMs' maps, problems and epilogues), checked,
+        and its fp32 output [T, H] (the fold's addend); empty jobs and None without it (or tokens)."""
+        import cupy
+
+        from .. import gemm
+
+        if shared is not None and not isinstance(shared, SharedMLP):
+            raise TypeError(f"shared must be a SharedMLP, got {type(shared).__name__}")
+        t, hid = int(x.shape[0]), int(x.shape[1])
+        if shared is None or t == 0:
+            return null_heads(*self.epilogues[3:]), None
+        dev = self.world.device_id
+        w1 = check_array(shared.w1, "shared.w1", dtypes=(bfloat16,), device=dev, stream=stream)
+        w2 = check_array(shared.w2, "shared.w2", dtypes=(bfloat16,), device=dev, stream=stream)
+        s1 = gemm.gemm_shape("TN", x.shape, w1.shape, "swiglu")
+        h = check_array(shared.h, "shared.h", dtypes=(bfloat16,), device=dev, stream=stream, writable=True)
+        if tuple(h.shape) != s1.out_shape:
+            raise ValueError(f"shared.h must be {list(s1.out_shape)} bf16, got {tuple(h.shape)}")
+        refuse_overlap("shared.h", h, x=x, w1=w1)
+        if tuple(w2.shape) != (hid, s1.out_shape[1]):
+            raise ValueError(f"shared.w2 must be [{hid}, {s1.out_shape[1]}] bf16, got {tuple(w2.shape)}")
+        s2 = gemm.gemm_shape("TN", h.shape, w2.shape)
+        gate_up = gemm.gate_up_array(shared.gate_up, s1, dev, stream, a=x, b=w1, output=h)
+        y_s = cupy.empty((t, hid), np.float32)
+        tma = gemm.arch_path() == "wgmma"
+        return (*gemm.kernel_head(s1, x, w1, h, self._tmaps[2], tma, gate_up),
+                *gemm.kernel_head(s2, h, w2, y_s, self._tmaps[3], tma)), y_s
 
     def _gemm_heads(self, w1: Any, w2: Any, gate_up: Any, stream: Any) -> tuple:
         """GEMM1's and GEMM2's kernel arguments (maps, problem, epilogue), checked."""

@@ -15,9 +15,10 @@ Four paths, the same result (the fused and device paths bitwise so, output and g
   every CTA builds router GEMM tiles, the routing and the dispatch plan follow between grid
   barriers (route()'s steps: the same bits), warps beside the builders push rows, each GEMM1 tile
   starts once its rows have landed, each GEMM2 tile once GEMM1 has finished its tile row, rows go
-  home as soon as their GEMM2 tiles are done, then the fold. Still launches of their own before
-  it: the shared experts' GEMMs, and the routing of a call that drops tokens (capacity_factor: the
-  keep rule sorts on the stream). Captures in a CUDA graph as "device".
+  home as soon as their GEMM2 tiles are done, then the fold; the shared experts' MLP runs as jobs of
+  the same builder call (its first GEMM before the routed experts', its second after). Still a
+  launch of its own before it: the routing of a call that drops tokens (capacity_factor: the keep
+  rule sorts on the stream). Captures in a CUDA graph as "device".
 - path="serial": the counts cross ranks through MPI and the rows through kosmos AllToAll:
   1. router logits X Wr^T (fp32, kosmos.matmul) and kosmos.moe.route: experts, weights, the
      dispatch order (expert-major, so owner-major);
@@ -36,7 +37,8 @@ forward keeps GEMM1's pre-activations, so no backward recomputes them.
 
 Shapes (bf16 unless said): router_w [E, H]; w1 [E/P, 2I, H] (gate rows, then up rows) and
 w2 [E/P, H, I] of this rank's experts (global experts r*E/P ... (r+1)*E/P - 1); bias [E] fp32
-when cfg.expert_bias; shared_w1 [S, 2Is, H], shared_w2 [S, H, Is] when cfg.shared. Every call is
+when cfg.expert_bias; shared_w1 [2 Fs, H], shared_w2 [H, Fs] when cfg.shared (the S shared experts
+as one SwiGLU MLP of width Fs = cfg.shared_width: every gate row, then every up row). Every call is
 collective (all ranks call forward, in the same order); token counts may differ between ranks.
 """
 from __future__ import annotations
@@ -59,7 +61,7 @@ from .config import MoEConfig
 from .combine import MoECombine
 from .dispatch import MoEDispatch
 from .backward import MoEBackward
-from .forward import MoEForward
+from .forward import MoEForward, SharedMLP
 from .reference import silu
 from .route import DeviceRouting, LaunchRouting, check_plan_size, check_routable, route
 
@@ -88,9 +90,8 @@ class MoEParams:
             bias = cupy.random.RandomState(seed + 7).standard_normal(cfg.experts, dtype=cupy.float32) * 0.01
         shared_w1 = shared_w2 = None
         if cfg.shared:
-            s, h = cfg.shared_width, cfg.hidden
-            shared_w1 = _stack([random_bf16((2 * s, h), seed + 11 + j, scale) for j in range(cfg.shared)])
-            shared_w2 = _stack([random_bf16((h, s), seed + 13 + j, scale) for j in range(cfg.shared)])
+            shared_w1 = random_bf16((2 * cfg.shared_width, cfg.hidden), seed + 11, scale)
+            shared_w2 = random_bf16((cfg.hidden, cfg.shared_width), seed + 13, scale)
         return cls(random_bf16((cfg.experts, cfg.hidden), seed + 5, scale), _stack([w1 for w1, _ in mine]),
                    _stack([w2 for _, w2 in mine]), bias, shared_w1, shared_w2)
 
@@ -122,7 +123,7 @@ class MoEContext:
     x: Any = None             # [T, H] bf16: the forward's input (device path: for the backward)
     logits: Any = None        # [T, E padded] fp32: the router logits (device path)
     gate_up: Any = None       # [R, 2I] bf16: the experts' pre-activations [gate, up]
-    shared: tuple = ()        # per shared expert: (h [T, Is], gate_up [T, 2Is]) bf16
+    shared: tuple = ()        # the shared MLP's (h [T, Fs], gate_up [T, 2Fs]) bf16; () without one
     combined: Any = None      # [T k, H] bf16: each pair's expert output, dispatch order (serial, baseline)
     calls: tuple = ()         # the dispatch and combine plans' call counts after this forward
 
@@ -134,8 +135,8 @@ class MoEGradients:
     d_router_w: Any           # [E, H] fp32
     dw1: Any                  # [E/P, 2I, H] fp32 (or bf16: backward's wgrad_dtype), this rank's experts
     dw2: Any                  # [E/P, H, I] fp32 (or bf16)
-    d_shared_w1: Any = None   # [S, 2Is, H] fp32 (or bf16)
-    d_shared_w2: Any = None   # [S, H, Is] fp32 (or bf16)
+    d_shared_w1: Any = None   # [2 Fs, H] fp32 (or bf16)
+    d_shared_w2: Any = None   # [H, Fs] fp32 (or bf16)
 
 
 def _backward_kernels(world: World) -> Any:
@@ -177,11 +178,11 @@ def context_bytes(cfg: MoEConfig, capacity_rows: int, tokens: int, router_cols: 
                   expert_rows_copied: bool = False) -> int:
     """Bytes a forward keeps for its backward (MoEContext): GEMM1's pre-activations [gate, up] and
     h (capacity rows, bf16), the router logits (fp32), the routing (experts, weights, order, slot:
-    4 bytes per pair each), the shared experts' h and [gate, up] (bf16); the host paths also keep a
+    4 bytes per pair each), the shared MLP's h and [gate, up] (bf16); the host paths also keep a
     copy of the expert rows (capacity x H) and each pair's returned row (T k x H), bf16."""
     i, h, k = cfg.intermediate, cfg.hidden, cfg.top_k
     kept = capacity_rows * 3 * i * 2 + tokens * router_cols * 4 + 4 * tokens * k * 4
-    kept += cfg.shared * tokens * 3 * cfg.shared_width * 2 if cfg.shared else 0
+    kept += tokens * 3 * cfg.shared_width * 2
     if expert_rows_copied:
         kept += (capacity_rows + tokens * k) * h * 2
     return int(kept)
@@ -288,9 +289,8 @@ class MoELayer:
         if cfg.expert_bias:
             want["bias"] = ((cfg.experts,), float32)
         if cfg.shared:
-            s = cfg.shared_width
-            want["shared_w1"] = ((cfg.shared, 2 * s, h), bfloat16)
-            want["shared_w2"] = ((cfg.shared, h, s), bfloat16)
+            want["shared_w1"] = ((2 * cfg.shared_width, h), bfloat16)
+            want["shared_w2"] = ((h, cfg.shared_width), bfloat16)
         if p.bias is not None and not cfg.expert_bias:
             raise ValueError("MoEParams.bias given but the config has expert_bias = False")
         checked = {}
@@ -441,20 +441,16 @@ class MoELayer:
         return wr.view(bfloat16)
 
     def _shared(self, x: Any, params: MoEParams) -> tuple[Any, tuple]:
-        """The shared experts' output in fp32 (added to the fold before its one rounding), or None,
-        and what their backward reads: per shared expert (h, gate_up)."""
+        """The shared MLP's output in fp32 (added to the fold before its one rounding), or None,
+        and what its backward reads: (h, gate_up)."""
         import cupy
 
         if not self.cfg.shared or x.shape[0] == 0:
             return None, ()
-        acc, kept = None, []
-        for j in range(self.cfg.shared):
-            gate_up = cupy.empty((x.shape[0], 2 * self.cfg.shared_width), bfloat16)
-            h = gemm.matmul(x, params.shared_w1[j], "TN", epilogue="swiglu", gate_up=gate_up)
-            o = gemm.matmul(h, params.shared_w2[j], "TN", out_dtype=float32)
-            acc = o if acc is None else acc + o
-            kept.append((h, gate_up))
-        return acc, tuple(kept)
+        gate_up = cupy.empty((x.shape[0], 2 * self.cfg.shared_width), bfloat16)
+        h = gemm.matmul(x, params.shared_w1, "TN", epilogue="swiglu", gate_up=gate_up)
+        # whole tiles, as the fused launch's jobs: the same bits
+        return gemm.matmul(h, params.shared_w2, "TN", out_dtype=float32, stream_k=False), (h, gate_up)
 
     def _forward_device(self, x: Any, params: MoEParams, r: DeviceRouting | None) -> tuple[Any, MoEContext]:
         """Dispatch, expert GEMMs on the arena, combine + fold: no host round trip. GEMM1's epilogue
@@ -462,16 +458,21 @@ class MoELayer:
         r None (path "fused"): the launch routes x first."""
         import cupy
 
-        gate_up = cupy.empty((self.capacity_rows, 2 * self.cfg.intermediate), bfloat16)
-        shared, kept = self._shared(x, params)
-        if self.path == "fused":
+        cfg, t = self.cfg, int(x.shape[0])
+        gate_up = cupy.empty((self.capacity_rows, 2 * cfg.intermediate), bfloat16)
+        if self.path == "fused":  # the shared MLP inside the launch
             router = {} if r is not None else {"router_w": params.router_w, "bias": params.bias}
+            shared, kept = None, ()
+            if cfg.shared and t:
+                kept = (cupy.empty((t, cfg.shared_width), bfloat16), cupy.empty((t, 2 * cfg.shared_width), bfloat16))
+                shared = SharedMLP(params.shared_w1, params.shared_w2, *kept)
             y, hmid = self._forward(x, self._routing if r is None else r, params.w1, params.w2, gate_up=gate_up,
                                      shared=shared, movers=self.movers, crew=self.crew, **router)
             if r is None:
                 r = self._routing.routing(int(x.shape[0]))
             x_e, group_rows = self._dispatch.arena.local.view(bfloat16), self._dispatch.group_rows
         else:
+            shared, kept = self._shared(x, params)
             arena, group_rows, _ = self._dispatch(x, r)
             x_e = arena.view(bfloat16)  # [capacity, H]: rows past the counts are not read
             hmid = grouped.grouped_matmul(x_e, params.w1, group_rows, "TN", epilogue="swiglu", gate_up=gate_up)
@@ -651,19 +652,20 @@ class MoELayer:
         return dx, d_router_w
 
     def _shared_backward(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype, extra: Any) -> tuple:
-        """(dW1, dW2) of the shared experts (None without them), as the routed experts' (the
-        forward's h and [gate, up]); their dx is added to `extra` [T, H] fp32 in place."""
+        """(dW1, dW2) of the shared MLP (None without it), as the routed experts' (the forward's h
+        and [gate, up]); its dx is added to `extra` [T, H] fp32 in place."""
         cfg = self.cfg
         if not cfg.shared:
             return None, None
         # zeros stay where the rank has no tokens
-        d_sw1 = _zeros((cfg.shared, 2 * cfg.shared_width, cfg.hidden), wdt)
-        d_sw2 = _zeros((cfg.shared, cfg.hidden, cfg.shared_width), wdt)
-        for j, (a_s, gate_up_s) in enumerate(ctx.shared):
-            gemm.matmul(dy, a_s, "NT", out=d_sw2[j])
-            d_pre_s = gemm.matmul(dy, params.shared_w2[j], "NN", epilogue="swiglu_backward", gate_up=gate_up_s)
-            gemm.matmul(d_pre_s, ctx.x, "NT", out=d_sw1[j])
-            extra += gemm.matmul(d_pre_s, params.shared_w1[j], "NN", out_dtype=float32)
+        d_sw1 = _zeros((2 * cfg.shared_width, cfg.hidden), wdt)
+        d_sw2 = _zeros((cfg.hidden, cfg.shared_width), wdt)
+        if ctx.shared:
+            a_s, gate_up_s = ctx.shared
+            gemm.matmul(dy, a_s, "NT", out=d_sw2)
+            d_pre_s = gemm.matmul(dy, params.shared_w2, "NN", epilogue="swiglu_backward", gate_up=gate_up_s)
+            gemm.matmul(d_pre_s, ctx.x, "NT", out=d_sw1)
+            extra += gemm.matmul(d_pre_s, params.shared_w1, "NN", out_dtype=float32)
         return d_sw1, d_sw2
 
     def _router_backward(self, ctx: MoEContext, d_weights: Any) -> Any:

@@ -132,7 +132,8 @@ def forward(x: np.ndarray, router_w: np.ndarray, w1: np.ndarray, w2: np.ndarray,
     """The whole layer in float64: y = sum over the kept pairs j of w_j * expert_{e_j}(x) (+ the
     shared experts' output).
 
-    x [T, H]; router_w [E, H]; w1 [E, 2I, H]; w2 [E, H, I]; shared_w1 [S, 2Is, H], shared_w2 [S, H, Is];
+    x [T, H]; router_w [E, H]; w1 [E, 2I, H]; w2 [E, H, I]; shared_w1 [2 Fs, H], shared_w2 [H, Fs]
+    (the shared experts as one MLP, Fs = cfg.shared_width);
     rank_tokens: see capacity_keep (token dropping is per rank)."""
     x = np.asarray(x, dtype=np.float64)
     r = route(x @ np.asarray(router_w, dtype=np.float64).T, cfg, bias, rank_tokens=rank_tokens)
@@ -149,10 +150,11 @@ def forward(x: np.ndarray, router_w: np.ndarray, w1: np.ndarray, w2: np.ndarray,
         out = expert_mlp(x[tok], np.asarray(w1[e], np.float64), np.asarray(w2[e], np.float64))
         np.add.at(y, tok, r.weights[tok, j][:, None] * out)
     if cfg.shared:
-        if shared_w1 is None or shared_w2 is None or len(shared_w1) != cfg.shared:
-            raise ValueError(f"the config has {cfg.shared} shared expert(s): pass shared_w1 and shared_w2")
-        for s in range(cfg.shared):
-            y += expert_mlp(x, np.asarray(shared_w1[s], np.float64), np.asarray(shared_w2[s], np.float64))
+        want = ((2 * cfg.shared_width, x.shape[1]), (x.shape[1], cfg.shared_width))
+        if shared_w1 is None or shared_w2 is None or (np.shape(shared_w1), np.shape(shared_w2)) != want:
+            raise ValueError(f"the config has {cfg.shared} shared expert(s): pass shared_w1 {want[0]} and "
+                             f"shared_w2 {want[1]}")
+        y += expert_mlp(x, np.asarray(shared_w1, np.float64), np.asarray(shared_w2, np.float64))
     return y, r
 
 
@@ -164,8 +166,8 @@ class Gradients:
     d_router_w: np.ndarray              # [E, H]
     dw1: np.ndarray                     # [E, 2I, H]
     dw2: np.ndarray                     # [E, H, I]
-    d_shared_w1: np.ndarray | None = None  # [S, 2Is, H]
-    d_shared_w2: np.ndarray | None = None  # [S, H, Is]
+    d_shared_w1: np.ndarray | None = None  # [2 Fs, H]
+    d_shared_w2: np.ndarray | None = None  # [H, Fs]
 
 
 def swiglu_backward(xp, pre, d_a):
@@ -261,11 +263,7 @@ def backward(x: np.ndarray, router_w: np.ndarray, w1: np.ndarray, w2: np.ndarray
     d_router_w = d_logits.T @ x
     d_sw1 = d_sw2 = None
     if cfg.shared:
-        d_sw1 = np.zeros(np.shape(shared_w1), np.float64)
-        d_sw2 = np.zeros(np.shape(shared_w2), np.float64)
-        for s in range(cfg.shared):
-            gx, g1, g2, _ = _expert_backward(x, np.asarray(shared_w1[s], np.float64),
-                                             np.asarray(shared_w2[s], np.float64), dy)
-            dx += gx
-            d_sw1[s], d_sw2[s] = g1, g2
+        gx, d_sw1, d_sw2, _ = _expert_backward(x, np.asarray(shared_w1, np.float64),
+                                               np.asarray(shared_w2, np.float64), dy)
+        dx += gx
     return Gradients(dx, d_router_w, dw1, dw2, d_sw1, d_sw2)

@@ -39,8 +39,8 @@ def init(cfg: MoEConfig, seed: int, scale: float) -> dict[str, np.ndarray]:
     """Global weights (every expert), rounded to bf16, as float64."""
     rng = np.random.default_rng(seed)
     e, h, i, s = cfg.experts, cfg.hidden, cfg.intermediate, cfg.shared_width
-    shapes = {"router_w": (e, h), "w1": (e, 2 * i, h), "w2": (e, h, i), "shared_w1": (1, 2 * s, h),
-              "shared_w2": (1, h, s)}
+    shapes = {"router_w": (e, h), "w1": (e, 2 * i, h), "w2": (e, h, i), "shared_w1": (2 * s, h),
+              "shared_w2": (h, s)}
     return {n: (rng.standard_normal(shp) * scale).astype(bfloat16).astype(np.float64) for n, shp in shapes.items()}
 
 

@@ -2,7 +2,8 @@
 
 The exact oracle is the same plans run as separate launches (MoEDispatch, grouped_matmul with the
 SwiGLU epilogue, grouped_matmul, MoECombine): y, h and the kept pre-activations must be bitwise
-theirs, with any crew of movers and combine CTAs, on rerun too; y is also compared with a float64
+theirs, with any crew of movers and combine CTAs, on rerun too (every other call with the shared
+experts' MLP in the launch: its h and pre-activations bitwise our plain GEMMs'); y is also compared with a float64
 NumPy forward of every rank's tokens. Outputs are poisoned with NaN before each call; calls run back
 to back without a host sync; a rank arrives late; every other call is skewed towards one expert;
 "big" gives every CTA several tiles of each GEMM. A refused input on one rank stops every rank.
@@ -18,11 +19,11 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from kosmos import grouped  # noqa: E402
+from kosmos import gemm, grouped  # noqa: E402
 from kosmos.dtypes import bfloat16  # noqa: E402
 from kosmos.errors import KosmosError  # noqa: E402
 from kosmos.moe import MoECombine, MoEConfig, MoEDispatch, route  # noqa: E402
-from kosmos.moe.forward import MoEForward  # noqa: E402
+from kosmos.moe.forward import MoEForward, SharedMLP  # noqa: E402
 
 from .conftest import rank_input  # noqa: E402
 
@@ -50,6 +51,9 @@ class Case:
         r = world.rank
         self.w1 = cupy.asarray((rank_input(90, r, (self.e_loc, 2 * self.f, self.h), np.float32) * 0.1).astype(bfloat16))
         self.w2 = cupy.asarray((rank_input(91, r, (self.e_loc, self.h, self.f), np.float32) * 0.1).astype(bfloat16))
+        self.fs = 640 if self.big else 192  # the shared MLP's width: a half-masked last tile column
+        self.sw1 = cupy.asarray((rank_input(92, r, (2 * self.fs, self.h), np.float32) * 0.1).astype(bfloat16))
+        self.sw2 = cupy.asarray((rank_input(93, r, (self.h, self.fs), np.float32) * 0.1).astype(bfloat16))
 
     def close(self):
         for p in (self.disp, self.comb):
@@ -66,15 +70,26 @@ class Case:
         logits[:, 0] += 3.0 * (seed % 2)  # every other call skewed towards expert 0 (rank 0's)
         return cupy.asarray(x), route(cupy.asarray(logits), self.cfg)
 
-    def separate(self, x, rt, shared=None):
-        """The oracle: the same plans as separate launches."""
+    def shared_mlp(self, t):
+        """A SharedMLP of this case's weights with NaN-poisoned outputs for t tokens."""
+        return SharedMLP(self.sw1, self.sw2, _nan(cupy.empty((t, self.fs), bfloat16)),
+                         _nan(cupy.empty((t, 2 * self.fs), bfloat16)))
+
+    def separate(self, x, rt, shared=False):
+        """The oracle: the same plans as separate launches (the shared MLP: our plain GEMMs in whole
+        tiles), and the shared MLP's (h, gate_up) or None."""
         arena, rows, _ = self.disp(x, rt)
         x_e = arena.view(bfloat16)
         kept = cupy.empty((self.cap, 2 * self.f), bfloat16)
         h = grouped.grouped_matmul(x_e, self.w1, rows, "TN", epilogue="swiglu", gate_up=kept)
         y_e = grouped.grouped_matmul(h, self.w2, rows, "TN")
-        y = self.comb(y_e, self.disp, rt, shared=shared)
-        return y, h, kept, int(rows.sum())
+        y_s = s_kept = None
+        if shared and x.shape[0]:
+            gu_s = cupy.empty((x.shape[0], 2 * self.fs), bfloat16)
+            h_s = gemm.matmul(x, self.sw1, "TN", epilogue="swiglu", gate_up=gu_s)
+            y_s, s_kept = gemm.matmul(h_s, self.sw2, "TN", out_dtype=np.float32, stream_k=False), (h_s, gu_s)
+        y = self.comb(y_e, self.disp, rt, shared=y_s)
+        return y, h, kept, int(rows.sum()), s_kept
 
     @staticmethod
     def separate_on(disp, comb, w1, w2, x, rt):
@@ -83,7 +98,7 @@ class Case:
         h = grouped.grouped_matmul(arena.view(bfloat16), w1, rows, "TN", epilogue="swiglu")
         return comb(grouped.grouped_matmul(h, w2, rows, "TN"), disp, rt)
 
-    def float64(self, x, rt, shared=None):
+    def float64(self, x, rt, shared=False):
         """y of this rank's tokens in float64 from every rank's tokens, routings and weights."""
         comm = self.world.comm
         w1 = np.concatenate(comm.allgather(cupy.asnumpy(self.w1).astype(np.float64)))  # [E, 2F, H]
@@ -95,8 +110,10 @@ class Case:
             a = xx[t] @ w1[e].T
             hh = a[:, :self.f] / (1.0 + np.exp(-a[:, :self.f])) * a[:, self.f:]
             np.add.at(y, t, wt[t, j][:, None] * (hh @ w2[e].T))
-        if shared is not None:
-            y += cupy.asnumpy(shared)
+        if shared and len(xx):
+            a = xx @ cupy.asnumpy(self.sw1).astype(np.float64).T
+            hh = a[:, :self.fs] / (1.0 + np.exp(-a[:, :self.fs])) * a[:, self.fs:]
+            y += hh @ cupy.asnumpy(self.sw2).astype(np.float64).T
         return y
 
 
@@ -110,8 +127,8 @@ def test_forward_is_bitwise_the_separate_launches(world, width, crews):
         snaps = []
         for c, (movers, crew) in enumerate(crews):
             x, rt = case.tokens(20 + c)
-            shared = cupy.asarray(rank_input(30 + c, world.rank, (x.shape[0], case.h), np.float32)) if c == 1 else None
-            want_y, want_h, want_kept, total = case.separate(x, rt, shared)
+            shared = c % 2 == 1
+            want_y, want_h, want_kept, total, want_s = case.separate(x, rt, shared)
             if c == 1 and world.rank == world.size - 1:
                 cupy.cuda.Device().synchronize()
                 time.sleep(0.5)  # a late rank
@@ -119,14 +136,19 @@ def test_forward_is_bitwise_the_separate_launches(world, width, crews):
                 _nan(case.fwd._h)  # on my stream, before my launch
             out = _nan(cupy.empty((x.shape[0], case.h), bfloat16))
             kept = _nan(cupy.empty((case.cap, 2 * case.f), bfloat16))
-            y, h = case.fwd(x, rt, case.w1, case.w2, gate_up=kept, shared=shared, out=out,
+            mlp = case.shared_mlp(x.shape[0]) if shared else None
+            y, h = case.fwd(x, rt, case.w1, case.w2, gate_up=kept, shared=mlp, out=out,
                             movers=size[movers], crew=size[crew])
             assert y is out
-            snaps.append((x, rt, shared, y.copy(), h.copy(), kept, want_y, want_h, want_kept, total))
+            snaps.append((x, rt, shared, y.copy(), h.copy(), kept, want_y, want_h, want_kept, total, mlp, want_s))
         case.disp.check_status()
         refs = [case.float64(x, rt, shared) for x, rt, shared, *_ in snaps]  # collective: every rank, every call
         failed = []  # collected, so that one rank's failure does not leave the others in a collective
-        for c, ((x, rt, shared, y, h, kept, want_y, want_h, want_kept, total), ref) in enumerate(zip(snaps, refs)):
+        for c, ((x, rt, shared, y, h, kept, want_y, want_h, want_kept, total, mlp, want_s), ref) in enumerate(
+                zip(snaps, refs)):
+            if want_s is not None and not ((_bits(mlp.h) == _bits(want_s[0])).all()
+                                           and (_bits(mlp.gate_up) == _bits(want_s[1])).all()):
+                failed.append(f"call {c}: the shared MLP's h or [gate, up] differ from the plain GEMM's")
             if not (_bits(y) == _bits(want_y)).all():
                 failed.append(f"call {c}: y is not bitwise the separate launches'")
             if not (_bits(h)[:total] == _bits(want_h)[:total]).all():
@@ -143,7 +165,7 @@ def test_forward_is_bitwise_the_separate_launches(world, width, crews):
         everyone = world.comm.allgather(failed)
         assert not any(everyone), f"rank {world.rank}: {failed}; all ranks: {everyone}"
         x, rt, shared, y0 = snaps[-1][:4]
-        again, _ = case.fwd(x, rt, case.w1, case.w2, shared=shared)
+        again, _ = case.fwd(x, rt, case.w1, case.w2, shared=case.shared_mlp(x.shape[0]) if shared else None)
         assert (_bits(again) == _bits(y0)).all(), "a rerun differs"
     finally:
         case.close()
@@ -159,6 +181,14 @@ def test_a_refused_input_stops_every_rank(world):
         if bad:
             world.synchronize()
         assert int(case.disp.status.get()[0]) == -1
+        x, rt = case.tokens(10)
+        mlp = case.shared_mlp(x.shape[0])
+        if bad:  # the shared MLP's down projection one tile column short
+            mlp.w2 = cupy.ascontiguousarray(case.sw2[:, :64])
+        with pytest.raises(ValueError if bad else KosmosError, match="shared.w2" if bad else "refused"):
+            case.fwd(x, rt, case.w1, case.w2, shared=mlp, check=True)
+        if bad:
+            world.synchronize()
         x, rt = case.tokens(9)
         want = case.separate(x, rt)[0]
         y, _ = case.fwd(x, rt, case.w1, case.w2, check=True)  # and the next call works

@@ -26,8 +26,8 @@ from .conftest import rank_input  # noqa: E402
 TINY = {
     "softmax": MoEConfig(experts=8, top_k=2, hidden=128, intermediate=128, name="tiny-softmax"),
     "deepseek-like": MoEConfig(experts=16, top_k=4, hidden=128, intermediate=192, score="sigmoid",
-                               expert_bias=True, groups=4, topk_groups=2, scaling=2.5, shared=1,
-                               name="tiny-deepseek"),
+                               expert_bias=True, groups=4, topk_groups=2, scaling=2.5, shared=2,
+                               name="tiny-deepseek"),  # two shared experts: one MLP of width 384
     "top1-shared": MoEConfig(experts=8, top_k=1, hidden=192, intermediate=128, score="sigmoid", normalize=False,
                              shared=1, shared_intermediate=64, name="tiny-llama4"),
     # token dropping: each rank sends each expert at most ceil(0.8 T k / E) pairs

@@ -57,6 +57,18 @@ struct RunsArrived {
   }
 };
 
+// A GEMM on another job's whole output in one kernel (the MoE forward's shared MLP: its second
+// GEMM on the first's h, queued after the routed experts' jobs, so the wait is a formality): a
+// unit may start once *count (EpiCountDone's) reaches target. reached(): the same for any caller.
+struct CountReached {
+  const u64* count;
+  u64 target;
+  WaitCtx w;
+  static constexpr bool kTrivial = false;
+  KOSMOS_DEVICE bool reached() const { return wait_flag_dev(w, SITE_TILE_READY, count, target); }
+  KOSMOS_DEVICE bool operator()(const TileCoord&, i32 /*kb*/) const { return reached(); }
+};
+
 // Grouped, a second GEMM on the first's output in one kernel (the MoE forward's GEMM2 on GEMM1's h):
 // tile (group, tm) may start once the first GEMM has finished all `target` of its tiles in that
 // tile row (EpiTileRowDone's counters, same groups: tile rows are the same for both GEMMs).

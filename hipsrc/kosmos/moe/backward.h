@@ -70,7 +70,7 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
     fine = run_builder_jobs_beside(smem, SideDispatch{d, side_pushes(movers)}, job_a, job_b, job_c, job_d);
     phase_mark(8);
     // a dX row is final once every tile row under it has all of C's tiles
-    combine_rows<PushUnroll>(fine, c, d, &table, rows_done + rows_cap, u64(gc.p->tiles_n));
+    combine_rows<PushUnroll>(fine, c, d, &table, rows_done + rows_cap, u64(gc.p->tiles_n), [] { return true; });
     phase_mark(9);
   } else {
     combine_nan(c);  // after a failed wait too: this rank's call has failed (the host raises)

@@ -63,10 +63,12 @@ KOSMOS_DEVICE gemm::RunsArrived<L> runs_arrived(const DispatchParams& d) {
 }
 
 // All threads, after the builder call (fine: it finished): push the combine's rows home once every
-// tile row under them has `tiles_n` finished tiles (rows_done), then the fold.
-template <int PushUnroll>
+// tile row under them has `tiles_n` finished tiles (rows_done), then the fold, once fold_ready()
+// (all threads call it; thread 0 may wait: what the fold reads beside the rows, c.shared).
+template <int PushUnroll, class FoldReady>
 KOSMOS_DEVICE void combine_rows(bool fine, const CombineParams& c, const DispatchParams& d,
-                                const gemm::GroupTable* table, const u64* rows_done, u64 tiles_n) {
+                                const gemm::GroupTable* table, const u64* rows_done, u64 tiles_n,
+                                const FoldReady& fold_ready) {
   __syncthreads();  // the pipeline's shared memory becomes the combine's tables
   if (!fine) return;
   const CombineTables m = combine_tables(c, counts_slot(d, d.rank, 0));
@@ -74,6 +76,7 @@ KOSMOS_DEVICE void combine_rows(bool fine, const CombineParams& c, const Dispatc
   extern __shared__ __align__(16) u8 smem[];
   if (!combine_push<PushUnroll>(c, m, ready, mover_stage_bytes(smem))) return;
   phase_mark(10);
+  if (!fold_ready()) return;
   combine_fold<4>(c, m);
 }
 
