@@ -25,6 +25,7 @@ using namespace kosmos::gemm;
 #define KOSMOS_EPI_AS_IS epi
 #define KOSMOS_EPI_TMA EpiStoreBf16Tma(epi, &tmc)
 #define KOSMOS_EPI_TMA32 EpiStoreF32Tma(epi, &tmc)
+#define KOSMOS_EPI_ACC EpiAccumulateF32Tma(EpiAccumulateF32(epi), &tmc)
 
 KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_bf16, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_f32, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_TMA32)
@@ -34,6 +35,10 @@ KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_f32, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_TMA32)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_swiglu_bwd, LAYOUT_NN, EpiSwiGLUBackward, KOSMOS_EPI_AS_IS)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_bf16, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_f32, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32)
+// out += a b (fp32 out, read and written: epilogue="accumulate")
+KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_f32_acc, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_ACC)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_f32_acc, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_ACC)
+KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_f32_acc, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_ACC)
 
 // 128x128 and 128x192 tiles (Hopper only; the host picks them for grids of few tiles, see kosmos/gemm.py).
 #if KOSMOS_GEMM_WGMMA

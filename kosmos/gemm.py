@@ -13,6 +13,9 @@ output is ``silu(X Wg^T) * (X Wu^T)``, [M, F] bf16; ``gate_up`` (optional, [M, 2
 the pre-activations [X Wg^T, X Wu^T] the backward needs. ``epilogue="swiglu_backward"`` (NN only):
 the GEMM computes dA = dY W2 ([M, F]) and its epilogue the SwiGLU backward from the forward's kept
 ``gate_up`` (required): the output is [dGate, dUp], [M, 2F] bf16, from dA's fp32 accumulators.
+``epilogue="accumulate"`` (any layout): ``out`` (float32, required) += the product, one fp32 add per
+element (a gradient accumulated into fp32 main grads, a residual added); on Hopper the TMA unit adds
+each tile in L2 (no load in the epilogue); whole 128 x 256 tiles, no split-K or stream-K.
 
 One CTA per SM (or ``sm_cap`` of them), each claiming 128x256 (or, for grids of few tiles on
 Hopper, 128x192 or 128x128) output tiles from an atomic queue in device memory until it is empty; on Hopper a
@@ -35,7 +38,8 @@ from .dtypes import dtype_name
 from .runtime.streams import DeviceOrder, device_order, uses_stream
 
 LAYOUTS = ("TN", "NN", "NT")
-EPILOGUES = ("store", "swiglu", "swiglu_backward")
+EPILOGUES = ("store", "swiglu", "swiglu_backward", "accumulate")
+STORE_EPILOGUES = ("store", "accumulate")  # the output's layout is the accumulator's (Problem no, EPI_DTYPE)
 _LAYOUT_ID = {"TN": 0, "NN": 1, "NT": 2}
 
 
@@ -148,7 +152,7 @@ def epilogue_columns(layout: str, epilogue: str, no: int, per: str = "") -> tupl
 def stores_through_tma(epilogue: str, uses_tma: bool) -> bool:
     """The store epilogues (bf16, fp32, split-K's fp32 partials) write through TMA on the Hopper
     layer, so their kernels read the output's map; the SwiGLU epilogues store from registers."""
-    return uses_tma and epilogue == "store"
+    return uses_tma and epilogue in STORE_EPILOGUES
 
 
 TILE_WIDTHS = (256, 192, 128)  # the standalone GEMM's tile configurations (config.h TileConfig): 128 x BN
@@ -197,7 +201,8 @@ def check_tile_n(tile_n: int | None, epilogue: str, wgmma: bool, widths: tuple[i
         raise ValueError(f"tile_n must be one of {widths} or None (automatic), got {tile_n!r}")
     if tile_n != 256 and (epilogue != "store" or not wgmma):
         raise ValueError(f"tile_n={tile_n} is a Hopper (wgmma) tile for the store epilogues; "
-                         + ("SwiGLU needs 256" if epilogue != "store" else "this GPU's layer builds 256-wide tiles"))
+                         + (f"epilogue={epilogue!r} runs 256-wide tiles" if epilogue != "store"
+                            else "this GPU's layer builds 256-wide tiles"))
 
 
 def grid_size(ntiles: int, sms: int, sm_cap: int | None) -> int:
@@ -372,6 +377,8 @@ def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256, s
         return "kosmos_gemm_tn_swiglu"
     if epilogue == "swiglu_backward":
         return "kosmos_gemm_nn_swiglu_bwd"
+    if epilogue == "accumulate":
+        return f"kosmos_gemm_{layout.lower()}_f32_acc"
     suffix = "f32" if np.dtype(out_dtype) == np.float32 else "bf16"
     return (f"kosmos_gemm_{layout.lower()}_{'mx_' if mx_a else ''}{suffix}" + ("" if tile_n == 256 else f"_n{tile_n}")
             + ("_sk" if stream_k else ""))
@@ -385,12 +392,13 @@ def _bf16():
 
 def resolve_out_dtype(out_dtype: Any, epilogue: str) -> np.dtype:
     bf16 = _bf16()
-    if out_dtype is None:
-        return bf16
-    dt = np.dtype(out_dtype)
+    dt = bf16 if out_dtype is None else np.dtype(out_dtype)
     if dt not in (bf16, np.dtype(np.float32)):
         raise TypeError(f"out_dtype must be ml_dtypes.bfloat16 or numpy.float32, got {dt}")
-    if epilogue != "store" and dt != bf16:
+    if epilogue == "accumulate":
+        if dt != np.dtype(np.float32):
+            raise TypeError("epilogue='accumulate' adds into a float32 out")
+    elif epilogue != "store" and dt != bf16:
         raise TypeError(f"epilogue={epilogue!r} writes bf16")
     return dt
 
@@ -525,9 +533,10 @@ def kernel_head(shape: GemmShape, a, b, out, tmaps: dict, uses_tma: bool, gate_u
 def epi_record(out, mo: int, no: int, epilogue: str = "store", gate_up=None) -> np.void:
     """The epilogue's view of a row-major output of mo rows (row stride: its last dim) and no
     columns (SwiGLU: the f columns of the output, or of dA; gate_up: the [mo, 2f] pre-activations)."""
-    epi = np.zeros(1, EPI_DTYPE if epilogue == "store" else SWIGLU_EPI_DTYPE)[0]
+    store = epilogue in STORE_EPILOGUES
+    epi = np.zeros(1, EPI_DTYPE if store else SWIGLU_EPI_DTYPE)[0]
     epi["out"], epi["ldo"], epi["mo"] = out.data.ptr, out.shape[-1], mo
-    epi["no" if epilogue == "store" else "f"] = no
+    epi["no" if store else "f"] = no
     if gate_up is not None:
         epi["pre"] = gate_up.data.ptr
     return epi
@@ -537,7 +546,7 @@ def gate_up_array(gate_up, shape, dev: int, stream: Any = None, **inputs):
     """The SwiGLU epilogues' pre-activations [rows, 2F] bf16, checked: optional (written) under
     "swiglu", required (read) under "swiglu_backward", refused under "store"."""
     rows, f = shape.out_shape[0], shape.swiglu_f or shape.no
-    if shape.epilogue == "store":
+    if shape.epilogue in STORE_EPILOGUES:
         if gate_up is not None:
             raise ValueError("gate_up is for the SwiGLU epilogues ('swiglu' keeps it, 'swiglu_backward' reads it)")
         return None
@@ -886,6 +895,8 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     a = check_array(a, "a", dtypes=(bf16,), device=dev, stream=stream)
     b = check_array(b, "b", dtypes=(bf16,), device=dev, stream=stream)
     shape = gemm_shape(layout, a.shape, b.shape, epilogue)
+    if epilogue == "accumulate" and out is None:
+        raise ValueError(f"epilogue='accumulate' adds into out: pass a float32 out of shape {list(shape.out_shape)}")
     if out is not None:
         out = check_array(out, "out", device=dev, stream=stream, writable=True)
         if out_dtype is None:

@@ -35,6 +35,8 @@ from .arrays import check_array
 from .gemm import LAYOUTS
 from .runtime.streams import DeviceOrder, uses_stream
 
+EPILOGUES = ("store", "swiglu", "swiglu_backward")  # (no "accumulate" here yet: kosmos.matmul has it)
+
 
 def max_groups() -> int:
     """Groups one launch takes (kMaxGroups in hipsrc/kosmos/gemm/schedule.h)."""
@@ -82,8 +84,8 @@ def grouped_shape(layout: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...
     """Check a layout's operand shapes against `groups` groups; see the module docstring."""
     if layout not in LAYOUTS:
         raise ValueError(f"layout must be one of {LAYOUTS}, got {layout!r}")
-    if epilogue not in gemm.EPILOGUES:
-        raise ValueError(f"epilogue must be one of {gemm.EPILOGUES}, got {epilogue!r}")
+    if epilogue not in EPILOGUES:
+        raise ValueError(f"epilogue must be one of {EPILOGUES}, got {epilogue!r}")
     if not 1 <= groups <= max_groups():
         raise ValueError(f"group_rows must have 1 to {max_groups()} groups, got {groups}")
     if len(a_shape) != 2:

@@ -82,7 +82,7 @@ def test_swiglu_backward_shape():
     assert gemm.kernel_name("NN", "swiglu_backward", None) == "kosmos_gemm_nn_swiglu_bwd"
     with pytest.raises(ValueError, match="dgrad"):
         gemm.gemm_shape("TN", (100, 256), (384, 256), "swiglu_backward")
-    with pytest.raises(ValueError, match="SwiGLU needs 256"):
+    with pytest.raises(ValueError, match="runs 256-wide tiles"):
         gemm.check_tile_n(128, "swiglu_backward", True)
     with pytest.raises(TypeError, match="writes bf16"):
         gemm.resolve_out_dtype(np.float32, "swiglu_backward")
@@ -137,6 +137,14 @@ def test_kernel_names_and_out_dtype():
         for dt in (bf16, np.float32):
             assert gemm.kernel_name(layout, "store", dt) + "," in src
     assert gemm.kernel_name("NN", "swiglu_backward", None) + "," in src
+    for layout in gemm.LAYOUTS:
+        assert gemm.kernel_name(layout, "accumulate", np.float32) + "," in src
+    assert gemm.resolve_out_dtype(np.float32, "accumulate") == np.float32
+    with pytest.raises(TypeError, match="float32"):
+        gemm.resolve_out_dtype(None, "accumulate")
+    with pytest.raises(ValueError, match="256-wide"):
+        gemm.check_tile_n(192, "accumulate", True)
+    assert gemm.stores_through_tma("accumulate", True) and not gemm.stores_through_tma("swiglu", True)
 
 
 def test_llama3_shape_table():
@@ -208,7 +216,7 @@ def test_tile_width_chooser():
     assert gemm.kernel_name("TN", "store", np.float32, 192) == "kosmos_gemm_tn_f32_n192"
     with pytest.raises(ValueError, match="tile_n must be"):
         gemm.check_tile_n(64, "store", True)
-    with pytest.raises(ValueError, match="SwiGLU"):
+    with pytest.raises(ValueError, match="swiglu.*256-wide"):
         gemm.check_tile_n(128, "swiglu", True)
     with pytest.raises(ValueError, match="256-wide"):
         gemm.check_tile_n(128, "store", False)

@@ -36,6 +36,7 @@ def test_shapes_per_layout():
     (("TN", (100, 128), (2, 320, 128), 2, "swiglu"), "2F rows"),
     (("TN", (100, 128), (2, 256, 128), 2, "swiglu_backward"), "dgrad"),
     (("XX", (100, 128), (2, 256, 128), 2), "layout"),
+    (("NN", (100, 128), (2, 128, 256), 2, "accumulate"), "epilogue must be one of"),  # kosmos.matmul's only
 ])
 def test_bad_shapes(args, match):
     with pytest.raises(ValueError, match=match):

@@ -665,7 +665,7 @@ class MoELayer:
             gemm.matmul(dy, a_s, "NT", out=d_sw2)
             d_pre_s = gemm.matmul(dy, params.shared_w2, "NN", epilogue="swiglu_backward", gate_up=gate_up_s)
             gemm.matmul(d_pre_s, ctx.x, "NT", out=d_sw1)
-            extra += gemm.matmul(d_pre_s, params.shared_w1, "NN", out_dtype=float32)
+            gemm.matmul(d_pre_s, params.shared_w1, "NN", out=extra, epilogue="accumulate")  # extra += dx_s
         return d_sw1, d_sw2
 
     def _router_backward(self, ctx: MoEContext, d_weights: Any) -> Any:

@@ -148,6 +148,43 @@ def test_swiglu_backward(m, f, n, cap):
     assert (pre.view(cupy.uint16) == cupy.asarray(pre_h).view(cupy.uint16)).all(), "gate_up was written"
 
 
+@pytest.mark.parametrize("layout,m,n,k,cap", [("TN", 333, 320, 192, None), ("NN", 1031, 576, 448, 5),
+                                              ("NT", 700, 704, 333, 3)])
+def test_accumulate_adds_the_product_into_out(layout, m, n, k, cap):
+    """epilogue="accumulate": out += a b, bitwise out0 + our plain fp32 GEMM in whole tiles (one
+    fp32 add per element, the TMA unit's on Hopper), against float64 too; fresh random out (never
+    zeros), guard rows past it stay NaN; odd shapes, several tiles per CTA; two accumulations from
+    the same out0 agree bitwise; bad calls refused."""
+    rng = np.random.default_rng([m, n, k])
+    sa, sb = operands(layout, m, n, k)
+    a_h, b_h = rand_bf16(rng, sa), rand_bf16(rng, sb)
+    a, b = cupy.asarray(a_h), cupy.asarray(b_h)
+    prod = gemm.matmul(a, b, layout, out_dtype=np.float32, tile_n=256, stream_k=False)
+    rows, cols = prod.shape
+    out0 = cupy.asarray(rng.standard_normal((rows, cols)).astype(np.float32) * 10)
+    results = []
+    for _ in range(2):
+        whole, out = nan_buffer((rows, cols), np.float32)
+        out[...] = out0
+        got = gemm.matmul(a, b, layout, out=out, sm_cap=cap, epilogue="accumulate")
+        assert got is out
+        assert cupy.isnan(whole[rows:]).all(), "written past out"
+        results.append(out.copy())
+    want = out0 + prod
+    assert (results[0].view(cupy.uint32) == want.view(cupy.uint32)).all(), "not out0 + the plain GEMM, bitwise"
+    assert (results[1].view(cupy.uint32) == results[0].view(cupy.uint32)).all(), "a rerun differs"
+    ref = out0.get().astype(np.float64) + reference(layout, a_h, b_h)
+    assert rel_err(results[0].get(), ref) < TOL["f32"]
+    with pytest.raises(ValueError, match="adds into out"):
+        gemm.matmul(a, b, layout, epilogue="accumulate")
+    with pytest.raises(TypeError, match="float32"):
+        gemm.matmul(a, b, layout, out=cupy.empty((rows, cols), BF16), epilogue="accumulate")
+    with pytest.raises(ValueError, match="split_k"):
+        gemm.matmul(a, b, layout, out=out0, epilogue="accumulate", split_k=2)
+    with pytest.raises(ValueError, match="256-wide"):
+        gemm.matmul(a, b, layout, out=out0, epilogue="accumulate", tile_n=128)
+
+
 @pytest.mark.parametrize("layout,epilogue,out_kind", [("TN", "store", "bf16"), ("NN", "store", "f32"),
                                                      ("NT", "store", "f32"), ("TN", "swiglu", "bf16")])
 def test_a_captured_call_replays_with_new_inputs(layout, epilogue, out_kind):

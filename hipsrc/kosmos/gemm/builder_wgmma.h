@@ -533,7 +533,8 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
         fence_proxy_async_shared();
         (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
         if (tid == 0) {
-          tma_store_2d(epi.map, slot_q, tc.col0 + kBoxCols * q, map_row);
+          if constexpr (Epi::kReduceAdd) tma_reduce_add_2d(epi.map, slot_q, tc.col0 + kBoxCols * q, map_row);
+          else tma_store_2d(epi.map, slot_q, tc.col0 + kBoxCols * q, map_row);
           bulk_commit();
         }
       }

@@ -25,6 +25,7 @@ struct EpiStoreBf16 {
   static constexpr bool kHasDone = false;
   static constexpr int kLoadBatch = 0;  // reads no memory
   static constexpr bool kTmaStore = false;
+  static constexpr bool kReduceAdd = false;  // (EpiTma: a plain TMA store)
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
                           float hi1) const {
     if (row >= t.row_end) return;
@@ -45,6 +46,7 @@ struct EpiStoreF32 {
   static constexpr bool kHasDone = false;
   static constexpr int kLoadBatch = 0;  // reads no memory
   static constexpr bool kTmaStore = false;
+  static constexpr bool kReduceAdd = false;
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
                           float hi1) const {
     if (row >= t.row_end) return;
@@ -56,12 +58,30 @@ struct EpiStoreF32 {
   KOSMOS_DEVICE void done(const TileCoord&) const {}
 };
 
+// out[mo, no] fp32 += the tile: C += A B in place (a gradient accumulated into fp32 main grads, a
+// residual added), EpiStoreF32's record. Each output element is added to once per GEMM (whole
+// tiles, no split-K), so out = out + (A B) with one fp32 round-to-nearest add per element; on
+// Hopper (EpiTma) the TMA unit adds the staged tile in L2 (cp.reduce.async.bulk .add), no load.
+struct EpiAccumulateF32 : EpiStoreF32 {
+  static constexpr bool kReduceAdd = true;
+  KOSMOS_DEVICE explicit EpiAccumulateF32(const EpiStoreF32& e) : EpiStoreF32(e) {}
+  KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
+                          float hi1) const {
+    if (row >= t.row_end) return;
+    const i32 col = t.col0 + lc;
+    float* p = out + i64(row) * ldo + col;
+    if (col < no) { p[0] += lo0; p[1] += lo1; }
+    if (col + t.half < no) { p[t.half] += hi0; p[t.half + 1] += hi1; }
+  }
+};
+
 // A store epilogue through shared memory and TMA stores on the Hopper layer (full 128-byte lines,
 // and the consumers move on to the next tile while the stores drain). `map` describes `out` (boxes
 // of 64 rows x 128 bytes: 64 bf16 or 32 fp32 columns, 128-byte swizzle); other layers ignore it and
 // use pair(). tma_row: the map row of the tile's first row. Split-K partials (fp32): the map covers
 // [splits * mo, no], so the host pads mo to whole tiles (a tile's rows past the output land in its
-// own split's padding, not in the next split's rows); without split-K, split is 0.
+// own split's padding, not in the next split's rows); without split-K, split is 0. A Store with
+// kReduceAdd (EpiAccumulateF32) adds the box into the output instead (a TMA reduction).
 template <class Store>
 struct EpiTma : Store {
   const TensorMap* map;
@@ -72,6 +92,8 @@ struct EpiTma : Store {
 };
 typedef EpiTma<EpiStoreBf16> EpiStoreBf16Tma;
 typedef EpiTma<EpiStoreF32> EpiStoreF32Tma;
+
+typedef EpiTma<EpiAccumulateF32> EpiAccumulateF32Tma;
 
 // SwiGLU: the tile's lower half holds gate columns, its upper half the matching up columns
 // (see b_chunk_col); out[mo, f] = silu(gate) * up in bf16, f output columns per row. With `pre`

@@ -80,6 +80,12 @@ KOSMOS_DEVICE void tma_store_2d(const TensorMap* tm, const void* src, i32 c0, i3
                ::"l"(reinterpret_cast<u64>(tm)), "r"(smem_addr(src)), "r"(c0), "r"(c1)
                : "memory");
 }
+// The same box added into global memory (out += box, fp32 adds done by the TMA unit in L2).
+KOSMOS_DEVICE void tma_reduce_add_2d(const TensorMap* tm, const void* src, i32 c0, i32 c1) {
+  asm volatile("cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group [%0, {%2, %3}], [%1];"
+               ::"l"(reinterpret_cast<u64>(tm)), "r"(smem_addr(src)), "r"(c0), "r"(c1)
+               : "memory");
+}
 // 1-D bulk copies (no tensor map; the movers' rows): `bytes` a multiple of 16, both addresses
 // 16-byte aligned. The load completes `bytes` of transaction count on `bar`; the store joins the
 // thread's current bulk group (bulk_commit, then the waits below).

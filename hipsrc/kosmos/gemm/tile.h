@@ -16,7 +16,7 @@
 //                    on flags); false aborts the builder. Ready::kTrivial = true skips it and the proxy
 //                    fence that follows a non-trivial hook. (Once per unit: the consumers learn of a
 //                    stop at a unit's first stage only.)
-//   epi              a compile-time epilogue (epilogue.h): EpiStoreBf16, EpiStoreF32, EpiSwiGLU.
+//   epi              a compile-time epilogue (epilogue.h): EpiStoreBf16, EpiStoreF32, EpiAccumulateF32, EpiSwiGLU.
 //                    Epi::done(tile) runs once per tile after all of its stores (completion point).
 //   Several GEMMs of a kernel may also run as jobs of one call:
 //   kosmos::gemm::run_builder_jobs(smem, gemm::builder_job<L1>(sched, tma, tmb, claim, ready, epi[, on]), ...)
