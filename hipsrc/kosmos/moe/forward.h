@@ -20,8 +20,9 @@
 // No wait can close a cycle while all CTAs are resident: GEMM1 tiles wait for movers that never
 // wait for tiles; GEMM2 tiles for GEMM1 tiles, all of which are claimed (by running CTAs) before
 // any CTA leaves GEMM1's queue; the crew for GEMM2 tiles; the shared MLP's second GEMM for its
-// first, whose tiles wait for nothing; the fold for those, all claimed before any CTA leaves. experts.h has the steps it shares with
-// the backward (the dispatch, the combine, shared memory and epochs).
+// first, whose tiles wait for nothing; the fold for those, all claimed before any CTA leaves.
+// experts.h has the steps it shares with the backward (the dispatch, the combine, shared memory
+// and epochs).
 #pragma once
 #include "router.h"
 
