@@ -270,7 +270,8 @@ def test_routing_in_the_launch_is_route_bitwise(world, rule, size):
             want["logits"], want["y"] = cupy.asnumpy(logits[:, :experts]), _bits(want_y)
             for k in want:
                 if got[k].shape != want[k].shape or got[k].tobytes() != want[k].tobytes():
-                    failed.append(f"call {call} (T {t}): {k} is not bitwise route()'s")
+                    failed.append(f"call {call} (T {t}): {k} is not bitwise route()'s"
+                                  + (f" ({got[k].tolist()} vs {want[k].tolist()})" if k == "losses" else ""))
         again, _ = fwd(x, lr, w1, w2, router_w=wr, bias=bias)
         if _bits(again).tobytes() != got["y"].tobytes():
             failed.append("a rerun differs")
