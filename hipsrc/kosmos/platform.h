@@ -106,6 +106,28 @@ KOSMOS_DEVICE void fence_proxy_async_generic_to_tma() {
 #endif
 }
 
+// ---- products no compiler may fuse into an FMA ----
+// Where two kernels must agree bit for bit on a value (route() and the in-launch routing), a
+// product feeding a sum must round on its own: whether a*b+c contracts depends on inlining and
+// unrolling, which differ between kernels. NVIDIA: the _rn intrinsics are never contracted; AMD:
+// hipcc honours the contract pragma (its __fmul_rn is a plain, contractible product).
+KOSMOS_DEVICE float mul_unfused(float a, float b) {
+#if KOSMOS_AMD
+#pragma clang fp contract(off)
+  return a * b;
+#else
+  return __fmul_rn(a, b);
+#endif
+}
+KOSMOS_DEVICE double mul_unfused(double a, double b) {
+#if KOSMOS_AMD
+#pragma clang fp contract(off)
+  return a * b;
+#else
+  return __dmul_rn(a, b);
+#endif
+}
+
 // ---- nanosecond clock for bounded waits ----
 KOSMOS_DEVICE u64 now_ns() {
 #if KOSMOS_AMD

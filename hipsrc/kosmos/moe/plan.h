@@ -87,7 +87,8 @@ struct RouterLosses {
 KOSMOS_DEVICE RouterLosses router_losses(i32 E, i32 tokens, i32 top_k, const i32* start, const float* mean_prob,
                                          const double* lse_sq, i32 chunks, float aux_coef, float z_coef) {
   double aux = 0.0, z = 0.0;
-  for (i32 e = 0; e < E; ++e) aux += double(start[e + 1] - start[e]) / (double(tokens) * top_k) * mean_prob[e];
+  for (i32 e = 0; e < E; ++e)  // unfused: route() and the in-launch routing must agree bit for bit
+    aux += mul_unfused(double(start[e + 1] - start[e]) / (double(tokens) * top_k), double(mean_prob[e]));
   for (i32 c = 0; c < chunks; ++c) z += lse_sq[c];
   return RouterLosses{float(aux_coef * E * aux), float(z_coef * (z / tokens))};
 }

@@ -60,7 +60,8 @@ struct Scorer {
   float max, inv_sum;  // softmax: exp(l - max) / sum
   KOSMOS_DEVICE float operator()(i32 e) const {
     const float l = row[e];
-    return score == SCORE_SOFTMAX ? expf(l - max) * inv_sum : 1.0f / (1.0f + expf(-l));
+    // unfused: sums of scores (token_norm, a biased choice) must not depend on the kernel
+    return score == SCORE_SOFTMAX ? mul_unfused(expf(l - max), inv_sum) : 1.0f / (1.0f + expf(-l));
   }
 };
 
