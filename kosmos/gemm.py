@@ -371,6 +371,20 @@ SWIGLU_EPI_DTYPE = np.dtype([("out", np.uint64), ("ldo", np.int32), ("mo", np.in
 TMAP_DTYPE = np.dtype([("words", np.uint64, (16,))], align=True)
 
 
+def job_record_dtype(epi: np.dtype) -> np.dtype:
+    """gemm::JobRecord<Epi> (job.h): the a, b and out maps, the Problem and the epilogue record of a
+    job read from global memory; 64-byte aligned (the maps'), so records stack whole."""
+    align = lambda n, a: -(-n // a) * a  # noqa: E731
+    fields = [("a", TMAP_DTYPE), ("b", TMAP_DTYPE), ("c", TMAP_DTYPE), ("p", PROBLEM_DTYPE), ("epi", epi)]
+    offsets, at = [], 0
+    for _, dt in fields:
+        at = align(at, 64 if dt is TMAP_DTYPE else dt.alignment)
+        offsets.append(at)
+        at += dt.itemsize
+    return np.dtype({"names": [n for n, _ in fields], "formats": [d for _, d in fields], "offsets": offsets,
+                     "itemsize": align(at, 64)})
+
+
 def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256, stream_k: bool = False,
                 mx_a: bool = False) -> str:
     if epilogue == "swiglu":
@@ -528,6 +542,14 @@ def kernel_head(shape: GemmShape, a, b, out, tmaps: dict, uses_tma: bool, gate_u
     prob = problem_record(a, b, shape.mo, shape.no, shape.kr, tile_counts(shape), shape.swiglu_f)
     epi = epi_record(out, shape.mo, shape.swiglu_f or shape.no, shape.epilogue, gate_up)
     return (*operand_tmaps(tmaps, a, b, out, uses_tma, stores_through_tma(shape.epilogue, uses_tma)), prob, epi)
+
+
+def job_record(shape: GemmShape, a, b, out, tmaps: dict, uses_tma: bool, gate_up=None) -> np.void:
+    """kernel_head's values as one gemm::JobRecord (job_record_dtype of the shape's epilogue)."""
+    ta, tb, tc, prob, epi = kernel_head(shape, a, b, out, tmaps, uses_tma, gate_up)
+    rec = np.zeros((), job_record_dtype(epi.dtype))
+    rec["a"], rec["b"], rec["c"], rec["p"], rec["epi"] = ta, tb, tc, prob, epi
+    return rec[()]
 
 
 def epi_record(out, mo: int, no: int, epilogue: str = "store", gate_up=None) -> np.void:

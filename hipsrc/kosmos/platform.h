@@ -106,6 +106,17 @@ KOSMOS_DEVICE void fence_proxy_async_generic_to_tma() {
 #endif
 }
 
+// Before this thread's first TMA use of a tensor map that lives in global memory (a job record an
+// earlier launch wrote with generic stores, gemm::JobRecord): the tensormap proxy's acquire of its
+// 128 bytes. Maps passed as kernel parameters need none.
+KOSMOS_DEVICE void fence_tensormap_acquire(const void* map) {
+#if KOSMOS_SM90
+  asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;" ::"l"(reinterpret_cast<u64>(map)) : "memory");
+#else
+  (void)map;
+#endif
+}
+
 // ---- products no compiler may fuse into an FMA ----
 // Where two kernels must agree bit for bit on a value (route() and the in-launch routing), a
 // product feeding a sum must round on its own: whether a*b+c contracts depends on inlining and

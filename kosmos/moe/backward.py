@@ -5,7 +5,8 @@ tests/gpu/test_moe_backward_fused.py, tests/gpu/test_moe_layer.py; at world 1 on
 0.85-1.13x the device path's speed: notes/moe.md, session 13).
 
     bwd = MoEBackward(dispatch, combine, wgrad_dtype=np.float32)   # the layer's backward dispatch plan
-    dx, dw1, dw2 = bwd(dy, routing, x_e, a, gate_up, w1, w2, extra=None)
+    dx, dw1, dw2, _, _ = bwd(dy, routing, x_e, a, gate_up, w1, w2, extra=None)
+    dx, dw1, dw2, dsw1, dsw2 = bwd(..., extra=extra, shared=SharedMLP(sw1, sw2, h_s, gate_up_s), x=x)
 
 One persistent kernel (hipsrc/kosmos/moe/backward.h), on the forward's routing and saved tensors
 (x_e: the forward's dispatch arena rows [capacity, H]; a = silu(gate) * up [capacity, I]; gate_up
@@ -16,8 +17,13 @@ beside one builder call over four GEMMs: dgrad2 with the SwiGLU backward in its 
 W1, each tile once dgrad2 has finished its tile row) and wgrad1 (dW1 = d_pre^T x_e, each expert once
 dgrad2 has finished all its rows); a crew pushes each dX row home as soon as its dgrad1 tile row
 is done, the builders join it; every rank then sums each token's k rows in fp32 with `extra` (the
-router's and shared experts' dx, fp32 [T, H]) and rounds once. Returns dx [T, H] bf16 and dW1
-[E/P, 2I, H], dW2 [E/P, H, I] in wgrad_dtype (float32 or bfloat16).
+router's dx, fp32 [T, H]) and rounds once. With `shared` (the forward's SharedMLP: its h and gate_up
+now read) the shared experts' MLP's backward runs as four more jobs of the same builder call
+(hipsrc/kosmos/moe/backward.h: its dgrad2 with the SwiGLU backward and its wgrad2 first, while dY
+lands; its dgrad1, added into `extra` by the TMA unit, and its wgrad1 last; the fold waits for the
+dgrad1). Their records live in device memory (kosmos/runtime/records.py: the kernel's parameters
+would pass HIP's 4 KB). Returns dx [T, H] bf16, dW1 [E/P, 2I, H], dW2 [E/P, H, I] and the shared
+MLP's dW1_s [2 Fs, H], dW2_s [H, Fs] (None without it) in wgrad_dtype (float32 or bfloat16).
 
 After a dispatch that moved nothing (a routing past capacity, or a refused rank) dx is NaN and the
 weight gradients are not written: check `dispatch.check_status()` (or pass check=True).
@@ -33,8 +39,28 @@ from ..dtypes import bfloat16, float32
 from ..runtime.streams import uses_stream
 from .combine import MoECombine
 from .dispatch import MoEDispatch
-from .forward import ExpertsLaunch
+from ..runtime.mirror import StructMirror
+from ..runtime.records import DeviceRecord
+from .forward import ExpertsLaunch, SharedMLP
 from .route import DeviceRouting
+
+
+def _shared_backward_dtype() -> np.dtype:
+    """moe::SharedBackward<EpiW> (backward.h): four gemm::JobRecords (EpiW's record is EPI_DTYPE for
+    both weight-gradient types)."""
+    from .. import gemm
+
+    jobs = [("dgrad2", gemm.job_record_dtype(gemm.SWIGLU_EPI_DTYPE))] + [
+        (n, gemm.job_record_dtype(gemm.EPI_DTYPE)) for n in ("wgrad2", "dgrad1", "wgrad1")]
+    size = jobs[0][1].itemsize  # every record is 512 B (64-byte multiples: they stack whole)
+    assert all(dt.itemsize == size for _, dt in jobs)
+    return np.dtype({"names": [n for n, _ in jobs], "formats": [d for _, d in jobs],
+                     "offsets": [i * size for i in range(4)], "itemsize": 4 * size})
+
+
+SHARED_BACKWARD_DTYPE = _shared_backward_dtype()
+MIRRORS = [StructMirror(f"kosmos::moe::SharedBackward<kosmos::gemm::{w}>", SHARED_BACKWARD_DTYPE, alignment=64)
+           for w in ("EpiStoreF32", "EpiStoreBf16")]
 
 
 class MoEBackward(ExpertsLaunch):
@@ -46,28 +72,35 @@ class MoEBackward(ExpertsLaunch):
             raise TypeError(f"wgrad_dtype must be float32 or bfloat16, got {wdt}")
         from .. import gemm
 
-        super().__init__(dispatch, combine, "kosmos_moe_backward_" + ("f32" if wdt == np.dtype(float32) else "bf16"), 4)
+        super().__init__(dispatch, combine, "kosmos_moe_backward_" + ("f32" if wdt == np.dtype(float32) else "bf16"), 8)
         self.wgrad_dtype = wdt
         self.epilogues = (gemm.SWIGLU_EPI_DTYPE, gemm.EPI_DTYPE, gemm.EPI_DTYPE, gemm.EPI_DTYPE)
         self._d_pre = self._d_xe = None   # [capacity, 2I], [capacity, H] bf16: dgrad2's and dgrad1's outputs
-        self._tmaps: tuple[dict, ...] = ({}, {}, {}, {})
+        self._d_pre_s = None              # [T, 2 Fs] bf16: the shared MLP's d[gate, up]
+        self._tmaps: tuple[dict, ...] = tuple({} for _ in range(8))
+        self._shared_jobs = DeviceRecord(SHARED_BACKWARD_DTYPE)
 
     @uses_stream
     def __call__(self, dy: Any, routing: DeviceRouting, x_e: Any, a: Any, gate_up: Any, w1: Any, w2: Any, *,
-                 extra: Any = None, out: Any = None, dw1: Any = None, dw2: Any = None, movers: int | None = None,
-                 crew: int | None = None, check: bool = False, stream: Any = None) -> tuple[Any, Any, Any]:
-        """(dx, dW1, dW2); see the module docstring. dy: [T, H] bf16, the gradient of the forward's
-        output; routing: the forward's; x_e, a, gate_up: the forward's saved expert rows; w1 [E/P,
-        2I, H] and w2 [E/P, H, I] bf16; extra: fp32 [T, H] added to dx before its rounding; out,
-        dw1, dw2: outputs to write (allocated when None). movers / crew as MoEForward's. A rank whose
+                 extra: Any = None, shared: SharedMLP | None = None, x: Any = None, out: Any = None,
+                 dw1: Any = None, dw2: Any = None, movers: int | None = None, crew: int | None = None,
+                 check: bool = False, stream: Any = None) -> tuple[Any, Any, Any, Any, Any]:
+        """(dx, dW1, dW2, dW1_s, dW2_s); see the module docstring. dy: [T, H] bf16, the gradient of
+        the forward's output; routing: the forward's; x_e, a, gate_up: the forward's saved expert
+        rows; w1 [E/P, 2I, H] and w2 [E/P, H, I] bf16; extra: fp32 [T, H] added to dx before its
+        rounding (the shared MLP's dx is added into it: allocated, zeroed, when None); shared: the
+        forward's SharedMLP (gate_up required), with x: the forward's tokens [T, H] bf16; out, dw1,
+        dw2: outputs to write (allocated when None). movers / crew as MoEForward's. A rank whose
         arguments are refused still launches (moving nothing, so no peer waits for it) and raises."""
         disp, comb = self.dispatch, self.combine
-        refusal = heads = None
+        refusal = heads = d_shared = None
         try:
             dy, start, order, weights, k = disp._checked(dy, routing, True, stream)
             movers, crew = self._crews(movers, crew)
             heads, dw1, dw2 = self._gemm_heads(x_e, a, gate_up, w1, w2, dw1, dw2, stream)
             extra, out, t = comb.checked_outputs(routing, extra, out, stream)
+            shared_rec, extra, d_shared = self._shared_record(dy, shared, x, extra, stream)
+            heads = (*heads, self._shared_jobs.put(shared_rec, stream))
         except (TypeError, ValueError) as e:
             refusal = e
 
@@ -79,7 +112,57 @@ class MoEBackward(ExpertsLaunch):
                     comb._params(self._d_xe, disp, routing.slot, ones, extra, out, t, stream, scope=1))
 
         self._run(refusal, heads, records, movers, crew, check, stream)
-        return out, dw1, dw2
+        return (out, dw1, dw2, *(d_shared or (None, None)))
+
+    def _null_heads(self) -> tuple:
+        return (*super()._null_heads(), self._shared_jobs.put(np.zeros((), SHARED_BACKWARD_DTYPE)[()]))
+
+    def _shared_record(self, dy: Any, shared: SharedMLP | None, x: Any, extra: Any,
+                       stream: Any) -> tuple[np.void, Any, tuple | None]:
+        """The shared MLP's four job records (empty jobs without it, or without tokens), `extra`
+        (allocated, zeroed, where the MLP's dx needs it), and (dW1_s, dW2_s) or None; checked."""
+        import cupy
+
+        from .. import gemm
+
+        rec = np.zeros((), SHARED_BACKWARD_DTYPE)
+        if shared is None:
+            if x is not None:
+                raise ValueError("x goes with shared (the shared MLP's backward reads the forward's tokens)")
+            return rec[()], extra, None
+        if not isinstance(shared, SharedMLP):
+            raise TypeError(f"shared must be a SharedMLP, got {type(shared).__name__}")
+        dev, wdt = self.world.device_id, self.wgrad_dtype
+        t, hid = int(dy.shape[0]), int(dy.shape[1])
+        w1 = check_array(shared.w1, "shared.w1", dtypes=(bfloat16,), device=dev, stream=stream)
+        w2 = check_array(shared.w2, "shared.w2", dtypes=(bfloat16,), device=dev, stream=stream)
+        if w2.ndim != 2 or w2.shape[0] != hid or w1.shape != (2 * w2.shape[1], hid):
+            raise ValueError(f"shared.w1 must be [2 Fs, {hid}] and shared.w2 [{hid}, Fs] bf16, got "
+                             f"{tuple(w1.shape)} and {tuple(w2.shape)}")
+        fs = int(w2.shape[1])
+        if t == 0:  # zeros: no token, no gradient
+            return rec[()], extra, (cupy.zeros((2 * fs, hid), wdt), cupy.zeros((hid, fs), wdt))
+        dsw1, dsw2 = cupy.empty((2 * fs, hid), wdt), cupy.empty((hid, fs), wdt)  # every element written
+        x = check_array(x, "x", dtypes=(bfloat16,), device=dev, stream=stream)
+        h = check_array(shared.h, "shared.h", dtypes=(bfloat16,), device=dev, stream=stream)
+        for name, v, shape in (("x", x, (t, hid)), ("shared.h", h, (t, fs))):
+            if tuple(v.shape) != shape:
+                raise ValueError(f"{name} must be the forward's {list(shape)} bf16, got {tuple(v.shape)}")
+        s_a = gemm.gemm_shape("NN", dy.shape, w2.shape, "swiglu_backward")       # d_pre_s [T, 2 Fs]
+        if self._d_pre_s is None or self._d_pre_s.shape != s_a.out_shape:
+            self._d_pre_s = cupy.empty(s_a.out_shape, bfloat16)
+        gate_up = gemm.gate_up_array(shared.gate_up, s_a, dev, stream, a=dy, b=w2, output=self._d_pre_s)
+        if extra is None:
+            extra = cupy.zeros((t, hid), np.float32)
+        d_pre = self._d_pre_s
+        tma, tm = gemm.arch_path() == "wgmma", self._tmaps
+        jobs = (("dgrad2", s_a, dy, w2, d_pre, gate_up),
+                ("wgrad2", gemm.gemm_shape("NT", dy.shape, h.shape), dy, h, dsw2, None),
+                ("dgrad1", gemm.gemm_shape("NN", d_pre.shape, w1.shape, "accumulate"), d_pre, w1, extra, None),
+                ("wgrad1", gemm.gemm_shape("NT", d_pre.shape, x.shape), d_pre, x, dsw1, None))
+        for i, (name, shape, a, b, o, gu) in enumerate(jobs):
+            rec[name] = gemm.job_record(shape, a, b, o, tm[4 + i], tma, gu)
+        return rec[()], extra, (dsw1, dsw2)
 
     def _gemm_heads(self, x_e: Any, a: Any, gate_up: Any, w1: Any, w2: Any, dw1: Any, dw2: Any,
                     stream: Any) -> tuple:

@@ -535,25 +535,25 @@ class MoELayer:
             comb = self._combine.comb.local if device else ctx.combined
             bwd("kosmos_moe_weight_grads")((-(-t * k // 8),), (256,), (
                 comb, r.slot, dy, np.int64(t * k), np.int32(k), np.int32(hid), status, d_weights))
-        # 2. the router's dx and dWr, then the shared experts' gradients (their dx joins the router's)
-        extra, d_router_w = self._router_gradients(ctx, d_weights, params)
-        d_sw1, d_sw2 = self._shared_backward(dy, ctx, params, wdt, extra)
+        # 2. the router's dx and dWr, then the shared experts' gradients (their dx joins the router's),
         # 3. the routed experts' weight gradients and dX rows, 4. the rows back to their tokens,
         #    summed (weights 1: dY was weighted), plus the rest, rounded once
-        if self.path == "fused":  # 3 and 4 in one launch
-            if wdt not in self._backwards:
-                self._backwards[wdt] = MoEBackward(self._dispatch_bwd, self._combine, wdt)
-            dx, dw1, dw2 = self._backwards[wdt](dy, r, ctx.x_experts, ctx.h, ctx.gate_up, params.w1, params.w2,
-                                                extra=extra if t else None, movers=self.movers, crew=self.crew)
-        elif device:
-            d_xe, dw1, dw2 = self._routed_backward_device(dy, ctx, params, wdt)
-            ones = dataclasses.replace(r, weights=cupy.ones_like(r.weights))
-            dx = self._combine(d_xe, self._dispatch_bwd, ones, shared=extra if t else None)
+        extra, d_router_w = self._router_gradients(ctx, d_weights, params)
+        if self.path == "fused":  # 2's shared MLP, 3 and 4 in one launch
+            dx, dw1, dw2, d_sw1, d_sw2 = self._fused_backward(dy, ctx, params, wdt, extra if t else None)
         else:
-            d_back, dw1, dw2 = self._routed_backward_exchanged(dy, ctx, params, wdt)
+            d_sw1, d_sw2 = self._shared_backward(dy, ctx, params, wdt, extra)
+            if device:
+                d_xe, dw1, dw2 = self._routed_backward_device(dy, ctx, params, wdt)
+                ones = dataclasses.replace(r, weights=cupy.ones_like(r.weights))
+                dx = self._combine(d_xe, self._dispatch_bwd, ones, shared=extra if t else None)
+            else:
+                d_back, dw1, dw2 = self._routed_backward_exchanged(dy, ctx, params, wdt)
         if device:
             nan_word = np.uint32(0x7FC00000 if wdt == float32 else 0x7FC07FC0)  # one fp32 or two bf16 NaNs
-            for dw in (dw1, dw2):  # NaN after a failed dispatch, in place (a where + astype was 3 passes over GBs)
+            # NaN after a failed dispatch, in place (a where + astype was 3 passes over GBs); the fused
+            # launch's shared MLP jobs did not run then either
+            for dw in (dw1, dw2, *((d_sw1, d_sw2) if self.path == "fused" and cfg.shared else ())):
                 bwd("kosmos_moe_nan_if_failed")((264,), (256,), (status, dw, np.uint64(dw.nbytes // 4), nan_word))
         else:
             acc = extra
@@ -561,6 +561,18 @@ class MoELayer:
                 acc = acc + _pair_rows(d_back, r, t).sum(axis=1)
             dx = f32_to_bf16(acc)
         return MoEGradients(dx, d_router_w, dw1, dw2, d_sw1, d_sw2)
+
+    def _fused_backward(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype, extra: Any) -> tuple:
+        """(dx, dW1, dW2, dW1_s, dW2_s) of path "fused": MoEBackward, the shared MLP's jobs included."""
+        if wdt not in self._backwards:
+            self._backwards[wdt] = MoEBackward(self._dispatch_bwd, self._combine, wdt)
+        shared = {}
+        if self.cfg.shared:
+            h_s, gate_up_s = ctx.shared or (None, None)  # () when this rank has no tokens
+            shared = {"shared": SharedMLP(params.shared_w1, params.shared_w2, h_s, gate_up_s),
+                      "x": ctx.x if h_s is not None else None}
+        return self._backwards[wdt](dy, ctx.routing, ctx.x_experts, ctx.h, ctx.gate_up, params.w1, params.w2,
+                                    extra=extra, movers=self.movers, crew=self.crew, **shared)
 
     def _routed_backward_device(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype) -> tuple:
         """(dX rows expert-major in the backward's arena, dW1, dW2) of the device paths."""
@@ -662,9 +674,10 @@ class MoELayer:
         d_sw2 = _zeros((cfg.hidden, cfg.shared_width), wdt)
         if ctx.shared:
             a_s, gate_up_s = ctx.shared
-            gemm.matmul(dy, a_s, "NT", out=d_sw2)
+            # whole tiles, as the fused launch's jobs: the same bits
+            gemm.matmul(dy, a_s, "NT", out=d_sw2, stream_k=False)
             d_pre_s = gemm.matmul(dy, params.shared_w2, "NN", epilogue="swiglu_backward", gate_up=gate_up_s)
-            gemm.matmul(d_pre_s, ctx.x, "NT", out=d_sw1)
+            gemm.matmul(d_pre_s, ctx.x, "NT", out=d_sw1, stream_k=False)
             gemm.matmul(d_pre_s, params.shared_w1, "NN", out=extra, epilogue="accumulate")  # extra += dx_s
         return d_sw1, d_sw2
 

@@ -22,6 +22,7 @@ class StructMirror:
     ctype: str        # the C++ type, fully qualified (e.g. "kosmos::tp::AgParams")
     dtype: np.dtype   # its host mirror (aligned NumPy dtype, fields in declaration order)
     guard: str = ""   # a preprocessor condition where the struct exists only on some targets (checked there)
+    alignment: int = 0  # the C alignment where it exceeds the fields' (alignas; NumPy cannot say it)
 
 
 @dataclass(frozen=True)
@@ -67,7 +68,7 @@ def struct_asserts(m: StructMirror) -> list[str]:
     (under m.guard where it has one)."""
     t, dt = m.ctype, m.dtype
     out = [f'static_assert(sizeof({t}) == {dt.itemsize}, "{t}: size");',
-           f'static_assert(alignof({t}) == {dt.alignment}, "{t}: alignment");']
+           f'static_assert(alignof({t}) == {m.alignment or dt.alignment}, "{t}: alignment");']
 
     def fields(prefix: str, d: np.dtype, base: int) -> None:
         for name in d.names:
@@ -95,6 +96,7 @@ def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
     """(headers, structs, constants): everything the host mirrors."""
     from .. import gemm
     from .. import mx, plan
+    from ..moe.backward import MIRRORS as BACKWARD_MIRRORS
     from ..moe.combine import MIRRORS as COMBINE_MIRRORS
     from ..moe.dispatch import MIRRORS as DISPATCH_MIRRORS
     from ..moe.route import CONSTANTS as MOE_CONSTANTS, MIRRORS as MOE_MIRRORS
@@ -102,7 +104,8 @@ def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
     from . import status
 
     headers = ["kosmos/wait.h", "kosmos/gemm/tile.h", "kosmos/tp.h", "kosmos/tp_params.h", "kosmos/moe/route.h",
-               "kosmos/moe/dispatch.h", "kosmos/moe/combine.h", "kosmos/moe/router.h", "kosmos/mx/quant.h"]
+               "kosmos/moe/dispatch.h", "kosmos/moe/combine.h", "kosmos/moe/router.h", "kosmos/mx/quant.h",
+               "kosmos/moe/backward.h"]
     structs = [StructMirror("kosmos::WaitCtx", status.WAIT_CTX_DTYPE),
                StructMirror("kosmos::Status", status.STATUS_DTYPE),
                StructMirror("kosmos::gemm::Problem", gemm.PROBLEM_DTYPE),
@@ -113,6 +116,9 @@ def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
                StructMirror("kosmos::gemm::EpiStoreF32", gemm.EPI_DTYPE),
                StructMirror("kosmos::gemm::EpiSwiGLU", gemm.SWIGLU_EPI_DTYPE),
                StructMirror("kosmos::gemm::EpiSwiGLUBackward", gemm.SWIGLU_EPI_DTYPE),
+               *(StructMirror(f"kosmos::gemm::JobRecord<kosmos::gemm::{e}>", gemm.job_record_dtype(dt), alignment=64)
+                 for e, dt in (("EpiStoreF32", gemm.EPI_DTYPE), ("EpiSwiGLUBackward", gemm.SWIGLU_EPI_DTYPE))),
+               *BACKWARD_MIRRORS,
                *params.MIRRORS, *MOE_MIRRORS, *DISPATCH_MIRRORS,
                *COMBINE_MIRRORS]
     constants = [ConstantMirror("kosmos::gemm", gemm.DEVICE_CONSTANTS),

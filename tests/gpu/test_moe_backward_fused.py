@@ -7,7 +7,8 @@ theirs, with any crew of movers and combine CTAs, in fp32 and bf16 weight gradie
 (Those launches are checked against float64 in test_moe_layer.py.) Outputs are poisoned with NaN
 before each call; a rank arrives late; every other call is skewed towards one expert; "big" gives
 every CTA several tiles of each GEMM; a third call leaves an expert without rows (its dW are zero).
-Written without a GPU (session 11): never run yet.
+With the shared experts' MLP as jobs of the launch, its gradients and its dx (added into `extra`)
+must be bitwise the standalone GEMMs' MoELayer's device path runs (whole tiles, no stream-K).
 """
 from __future__ import annotations
 
@@ -19,10 +20,11 @@ import pytest
 
 cupy = pytest.importorskip("cupy")
 
-from kosmos import grouped  # noqa: E402
+from kosmos import gemm, grouped  # noqa: E402
 from kosmos.dtypes import bfloat16  # noqa: E402
 from kosmos.moe import MoECombine, MoEConfig, MoEDispatch, route  # noqa: E402
 from kosmos.moe.backward import MoEBackward  # noqa: E402
+from kosmos.moe.forward import SharedMLP  # noqa: E402
 
 from .conftest import rank_input  # noqa: E402
 
@@ -64,7 +66,7 @@ class Case:
             t = self.max_t - 700 * (w.rank % 2) - seed % 3
         else:
             t = 0 if (w.size > 1 and w.rank == w.size - 1) else 50 + 29 * w.rank + seed % 5
-        x = cupy.asarray(rank_input(seed, w.rank, (t, self.h), np.float32).astype(bfloat16))
+        x = self.x = cupy.asarray(rank_input(seed, w.rank, (t, self.h), np.float32).astype(bfloat16))
         logits = rank_input(seed + 1, w.rank, (t, 64), np.float32)
         logits[:, 0] += 3.0 * (seed % 2)  # every other call skewed towards expert 0 (rank 0's)
         if empty_expert:
@@ -149,5 +151,48 @@ def test_backward_refuses_bad_arguments_on_every_rank(world):
         bad = [n for n, g, w in zip(("dx", "dW1", "dW2"), got, want) if not (_bits(g) == _bits(w)).all()]
         everyone = world.comm.allgather(bad)
         assert not any(everyone), f"after a refused call: {everyone}"
+    finally:
+        case.close()
+
+
+@pytest.mark.parametrize("width,wgrad", [("small", np.float32), ("small", bfloat16), ("big", np.float32)])
+def test_backward_with_the_shared_mlp_is_bitwise_the_separate_launches(world, width, wgrad):
+    """The shared MLP's four GEMMs as jobs of the launch (Fs = 2 F: two shared experts' width)."""
+    case = Case(world, width, wgrad)
+    r, fs, h = world.rank, 2 * case.f, case.h
+    sw1 = cupy.asarray((rank_input(94, 0, (2 * fs, h), np.float32) * 0.1).astype(bfloat16))
+    sw2 = cupy.asarray((rank_input(95, 0, (h, fs), np.float32) * 0.1).astype(bfloat16))
+    try:
+        failed = []
+        for c in range(3):
+            rt, x_e, a, kept, dy, rows = case.forward(70 + c)
+            x, t = case.x, dy.shape[0]
+            extra0 = cupy.asarray(rank_input(80 + c, r, (t, h), np.float32))  # the router's dx
+            gate_up = cupy.empty((t, 2 * fs), bfloat16)
+            want_extra = extra0.copy()
+            want_s = [cupy.zeros((2 * fs, h), case.wdt), cupy.zeros((h, fs), case.wdt)]
+            h_s = None
+            if t:  # the oracle: layer.py _shared_backward's GEMMs
+                h_s = gemm.matmul(x, sw1, "TN", epilogue="swiglu", gate_up=gate_up)
+                gemm.matmul(dy, h_s, "NT", out=want_s[1], stream_k=False)
+                d_pre = gemm.matmul(dy, sw2, "NN", epilogue="swiglu_backward", gate_up=gate_up)
+                gemm.matmul(d_pre, x, "NT", out=want_s[0], stream_k=False)
+                gemm.matmul(d_pre, sw1, "NN", out=want_extra, epilogue="accumulate")
+            want = case.separate(rt, x_e, a, kept, dy, want_extra)
+            if c == 1 and r == world.size - 1:
+                cupy.cuda.Device().synchronize()
+                time.sleep(0.5)  # a late rank
+            extra = extra0.copy()
+            out = _nan(cupy.empty((t, h), bfloat16))
+            got = case.bwd(dy, rt, x_e, a, kept, case.w1, case.w2, extra=extra, out=out, check=True,
+                           shared=SharedMLP(sw1, sw2, h_s, gate_up), x=x)
+            names = ("dx", "dW1", "dW2", "shared dW1", "shared dW2", "extra (+ shared dx)")
+            for name, g, w in zip(names, (*got, extra), (*want, *want_s, want_extra)):
+                if g is None or g.shape != w.shape or not (_bits(g) == _bits(w)).all():
+                    failed.append(f"call {c} (T {t}): {name} is not bitwise the separate launches'")
+            if t and not bool(cupy.isfinite(got[3]).all() and cupy.abs(got[3]).max() > 0):
+                failed.append(f"call {c}: the shared dW1 is not finite and nonzero")
+        everyone = world.comm.allgather(failed)
+        assert not any(everyone), f"rank {r}: {failed}; all ranks: {everyone}"
     finally:
         case.close()

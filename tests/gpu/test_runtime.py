@@ -100,3 +100,27 @@ def test_time_calls_gives_up_instead_of_hanging(world, monkeypatch):
     with pytest.raises(KosmosError, match="synchronize"):
         timing.time_calls(world, {"sync": lambda i: cupy.cuda.get_current_stream().synchronize()}, warmup=0, iters=2)
     world.synchronize()
+
+
+def test_device_record_puts_its_bytes_in_stream_order(world):
+    """DeviceRecord: the record's bytes land in its slot, ordered on the stream after earlier work
+    (the slot is poisoned by a launch on the same stream first), and a wrong dtype is refused."""
+    from kosmos.runtime.records import WORDS, DeviceRecord
+
+    dt = np.dtype([("p", np.uint64), ("n", np.int32), ("f", np.float32), ("w", np.uint64, (29,))])
+    rec = DeviceRecord(dt)
+    rng = np.random.default_rng(world.rank)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    for _ in range(3):
+        v = np.zeros((), dt)
+        v["p"], v["n"], v["f"] = rng.integers(1, 2**63), rng.integers(-2**31, 2**31), rng.standard_normal()
+        v["w"] = rng.integers(0, 2**63, 29, dtype=np.uint64)
+        with stream:
+            rec.slot.fill(0xFFFFFFFFFFFFFFFF)
+        slot = rec.put(v[()], stream)
+        stream.synchronize()
+        assert cupy.asnumpy(slot).tobytes() == v.tobytes()
+    with pytest.raises(TypeError):
+        rec.put(np.zeros((), np.dtype([("p", np.uint64)]))[()])
+    with pytest.raises(ValueError):
+        DeviceRecord(np.dtype((np.uint8, (8 * WORDS + 8,))))

@@ -95,6 +95,10 @@ typedef EpiTma<EpiStoreF32> EpiStoreF32Tma;
 
 typedef EpiTma<EpiAccumulateF32> EpiAccumulateF32Tma;
 
+// A store epilogue with its TMA map (the same store through TMA on the Hopper layer).
+KOSMOS_DEVICE EpiStoreBf16Tma with_tma(const EpiStoreBf16& e, const TensorMap* m) { return EpiStoreBf16Tma(e, m); }
+KOSMOS_DEVICE EpiStoreF32Tma with_tma(const EpiStoreF32& e, const TensorMap* m) { return EpiStoreF32Tma(e, m); }
+
 // SwiGLU: the tile's lower half holds gate columns, its upper half the matching up columns
 // (see b_chunk_col); out[mo, f] = silu(gate) * up in bf16, f output columns per row. With `pre`
 // set, the pre-activations are kept for the backward: pre[row, c] = gate, pre[row, f + c] = up

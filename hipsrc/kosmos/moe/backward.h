@@ -4,8 +4,11 @@
 //   1. dispatch dY: CTAs [0, movers) push each pair's dY row, times its routing weight (d.weights),
 //      into the experts' owners' arenas (dispatch.h), then build; the others build at once, and
 //      the builders' idle warps push from the same queue beside them (SideDispatch).
-//   2. one builder call over four jobs; a CTA takes a job's tiles until its queue is dry, then the
+//   2. one builder call over eight jobs; a CTA takes a job's tiles until its queue is dry, then the
 //      next job's:
+//      SA the shared MLP's dgrad2 + SwiGLU backward (dense NN on dY, nothing to wait for: the CTAs
+//         build it while dY lands), counting its tiles;
+//      SB the shared MLP's wgrad2 (dense NT, dW2_s = dY^T h_s);
 //      A dgrad2 + SwiGLU backward (NN, dA = dY_e W2 in fp32, epilogue d_pre = [dg, du] from the
 //        forward's kept [g, u]): waits for the (expert, source) runs its rows overlap; counts its
 //        tile rows in rows_done[0, rows_cap);
@@ -13,27 +16,49 @@
 //      C dgrad1 (NN, dX_e = d_pre W1): waits for A's tile row; counts its own tile rows in
 //        rows_done[rows_cap, 2 rows_cap). Not on the crew's CTAs;
 //      D wgrad1 (NT, dW1_e = d_pre^T x_e): waits for all of A's tile rows of its group. Not on the
-//        crew's CTAs.
+//        crew's CTAs;
+//      SC the shared MLP's dgrad1 (dense NN, d_pre_s W1_s added into the fold's fp32 addend c.shared,
+//         which holds the router's dx) and SD its wgrad1 (dense NT, d_pre_s^T x): wait for all of
+//         SA's tiles (long done); SC counts its tiles. Not on the crew's CTAs.
 //   3. combine: CTAs [0, crew) push dX rows home as soon as C has finished the tile rows under
-//      them (they leave the builder after B), the others join them when D is dry; then the fold
-//      (weights 1: dY was weighted on its way out; c.shared adds the router's and the shared
-//      experts' dx in fp32 before the one rounding).
+//      them (they leave the builder after B), the others join them when SD is dry; then the fold
+//      (weights 1: dY was weighted on its way out; c.shared, the router's and the shared MLP's dx
+//      in fp32, added before the one rounding), once SC's tiles are all done.
 // No wait closes a cycle while all CTAs are resident: A and B wait for movers, which never wait
 // for tiles; C and D for A's tiles, all claimed (by running CTAs) before any CTA leaves A's queue;
-// the crew for C's tiles, built by CTAs that wait for nothing but A.
+// SC and SD for SA's, claimed before any CTA leaves SA's; the crew for C's tiles, built by CTAs
+// that wait for nothing but A; the fold for SC's, all claimed before any CTA leaves SC's queue.
 #pragma once
 #include "experts.h"
 
 namespace kosmos {
 namespace moe {
 
+// The shared MLP's four jobs (gemm::JobRecord: more than the kernel's parameters can hold beside the
+// routed GEMMs'), in global memory; a job of no tiles (tiles_m 0: no shared MLP, no tokens) is empty.
+// EpiW: the weight gradients' store (EpiStoreF32 or EpiStoreBf16).
+template <class EpiW>
+struct SharedBackward {
+  gemm::JobRecord<gemm::EpiSwiGLUBackward> dgrad2;  // SA: d_pre_s [T, 2 Fs] = SwiGLU' (dY W2_s)
+  gemm::JobRecord<EpiW> wgrad2;                     // SB: dW2_s [H, Fs] = dY^T h_s
+  gemm::JobRecord<gemm::EpiStoreF32> dgrad1;        // SC: c.shared [T, H] += d_pre_s W1_s
+  gemm::JobRecord<EpiW> wgrad1;                     // SD: dW1_s [2 Fs, H] = d_pre_s^T x
+  KOSMOS_DEVICE void acquire_maps() const {
+    dgrad2.acquire_maps();
+    wgrad2.acquire_maps();
+    dgrad1.acquire_maps();
+    wgrad1.acquire_maps();
+  }
+};
+
 // Grid, movers, crew, PushUnroll and rows_cap as forward_experts. words[0..1]: A's queue, [2..3]
-// B's, [4..5] C's, [6..7] D's, [8]: CTAs out (for the rows_done reset).
-template <class Tile, int PushUnroll, class EpiA, class EpiB, class EpiC, class EpiD>
+// B's, [4..5] C's, [6..7] D's, [8..15] SA's, SB's, SC's, SD's, [16]: CTAs out (for the rows_done
+// reset). rows_done: rows_cap counters per routed GEMM, then SA's and SC's finished tiles.
+template <class Tile, int PushUnroll, class EpiA, class EpiB, class EpiC, class EpiD, class EpiW>
 KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, const ExpertGemm& gb, const EpiB& epi_b,
                                     const ExpertGemm& gc, const EpiC& epi_c, const ExpertGemm& gd, const EpiD& epi_d,
-                                    const DispatchParams& d, const CombineParams& c, i32 movers, i32 crew,
-                                    i32 rows_cap, u64* words, u64* rows_done) {
+                                    const SharedBackward<EpiW>& sh, const DispatchParams& d, const CombineParams& c,
+                                    i32 movers, i32 crew, i32 rows_cap, u64* words, u64* rows_done) {
   using namespace gemm;
   extern __shared__ __align__(16) u8 smem[];
   __shared__ GroupTable table;
@@ -63,20 +88,43 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
     const GroupedSchedule<LAYOUT_NT, Tile> sd{*gd.p, &table};
     QueueClaim claim_d{words + 6, sd.units()};
     const GroupTilesDone a_group{rows_done, &table, u64(ga.p->tiles_n), d.wait};
+    // the shared MLP's jobs (dense: one tile grid each)
+    u64* shared_done = rows_done + 2 * rows_cap;  // [0]: SA's finished tiles, [1]: SC's
+    const DenseSchedule<Tile> ssa{sh.dgrad2.p}, ssb{sh.wgrad2.p}, ssc{sh.dgrad1.p}, ssd{sh.wgrad1.p};
+    QueueClaim claim_sa{words + 8, work_units(sh.dgrad2.p)}, claim_sb{words + 10, work_units(sh.wgrad2.p)};
+    QueueClaim claim_sc{words + 12, work_units(sh.dgrad1.p)}, claim_sd{words + 14, work_units(sh.wgrad1.p)};
+    const AlwaysReady always;
+    const CountReached sa_done{shared_done, u64(claim_sa.units), d.wait};
+    const EpiCountDone<EpiSwiGLUBackward> done_sa(sh.dgrad2.epi, shared_done);
+    const auto epi_sb = with_tma(sh.wgrad2.epi, &sh.wgrad2.c);
+    const EpiCountDone<EpiAccumulateF32Tma> done_sc(EpiAccumulateF32Tma(EpiAccumulateF32(sh.dgrad1.epi), &sh.dgrad1.c),
+                                                    shared_done + 1);
+    const auto epi_sd = with_tma(sh.wgrad1.epi, &sh.wgrad1.c);
+    sh.acquire_maps();
+    const auto job_sa = builder_job<LAYOUT_NN>(ssa, &sh.dgrad2.a, &sh.dgrad2.b, claim_sa, always, done_sa);
+    const auto job_sb = builder_job<LAYOUT_NT>(ssb, &sh.wgrad2.a, &sh.wgrad2.b, claim_sb, always, epi_sb);
     const auto job_a = builder_job<LAYOUT_NN>(sa, ga.a, ga.b, claim_a, arrived_a, done_a);
     const auto job_b = builder_job<LAYOUT_NT>(sb, gb.a, gb.b, claim_b, arrived_b, epi_b);
     const auto job_c = builder_job<LAYOUT_NN>(sc, gc.a, gc.b, claim_c, a_row, done_c, builds_cd);
     const auto job_d = builder_job<LAYOUT_NT>(sd, gd.a, gd.b, claim_d, a_group, epi_d, builds_cd);
-    fine = run_builder_jobs_beside(smem, SideDispatch{d, side_pushes(movers)}, job_a, job_b, job_c, job_d);
+    const auto job_sc = builder_job<LAYOUT_NN>(ssc, &sh.dgrad1.a, &sh.dgrad1.b, claim_sc, sa_done, done_sc, builds_cd);
+    const auto job_sd = builder_job<LAYOUT_NT>(ssd, &sh.wgrad1.a, &sh.wgrad1.b, claim_sd, sa_done, epi_sd, builds_cd);
+    fine = run_builder_jobs_beside(smem, SideDispatch{d, side_pushes(movers)}, job_sa, job_sb, job_a, job_b, job_c,
+                                   job_d, job_sc, job_sd);
     phase_mark(8);
-    // a dX row is final once every tile row under it has all of C's tiles
-    combine_rows<PushUnroll>(fine, c, d, &table, rows_done + rows_cap, u64(gc.p->tiles_n), [] { return true; });
+    // a dX row is final once every tile row under it has all of C's tiles; the fold also reads
+    // SC's sums
+    const CountReached sc_done{shared_done + 1, u64(claim_sc.units), d.wait};
+    __shared__ int s_ok;
+    combine_rows<PushUnroll>(fine, c, d, &table, rows_done + rows_cap, u64(gc.p->tiles_n), [&] {
+      return cta_broadcast(&s_ok, threadIdx.x == 0 ? int(sc_done.reached()) : 1) != 0;
+    });
     phase_mark(9);
   } else {
     combine_nan(c);  // after a failed wait too: this rank's call has failed (the host raises)
   }
-  for (int q = 0; q < 4; ++q) queue_exit(words + 2 * q);
-  zero_when_last_out(words + 8, rows_done, 2 * rows_cap);
+  for (int q = 0; q < 8; ++q) queue_exit(words + 2 * q);
+  zero_when_last_out(words + 16, rows_done, 2 * rows_cap + 2);
 }
 
 }  // namespace moe

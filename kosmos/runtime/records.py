@@ -1,0 +1,49 @@
+"""DeviceRecord: a kernel's parameter record kept in device memory, for kernels whose records
+outgrow their parameters (HIP holds 4 KB of them; the MoE backward's jobs take more).
+
+    rec = DeviceRecord(dtype)              # one device slot of a mirrored struct's dtype
+    slot = rec.put(value, stream)          # value (an np.void of dtype) -> the slot (a kernel's pointer)
+
+`put` launches hipsrc/records.hip's kosmos_put_words with the record's bytes as that launch's
+parameters, on the stream the kernel that reads the record runs on: stream order makes the bytes
+visible to it, a CUDA graph that captures both launches replays them with the same bytes, and
+nothing waits on the host. One slot per DeviceRecord: the next put, ordered after the launch that
+read the last one on the same stream, overwrites it (a plan's calls on one stream, as every kosmos
+plan's). The device code reads TMA maps in such a record after gemm::JobRecord::acquire_maps.
+"""
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+# hipsrc/records.hip kRecordWords: the u64 words one put carries
+WORDS = 480
+WORDS_DTYPE = np.dtype([("w", np.uint64, (WORDS,))])  # RecordWords
+
+
+class DeviceRecord:
+    def __init__(self, dtype: np.dtype):
+        import cupy
+
+        from .module import load_module
+
+        dtype = np.dtype(dtype)
+        if dtype.itemsize % 8 or dtype.itemsize > 8 * WORDS:
+            raise ValueError(f"a device record is whole 8-byte words, at most {8 * WORDS} B; {dtype} is "
+                             f"{dtype.itemsize} B")
+        self.dtype = dtype
+        # 128-byte aligned (CuPy's allocations are 512-byte aligned): TMA maps need 64
+        self.slot = cupy.zeros(dtype.itemsize // 8, np.uint64)
+        self._put = load_module("records.hip").get_function("kosmos_put_words")
+
+    def put(self, value: np.void, stream: Any = None) -> Any:
+        """Write `value` (a record of this dtype) into the slot, in `stream`'s order; the slot (a
+        device array: pass it as the kernel's pointer)."""
+        if value.dtype != self.dtype:
+            raise TypeError(f"a record of {self.dtype} is needed, got {value.dtype}")
+        words = np.zeros((), WORDS_DTYPE)
+        n = self.dtype.itemsize // 8
+        words["w"][:n] = np.frombuffer(value.tobytes(), np.uint64)
+        self._put((1,), (128,), (words[()], self.slot, np.int32(n)), stream=stream)
+        return self.slot
