@@ -9,7 +9,7 @@ source notes/debug/call_env.sh s20
 T="-q -p no:cacheprovider --timeout=200 --timeout-method=thread -rfE --color=no"
 ROUTE="tests/gpu/test_moe_forward.py -k routing_in_the_launch_is_route_bitwise"
 if [[ ${1:-A} == A ]]; then
-  run "moe bwd tests np1" timeout 300 python3 -m mpi4py -m pytest tests/gpu/test_moe_backward_fused.py tests/gpu/test_moe_layer.py $T
+  run "moe bwd tests np1" timeout 300 python3 -m mpi4py -m pytest tests/gpu/test_runtime.py tests/gpu/test_moe_backward_fused.py tests/gpu/test_moe_layer.py $T
   run "route np4" timeout 200 $MPIRUN -np 4 python3 -m mpi4py -m pytest $ROUTE $T
   run "route np1" timeout 120 python3 -m mpi4py -m pytest $ROUTE $T
   run "bench bwd" timeout 300 python3 bench/moe.py --backward --models DeepSeek-V3,Llama-4-Scout --rows 256,2048 --iters 10 --warmup 3 --out "$RUNS" --tag s20
