@@ -122,22 +122,16 @@ KOSMOS_DEVICE void fence_tensormap_acquire(const void* map) {
 // product feeding a sum must round on its own: whether a*b+c contracts depends on inlining and
 // unrolling, which differ between kernels. NVIDIA: the _rn intrinsics are never contracted; AMD:
 // hipcc honours the contract pragma (its __fmul_rn is a plain, contractible product).
-KOSMOS_DEVICE float mul_unfused(float a, float b) {
 #if KOSMOS_AMD
+template <class T>
+KOSMOS_DEVICE T mul_unfused(T a, T b) {
 #pragma clang fp contract(off)
   return a * b;
-#else
-  return __fmul_rn(a, b);
-#endif
 }
-KOSMOS_DEVICE double mul_unfused(double a, double b) {
-#if KOSMOS_AMD
-#pragma clang fp contract(off)
-  return a * b;
 #else
-  return __dmul_rn(a, b);
+KOSMOS_DEVICE float mul_unfused(float a, float b) { return __fmul_rn(a, b); }
+KOSMOS_DEVICE double mul_unfused(double a, double b) { return __dmul_rn(a, b); }
 #endif
-}
 
 // ---- nanosecond clock for bounded waits ----
 KOSMOS_DEVICE u64 now_ns() {
