@@ -25,8 +25,10 @@ dgrad1). Their records live in device memory (kosmos/runtime/records.py: the ker
 would pass HIP's 4 KB). Returns dx [T, H] bf16, dW1 [E/P, 2I, H], dW2 [E/P, H, I] and the shared
 MLP's dW1_s [2 Fs, H], dW2_s [H, Fs] (None without it) in wgrad_dtype (float32 or bfloat16).
 
-After a dispatch that moved nothing (a routing past capacity, or a refused rank) dx is NaN and the
-weight gradients are not written: check `dispatch.check_status()` (or pass check=True).
+After a dispatch that moved nothing (a routing past capacity, or a refused rank) dx is NaN and no
+weight gradient is written, the shared MLP's included (MoELayer fills them with NaN); after a wait
+that gave up mid-call `extra` may hold part of the shared MLP's dx: check `dispatch.check_status()`
+(or pass check=True).
 """
 from __future__ import annotations
 
@@ -34,7 +36,7 @@ from typing import Any
 
 import numpy as np
 
-from ..arrays import check_array
+from ..arrays import check_array, refuse_overlap
 from ..dtypes import bfloat16, float32
 from ..runtime.streams import uses_stream
 from .combine import MoECombine
@@ -99,7 +101,9 @@ class MoEBackward(ExpertsLaunch):
             movers, crew = self._crews(movers, crew)
             heads, dw1, dw2 = self._gemm_heads(x_e, a, gate_up, w1, w2, dw1, dw2, stream)
             extra, out, t = comb.checked_outputs(routing, extra, out, stream)
-            shared_rec, extra, d_shared = self._shared_record(dy, shared, x, extra, stream)
+            shared_rec, extra, d_shared = self._shared_record(dy, shared, x, extra, out, stream)
+            # the slot is the last call's until this call joins the GPU's order (plan._join)
+            disp._join(stream)
             heads = (*heads, self._shared_jobs.put(shared_rec, stream))
         except (TypeError, ValueError) as e:
             refusal = e
@@ -114,13 +118,14 @@ class MoEBackward(ExpertsLaunch):
         self._run(refusal, heads, records, movers, crew, check, stream)
         return (out, dw1, dw2, *(d_shared or (None, None)))
 
-    def _null_heads(self) -> tuple:
-        return (*super()._null_heads(), self._shared_jobs.put(np.zeros((), SHARED_BACKWARD_DTYPE)[()]))
+    def _null_heads(self, stream: Any) -> tuple:
+        return (*super()._null_heads(stream), self._shared_jobs.put(np.zeros((), SHARED_BACKWARD_DTYPE)[()], stream))
 
-    def _shared_record(self, dy: Any, shared: SharedMLP | None, x: Any, extra: Any,
+    def _shared_record(self, dy: Any, shared: SharedMLP | None, x: Any, extra: Any, out: Any,
                        stream: Any) -> tuple[np.void, Any, tuple | None]:
         """The shared MLP's four job records (empty jobs without it, or without tokens), `extra`
-        (allocated, zeroed, where the MLP's dx needs it), and (dW1_s, dW2_s) or None; checked."""
+        (allocated, zeroed, where the MLP's dx needs it; checked writable and apart from what the
+        launch reads and writes, since its dgrad1 adds into it), and (dW1_s, dW2_s) or None; checked."""
         import cupy
 
         from .. import gemm
@@ -154,6 +159,10 @@ class MoEBackward(ExpertsLaunch):
         gate_up = gemm.gate_up_array(shared.gate_up, s_a, dev, stream, a=dy, b=w2, output=self._d_pre_s)
         if extra is None:
             extra = cupy.zeros((t, hid), np.float32)
+        else:
+            extra = check_array(extra, "extra", device=dev, stream=stream, writable=True)
+            refuse_overlap("extra", extra, dy=dy, x=x, shared_w1=w1, shared_w2=w2, shared_h=h, gate_up=gate_up,
+                           out=out)
         d_pre = self._d_pre_s
         tma, tm = gemm.arch_path() == "wgmma", self._tmaps
         jobs = (("dgrad2", s_a, dy, w2, d_pre, gate_up),

@@ -76,7 +76,8 @@ class ExpertsLaunch:
     combine plan of one world and experts, one hipsrc/moe_fused.hip launch with `queues` GEMM
     queues (head and CTAs out each, then the CTAs out of the counters' reset), and the finished
     tiles per tile row of the two GEMMs the combine and a later GEMM wait for (then two counters of
-    the forward's shared MLP)."""
+    the shared MLP's jobs' finished tiles: the forward's two GEMMs', the backward's dgrad2 and
+    dgrad1)."""
 
     def __init__(self, dispatch: MoEDispatch, combine: MoECombine, kernel: str, queues: int):
         import cupy
@@ -134,8 +135,9 @@ class ExpertsLaunch:
         """Whether warps push dispatch items (then items are a warp's grain): experts.h side_pushes."""
         return self._beside or movers == 0
 
-    def _null_heads(self) -> tuple:
-        """The GEMMs' arguments of a refused call (kernel argument order)."""
+    def _null_heads(self, stream: Any) -> tuple:
+        """The GEMMs' arguments of a refused call (kernel argument order), on `stream` once this call
+        joined the GPU's order."""
         return null_heads(*self.epilogues)
 
     def _run(self, refusal: Exception | None, heads: Any, records: Any, movers: Any, crew: Any, check: bool,
@@ -148,7 +150,8 @@ class ExpertsLaunch:
         if refusal is None:
             drec, crec = records()
         else:
-            heads = self._null_heads()
+            self.dispatch._join(stream)
+            heads = self._null_heads(stream)
             drec = disp._params(None, None, None, None, 1, True, stream)
             crec = comb._params(None, disp, None, None, None, None, 0, stream, scope=1)
             movers, crew = 1, 0
@@ -175,7 +178,7 @@ class MoEForward(ExpertsLaunch):
         """The router's arguments of a call whose routing came with it (or was refused)."""
         return (*null_heads(self.epilogues[0]), no_route())
 
-    def _null_heads(self) -> tuple:
+    def _null_heads(self, stream: Any) -> tuple:
         return (*self._no_router(), *null_heads(*self.epilogues[1:]))
 
     @uses_stream

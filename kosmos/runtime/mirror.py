@@ -101,11 +101,11 @@ def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
     from ..moe.dispatch import MIRRORS as DISPATCH_MIRRORS
     from ..moe.route import CONSTANTS as MOE_CONSTANTS, MIRRORS as MOE_MIRRORS
     from ..tp import params, queues
-    from . import status
+    from . import records, status
 
     headers = ["kosmos/wait.h", "kosmos/gemm/tile.h", "kosmos/tp.h", "kosmos/tp_params.h", "kosmos/moe/route.h",
                "kosmos/moe/dispatch.h", "kosmos/moe/combine.h", "kosmos/moe/router.h", "kosmos/mx/quant.h",
-               "kosmos/moe/backward.h"]
+               "kosmos/moe/backward.h", "kosmos/records.h"]
     structs = [StructMirror("kosmos::WaitCtx", status.WAIT_CTX_DTYPE),
                StructMirror("kosmos::Status", status.STATUS_DTYPE),
                StructMirror("kosmos::gemm::Problem", gemm.PROBLEM_DTYPE),
@@ -120,10 +120,11 @@ def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
                  for e, dt in (("EpiStoreF32", gemm.EPI_DTYPE), ("EpiSwiGLUBackward", gemm.SWIGLU_EPI_DTYPE))),
                *BACKWARD_MIRRORS,
                *params.MIRRORS, *MOE_MIRRORS, *DISPATCH_MIRRORS,
-               *COMBINE_MIRRORS]
+               *COMBINE_MIRRORS,
+               StructMirror("kosmos::RecordWords", records.WORDS_DTYPE, alignment=8)]
     constants = [ConstantMirror("kosmos::gemm", gemm.DEVICE_CONSTANTS),
                  ConstantMirror("kosmos::tp", {"kTileRow": queues.TILE_ROW}),
-                 ConstantMirror("kosmos", {"kMaxWorld": plan.MAX_WORLD}),  # (flags.h asserts OpFlags' size)
+                 ConstantMirror("kosmos", {"kMaxWorld": plan.MAX_WORLD, "kRecordWords": records.WORDS}),  # (flags.h asserts OpFlags' size)
                  ConstantMirror("kosmos", {**status.KERNELS, "KERNEL_COUNT_": len(status.KERNELS)}),
                  ConstantMirror("kosmos", {**status.SITES, "SITE_COUNT_": len(status.SITES)}),
                  ConstantMirror("kosmos::moe", MOE_CONSTANTS),

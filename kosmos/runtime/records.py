@@ -7,9 +7,10 @@ outgrow their parameters (HIP holds 4 KB of them; the MoE backward's jobs take m
 `put` launches hipsrc/records.hip's kosmos_put_words with the record's bytes as that launch's
 parameters, on the stream the kernel that reads the record runs on: stream order makes the bytes
 visible to it, a CUDA graph that captures both launches replays them with the same bytes, and
-nothing waits on the host. One slot per DeviceRecord: the next put, ordered after the launch that
-read the last one on the same stream, overwrites it (a plan's calls on one stream, as every kosmos
-plan's). The device code reads TMA maps in such a record after gemm::JobRecord::acquire_maps.
+nothing waits on the host. One slot per DeviceRecord: the next put overwrites it, so its caller
+orders it after the launch that read the last one (a plan's put follows plan._join, which orders
+the call after every earlier launch of the GPU's World ops, whatever its stream). The device code
+reads TMA maps in such a record after gemm::JobRecord::acquire_maps.
 """
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 
 import numpy as np
 
-# hipsrc/records.hip kRecordWords: the u64 words one put carries
+# hipsrc/kosmos/records.h kRecordWords: the u64 words one put carries (mirrored)
 WORDS = 480
 WORDS_DTYPE = np.dtype([("w", np.uint64, (WORDS,))])  # RecordWords
 

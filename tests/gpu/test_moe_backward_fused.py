@@ -8,7 +8,8 @@ theirs, with any crew of movers and combine CTAs, in fp32 and bf16 weight gradie
 before each call; a rank arrives late; every other call is skewed towards one expert; "big" gives
 every CTA several tiles of each GEMM; a third call leaves an expert without rows (its dW are zero).
 With the shared experts' MLP as jobs of the launch, its gradients and its dx (added into `extra`)
-must be bitwise the standalone GEMMs' MoELayer's device path runs (whole tiles, no stream-K).
+must be bitwise what the standalone GEMMs give, as MoELayer's device path runs them (whole tiles,
+no stream-K).
 """
 from __future__ import annotations
 
@@ -157,17 +158,20 @@ def test_backward_refuses_bad_arguments_on_every_rank(world):
 
 @pytest.mark.parametrize("width,wgrad", [("small", np.float32), ("small", bfloat16), ("big", np.float32)])
 def test_backward_with_the_shared_mlp_is_bitwise_the_separate_launches(world, width, wgrad):
-    """The shared MLP's four GEMMs as jobs of the launch (Fs = 2 F: two shared experts' width)."""
+    """The shared MLP's four GEMMs as jobs of the launch (Fs = 2 F: two shared experts' width), under
+    several crews; the last call passes no `extra` (the launch allocates the shared dx's sum)."""
     case = Case(world, width, wgrad)
-    r, fs, h = world.rank, 2 * case.f, case.h
+    r, fs, h, grid = world.rank, 2 * case.f, case.h, case.bwd.grid
     sw1 = cupy.asarray((rank_input(94, 0, (2 * fs, h), np.float32) * 0.1).astype(bfloat16))
     sw2 = cupy.asarray((rank_input(95, 0, (h, fs), np.float32) * 0.1).astype(bfloat16))
+    crews = [(None, None), (1, grid - 1), (grid, 0), (0, None)]
     try:
         failed = []
-        for c in range(3):
+        for c, (movers, crew) in enumerate(crews):
             rt, x_e, a, kept, dy, rows = case.forward(70 + c)
             x, t = case.x, dy.shape[0]
-            extra0 = cupy.asarray(rank_input(80 + c, r, (t, h), np.float32))  # the router's dx
+            given = c < 3  # the router's dx, or none
+            extra0 = cupy.asarray(rank_input(80 + c, r, (t, h), np.float32)) if given else cupy.zeros((t, h), np.float32)
             gate_up = cupy.empty((t, 2 * fs), bfloat16)
             want_extra = extra0.copy()
             want_s = [cupy.zeros((2 * fs, h), case.wdt), cupy.zeros((h, fs), case.wdt)]
@@ -182,17 +186,60 @@ def test_backward_with_the_shared_mlp_is_bitwise_the_separate_launches(world, wi
             if c == 1 and r == world.size - 1:
                 cupy.cuda.Device().synchronize()
                 time.sleep(0.5)  # a late rank
-            extra = extra0.copy()
+            extra = extra0.copy() if given else None
             out = _nan(cupy.empty((t, h), bfloat16))
             got = case.bwd(dy, rt, x_e, a, kept, case.w1, case.w2, extra=extra, out=out, check=True,
-                           shared=SharedMLP(sw1, sw2, h_s, gate_up), x=x)
+                           shared=SharedMLP(sw1, sw2, h_s, gate_up), x=x, movers=movers, crew=crew)
             names = ("dx", "dW1", "dW2", "shared dW1", "shared dW2", "extra (+ shared dx)")
-            for name, g, w in zip(names, (*got, extra), (*want, *want_s, want_extra)):
+            for name, g, w in zip(names, (*got, extra if given else want_extra), (*want, *want_s, want_extra)):
                 if g is None or g.shape != w.shape or not (_bits(g) == _bits(w)).all():
-                    failed.append(f"call {c} (T {t}): {name} is not bitwise the separate launches'")
+                    failed.append(f"call {c} (T {t}, movers {movers}, crew {crew}): {name} is not bitwise the "
+                                  "separate launches'")
             if t and not bool(cupy.isfinite(got[3]).all() and cupy.abs(got[3]).max() > 0):
                 failed.append(f"call {c}: the shared dW1 is not finite and nonzero")
         everyone = world.comm.allgather(failed)
         assert not any(everyone), f"rank {r}: {failed}; all ranks: {everyone}"
+    finally:
+        case.close()
+
+
+def test_backward_refuses_bad_shared_arguments_on_every_rank(world):
+    """A shared.w1 of the wrong shape on rank 0, or x without shared: that rank raises ValueError, the
+    others KosmosError (nothing moved); an `extra` that overlaps dy is refused (the launch adds into
+    it); the next call is right again."""
+    from kosmos.errors import KosmosError
+
+    case = Case(world, "small", np.float32)
+    r, fs, h = world.rank, 2 * case.f, case.h
+    sw1 = cupy.asarray((rank_input(94, 0, (2 * fs, h), np.float32) * 0.1).astype(bfloat16))
+    sw2 = cupy.asarray((rank_input(95, 0, (h, fs), np.float32) * 0.1).astype(bfloat16))
+    try:
+        rt, x_e, a, kept, dy, rows = case.forward(90)
+        x, t = case.x, dy.shape[0]
+        gate_up = cupy.empty((t, 2 * fs), bfloat16)
+        h_s = gemm.matmul(x, sw1, "TN", epilogue="swiglu", gate_up=gate_up) if t else cupy.empty((0, fs), bfloat16)
+        both = cupy.empty((t, h), np.float32)
+        dy_in_both = both.view(bfloat16).reshape(-1)[:t * h].reshape(t, h)  # dy in extra's first half
+        dy_in_both[...] = dy
+        bad = [dict(shared=SharedMLP(sw1[:, :64].copy(), sw2, h_s, gate_up), x=x),
+               dict(x=x),
+               dict(shared=SharedMLP(sw1, sw2, h_s, gate_up), x=x, extra=both, dy=dy_in_both)]
+        for c, kw in enumerate(bad):
+            args = dict(shared=SharedMLP(sw1, sw2, h_s, gate_up), x=x, extra=None, dy=dy)
+            if r == 0:
+                args.update(kw)
+            err = None
+            try:
+                d = args.pop("dy")
+                case.bwd(d, rt, x_e, a, kept, case.w1, case.w2, check=True, **args)
+            except (ValueError, KosmosError) as e:
+                err = e
+            kinds = world.comm.allgather(type(err).__name__ if err is not None else None)
+            assert kinds[0] == "ValueError" and all(k == "KosmosError" for k in kinds[1:]), (c, kinds)
+        want = case.separate(rt, x_e, a, kept, dy, None)
+        got = case.bwd(dy, rt, x_e, a, kept, case.w1, case.w2, check=True)
+        bad = [n for n, g, w in zip(("dx", "dW1", "dW2"), got, want) if not (_bits(g) == _bits(w)).all()]
+        everyone = world.comm.allgather(bad)
+        assert not any(everyone), f"after refused calls: {everyone}"
     finally:
         case.close()

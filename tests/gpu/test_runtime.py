@@ -103,12 +103,16 @@ def test_time_calls_gives_up_instead_of_hanging(world, monkeypatch):
 
 
 def test_device_record_puts_its_bytes_in_stream_order(world):
-    """DeviceRecord: the record's bytes land in its slot, ordered on the stream after earlier work
-    (the slot is poisoned by a launch on the same stream first), and a wrong dtype is refused."""
+    """DeviceRecord: the record's bytes land in its 64-byte aligned slot (TMA maps), ordered on the
+    stream after earlier work (the slot is poisoned, behind a 20 ms spin, on the same stream first),
+    and a wrong dtype is refused."""
     from kosmos.runtime.records import WORDS, DeviceRecord
 
+    spin = cupy.RawKernel(r"""extern "C" __global__ void spin(long long cycles) {
+      long long t0 = clock64(); while (clock64() - t0 < cycles) {} }""", "spin")
     dt = np.dtype([("p", np.uint64), ("n", np.int32), ("f", np.float32), ("w", np.uint64, (29,))])
     rec = DeviceRecord(dt)
+    assert rec.slot.data.ptr % 64 == 0
     rng = np.random.default_rng(world.rank)
     stream = cupy.cuda.Stream(non_blocking=True)
     for _ in range(3):
@@ -116,6 +120,7 @@ def test_device_record_puts_its_bytes_in_stream_order(world):
         v["p"], v["n"], v["f"] = rng.integers(1, 2**63), rng.integers(-2**31, 2**31), rng.standard_normal()
         v["w"] = rng.integers(0, 2**63, 29, dtype=np.uint64)
         with stream:
+            spin((1,), (1,), (np.int64(40_000_000),))  # ~20 ms: a put on another stream would land first
             rec.slot.fill(0xFFFFFFFFFFFFFFFF)
         slot = rec.put(v[()], stream)
         stream.synchronize()
