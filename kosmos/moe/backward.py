@@ -162,7 +162,7 @@ class MoEBackward(ExpertsLaunch):
         else:
             extra = check_array(extra, "extra", device=dev, stream=stream, writable=True)
             refuse_overlap("extra", extra, dy=dy, x=x, shared_w1=w1, shared_w2=w2, shared_h=h, gate_up=gate_up,
-                           out=out)
+                           dx=out)
         d_pre = self._d_pre_s
         tma, tm = gemm.arch_path() == "wgmma", self._tmaps
         jobs = (("dgrad2", s_a, dy, w2, d_pre, gate_up),

@@ -6,7 +6,7 @@
 source notes/debug/call_env.sh s21_$1
 T="-q -p no:cacheprovider --timeout=200 --timeout-method=thread -rfE --color=no"
 if [ "$1" = 1 ]; then
-  run "np1 record+bwd+fwd refusal" timeout 300 python3 -m mpi4py -m pytest tests/gpu/test_runtime.py -k record \
+  run "np1 record+bwd+fwd" timeout 300 python3 -m mpi4py -m pytest tests/gpu/test_runtime.py \
     tests/gpu/test_moe_backward_fused.py tests/gpu/test_moe_forward.py $T
   run "np4 shared/refuses" timeout 240 $MPIRUN -np 4 python3 -m mpi4py -m pytest tests/gpu/test_moe_backward_fused.py \
     -k "shared or refuses" $T
