@@ -222,7 +222,7 @@ def test_backward_refuses_bad_shared_arguments_on_every_rank(world):
         dy_in_both = both.view(bfloat16).reshape(-1)[:t * h].reshape(t, h)  # dy in extra's first half
         dy_in_both[...] = dy
         bad = [dict(shared=SharedMLP(sw1[:, :64].copy(), sw2, h_s, gate_up), x=x),
-               dict(x=x),
+               dict(shared=None, x=x),
                dict(shared=SharedMLP(sw1, sw2, h_s, gate_up), x=x, extra=both, dy=dy_in_both)]
         for c, kw in enumerate(bad):
             args = dict(shared=SharedMLP(sw1, sw2, h_s, gate_up), x=x, extra=None, dy=dy)
