@@ -284,6 +284,29 @@ KOSMOS_DEVICE u64 warp_broadcast(u64 v) {
 #endif
 }
 
+// The sum (max) of v over the warp's lanes, on every lane, the same bits on every run: an xor
+// butterfly (lanes i and i ^ m add the same two values at each step, and fp addition commutes).
+KOSMOS_DEVICE float warp_sum(float v) {
+  for (int m = kWarpSize / 2; m > 0; m >>= 1) {
+#if KOSMOS_AMD
+    v += __shfl_xor(v, m);
+#else
+    v += __shfl_xor_sync(0xffffffffu, v, m);
+#endif
+  }
+  return v;
+}
+KOSMOS_DEVICE float warp_max(float v) {
+  for (int m = kWarpSize / 2; m > 0; m >>= 1) {
+#if KOSMOS_AMD
+    v = fmaxf(v, __shfl_xor(v, m));
+#else
+    v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, m));
+#endif
+  }
+  return v;
+}
+
 // ---- 16-byte vector access ----
 KOSMOS_DEVICE vec16 ld16(const void* p) { return *reinterpret_cast<const vec16*>(p); }
 KOSMOS_DEVICE void st16(void* p, const vec16& v) { *reinterpret_cast<vec16*>(p) = v; }

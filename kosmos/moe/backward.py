@@ -1,38 +1,44 @@
-"""MoEBackward: the local experts' part of the MoE backward in one launch, dY dispatch to dX fold.
+"""MoEBackward: the local experts' part of the MoE backward in one launch, the router's backward
+and dY dispatch to dX fold.
 
 MoELayer's path "fused" backward runs it (bitwise the device path's separate launches:
 tests/gpu/test_moe_backward_fused.py, tests/gpu/test_moe_layer.py; at world 1 on the H200 it is
-0.85-1.13x the device path's speed: notes/moe.md, session 13).
+0.90-1.26x the device path's speed: notes/moe.md, session 20).
 
     bwd = MoEBackward(dispatch, combine, wgrad_dtype=np.float32)   # the layer's backward dispatch plan
-    dx, dw1, dw2, _, _ = bwd(dy, routing, x_e, a, gate_up, w1, w2, extra=None)
-    dx, dw1, dw2, dsw1, dsw2 = bwd(..., extra=extra, shared=SharedMLP(sw1, sw2, h_s, gate_up_s), x=x)
+    g = bwd(dy, routing, x_e, a, gate_up, w1, w2, extra=extra)     # g.dx, g.dw1, g.dw2 (BackwardGrads)
+    g = bwd(..., shared=SharedMLP(sw1, sw2, h_s, gate_up_s), router=RouterBackward(cfg, logits, wr_pad,
+            forward_status), x=x)                                    # + g.dw1_shared, g.dw2_shared, g.d_router_w
 
 One persistent kernel (hipsrc/kosmos/moe/backward.h), on the forward's routing and saved tensors
 (x_e: the forward's dispatch arena rows [capacity, H]; a = silu(gate) * up [capacity, I]; gate_up
-[capacity, 2I]; the arena rows of this dispatch line up with them: same routing, same counts):
-the builders' idle warps push each pair's dY row, times its routing weight, to its expert's owner
-beside one builder call over four GEMMs: dgrad2 with the SwiGLU backward in its epilogue
-(d_pre = [dg, du], dA never stored) as the rows land, wgrad2 (dW2 = dY_e^T a_e), dgrad1 (dX_e = d_pre
-W1, each tile once dgrad2 has finished its tile row) and wgrad1 (dW1 = d_pre^T x_e, each expert once
-dgrad2 has finished all its rows); a crew pushes each dX row home as soon as its dgrad1 tile row
-is done, the builders join it; every rank then sums each token's k rows in fp32 with `extra` (the
-router's dx, fp32 [T, H]) and rounds once. With `shared` (the forward's SharedMLP: its h and gate_up
-now read) the shared experts' MLP's backward runs as four more jobs of the same builder call
-(hipsrc/kosmos/moe/backward.h: its dgrad2 with the SwiGLU backward and its wgrad2 first, while dY
-lands; its dgrad1, added into `extra` by the TMA unit, and its wgrad1 last; the fold waits for the
-dgrad1). Their records live in device memory (kosmos/runtime/records.py: the kernel's parameters
-would pass HIP's 4 KB). Returns dx [T, H] bf16, dW1 [E/P, 2I, H], dW2 [E/P, H, I] and the shared
-MLP's dW1_s [2 Fs, H], dW2_s [H, Fs] (None without it) in wgrad_dtype (float32 or bfloat16).
+[capacity, 2I]; the arena rows of this dispatch line up with them: same routing, same counts).
+With `router`, every warp first takes a token: its pairs' combine-weight gradients from their
+expert outputs, still in the combine buffer, and its d logits (kosmos/moe/router_grads.py); the
+grid meets (the combine below writes that buffer) and the router's dWr and dx (stored into the
+fold's fp32 addend) become the builder call's first jobs. Then the builders' idle warps push each
+pair's dY row, times its routing weight, to its expert's owner beside one builder call over four
+GEMMs: dgrad2 with the SwiGLU backward in its epilogue (d_pre = [dg, du], dA never stored) as the
+rows land, wgrad2 (dW2 = dY_e^T a_e), dgrad1 (dX_e = d_pre W1, each tile once dgrad2 has finished
+its tile row) and wgrad1 (dW1 = d_pre^T x_e, each expert once dgrad2 has finished all its rows); a
+crew pushes each dX row home as soon as its dgrad1 tile row is done, the builders join it; every
+rank then sums each token's k rows in fp32 with the addend (`extra`, or the router's dx) and
+rounds once. With `shared` (the forward's SharedMLP: its h and gate_up now read) the shared
+experts' MLP's backward runs as four more jobs of the same builder call (its dgrad2 with the SwiGLU
+backward and its wgrad2 first, while dY lands; its dgrad1, added into the addend by the TMA unit
+after the router's dx, and its wgrad1 last; the fold waits for the dgrad1). The router's and the
+shared MLP's records live in device memory (kosmos/runtime/records.py: the kernel's parameters
+would pass HIP's 4 KB). Weight gradients in wgrad_dtype (float32 or bfloat16), the router's fp32.
 
 After a dispatch that moved nothing (a routing past capacity, or a refused rank) dx is NaN and no
-weight gradient is written, the shared MLP's included (MoELayer fills them with NaN); after a wait
-that gave up mid-call `extra` may hold part of the shared MLP's dx: check `dispatch.check_status()`
-(or pass check=True).
+weight gradient is written, the router's and the shared MLP's included (MoELayer fills them with
+NaN); after a wait that gave up mid-call `extra` may hold part of the shared MLP's dx: check
+`dispatch.check_status()` (or pass check=True).
 """
 from __future__ import annotations
 
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -43,8 +49,10 @@ from .combine import MoECombine
 from .dispatch import MoEDispatch
 from ..runtime.mirror import StructMirror
 from ..runtime.records import DeviceRecord
+from .config import MoEConfig
 from .forward import ExpertsLaunch, SharedMLP
 from .route import DeviceRouting
+from .router_grads import ROUTER_GRADS_DTYPE, router_grads_record
 
 
 def _shared_backward_dtype() -> np.dtype:
@@ -60,9 +68,47 @@ def _shared_backward_dtype() -> np.dtype:
                      "offsets": [i * size for i in range(4)], "itemsize": 4 * size})
 
 
+def _router_backward_dtype() -> np.dtype:
+    """moe::RouterBackward (backward.h): dWr's and dx's gemm::JobRecords, then the RouterGrads."""
+    from .. import gemm
+
+    job = gemm.job_record_dtype(gemm.EPI_DTYPE)
+    at = 2 * job.itemsize
+    return np.dtype({"names": ["dw", "dx", "grads"], "formats": [job, job, ROUTER_GRADS_DTYPE],
+                     "offsets": [0, job.itemsize, at], "itemsize": -(-(at + ROUTER_GRADS_DTYPE.itemsize) // 64) * 64})
+
+
 SHARED_BACKWARD_DTYPE = _shared_backward_dtype()
-MIRRORS = [StructMirror(f"kosmos::moe::SharedBackward<kosmos::gemm::{w}>", SHARED_BACKWARD_DTYPE, alignment=64)
-           for w in ("EpiStoreF32", "EpiStoreBf16")]
+ROUTER_BACKWARD_DTYPE = _router_backward_dtype()
+MIRRORS = [*(StructMirror(f"kosmos::moe::SharedBackward<kosmos::gemm::{w}>", SHARED_BACKWARD_DTYPE, alignment=64)
+             for w in ("EpiStoreF32", "EpiStoreBf16")),
+           StructMirror("kosmos::moe::RouterBackward", ROUTER_BACKWARD_DTYPE, alignment=64)]
+
+
+@dataclass
+class RouterBackward:
+    """The router's backward for MoEBackward (run first in its launch): the forward's rule (cfg:
+    score, normalize, scaling, the loss coefficients) and logits [T, >= E] fp32, router_w padded to
+    [E_pad, H] bf16 (E_pad: a multiple of 64, zero rows past E), the forward dispatch's status
+    (int64: nonzero, it moved nothing), and start: the chosen pairs per expert as an [E + 1] prefix
+    (router_grads.pair_starts; None: the routing's own, right where no pair was dropped)."""
+    cfg: MoEConfig
+    logits: Any
+    router_w: Any
+    status: Any
+    start: Any = None
+
+
+class BackwardGrads(NamedTuple):
+    """MoEBackward's results: dx [T, H] bf16, the routed experts' dW1 [E/P, 2I, H] and dW2 [E/P, H, I],
+    the shared MLP's dW1_s [2 Fs, H] and dW2_s [H, Fs] (None without it), in wgrad_dtype, and the
+    router's dWr [E, H] fp32 (None without it)."""
+    dx: Any
+    dw1: Any
+    dw2: Any
+    dw1_shared: Any = None
+    dw2_shared: Any = None
+    d_router_w: Any = None
 
 
 class MoEBackward(ExpertsLaunch):
@@ -74,37 +120,45 @@ class MoEBackward(ExpertsLaunch):
             raise TypeError(f"wgrad_dtype must be float32 or bfloat16, got {wdt}")
         from .. import gemm
 
-        super().__init__(dispatch, combine, "kosmos_moe_backward_" + ("f32" if wdt == np.dtype(float32) else "bf16"), 8)
+        super().__init__(dispatch, combine, "kosmos_moe_backward_" + ("f32" if wdt == np.dtype(float32) else "bf16"), 10)
         self.wgrad_dtype = wdt
         self.epilogues = (gemm.SWIGLU_EPI_DTYPE, gemm.EPI_DTYPE, gemm.EPI_DTYPE, gemm.EPI_DTYPE)
         self._d_pre = self._d_xe = None   # [capacity, 2I], [capacity, H] bf16: dgrad2's and dgrad1's outputs
         self._d_pre_s = None              # [T, 2 Fs] bf16: the shared MLP's d[gate, up]
-        self._tmaps: tuple[dict, ...] = tuple({} for _ in range(8))
+        self._d_logits = None             # [T, E_pad] bf16: the router's d logits
+        self._tmaps: tuple[dict, ...] = tuple({} for _ in range(10))
         self._shared_jobs = DeviceRecord(SHARED_BACKWARD_DTYPE)
+        self._router_jobs = DeviceRecord(ROUTER_BACKWARD_DTYPE)
 
     @uses_stream
     def __call__(self, dy: Any, routing: DeviceRouting, x_e: Any, a: Any, gate_up: Any, w1: Any, w2: Any, *,
-                 extra: Any = None, shared: SharedMLP | None = None, x: Any = None, out: Any = None,
-                 dw1: Any = None, dw2: Any = None, movers: int | None = None, crew: int | None = None,
-                 check: bool = False, stream: Any = None) -> tuple[Any, Any, Any, Any, Any]:
-        """(dx, dW1, dW2, dW1_s, dW2_s); see the module docstring. dy: [T, H] bf16, the gradient of
-        the forward's output; routing: the forward's; x_e, a, gate_up: the forward's saved expert
-        rows; w1 [E/P, 2I, H] and w2 [E/P, H, I] bf16; extra: fp32 [T, H] added to dx before its
-        rounding (the shared MLP's dx is added into it: allocated, zeroed, when None); shared: the
-        forward's SharedMLP (gate_up required), with x: the forward's tokens [T, H] bf16; out, dw1,
-        dw2: outputs to write (allocated when None). movers / crew as MoEForward's. A rank whose
-        arguments are refused still launches (moving nothing, so no peer waits for it) and raises."""
+                 extra: Any = None, shared: SharedMLP | None = None, router: RouterBackward | None = None,
+                 x: Any = None, out: Any = None, dw1: Any = None, dw2: Any = None, movers: int | None = None,
+                 crew: int | None = None, check: bool = False, stream: Any = None) -> BackwardGrads:
+        """BackwardGrads (see the module docstring). dy: [T, H] bf16, the gradient of the forward's
+        output; routing: the forward's; x_e, a, gate_up: the forward's saved expert rows; w1
+        [E/P, 2I, H] and w2 [E/P, H, I] bf16; extra: fp32 [T, H] added to dx before its rounding
+        (the shared MLP's dx is added into it: allocated, zeroed, when None; not with `router`,
+        whose dx the launch stores there first); shared: the forward's SharedMLP (gate_up
+        required); router: the router's backward (RouterBackward), its d w from this plan's
+        combine buffer, which must still hold the forward's expert outputs; x: the forward's tokens
+        [T, H] bf16, with shared or router; out, dw1, dw2: outputs to write (allocated when None).
+        movers / crew as MoEForward's. A rank whose arguments are refused still launches (moving
+        nothing, so no peer waits for it) and raises."""
         disp, comb = self.dispatch, self.combine
-        refusal = heads = d_shared = None
+        refusal = heads = d_shared = d_router_w = None
         try:
             dy, start, order, weights, k = disp._checked(dy, routing, True, stream)
             movers, crew = self._crews(movers, crew)
             heads, dw1, dw2 = self._gemm_heads(x_e, a, gate_up, w1, w2, dw1, dw2, stream)
             extra, out, t = comb.checked_outputs(routing, extra, out, stream)
+            if x is not None and shared is None and router is None:
+                raise ValueError("x goes with shared or router (their backward reads the forward's tokens)")
+            router_rec, extra, d_router_w = self._router_record(dy, routing, router, x, extra, stream)
             shared_rec, extra, d_shared = self._shared_record(dy, shared, x, extra, out, stream)
-            # the slot is the last call's until this call joins the GPU's order (plan._join)
+            # the slots are the last call's until this call joins the GPU's order (plan._join)
             disp._join(stream)
-            heads = (*heads, self._shared_jobs.put(shared_rec, stream))
+            heads = (*heads, self._shared_jobs.put(shared_rec, stream), self._router_jobs.put(router_rec, stream))
         except (TypeError, ValueError) as e:
             refusal = e
 
@@ -116,10 +170,64 @@ class MoEBackward(ExpertsLaunch):
                     comb._params(self._d_xe, disp, routing.slot, ones, extra, out, t, stream, scope=1))
 
         self._run(refusal, heads, records, movers, crew, check, stream)
-        return (out, dw1, dw2, *(d_shared or (None, None)))
+        return BackwardGrads(out, dw1, dw2, *(d_shared or (None, None)), d_router_w)
 
     def _null_heads(self, stream: Any) -> tuple:
-        return (*super()._null_heads(stream), self._shared_jobs.put(np.zeros((), SHARED_BACKWARD_DTYPE)[()], stream))
+        return (*super()._null_heads(stream), self._shared_jobs.put(np.zeros((), SHARED_BACKWARD_DTYPE)[()], stream),
+                self._router_jobs.put(np.zeros((), ROUTER_BACKWARD_DTYPE)[()], stream))
+
+    def _router_record(self, dy: Any, routing: DeviceRouting, router: RouterBackward | None, x: Any, extra: Any,
+                       stream: Any) -> tuple[np.void, Any, Any]:
+        """The router's backward record (empty without it, or without tokens), `extra` (allocated
+        for the router's dx) and dWr [E, H] fp32 (None without it); checked."""
+        import cupy
+
+        from .. import gemm
+
+        rec = np.zeros((), ROUTER_BACKWARD_DTYPE)
+        if router is None:
+            return rec[()], extra, None
+        if not isinstance(router, RouterBackward):
+            raise TypeError(f"router must be a RouterBackward, got {type(router).__name__}")
+        if extra is not None:
+            raise ValueError("extra goes without router: the launch stores the router's dx there, then adds to it")
+        cfg, dev, disp = router.cfg, self.world.device_id, self.dispatch
+        t, hid, e = int(dy.shape[0]), int(dy.shape[1]), disp.experts
+        if (cfg.experts, cfg.top_k, cfg.hidden) != (e, routing.experts.shape[1], hid):
+            raise ValueError(f"router.cfg routes {cfg.experts} experts, top {cfg.top_k}, hidden {cfg.hidden}; this "
+                             f"call {e}, top {routing.experts.shape[1]}, hidden {hid}")
+        wr = check_array(router.router_w, "router.router_w", dtypes=(bfloat16,), device=dev, stream=stream)
+        if wr.ndim != 2 or wr.shape[1] != hid or wr.shape[0] < e or wr.shape[0] % 64:
+            raise ValueError(f"router.router_w must be [E_pad, {hid}] bf16, E_pad >= {e} a multiple of 64 (zero rows "
+                             f"past E), got {tuple(wr.shape)}")
+        status = check_array(router.status, "router.status", dtypes=(np.dtype(np.int64),), device=dev, stream=stream)
+        if status.size < 1:
+            raise ValueError("router.status must be the forward dispatch's status (int64)")
+        e_pad = int(wr.shape[0])
+        if t == 0:  # no token, no gradient
+            return rec[()], extra, cupy.zeros((e, hid), np.float32)
+        logits = check_array(router.logits, "router.logits", dtypes=(np.dtype(np.float32),), device=dev,
+                             stream=stream)
+        x = check_array(x, "x", dtypes=(bfloat16,), device=dev, stream=stream)
+        if logits.ndim != 2 or logits.shape[0] != t or logits.shape[1] < e:
+            raise ValueError(f"router.logits must be the forward's [{t}, >= {e}] fp32, got {tuple(logits.shape)}")
+        if tuple(x.shape) != (t, hid):
+            raise ValueError(f"x must be the forward's [{t}, {hid}] bf16, got {tuple(x.shape)}")
+        start = routing.start if router.start is None else router.start
+        start = check_array(start, "router.start", dtypes=(np.dtype(np.int32),), device=dev, stream=stream)
+        if start.shape != (e + 1,):
+            raise ValueError(f"router.start must be [{e + 1}] int32, got {tuple(start.shape)}")
+        if self._d_logits is None or self._d_logits.shape != (t, e_pad):
+            self._d_logits = cupy.empty((t, e_pad), bfloat16)
+        d_logits, tma, tm = self._d_logits, gemm.arch_path() == "wgmma", self._tmaps
+        extra = cupy.empty((t, hid), np.float32)  # every element stored by the router's dx job
+        d_router_w = cupy.empty((e_pad, hid), np.float32)
+        rec["grads"] = router_grads_record(
+            cfg, logits=logits, chosen=routing.experts, start=start, hidden=hid, comb=self.combine.comb.local,
+            slot=routing.slot, dy=dy, status=status, d_logits=d_logits)
+        rec["dw"] = gemm.job_record(gemm.gemm_shape("NT", d_logits.shape, x.shape), d_logits, x, d_router_w, tm[8], tma)
+        rec["dx"] = gemm.job_record(gemm.gemm_shape("NN", d_logits.shape, wr.shape), d_logits, wr, extra, tm[9], tma)
+        return rec[()], extra, d_router_w[:e]
 
     def _shared_record(self, dy: Any, shared: SharedMLP | None, x: Any, extra: Any, out: Any,
                        stream: Any) -> tuple[np.void, Any, tuple | None]:
@@ -132,8 +240,6 @@ class MoEBackward(ExpertsLaunch):
 
         rec = np.zeros((), SHARED_BACKWARD_DTYPE)
         if shared is None:
-            if x is not None:
-                raise ValueError("x goes with shared (the shared MLP's backward reads the forward's tokens)")
             return rec[()], extra, None
         if not isinstance(shared, SharedMLP):
             raise TypeError(f"shared must be a SharedMLP, got {type(shared).__name__}")

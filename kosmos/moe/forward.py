@@ -75,9 +75,9 @@ class ExpertsLaunch:
     """What the MoE megakernels (MoEForward, moe/backward.py's MoEBackward) share: a dispatch and a
     combine plan of one world and experts, one hipsrc/moe_fused.hip launch with `queues` GEMM
     queues (head and CTAs out each, then the CTAs out of the counters' reset), and the finished
-    tiles per tile row of the two GEMMs the combine and a later GEMM wait for (then two counters of
-    the shared MLP's jobs' finished tiles: the forward's two GEMMs', the backward's dgrad2 and
-    dgrad1)."""
+    tiles per tile row of the two GEMMs the combine and a later GEMM wait for (then four counters:
+    the forward's shared MLP GEMMs' finished tiles; the backward's shared dgrad2's and dgrad1's,
+    the router dx's, and the CTAs through its router phase)."""
 
     def __init__(self, dispatch: MoEDispatch, combine: MoECombine, kernel: str, queues: int):
         import cupy
@@ -95,7 +95,7 @@ class ExpertsLaunch:
         self._words = cupy.zeros(2 * queues + 1, np.uint64)
         # finished tiles per tile row of two GEMMs (the kernel's last CTA zeroes them)
         self._rows_cap = dispatch.capacity_rows // gemm.tile_shape()[0] + dispatch.e_loc + 1
-        self._rows_done = cupy.zeros(2 * self._rows_cap + 2, np.uint64)
+        self._rows_done = cupy.zeros(2 * self._rows_cap + 4, np.uint64)
         cupy.cuda.runtime.deviceSynchronize()  # the zeroed counters, before a first call on any stream
 
     @property

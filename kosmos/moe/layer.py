@@ -60,10 +60,11 @@ from ..world import World
 from .config import MoEConfig
 from .combine import MoECombine
 from .dispatch import MoEDispatch
-from .backward import MoEBackward
+from .backward import MoEBackward, RouterBackward
 from .forward import MoEForward, SharedMLP
 from .reference import silu
 from .route import DeviceRouting, LaunchRouting, check_plan_size, check_routable, route
+from .router_grads import launch_router_grads, pair_starts, router_grads_record
 
 PATHS = ("serial", "device", "fused", "baseline")
 
@@ -149,28 +150,19 @@ def _backward_kernels(world: World) -> Any:
 def router_backward(logits: Any, chosen: Any, d_weights: Any, cfg: MoEConfig, kernels: Any) -> Any:
     """d(logits) [T, E] fp32 from the combine weights' gradients d_weights [T, k] (the `chosen`
     experts [T, k]; logits [T, >= E] fp32): reference.router_logit_grads, the finite-difference-
-    checked rule, as one kernel, a CTA per token row (hipsrc/moe_backward.hip kosmos_moe_router_bwd).
-    `kernels`: _backward_kernels(world)."""
+    checked rule, as one kernel, a warp per token row (hipsrc/kosmos/moe/router_grads.h, the code
+    the layer's backward runs on the combine buffer). `kernels`: _backward_kernels(world)."""
     import cupy
 
-    t, e, k = d_weights.shape[0], cfg.experts, cfg.top_k
+    t, e = d_weights.shape[0], cfg.experts
     d_logits = cupy.empty((t, e), float32)
     if t == 0:
         return d_logits
-    import cupyx
-
     chosen = cupy.ascontiguousarray(chosen, dtype=cupy.int32)
-    frac = cupy.zeros((e,), float32)
-    if cfg.aux_loss_coef:  # each expert's share of the pairs; a scatter-add, not cupy.bincount, which
-        counts = cupy.zeros((e,), cupy.int32)  # reads the max to the host (a sync, and no graph capture);
-        cupyx.scatter_add(counts, chosen.ravel(), cupy.ones(chosen.size, cupy.int32))  # ones made on the device
-        frac = counts.astype(float32) / np.float32(t * k)
-    logits = cupy.ascontiguousarray(logits, dtype=float32)
-    d_weights = cupy.ascontiguousarray(d_weights, dtype=float32)
-    kernels("kosmos_moe_router_bwd")((min(t, 65535),), (64,), (
-        logits, np.int64(logits.shape[1]), chosen, d_weights, frac, np.int64(t), np.int32(e), np.int32(k),
-        np.int32(cfg.score == "softmax"), np.int32(cfg.normalize), np.float32(cfg.scaling),
-        np.float32(cfg.aux_loss_coef), np.float32(cfg.z_loss_coef), d_logits))
+    rec = router_grads_record(cfg, logits=cupy.ascontiguousarray(logits, dtype=float32), chosen=chosen,
+                              start=pair_starts(chosen, e), hidden=cfg.hidden,
+                              d_weights=cupy.ascontiguousarray(d_weights, dtype=float32), d_logits_f32=d_logits)
+    launch_router_grads(rec, kernels)
     return d_logits
 
 
@@ -528,20 +520,16 @@ class MoELayer:
         # A device-path forward whose dispatch overflowed moved nothing (its y is NaN): NaN gradients
         # too, decided on the device (no host sync). The host paths raised in their forward instead.
         status = self._dispatch.status if device else cupy.zeros((1,), cupy.int64)
-        # 1. each pair's combine weight gradient, from its expert output (the device path's combine
-        #    buffer -- before anything else reuses it -- or the host paths' returned rows)
-        d_weights = cupy.empty((t, k), float32)
-        if t:
-            comb = self._combine.comb.local if device else ctx.combined
-            bwd("kosmos_moe_weight_grads")((-(-t * k // 8),), (256,), (
-                comb, r.slot, dy, np.int64(t * k), np.int32(k), np.int32(hid), status, d_weights))
-        # 2. the router's dx and dWr, then the shared experts' gradients (their dx joins the router's),
-        # 3. the routed experts' weight gradients and dX rows, 4. the rows back to their tokens,
-        #    summed (weights 1: dY was weighted), plus the rest, rounded once
-        extra, d_router_w = self._router_gradients(ctx, d_weights, params)
-        if self.path == "fused":  # 2's shared MLP, 3 and 4 in one launch
-            dx, dw1, dw2, d_sw1, d_sw2 = self._fused_backward(dy, ctx, params, wdt, extra if t else None)
+        # 1. the router's gradients: each pair's combine weight gradient from its expert output (the
+        #    device paths' combine buffer -- before anything else reuses it -- or the host paths'
+        #    returned rows), d logits, then its dx (the fold's fp32 addend) and dWr; 2. the shared
+        #    experts' gradients (their dx joins the router's); 3. the routed experts' weight gradients
+        #    and dX rows; 4. the rows back to their tokens, summed (weights 1: dY was weighted), plus
+        #    the rest, rounded once. Path "fused": all in one launch.
+        if self.path == "fused":
+            dx, dw1, dw2, d_sw1, d_sw2, d_router_w = self._fused_backward(dy, ctx, params, wdt, status)
         else:
+            extra, d_router_w = self._router_gradients(ctx, dy, status, params)
             d_sw1, d_sw2 = self._shared_backward(dy, ctx, params, wdt, extra)
             if device:
                 d_xe, dw1, dw2 = self._routed_backward_device(dy, ctx, params, wdt)
@@ -552,8 +540,9 @@ class MoELayer:
         if device:
             nan_word = np.uint32(0x7FC00000 if wdt == float32 else 0x7FC07FC0)  # one fp32 or two bf16 NaNs
             # NaN after a failed dispatch, in place (a where + astype was 3 passes over GBs); the fused
-            # launch's shared MLP jobs did not run then either
-            for dw in (dw1, dw2, *((d_sw1, d_sw2) if self.path == "fused" and cfg.shared else ())):
+            # launch's router and shared MLP jobs did not run then either
+            fused = (d_router_w, *((d_sw1, d_sw2) if cfg.shared else ())) if self.path == "fused" and t else ()
+            for dw in (dw1, dw2, *fused):
                 bwd("kosmos_moe_nan_if_failed")((264,), (256,), (status, dw, np.uint64(dw.nbytes // 4), nan_word))
         else:
             acc = extra
@@ -562,17 +551,20 @@ class MoELayer:
             dx = f32_to_bf16(acc)
         return MoEGradients(dx, d_router_w, dw1, dw2, d_sw1, d_sw2)
 
-    def _fused_backward(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype, extra: Any) -> tuple:
-        """(dx, dW1, dW2, dW1_s, dW2_s) of path "fused": MoEBackward, the shared MLP's jobs included."""
+    def _fused_backward(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype, status: Any) -> tuple:
+        """(dx, dW1, dW2, dW1_s, dW2_s, dWr) of path "fused": MoEBackward, the router's backward and
+        the shared MLP's jobs included."""
         if wdt not in self._backwards:
             self._backwards[wdt] = MoEBackward(self._dispatch_bwd, self._combine, wdt)
         shared = {}
         if self.cfg.shared:
             h_s, gate_up_s = ctx.shared or (None, None)  # () when this rank has no tokens
-            shared = {"shared": SharedMLP(params.shared_w1, params.shared_w2, h_s, gate_up_s),
-                      "x": ctx.x if h_s is not None else None}
-        return self._backwards[wdt](dy, ctx.routing, ctx.x_experts, ctx.h, ctx.gate_up, params.w1, params.w2,
-                                    extra=extra, movers=self.movers, crew=self.crew, **shared)
+            shared = {"shared": SharedMLP(params.shared_w1, params.shared_w2, h_s, gate_up_s)}
+        router = RouterBackward(self.cfg, ctx.logits, self._padded_router_w(params), status,
+                                None if ctx.routing.kept is None else pair_starts(ctx.routing.experts, self.cfg.experts))
+        g = self._backwards[wdt](dy, ctx.routing, ctx.x_experts, ctx.h, ctx.gate_up, params.w1, params.w2,
+                                 router=router, x=ctx.x, movers=self.movers, crew=self.crew, **shared)
+        return g.dx, g.dw1, g.dw2, g.dw1_shared, g.dw2_shared, g.d_router_w
 
     def _routed_backward_device(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype) -> tuple:
         """(dX rows expert-major in the backward's arena, dW1, dW2) of the device paths."""
@@ -644,23 +636,26 @@ class MoELayer:
         d_back, _ = back_a2a(d_xe, ctx.recv_counts.tolist())  # rows in this rank's dispatch order
         return d_back, dw1, dw2
 
-    def _router_gradients(self, ctx: MoEContext, d_weights: Any, params: MoEParams) -> tuple[Any, Any]:
-        """(the router's dx [T, H] fp32, dWr [E, H] fp32): weights -> scores -> logits (fp32), then
-        our bf16 GEMMs with fp32 outputs (d logits rounded to bf16 once, ~2^-9: x and Wr are bf16
-        already), the experts padded to the GEMM's 64 columns with zeros."""
+    def _router_gradients(self, ctx: MoEContext, dy: Any, status: Any, params: MoEParams) -> tuple[Any, Any]:
+        """(the router's dx [T, H] fp32, dWr [E, H] fp32): each pair's d w from its expert output and
+        the token's d logits in one kernel (hipsrc/kosmos/moe/router_grads.h; bf16 [T, E_pad], the
+        experts padded to the GEMM's 64 columns with zeros: x and Wr are bf16 already), then our
+        GEMMs with fp32 outputs, whole tiles (the fused launch's jobs: the same bits)."""
         import cupy
 
-        cfg, x = self.cfg, ctx.x
+        cfg, x, r = self.cfg, ctx.x, ctx.routing
         t = int(x.shape[0])
         if not t:
             return cupy.zeros((0, cfg.hidden), float32), cupy.zeros((cfg.experts, cfg.hidden), float32)
-        d_logits = self._router_backward(ctx, d_weights)                              # [T, E] fp32
-        d_logits_16 = cupy.zeros((t, self._router_pad), np.uint16)
-        d_logits_16[:, :cfg.experts] = f32_to_bf16(d_logits).view(np.uint16)
-        d_logits_16 = d_logits_16.view(bfloat16)
-        dx = gemm.matmul(d_logits_16, self._padded_router_w(params), "NN", out_dtype=float32)
-        # [64k, H] over T tokens: a few output tiles, so split-K (fixed-order sums: reproducible)
-        d_router_w = gemm.matmul(d_logits_16, x, "NT", out_dtype=float32, split_k=None)[:cfg.experts]
+        device = self.path in ("device", "fused")
+        comb = self._combine.comb.local if device else ctx.combined
+        d_logits = cupy.empty((t, self._router_pad), bfloat16)
+        start = r.start if r.kept is None else pair_starts(r.experts, cfg.experts)  # the chosen pairs per expert
+        launch_router_grads(router_grads_record(
+            cfg, logits=ctx.logits, chosen=r.experts, start=start, hidden=cfg.hidden, comb=comb, slot=r.slot, dy=dy,
+            status=status, d_logits=d_logits), _backward_kernels(self.world))
+        dx = gemm.matmul(d_logits, self._padded_router_w(params), "NN", out_dtype=float32, stream_k=False)
+        d_router_w = gemm.matmul(d_logits, x, "NT", out_dtype=float32, stream_k=False)[:cfg.experts]
         return dx, d_router_w
 
     def _shared_backward(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype, extra: Any) -> tuple:
@@ -680,6 +675,3 @@ class MoELayer:
             gemm.matmul(d_pre_s, ctx.x, "NT", out=d_sw1, stream_k=False)
             gemm.matmul(d_pre_s, params.shared_w1, "NN", out=extra, epilogue="accumulate")  # extra += dx_s
         return d_sw1, d_sw2
-
-    def _router_backward(self, ctx: MoEContext, d_weights: Any) -> Any:
-        return router_backward(ctx.logits, ctx.routing.experts, d_weights, self.cfg, _backward_kernels(self.world))

@@ -100,6 +100,7 @@ def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
     from ..moe.combine import MIRRORS as COMBINE_MIRRORS
     from ..moe.dispatch import MIRRORS as DISPATCH_MIRRORS
     from ..moe.route import CONSTANTS as MOE_CONSTANTS, MIRRORS as MOE_MIRRORS
+    from ..moe.router_grads import MIRRORS as ROUTER_GRADS_MIRRORS
     from ..tp import params, queues
     from . import records, status
 
@@ -118,7 +119,7 @@ def mirrors() -> tuple[list[str], list[StructMirror], list[ConstantMirror]]:
                StructMirror("kosmos::gemm::EpiSwiGLUBackward", gemm.SWIGLU_EPI_DTYPE),
                *(StructMirror(f"kosmos::gemm::JobRecord<kosmos::gemm::{e}>", gemm.job_record_dtype(dt), alignment=64)
                  for e, dt in (("EpiStoreF32", gemm.EPI_DTYPE), ("EpiSwiGLUBackward", gemm.SWIGLU_EPI_DTYPE))),
-               *BACKWARD_MIRRORS,
+               *BACKWARD_MIRRORS, *ROUTER_GRADS_MIRRORS,
                *params.MIRRORS, *MOE_MIRRORS, *DISPATCH_MIRRORS,
                *COMBINE_MIRRORS,
                StructMirror("kosmos::RecordWords", records.WORDS_DTYPE, alignment=8)]

@@ -191,7 +191,7 @@ def test_backward_with_the_shared_mlp_is_bitwise_the_separate_launches(world, wi
             got = case.bwd(dy, rt, x_e, a, kept, case.w1, case.w2, extra=extra, out=out, check=True,
                            shared=SharedMLP(sw1, sw2, h_s, gate_up), x=x, movers=movers, crew=crew)
             names = ("dx", "dW1", "dW2", "shared dW1", "shared dW2", "extra (+ shared dx)")
-            for name, g, w in zip(names, (*got, extra if given else want_extra), (*want, *want_s, want_extra)):
+            for name, g, w in zip(names, (*got[:5], extra if given else want_extra), (*want, *want_s, want_extra)):
                 if g is None or g.shape != w.shape or not (_bits(g) == _bits(w)).all():
                     failed.append(f"call {c} (T {t}, movers {movers}, crew {crew}): {name} is not bitwise the "
                                   "separate launches'")

@@ -18,6 +18,8 @@ inline void __nanosleep(unsigned) {}
 inline void __syncwarp() {}
 template <class T>
 inline T __shfl_sync(unsigned, T v, int) { return v; }
+template <class T>  // (compiled, never run here: no host test reduces over a warp)
+inline T __shfl_xor_sync(unsigned, T v, int) { return v; }
 // One thread of one CTA, unless a harness sets them (its loops over threads or CTAs run in turn).
 struct KosmosDim3 {
   unsigned x, y, z;

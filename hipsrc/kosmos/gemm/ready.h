@@ -69,6 +69,16 @@ struct CountReached {
   KOSMOS_DEVICE bool operator()(const TileCoord&, i32 /*kb*/) const { return reached(); }
 };
 
+// Two hooks, both (the MoE backward's shared dgrad1: SA's output read, the router's dx stored under
+// its sums first).
+template <class A, class B>
+struct BothReady {
+  const A& a;
+  const B& b;
+  static constexpr bool kTrivial = false;
+  KOSMOS_DEVICE bool operator()(const TileCoord& t, i32 kb) const { return a(t, kb) && b(t, kb); }
+};
+
 // Grouped, a second GEMM on the first's output in one kernel (the MoE forward's GEMM2 on GEMM1's h):
 // tile (group, tm) may start once the first GEMM has finished all `target` of its tiles in that
 // tile row (EpiTileRowDone's counters, same groups: tile rows are the same for both GEMMs).
