@@ -35,10 +35,12 @@ def pair_starts(chosen: Any, experts: int) -> Any:
     import cupy
     import cupyx
 
-    counts = cupy.zeros((experts + 1,), cupy.int32)
+    counts = cupy.zeros((experts,), cupy.int32)
     if chosen.size:  # a scatter-add, not cupy.bincount (which reads the max to the host)
-        cupyx.scatter_add(counts[1:], chosen.ravel(), cupy.ones(chosen.size, cupy.int32))
-    return cupy.cumsum(counts, dtype=cupy.int32)
+        cupyx.scatter_add(counts, chosen.ravel(), cupy.ones(chosen.size, cupy.int32))
+    start = cupy.zeros((experts + 1,), cupy.int32)
+    start[1:] = cupy.cumsum(counts, dtype=cupy.int32)
+    return start
 
 
 def router_grads_record(cfg: MoEConfig, *, logits: Any, chosen: Any, start: Any, hidden: int,
