@@ -46,7 +46,7 @@ def timed(fn, label):
 def instrument() -> None:
     L = layer_mod
     for obj, name, label in ((L.grouped, "grouped_matmul", "grouped"), (L.gemm, "matmul", "gemm.matmul"),
-                             (L.MoELayer, "_router_backward", "router"), (L, "bf16_to_f32", "bf16_to_f32"),
+                             (L.MoELayer, "_router_gradients", "router"), (L, "bf16_to_f32", "bf16_to_f32"),
                              (L, "f32_to_bf16", "f32_to_bf16"), (L.MoEDispatch, "__call__", "dispatch"),
                              (L.MoECombine, "__call__", "combine")):
         setattr(obj, name, timed(getattr(obj, name), label))

@@ -26,13 +26,14 @@ rank then sums each token's k rows in fp32 with the addend (`extra`, or the rout
 rounds once. With `shared` (the forward's SharedMLP: its h and gate_up now read) the shared
 experts' MLP's backward runs as four more jobs of the same builder call (its dgrad2 with the SwiGLU
 backward and its wgrad2 first, while dY lands; its dgrad1, added into the addend by the TMA unit
-after the router's dx, and its wgrad1 last; the fold waits for the dgrad1). The router's and the
+after the router's dx, and its wgrad1 last; the fold waits for the router's dx and the shared
+dgrad1). The router's and the
 shared MLP's records live in device memory (kosmos/runtime/records.py: the kernel's parameters
 would pass HIP's 4 KB). Weight gradients in wgrad_dtype (float32 or bfloat16), the router's fp32.
 
 After a dispatch that moved nothing (a routing past capacity, or a refused rank) dx is NaN and no
-weight gradient is written, the router's and the shared MLP's included (MoELayer fills them with
-NaN); after a wait that gave up mid-call `extra` may hold part of the shared MLP's dx: check
+weight gradient is written, the shared MLP's included (MoELayer fills them with NaN; the router's
+dWr comes back NaN); after a wait that gave up mid-call `extra` may hold part of the shared MLP's dx: check
 `dispatch.check_status()` (or pass check=True).
 """
 from __future__ import annotations
@@ -52,7 +53,7 @@ from ..runtime.records import DeviceRecord
 from .config import MoEConfig
 from .forward import ExpertsLaunch, SharedMLP
 from .route import DeviceRouting
-from .router_grads import ROUTER_GRADS_DTYPE, router_grads_record
+from .router_grads import ROUTER_GRADS_DTYPE, pair_starts, router_grads_record
 
 
 def _shared_backward_dtype() -> np.dtype:
@@ -91,7 +92,7 @@ class RouterBackward:
     score, normalize, scaling, the loss coefficients) and logits [T, >= E] fp32, router_w padded to
     [E_pad, H] bf16 (E_pad: a multiple of 64, zero rows past E), the forward dispatch's status
     (int64: nonzero, it moved nothing), and start: the chosen pairs per expert as an [E + 1] prefix
-    (router_grads.pair_starts; None: the routing's own, right where no pair was dropped)."""
+    (router_grads.pair_starts; None: the routing's, or pair_starts where it dropped pairs)."""
     cfg: MoEConfig
     logits: Any
     router_w: Any
@@ -213,7 +214,9 @@ class MoEBackward(ExpertsLaunch):
             raise ValueError(f"router.logits must be the forward's [{t}, >= {e}] fp32, got {tuple(logits.shape)}")
         if tuple(x.shape) != (t, hid):
             raise ValueError(f"x must be the forward's [{t}, {hid}] bf16, got {tuple(x.shape)}")
-        start = routing.start if router.start is None else router.start
+        start = router.start
+        if start is None:  # the routing's own counts are the kept pairs': right only where none was dropped
+            start = routing.start if routing.kept is None else pair_starts(routing.experts, e)
         start = check_array(start, "router.start", dtypes=(np.dtype(np.int32),), device=dev, stream=stream)
         if start.shape != (e + 1,):
             raise ValueError(f"router.start must be [{e + 1}] int32, got {tuple(start.shape)}")
@@ -221,7 +224,7 @@ class MoEBackward(ExpertsLaunch):
             self._d_logits = cupy.empty((t, e_pad), bfloat16)
         d_logits, tma, tm = self._d_logits, gemm.arch_path() == "wgmma", self._tmaps
         extra = cupy.empty((t, hid), np.float32)  # every element stored by the router's dx job
-        d_router_w = cupy.empty((e_pad, hid), np.float32)
+        d_router_w = cupy.full((e_pad, hid), np.nan, np.float32)  # NaN unless the launch's dispatch went through
         rec["grads"] = router_grads_record(
             cfg, logits=logits, chosen=routing.experts, start=start, hidden=hid, comb=self.combine.comb.local,
             slot=routing.slot, dy=dy, status=status, d_logits=d_logits)

@@ -541,9 +541,12 @@ class MoELayer:
             nan_word = np.uint32(0x7FC00000 if wdt == float32 else 0x7FC07FC0)  # one fp32 or two bf16 NaNs
             # NaN after a failed dispatch, in place (a where + astype was 3 passes over GBs); the fused
             # launch's router and shared MLP jobs did not run then either
-            fused = (d_router_w, *((d_sw1, d_sw2) if cfg.shared else ())) if self.path == "fused" and t else ()
+            fused = (d_sw1, d_sw2) if self.path == "fused" and cfg.shared else ()
             for dw in (dw1, dw2, *fused):
                 bwd("kosmos_moe_nan_if_failed")((264,), (256,), (status, dw, np.uint64(dw.nbytes // 4), nan_word))
+            if self.path == "fused" and t:  # fp32 whatever wgrad_dtype
+                bwd("kosmos_moe_nan_if_failed")((264,), (256,), (status, d_router_w, np.uint64(d_router_w.nbytes // 4),
+                                                                 np.uint32(0x7FC00000)))
         else:
             acc = extra
             if t:
@@ -560,8 +563,7 @@ class MoELayer:
         if self.cfg.shared:
             h_s, gate_up_s = ctx.shared or (None, None)  # () when this rank has no tokens
             shared = {"shared": SharedMLP(params.shared_w1, params.shared_w2, h_s, gate_up_s)}
-        router = RouterBackward(self.cfg, ctx.logits, self._padded_router_w(params), status,
-                                None if ctx.routing.kept is None else pair_starts(ctx.routing.experts, self.cfg.experts))
+        router = RouterBackward(self.cfg, ctx.logits, self._padded_router_w(params), status, self._aux_starts(ctx))
         g = self._backwards[wdt](dy, ctx.routing, ctx.x_experts, ctx.h, ctx.gate_up, params.w1, params.w2,
                                  router=router, x=ctx.x, movers=self.movers, crew=self.crew, **shared)
         return g.dx, g.dw1, g.dw2, g.dw1_shared, g.dw2_shared, g.d_router_w
@@ -650,13 +652,18 @@ class MoELayer:
         device = self.path in ("device", "fused")
         comb = self._combine.comb.local if device else ctx.combined
         d_logits = cupy.empty((t, self._router_pad), bfloat16)
-        start = r.start if r.kept is None else pair_starts(r.experts, cfg.experts)  # the chosen pairs per expert
         launch_router_grads(router_grads_record(
-            cfg, logits=ctx.logits, chosen=r.experts, start=start, hidden=cfg.hidden, comb=comb, slot=r.slot, dy=dy,
+            cfg, logits=ctx.logits, chosen=r.experts, start=self._aux_starts(ctx), hidden=cfg.hidden, comb=comb, slot=r.slot, dy=dy,
             status=status, d_logits=d_logits), _backward_kernels(self.world))
         dx = gemm.matmul(d_logits, self._padded_router_w(params), "NN", out_dtype=float32, stream_k=False)
         d_router_w = gemm.matmul(d_logits, x, "NT", out_dtype=float32, stream_k=False)[:cfg.experts]
         return dx, d_router_w
+
+    def _aux_starts(self, ctx: MoEContext) -> Any:
+        """The aux loss's chosen pairs per expert as an [E + 1] prefix: the routing's own unless it
+        dropped pairs (then counted apart; without an aux loss nothing reads them)."""
+        r = ctx.routing
+        return r.start if r.kept is None or not self.cfg.aux_loss_coef else pair_starts(r.experts, self.cfg.experts)
 
     def _shared_backward(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype, extra: Any) -> tuple:
         """(dW1, dW2) of the shared MLP (None without it), as the routed experts' (the forward's h

@@ -50,6 +50,10 @@ def router_grads_record(cfg: MoEConfig, *, logits: Any, chosen: Any, start: Any,
     comb (the forward's combine buffer, rows of `hidden` bf16), slot, dy and status the pairs' d w
     are computed (and stored to d_weights when given); without, d_weights [T, k] fp32 is read.
     Outputs: d_logits [T, >= E] bf16 (columns past E zeroed) and/or d_logits_f32 [T, E]."""
+    from .route import CONSTANTS
+
+    if cfg.top_k > CONSTANTS["kMaxTopK"]:
+        raise ValueError(f"top_k = {cfg.top_k}: the router's backward takes at most {CONSTANTS['kMaxTopK']}")
     t = int(chosen.shape[0])
     return record(
         ROUTER_GRADS_DTYPE, comb=address(comb), slot=address(slot), dy=address(dy), status=address(status),

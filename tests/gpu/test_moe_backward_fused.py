@@ -24,7 +24,9 @@ cupy = pytest.importorskip("cupy")
 from kosmos import gemm, grouped  # noqa: E402
 from kosmos.dtypes import bfloat16  # noqa: E402
 from kosmos.moe import MoECombine, MoEConfig, MoEDispatch, route  # noqa: E402
-from kosmos.moe.backward import MoEBackward  # noqa: E402
+from kosmos.moe.backward import MoEBackward, RouterBackward  # noqa: E402
+from kosmos.moe.layer import _backward_kernels  # noqa: E402
+from kosmos.moe.router_grads import launch_router_grads, router_grads_record  # noqa: E402
 from kosmos.moe.forward import SharedMLP  # noqa: E402
 
 from .conftest import rank_input  # noqa: E402
@@ -43,7 +45,8 @@ class Case:
     def __init__(self, world, width, wgrad_dtype):
         self.world, self.big, self.wdt = world, width == "big", np.dtype(wgrad_dtype)
         self.h, self.f = (512, 256) if self.big else (128, 64)
-        self.cfg = MoEConfig(experts=4 * world.size, top_k=2, hidden=self.h, intermediate=self.f)
+        self.cfg = MoEConfig(experts=4 * world.size, top_k=2, hidden=self.h, intermediate=self.f, aux_loss_coef=0.01,
+                             z_loss_coef=0.001)  # (the losses: for the router's backward)
         self.e_loc = self.cfg.experts // world.size
         self.max_t = 4096 if self.big else 200
         self.cap = world.size * self.max_t * self.cfg.top_k
@@ -72,7 +75,8 @@ class Case:
         logits[:, 0] += 3.0 * (seed % 2)  # every other call skewed towards expert 0 (rank 0's)
         if empty_expert:
             logits[:, 1] -= 1e4
-        rt = route(cupy.asarray(logits), self.cfg)
+        self.logits = cupy.asarray(logits)
+        rt = route(self.logits, self.cfg)
         arena, rows, _ = self.disp(x, rt)
         x_e = arena.view(bfloat16)
         kept = cupy.empty((self.cap, 2 * self.f), bfloat16)
@@ -241,5 +245,65 @@ def test_backward_refuses_bad_shared_arguments_on_every_rank(world):
         bad = [n for n, g, w in zip(("dx", "dW1", "dW2"), got, want) if not (_bits(g) == _bits(w)).all()]
         everyone = world.comm.allgather(bad)
         assert not any(everyone), f"after refused calls: {everyone}"
+    finally:
+        case.close()
+
+
+def test_backward_with_the_router_is_bitwise_the_separate_launches(world):
+    """The router's backward inside the launch (d w and d logits per token, then dWr and dx as jobs,
+    dx under the fold's sum) against its standalone kernel and whole-tile GEMMs, aux and z losses
+    on; the last rank has no tokens at world > 1. Then refusals: a router_w that is not padded to 64
+    rows, and `extra` beside `router`, on rank 0."""
+    from kosmos.errors import KosmosError
+
+    case = Case(world, "small", np.float32)
+    r, h, e = world.rank, case.h, case.cfg.experts
+    wr = cupy.zeros((64, h), bfloat16)
+    wr[:e] = cupy.asarray((rank_input(96, 0, (e, h), np.float32) * 0.1).astype(bfloat16))
+    comb = case.comb.comb.local
+    try:
+        failed = []
+        for c in range(2):
+            rt, x_e, a, kept, dy, rows = case.forward(100 + c)
+            x, t = case.x, dy.shape[0]
+            saved = comb.copy()  # the forward's rows, as the router's backward reads them
+            want_extra, want_dwr = None, cupy.zeros((e, h), np.float32)
+            if t:
+                d_logits = cupy.empty((t, 64), bfloat16)
+                launch_router_grads(router_grads_record(
+                    case.cfg, logits=case.logits, chosen=rt.experts, start=rt.start, hidden=h, comb=comb, slot=rt.slot,
+                    dy=dy, status=case.disp.status, d_logits=d_logits), _backward_kernels(world))
+                want_extra = gemm.matmul(d_logits, wr, "NN", out_dtype=np.float32, stream_k=False)
+                want_dwr = gemm.matmul(d_logits, x, "NT", out_dtype=np.float32, stream_k=False)[:e]
+            want = case.separate(rt, x_e, a, kept, dy, want_extra)
+            comb[...] = saved
+            if c == 1 and r == world.size - 1:
+                cupy.cuda.Device().synchronize()
+                time.sleep(0.5)  # a late rank
+            out = _nan(cupy.empty((t, h), bfloat16))
+            got = case.bwd(dy, rt, x_e, a, kept, case.w1, case.w2, out=out, check=True, x=x,
+                           router=RouterBackward(case.cfg, case.logits, wr, case.disp.status))
+            for name, g, w in zip(("dx", "dW1", "dW2", "dWr"), (*got[:3], got.d_router_w), (*want, want_dwr)):
+                if g is None or g.shape != w.shape or not (_bits(g) == _bits(w)).all():
+                    failed.append(f"call {c} (T {t}): {name} is not bitwise the separate launches'")
+            if t and not bool(cupy.isfinite(got.d_router_w).all() and cupy.abs(got.d_router_w).max() > 0):
+                failed.append(f"call {c}: dWr is not finite and nonzero")
+        everyone = world.comm.allgather(failed)
+        assert not any(everyone), f"rank {r}: {failed}; all ranks: {everyone}"
+
+        rt, x_e, a, kept, dy, rows = case.forward(110)
+        x, t = case.x, dy.shape[0]
+        for c, bad in enumerate(({"router": RouterBackward(case.cfg, case.logits, wr[:32].copy(), case.disp.status)},
+                                 {"extra": cupy.zeros((t, h), np.float32)})):
+            args = {"router": RouterBackward(case.cfg, case.logits, wr, case.disp.status), "x": x}
+            if r == 0:
+                args.update(bad)
+            err = None
+            try:
+                case.bwd(dy, rt, x_e, a, kept, case.w1, case.w2, check=True, **args)
+            except (ValueError, KosmosError) as ex:
+                err = ex
+            kinds = world.comm.allgather(type(err).__name__ if err is not None else None)
+            assert kinds[0] == "ValueError" and all(k == "KosmosError" for k in kinds[1:]), (c, kinds)
     finally:
         case.close()

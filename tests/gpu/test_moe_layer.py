@@ -205,18 +205,26 @@ def test_a_failed_forward_gives_nan_everywhere(world, path):
 BIG = MoEConfig(experts=8, top_k=2, hidden=512, intermediate=256, name="big")  # several tiles per CTA
 
 
-@pytest.mark.parametrize("name", ["deepseek-like", "top1-shared", "big"])
+# The router's losses on (their gradients run in the fused backward's first phase)
+LOSSES = MoEConfig(experts=8, top_k=2, hidden=128, intermediate=128, aux_loss_coef=0.01, z_loss_coef=0.001,
+                   name="tiny-losses")
+
+
+@pytest.mark.parametrize("name", ["deepseek-like", "top1-shared", "big", "losses", "capacity", "empty-rank"])
 def test_fused_is_bitwise_the_device_path(world, name):
-    """path="fused" (the experts' part in one launch each way: MoEForward, MoEBackward) against
-    path="device" (separate launches) on the same inputs: the output and every gradient bitwise
-    equal (the same builder computes the same tiles; only the launches around them differ). "big":
-    4,096+ tokens a rank, so every CTA builds several tiles and movers wait for tile rows."""
-    cfg = BIG if name == "big" else TINY[name]
+    """path="fused" (the experts' part in one launch each way: MoEForward, MoEBackward, the router's
+    backward inside the latter) against path="device" (separate launches) on the same inputs: the
+    output and every gradient bitwise equal (the same builder computes the same tiles; only the
+    launches around them differ). "big": 4,096+ tokens a rank, so every CTA builds several tiles
+    and movers wait for tile rows; "losses": aux and z losses; "capacity": token dropping;
+    "empty-rank": the last rank has no tokens (world > 1)."""
+    cfg = {"big": BIG, "losses": LOSSES, "empty-rank": TINY["deepseek-like"]}.get(name) or TINY[name]
     P, r = world.size, world.rank
     if cfg.experts % P:
         pytest.skip(f"{cfg.experts} experts do not divide over {P} ranks")
-    base = 4096 if name == "big" else 400
+    base = {"big": 4096, "empty-rank": 120}.get(name, 400)
     outs = []
+    fields = ("dx", "dw1", "dw2", "d_router_w", "d_shared_w1", "d_shared_w2")
     for path in ("device", "fused"):
         layer = MoELayer(world, cfg, max_tokens=base + 37 * P, path=path)
         try:
@@ -225,10 +233,11 @@ def test_fused_is_bitwise_the_device_path(world, name):
             dy = cupy.asarray(rank_input(14, r, x.shape, np.float32).astype(bfloat16))
             y, ctx = layer.forward(x, params, check=True)
             g = layer.backward(dy, ctx, params)
-            outs.append([cupy.asnumpy(a).tobytes() for a in (y, g.dx, g.dw1, g.dw2, g.d_router_w)])
+            outs.append([None if a is None else cupy.asnumpy(a).tobytes()
+                         for a in (y, ctx.routing.losses, *(getattr(g, f) for f in fields))])
         finally:
             layer.close()
-    for name_, a, b in zip(("y", "dx", "dw1", "dw2", "d_router_w"), *outs):
+    for name_, a, b in zip(("y", "losses", *fields), *outs):
         assert a == b, f"{name_} differs between the fused and the device paths"
 
 

@@ -73,8 +73,8 @@ struct CountReached {
 // its sums first).
 template <class A, class B>
 struct BothReady {
-  const A& a;
-  const B& b;
+  A a;  // (by value: small hooks, kept in registers)
+  B b;
   static constexpr bool kTrivial = false;
   KOSMOS_DEVICE bool operator()(const TileCoord& t, i32 kb) const { return a(t, kb) && b(t, kb); }
 };

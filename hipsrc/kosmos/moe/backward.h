@@ -85,7 +85,7 @@ KOSMOS_DEVICE bool router_phase(const RouterGrads& r, u64* met, const WaitCtx& w
   if (threadIdx.x == 0) {
     fence_acq_rel_dev();
     atomic_add_acq_rel_dev(met, 1ull);
-    ok = wait_flag_dev(w, SITE_TILE_READY, met, u64(gridDim.x));
+    ok = wait_flag_dev(w, SITE_GRID, met, u64(gridDim.x));
   }
   return cta_broadcast(&s_ok, ok) != 0;
 }
