@@ -261,6 +261,7 @@ def test_backward_with_the_router_is_bitwise_the_separate_launches(world):
     wr = cupy.zeros((64, h), bfloat16)
     wr[:e] = cupy.asarray((rank_input(96, 0, (e, h), np.float32) * 0.1).astype(bfloat16))
     comb = case.comb.comb.local
+    kernels = _backward_kernels(world)  # (a collective: every rank, tokens or not)
     try:
         failed = []
         for c in range(2):
@@ -272,7 +273,7 @@ def test_backward_with_the_router_is_bitwise_the_separate_launches(world):
                 d_logits = cupy.empty((t, 64), bfloat16)
                 launch_router_grads(router_grads_record(
                     case.cfg, logits=case.logits, chosen=rt.experts, start=rt.start, hidden=h, comb=comb, slot=rt.slot,
-                    dy=dy, status=case.disp.status, d_logits=d_logits), _backward_kernels(world))
+                    dy=dy, status=case.disp.status, d_logits=d_logits), kernels)
                 want_extra = gemm.matmul(d_logits, wr, "NN", out_dtype=np.float32, stream_k=False)
                 want_dwr = gemm.matmul(d_logits, x, "NT", out_dtype=np.float32, stream_k=False)[:e]
             want = case.separate(rt, x_e, a, kept, dy, want_extra)
