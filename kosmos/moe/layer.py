@@ -494,7 +494,7 @@ class MoELayer:
         wgrad_dtype). The router gradients come from each pair's expert output in fp32."""
         import cupy
 
-        cfg, k = self.cfg, self.cfg.top_k
+        cfg = self.cfg
         device = self.path in ("device", "fused")
         err = None
         try:
@@ -515,7 +515,7 @@ class MoELayer:
         except Exception as e:  # noqa: BLE001 - a refusal on one rank reaches every rank
             err = e
         all_ok(self.world.comm, err)
-        r, hid = ctx.routing, cfg.hidden
+        r = ctx.routing
         bwd = _backward_kernels(self.world)
         # A device-path forward whose dispatch overflowed moved nothing (its y is NaN): NaN gradients
         # too, decided on the device (no host sync). The host paths raised in their forward instead.
