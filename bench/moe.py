@@ -231,7 +231,7 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
 
 
 def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed, movers=(None,), crews=(None,)):
-    """The backward of paths "device" and "fused" (MoEBackward: the experts' part in one launch):
+    """The backward of paths "device" and "fused" (MoEBackward: router to fold in one launch):
     step (forward + backward; a backward needs its own forward's context) and forward, so backward
     = step - forward; bwd gemms (the backward's expert GEMMs
     alone: grouped NT for wgrad2, NN with the SwiGLU backward epilogue for dgrad2, NT/NN for
