@@ -38,7 +38,10 @@ def load_module(
     world: "World | None" = None,
     extra_options: Sequence[str] = (),
 ) -> "cupy.RawModule":
-    """Compile (or fetch from cache) hipsrc/<filename> with the current device's options."""
+    """Compile (or fetch from cache) hipsrc/<filename> with the current device's options. With a
+    `world` of more than one rank the first call for a module is collective (node-local rank 0
+    compiles, the others load from CuPy's disk cache): make it on every rank of the world, in the
+    same order, whether or not a rank will launch the kernel (a rank without tokens too)."""
     import cupy
 
     backend, arch = current_target()
