@@ -27,9 +27,8 @@ rounds once. With `shared` (the forward's SharedMLP: its h and gate_up now read)
 experts' MLP's backward runs as four more jobs of the same builder call (its dgrad2 with the SwiGLU
 backward and its wgrad2 first, while dY lands; its dgrad1, added into the addend by the TMA unit
 after the router's dx, and its wgrad1 last; the fold waits for the router's dx and the shared
-dgrad1). The router's and the
-shared MLP's records live in device memory (kosmos/runtime/records.py: the kernel's parameters
-would pass HIP's 4 KB). Weight gradients in wgrad_dtype (float32 or bfloat16), the router's fp32.
+dgrad1). The router's and the shared MLP's records live in device memory
+(kosmos/runtime/records.py: the kernel's parameters would pass HIP's 4 KB). Weight gradients in wgrad_dtype (float32 or bfloat16), the router's fp32.
 
 After a dispatch that moved nothing (a routing past capacity, or a refused rank) dx is NaN and no
 weight gradient is written, the shared MLP's included (MoELayer fills them with NaN; the router's
@@ -177,6 +176,14 @@ class MoEBackward(ExpertsLaunch):
         return (*super()._null_heads(stream), self._shared_jobs.put(np.zeros((), SHARED_BACKWARD_DTYPE)[()], stream),
                 self._router_jobs.put(np.zeros((), ROUTER_BACKWARD_DTYPE)[()], stream))
 
+    def _tokens(self, x: Any, dy: Any, stream: Any) -> Any:
+        """x, the forward's tokens (read by the router's and the shared MLP's wgrads), checked: dy's
+        [T, H], bf16."""
+        x = check_array(x, "x", dtypes=(bfloat16,), device=self.world.device_id, stream=stream)
+        if x.shape != dy.shape:
+            raise ValueError(f"x must be the forward's {list(dy.shape)} bf16, got {tuple(x.shape)}")
+        return x
+
     def _router_record(self, dy: Any, routing: DeviceRouting, router: RouterBackward | None, x: Any, extra: Any,
                        stream: Any) -> tuple[np.void, Any, Any]:
         """The router's backward record (empty without it, or without tokens), `extra` (allocated
@@ -209,11 +216,9 @@ class MoEBackward(ExpertsLaunch):
             return rec[()], extra, cupy.zeros((e, hid), np.float32)
         logits = check_array(router.logits, "router.logits", dtypes=(np.dtype(np.float32),), device=dev,
                              stream=stream)
-        x = check_array(x, "x", dtypes=(bfloat16,), device=dev, stream=stream)
+        x = self._tokens(x, dy, stream)
         if logits.ndim != 2 or logits.shape[0] != t or logits.shape[1] < e:
             raise ValueError(f"router.logits must be the forward's [{t}, >= {e}] fp32, got {tuple(logits.shape)}")
-        if tuple(x.shape) != (t, hid):
-            raise ValueError(f"x must be the forward's [{t}, {hid}] bf16, got {tuple(x.shape)}")
         start = router.start
         if start is None:  # the routing's own counts are the kept pairs': right only where none was dropped
             start = routing.start if routing.kept is None else pair_starts(routing.experts, e)
@@ -257,11 +262,10 @@ class MoEBackward(ExpertsLaunch):
         if t == 0:  # zeros: no token, no gradient
             return rec[()], extra, (cupy.zeros((2 * fs, hid), wdt), cupy.zeros((hid, fs), wdt))
         dsw1, dsw2 = cupy.empty((2 * fs, hid), wdt), cupy.empty((hid, fs), wdt)  # every element written
-        x = check_array(x, "x", dtypes=(bfloat16,), device=dev, stream=stream)
+        x = self._tokens(x, dy, stream)
         h = check_array(shared.h, "shared.h", dtypes=(bfloat16,), device=dev, stream=stream)
-        for name, v, shape in (("x", x, (t, hid)), ("shared.h", h, (t, fs))):
-            if tuple(v.shape) != shape:
-                raise ValueError(f"{name} must be the forward's {list(shape)} bf16, got {tuple(v.shape)}")
+        if tuple(h.shape) != (t, fs):
+            raise ValueError(f"shared.h must be the forward's [{t}, {fs}] bf16, got {tuple(h.shape)}")
         s_a = gemm.gemm_shape("NN", dy.shape, w2.shape, "swiglu_backward")       # d_pre_s [T, 2 Fs]
         if self._d_pre_s is None or self._d_pre_s.shape != s_a.out_shape:
             self._d_pre_s = cupy.empty(s_a.out_shape, bfloat16)

@@ -540,13 +540,10 @@ class MoELayer:
         if device:
             nan_word = np.uint32(0x7FC00000 if wdt == float32 else 0x7FC07FC0)  # one fp32 or two bf16 NaNs
             # NaN after a failed dispatch, in place (a where + astype was 3 passes over GBs); the fused
-            # launch's router and shared MLP jobs did not run then either
+            # launch's shared MLP jobs did not run then either (its dWr comes back NaN by itself)
             fused = (d_sw1, d_sw2) if self.path == "fused" and cfg.shared else ()
             for dw in (dw1, dw2, *fused):
                 bwd("kosmos_moe_nan_if_failed")((264,), (256,), (status, dw, np.uint64(dw.nbytes // 4), nan_word))
-            if self.path == "fused" and t:  # fp32 whatever wgrad_dtype
-                bwd("kosmos_moe_nan_if_failed")((264,), (256,), (status, d_router_w, np.uint64(d_router_w.nbytes // 4),
-                                                                 np.uint32(0x7FC00000)))
         else:
             acc = extra
             if t:
@@ -649,8 +646,7 @@ class MoELayer:
         t = int(x.shape[0])
         if not t:
             return cupy.zeros((0, cfg.hidden), float32), cupy.zeros((cfg.experts, cfg.hidden), float32)
-        device = self.path in ("device", "fused")
-        comb = self._combine.comb.local if device else ctx.combined
+        comb = self._combine.comb.local if self.path == "device" else ctx.combined
         d_logits = cupy.empty((t, self._router_pad), bfloat16)
         launch_router_grads(router_grads_record(
             cfg, logits=ctx.logits, chosen=r.experts, start=self._aux_starts(ctx), hidden=cfg.hidden, comb=comb, slot=r.slot, dy=dy,

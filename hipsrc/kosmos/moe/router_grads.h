@@ -11,7 +11,7 @@
 namespace kosmos {
 namespace moe {
 
-// Mirrored: kosmos/moe/backward.py ROUTER_GRADS_DTYPE.
+// Mirrored: kosmos/moe/router_grads.py ROUTER_GRADS_DTYPE.
 struct RouterGrads {
   const u16* comb;      // the forward's combine buffer (pair p's expert output at row slot[p]), bf16; null:
                         // d_weights is the input
