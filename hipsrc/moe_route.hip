@@ -4,10 +4,12 @@
 //   kosmos_moe_route   one thread per token: experts [T, k] and weights [T, k]
 //   kosmos_moe_count   one CTA per chunk of kChunk tokens: counts[chunk][e] (+ the loss partials)
 //   kosmos_moe_scan    one CTA: offsets[chunk][e] in expert-major, chunk-minor order, start[E + 1]
-//                      (start[E] = T * k, or the kept pairs: experts of -1 are dropped pairs and
-//                      counted nowhere), and with losses mean_prob[E] and losses[2] = (aux, z)
-//   kosmos_moe_place   one CTA per chunk: order[row] = t * k + j, slot[t * k + j] = row (or -1)
+//                      (start[E] = T * k), and with losses mean_prob[E] and losses[2] = (aux, z)
+//   kosmos_moe_place   one CTA per chunk: order[row] = t * k + j, slot[t * k + j] = row
+//   kosmos_moe_keep    token dropping: a CTA per expert over capacity (grid-stride) compacts the
+//                      plan over the pairs kept (capacity.h), into the order, slot and start given
 // Count and place read the chunk's pair experts from shared memory (at most kChunk * kMaxTopK).
+#include "kosmos/moe/capacity.h"
 #include "kosmos/moe/plan.h"
 
 using namespace kosmos;
@@ -84,12 +86,14 @@ extern "C" __global__ void kosmos_moe_place(const i32* __restrict__ experts, i32
   const i32* first = offsets + i64(blockIdx.x) * num_experts;  // start[e] already added
   for (i32 i = i32(threadIdx.x); i < n; i += i32(blockDim.x)) {
     const i64 p = i64(t0) * top_k + i;
-    if (ex[i] < 0) {  // a pair dropped past its expert's capacity: no row
-      slot[p] = -1;
-      continue;
-    }
     const i32 row = first[ex[i]] + rank_in_chunk(ex, i);
     order[row] = i32(p);
     slot[p] = row;
   }
+}
+
+// Dynamic shared memory: keep_words(E, blockDim.x) i32.
+extern "C" __global__ void kosmos_moe_keep(KeepArgs a) {
+  extern __shared__ __align__(16) i32 keep_smem[];
+  keep_capacity(a, keep_smem, CtaPhases::here());
 }

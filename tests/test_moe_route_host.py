@@ -25,12 +25,18 @@ def route_host(tmp_path_factory) -> Path:
     return build("route_main.cpp", tmp_path_factory.mktemp("route") / "route_host")
 
 
-def host_route(exe: Path, cfg: MoEConfig, logits: np.ndarray, bias: np.ndarray | None = None) -> dict:
+def host_route(exe: Path, cfg: MoEConfig, logits: np.ndarray, bias: np.ndarray | None = None,
+               lanes: int = 1, ctas: int = 1) -> dict:
+    """The harness's routing; under token dropping (cfg.capacity_of) the keep rule runs over `ctas`
+    CTAs of `lanes` threads and got["kept"] [T, k] bool comes back too."""
     t, width = logits.shape
     e, k = cfg.experts, cfg.top_k
     score = CONSTANTS["SCORE_SOFTMAX"] if cfg.score == "softmax" else CONSTANTS["SCORE_SIGMOID"]
+    cap = cfg.capacity_of(t)
+    cap = cap if cap is not None and cap < t * k else -1
     head = (struct.pack("<8i", t, e, width, k, score, cfg.groups, cfg.topk_groups, int(cfg.normalize))
-            + struct.pack("<3fi", cfg.scaling, cfg.aux_loss_coef, cfg.z_loss_coef, bias is not None))
+            + struct.pack("<3f4i", cfg.scaling, cfg.aux_loss_coef, cfg.z_loss_coef, bias is not None, cap, lanes,
+                          ctas))
     body = (b"" if bias is None else bias.astype(np.float32).tobytes()) + logits.astype(np.float32).tobytes()
     out = memoryview(subprocess.run([str(exe)], input=head + body, capture_output=True, check=True).stdout)
     got, at = {}, 0
@@ -39,6 +45,11 @@ def host_route(exe: Path, cfg: MoEConfig, logits: np.ndarray, bias: np.ndarray |
                         ("losses", np.float32, 2)):
         got[name] = np.frombuffer(out[at:at + 4 * n], dt)
         at += 4 * n
+    if cap >= 0:
+        got["kept"] = np.frombuffer(out[at:at + t * k], np.uint8).reshape(t, k)
+        assert set(np.unique(got["kept"])) <= {0, 1}
+        got["kept"] = got["kept"].astype(bool)
+        at += t * k
     assert at == len(out)
     got["experts"], got["weights"] = got["experts"].reshape(t, k), got["weights"].reshape(t, k)
     return got
@@ -98,3 +109,35 @@ def test_one_expert_takes_every_token_and_tiny_batches(route_host):
     check_plan(got, cfg)
     one = host_route(route_host, cfg, padded_logits(rng, 1, cfg.experts))
     check_plan(one, cfg)
+
+
+@pytest.mark.parametrize("lanes,ctas", [(1, 1), (7, 3), (64, 40)])
+@pytest.mark.parametrize("kind", ["random", "ties", "hot"])
+def test_token_dropping_keeps_each_experts_highest_weights(route_host, kind, lanes, ctas):
+    """The keep rule (capacity.h) against reference.capacity_keep on the harness's own routing:
+    random logits; coarse ones (many equal weights: the lower pair index is kept); every token's
+    first choice on one expert (thousands of rows over one CTA's lanes). The kept plan is the
+    stable dispatch order of the kept pairs, -1 past them, slot -1 for a dropped pair. Any lane
+    and CTA count gives the same result (more CTAs than experts too)."""
+    cfg = dataclasses.replace(load_models()["Qwen3-30B-A3B"], aux_loss_coef=0.01,
+                              capacity_factor={"random": 1.0, "ties": 0.5, "hot": 1.25}[kind])
+    rng = np.random.default_rng([13, lanes])
+    t = 3001
+    logits = padded_logits(rng, t, cfg.experts)
+    if kind == "ties":
+        logits[:, :cfg.experts] = np.round(logits[:, :cfg.experts])
+        logits[:, 3] += 2.0
+    if kind == "hot":
+        logits[:, 5] = 50.0
+    got = host_route(route_host, cfg, logits, lanes=lanes, ctas=ctas)
+    kept, experts = got["kept"], got["experts"]
+    want = reference.capacity_keep(experts.astype(np.int64), got["weights"].astype(np.float64), cfg)
+    assert (kept == want).all() and not kept.all()
+    n = int(kept.sum())
+    flat = np.where(kept.ravel(), experts.ravel(), cfg.experts)  # dropped pairs sort past every expert
+    order = np.argsort(flat, kind="stable")[:n]
+    assert (got["order"][:n] == order).all() and (got["order"][n:] == -1).all()
+    counts = np.bincount(experts.ravel()[kept.ravel()], minlength=cfg.experts)
+    assert (got["start"] == np.concatenate([[0], np.cumsum(counts)])).all()
+    assert counts.max() <= cfg.capacity_of(t) and (kind != "hot" or counts[5] == cfg.capacity_of(t))
+    assert (got["slot"][order] == np.arange(n)).all() and (got["slot"][~kept.ravel()] == -1).all()

@@ -16,9 +16,9 @@ Four paths, the same result (the fused and device paths bitwise so, output and g
   barriers (route()'s steps: the same bits), warps beside the builders push rows, each GEMM1 tile
   starts once its rows have landed, each GEMM2 tile once GEMM1 has finished its tile row, rows go
   home as soon as their GEMM2 tiles are done, then the fold; the shared experts' MLP runs as jobs of
-  the same builder call (its first GEMM before the routed experts', its second after). Still a
-  launch of its own before it: the routing of a call that drops tokens (capacity_factor: the keep
-  rule sorts on the stream). Captures in a CUDA graph as "device".
+  the same builder call (its first GEMM before the routed experts', its second after). Token
+  dropping (capacity_factor) too: each expert keeps its pairs of highest weight by a radix select
+  between two more grid barriers (hipsrc/kosmos/moe/capacity.h). Captures in a CUDA graph as "device".
 - path="serial": the counts cross ranks through MPI and the rows through kosmos AllToAll:
   1. router logits X Wr^T (fp32, kosmos.matmul) and kosmos.moe.route: experts, weights, the
      dispatch order (expert-major, so owner-major);
@@ -318,8 +318,8 @@ class MoELayer:
         all_ok(self.world.comm, err)
         t = int(x.shape[0])
 
-        # 1. route (path "fused": inside its launch, unless tokens are dropped)
-        in_launch = self.path == "fused" and not self._routing.dropping(t)
+        # 1. route (path "fused": inside its launch)
+        in_launch = self.path == "fused"
         logits, r = (self._routing.logits[:t], None) if in_launch else self._route(x, params)
         if self.path in ("device", "fused"):
             y, ctx = self._forward_device(x, params, r)

@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from ..arrays import check_array
-from ..runtime.mirror import StructMirror, address
+from ..runtime.mirror import StructMirror, address, record
 from ..runtime.streams import uses_stream
 from .config import MoEConfig
 
@@ -42,13 +42,21 @@ _u64 = np.uint64
 # RouteParams of hipsrc/kosmos/moe/router.h: the routing inside the forward megakernel (LaunchRouting)
 ROUTE_PARAMS_DTYPE = np.dtype(
     [("rule", ROUTE_RULE_DTYPE), ("logits", _u64), ("ld", np.int64), ("experts", _u64), ("weights", _u64),
-     ("order", _u64), ("slot", _u64), ("start", _u64), ("counts", _u64), ("prob_sums", _u64),
-     ("lse_sq", _u64), ("mean_prob", _u64), ("losses", _u64), ("grid", _u64), ("tokens", np.int32),
-     ("aux_coef", np.float32), ("z_coef", np.float32), ("pad_", np.int32)],
+     ("order", _u64), ("slot", _u64), ("start", _u64), ("all_order", _u64), ("kept", _u64), ("counts", _u64),
+     ("prob_sums", _u64), ("lse_sq", _u64), ("mean_prob", _u64), ("losses", _u64), ("grid", _u64),
+     ("tokens", np.int32), ("aux_coef", np.float32), ("z_coef", np.float32), ("capacity", np.int32)],
+    align=True,
+)
+# KeepArgs of hipsrc/kosmos/moe/capacity.h: token dropping's keep rule (kosmos_moe_keep)
+KEEP_ARGS_DTYPE = np.dtype(
+    [("start_all", _u64), ("order_all", _u64), ("weights", _u64), ("order", _u64), ("slot", _u64),
+     ("kept", _u64), ("start", _u64), ("experts", np.int32), ("capacity", np.int32), ("pairs", np.int32),
+     ("pad_", np.int32)],
     align=True,
 )
 MIRRORS = [StructMirror("kosmos::moe::RouteRule", ROUTE_RULE_DTYPE),
-           StructMirror("kosmos::moe::RouteParams", ROUTE_PARAMS_DTYPE)]
+           StructMirror("kosmos::moe::RouteParams", ROUTE_PARAMS_DTYPE),
+           StructMirror("kosmos::moe::KeepArgs", KEEP_ARGS_DTYPE)]
 
 
 def no_route() -> np.void:
@@ -58,6 +66,20 @@ def no_route() -> np.void:
     return rec[()]
 _THREADS = 128
 _SCAN_THREADS = 512  # the scan's one CTA: a thread per expert (more experts: threads stride)
+_KEEP_THREADS = 256
+_KEEP_CTAS = 1024    # kosmos_moe_keep: a CTA an expert, grid-stride past this
+
+
+def keep_words(experts: int, threads: int) -> int:
+    """The shared i32 words the keep rule takes (capacity.h keep_words)."""
+    return experts + 1 + 256 + 2 * threads + 4
+
+
+def launch_scratch_bytes(experts: int, threads: int) -> int:
+    """Shared bytes the in-launch plan and keep rule take of the lent stages (router.h
+    place_words, then keep_words)."""
+    place = (2 * experts + 1 + CONSTANTS["kChunk"] * CONSTANTS["kMaxTopK"] + 3) // 4 * 4
+    return 4 * (place + keep_words(experts, threads))
 
 
 @dataclass(frozen=True)
@@ -172,62 +194,52 @@ def route(logits: Any, cfg: MoEConfig, bias: Any = None, *, stream: Any = None) 
     blocks = lambda n: (-(-n // _THREADS),)  # noqa: E731
     mod.get_function("kosmos_moe_route")(blocks(t), (_THREADS,), (rule, logits, ld, np.int32(t), experts, weights))
 
-    def count_and_scan(chosen: Any, start: Any, losses_too: bool) -> None:
-        """Per-chunk counts of `chosen`'s pairs (expert -1: counted nowhere), their offsets and
-        start; losses_too: the loss partials, mean_prob and losses as well."""
-        sums = (prob_sums, lse_sq, mean_prob) if losses_too else (None, None, None)
-        ps, ls, mp = (null if a is None else a for a in sums)
-        mod.get_function("kosmos_moe_count")((chunks,), (_THREADS,), (
-            rule, logits, ld, np.int32(t), chosen, counts, ps, ls))
-        mod.get_function("kosmos_moe_scan")((1,), (_SCAN_THREADS,), (
-            np.int32(e), np.int32(t), np.int32(k), counts, offsets, start, ps, ls, mp,
-            np.float32(cfg.aux_loss_coef), np.float32(cfg.z_loss_coef), losses))
+    ps, ls, mp = (null if a is None else a for a in (prob_sums, lse_sq, mean_prob))
+    mod.get_function("kosmos_moe_count")((chunks,), (_THREADS,), (rule, logits, ld, np.int32(t), experts, counts,
+                                                                  ps, ls))
+    mod.get_function("kosmos_moe_scan")((1,), (_SCAN_THREADS,), (
+        np.int32(e), np.int32(t), np.int32(k), counts, offsets, start, ps, ls, mp,
+        np.float32(cfg.aux_loss_coef), np.float32(cfg.z_loss_coef), losses))
+    dropping = drops_tokens(cfg, t)
+    # under token dropping the whole plan is the keep rule's input; the losses stay the choices'
+    all_order = cupy.empty(t * k, np.int32) if dropping else order
+    mod.get_function("kosmos_moe_place")((chunks,), (_THREADS,), (experts, np.int32(t), np.int32(k),
+                                                                  np.int32(e), offsets, all_order, slot))
+    if not dropping:
+        return DeviceRouting(experts, weights, order, slot, start, losses, mean_prob)
+    kept = cupy.empty((t, k), bool)
+    kept_start = cupy.empty(e + 1, np.int32)
+    args = record(KEEP_ARGS_DTYPE, start_all=start.data.ptr, order_all=all_order.data.ptr, weights=weights.data.ptr,
+                  order=order.data.ptr, slot=slot.data.ptr, kept=kept.data.ptr, start=kept_start.data.ptr,
+                  experts=e, capacity=cfg.capacity_of(t), pairs=t * k)
+    mod.get_function("kosmos_moe_keep")((min(e, _KEEP_CTAS),), (_KEEP_THREADS,), (args,),
+                                        shared_mem=4 * keep_words(e, _KEEP_THREADS))
+    return DeviceRouting(experts, weights, order, slot, kept_start, losses, mean_prob, kept)
 
-    def place(chosen: Any) -> None:
-        mod.get_function("kosmos_moe_place")((chunks,), (_THREADS,), (chosen, np.int32(t), np.int32(k),
-                                             np.int32(e), offsets, order, slot))
-
-    count_and_scan(experts, start, True)
-    kept = None
-    if drops_tokens(cfg, t):
-        cap = cfg.capacity_of(t)
-        # Token dropping: each expert keeps its `cap` pairs of highest weight (the lower pair index
-        # first among equals; reference.capacity_keep), ranked within the experts' rows of the plan
-        # above; the plan is then counted and placed again over the kept pairs (a dropped pair's
-        # expert -1: no row, slot -1). The losses stay the choices' (they were computed above).
-        pairs = cupy.arange(t * k, dtype=np.float64)
-        srt = cupy.lexsort(cupy.stack([pairs, -weights.ravel().astype(np.float64),
-                                       experts.ravel().astype(np.float64)]))
-        pos = cupy.arange(t * k, dtype=np.int32) - start[experts.ravel()[srt]]
-        kept = cupy.empty(t * k, dtype=bool)
-        kept[srt] = pos < cap
-        kept = kept.reshape(t, k)
-        order.fill(-1)  # the tail past the kept rows: defined, so reruns are bitwise equal
-        chosen = cupy.where(kept, experts, np.int32(-1))
-        start = cupy.zeros(e + 1, np.int32)
-        count_and_scan(chosen, start, False)
-        place(chosen)
-    else:
-        place(experts)
-    return DeviceRouting(experts, weights, order, slot, start, losses, mean_prob, kept)
 
 
 class LaunchRouting:
     """The routing inside the MoE forward megakernel (MoEForward called with it instead of a
     DeviceRouting, and the router's weights): the router GEMM's fp32 logits and the plan in buffers
     for up to `max_tokens` tokens a call, allocated once (hipsrc/kosmos/moe/router.h runs route()'s
-    steps, so both give the same bits). A call's outputs (routing(t), logits) are valid until the
-    next call. Token dropping is not routed here (route() keeps the pairs of highest weight by a sort
-    on the stream): `dropping(t)` says when a call must route outside."""
+    steps and keep rule, so both give the same bits). A call's outputs (routing(t), logits) are
+    valid until the next call."""
 
     def __init__(self, cfg: MoEConfig, max_tokens: int):
         import cupy
+
+        from ..gemm import device_constants
 
         check_routable(cfg)
         if not isinstance(max_tokens, int) or max_tokens < 1:
             raise ValueError(f"max_tokens must be a positive integer, got {max_tokens!r}")
         check_plan_size(cfg, max_tokens)
         t, k, e = max_tokens, cfg.top_k, cfg.experts
+        c = device_constants()
+        need, room = launch_scratch_bytes(e, c["kThreads"]), c["kSmemBytesPortable"]
+        if need > room:
+            raise ValueError(f"{e} experts: the routing inside the launch would take {need} bytes of shared memory, "
+                             f"past {room} (route outside the launch: MoELayer path 'device')")
         chunks = plan_chunks(t)
         self.cfg, self.max_tokens = cfg, max_tokens
         self.columns = -(-e // 64) * 64  # the logits' row: the router GEMM's 64-column tiles
@@ -243,6 +255,10 @@ class LaunchRouting:
         self._scratch = [cupy.zeros((chunks, e), np.int32)]  # counts
         if self.with_losses:
             self._scratch += [cupy.zeros((chunks, e), np.float64), cupy.zeros(chunks, np.float64)]
+        # token dropping: the whole plan (the keep rule's input) and the kept mask
+        drops = cfg.capacity_factor > 0
+        self._all_order = cupy.zeros(t * k, np.int32) if drops else None
+        self.kept = cupy.zeros((t, k), bool) if drops else None
         self._grid = cupy.zeros(2, np.uint64)  # the grid barrier's words (hipsrc/kosmos/grid.h)
         self._tmaps: dict = {}
         cupy.cuda.runtime.deviceSynchronize()  # the zeroed words, before a first call on any stream
@@ -250,20 +266,17 @@ class LaunchRouting:
     @property
     def nbytes(self) -> int:
         arrays = [self.logits, self.experts, self.weights, self.order, self.slot, self.start, self.losses,
-                  self._grid, *self._scratch] + ([self.mean_prob] if self.with_losses else [])
-        return int(sum(a.nbytes for a in arrays))
-
-    def dropping(self, tokens: int) -> bool:
-        """Whether a call of `tokens` tokens drops pairs (its routing then runs outside: route())."""
-        return drops_tokens(self.cfg, tokens)
+                  self._grid, *self._scratch, self.mean_prob, self._all_order, self.kept]
+        return int(sum(a.nbytes for a in arrays if a is not None))
 
     def routing(self, tokens: int) -> DeviceRouting:
         """The last call's routing of `tokens` tokens: views of the buffers."""
         if not 0 <= tokens <= self.max_tokens:
             raise ValueError(f"{tokens} tokens: this routing holds at most {self.max_tokens}")
         k = self.cfg.top_k
+        kept = self.kept[:tokens] if drops_tokens(self.cfg, tokens) else None
         return DeviceRouting(self.experts[:tokens], self.weights[:tokens], self.order[:tokens * k],
-                             self.slot[:tokens * k], self.start, self.losses, self.mean_prob)
+                             self.slot[:tokens * k], self.start, self.losses, self.mean_prob, kept)
 
     def head(self, x: Any, router_w: Any, bias: Any, uses_tma: bool, stream: Any = None) -> tuple:
         """The forward kernel's router arguments for this call: the GEMM's (x, router_w, logits)
@@ -273,14 +286,11 @@ class LaunchRouting:
 
         from .. import gemm
         from ..dtypes import bfloat16
-        from ..runtime.mirror import record
 
         cfg, dev = self.cfg, cupy.cuda.Device().id
         e, h = cfg.experts, int(x.shape[1])
         t = int(x.shape[0])
-        if self.dropping(t):
-            raise ValueError(f"{t} tokens with capacity_factor {cfg.capacity_factor}: token dropping is routed "
-                             f"outside the launch (kosmos.moe.route)")
+        capacity = cfg.capacity_of(t) if drops_tokens(cfg, t) else -1
         router_w = check_array(router_w, "router_w", dtypes=(bfloat16,), device=dev, stream=stream)
         if router_w.shape != (e, h):
             raise ValueError(f"router_w must be [{e}, {h}] bf16, got {tuple(router_w.shape)}")
@@ -304,8 +314,9 @@ class LaunchRouting:
         rec = record(ROUTE_PARAMS_DTYPE, rule=rule_record(cfg, bias_ptr), logits=logits.data.ptr,
                      ld=self.columns, experts=self.experts.data.ptr, weights=self.weights.data.ptr,
                      order=self.order.data.ptr, slot=self.slot.data.ptr, start=self.start.data.ptr,
-                     counts=counts.data.ptr, prob_sums=address(prob_sums),
+                     all_order=address(self._all_order), kept=address(self.kept), counts=counts.data.ptr, prob_sums=address(prob_sums),
                      lse_sq=address(lse_sq), mean_prob=address(self.mean_prob), losses=self.losses.data.ptr,
-                     grid=self._grid.data.ptr, tokens=t, aux_coef=cfg.aux_loss_coef, z_coef=cfg.z_loss_coef)
+                     grid=self._grid.data.ptr, tokens=t, aux_coef=cfg.aux_loss_coef, z_coef=cfg.z_loss_coef,
+                     capacity=capacity)
         return (*maps, prob, epi, rec)
 

@@ -207,9 +207,12 @@ def test_a_refused_input_stops_every_rank(world):
 # launches on that plan. Configs: softmax with both losses; sigmoid + bias + group-limited top-k.
 # "many": more than 12 chunks per CTA (several routing rounds); the last rank of a world > 1 has no
 # tokens in the small case; the token count changes from call to call (the buffers' tails are stale).
+# "capacity": token dropping (the keep rule in the launch) with expert 1 far over capacity and
+# integer-valued x and router weights, so many pairs tie on weight (the lower pair index is kept).
 ROUTED = {
     "softmax": dict(score="softmax", top_k=2, aux_loss_coef=0.01, z_loss_coef=0.001),
     "grouped": dict(score="sigmoid", top_k=3, expert_bias=True, groups=4, topk_groups=2, scaling=2.5),
+    "capacity": dict(score="softmax", top_k=2, aux_loss_coef=0.01, capacity_factor=0.6),
 }
 
 
@@ -219,8 +222,8 @@ def test_routing_in_the_launch_is_route_bitwise(world, rule, size):
     from kosmos import gemm
     from kosmos.moe.route import LaunchRouting
 
-    if size == "many" and rule != "softmax":
-        pytest.skip("one rule is enough for the rounds")
+    if size == "many" and rule == "grouped":
+        pytest.skip("softmax and capacity are enough for the rounds")
     P, r = world.size, world.rank
     h, f = (512, 256) if size == "big" else (128, 64)
     experts = 8 * P if rule == "grouped" else 4 * P
@@ -235,17 +238,27 @@ def test_routing_in_the_launch_is_route_bitwise(world, rule, size):
     try:
         w1 = cupy.asarray((rank_input(90, r, (e_loc, 2 * f, h), np.float32) * 0.1).astype(bfloat16))
         w2 = cupy.asarray((rank_input(91, r, (e_loc, h, f), np.float32) * 0.1).astype(bfloat16))
-        wr = cupy.asarray((rank_input(92, 0, (experts, h), np.float32) * 0.05).astype(bfloat16))
+        if cfg.capacity_factor:  # small integers: exact logits, tied weights; column 0 makes expert 1 hot
+            wr_f = np.clip(np.round(rank_input(92, 0, (experts, h), np.float32)), -1, 1) / 4
+            wr_f[:, 0], wr_f[1, 0] = 0.0, 1.0
+        else:
+            wr_f = rank_input(92, 0, (experts, h), np.float32) * 0.05
+        wr = cupy.asarray(wr_f.astype(bfloat16))
         pad = cupy.zeros((lr.columns, h), bfloat16)
         pad[:experts] = wr
         bias = cupy.asarray(rank_input(93, 0, (experts,), np.float32) * 0.1) if cfg.expert_bias else None
         failed = []
+        fields = ("experts", "weights", "order", "slot", "start", "losses") + (("kept",) if cfg.capacity_factor else ())
         for call in range(3):
             if size == "small":
                 t = 0 if (P > 1 and r == P - 1) else 50 + 29 * r + 7 * call
             else:
                 t = max_t - 1000 * call - 3 * r
-            x = cupy.asarray((rank_input(40 + call, r, (t, h), np.float32)).astype(bfloat16))
+            x_f = rank_input(40 + call, r, (t, h), np.float32)
+            if cfg.capacity_factor:
+                x_f = np.clip(np.round(x_f), -1, 1)
+                x_f[:, 0] = 4.0
+            x = cupy.asarray(x_f.astype(bfloat16))
             if call == 1 and r == P - 1:
                 cupy.cuda.Device().synchronize()
                 time.sleep(0.5)  # a late rank
@@ -253,11 +266,12 @@ def test_routing_in_the_launch_is_route_bitwise(world, rule, size):
                 a.fill(np.nan)
             for a in (lr.experts, lr.order, lr.slot, lr.start):
                 a.fill(-7)
+            if lr.kept is not None:
+                lr.kept.fill(True)
             out = _nan(cupy.empty((t, h), bfloat16))
             y, _ = fwd(x, lr, w1, w2, router_w=wr, bias=bias, out=out)
             got = lr.routing(t)
-            got = {k: cupy.asnumpy(getattr(got, k)).copy() for k in ("experts", "weights", "order", "slot", "start",
-                                                                     "losses")}
+            got = {k: cupy.asnumpy(getattr(got, k)).copy() for k in fields}
             got["logits"] = cupy.asnumpy(lr.logits[:t, :experts])
             got["y"] = _bits(y).copy()
             # the oracle: our plain GEMM, route() and the separate launches on its plan
@@ -265,8 +279,9 @@ def test_routing_in_the_launch_is_route_bitwise(world, rule, size):
                       else cupy.empty((0, lr.columns), np.float32))
             rt = route(logits, cfg, bias)
             want_y = Case.separate_on(disp, comb, w1, w2, x, rt)
-            want = {k: cupy.asnumpy(getattr(rt, k)) for k in ("experts", "weights", "order", "slot", "start",
-                                                              "losses")}
+            want = {k: cupy.asnumpy(getattr(rt, k)) for k in fields}
+            if cfg.capacity_factor and t and (rt.kept is None or rt.kept.all()):
+                failed.append(f"call {call} (T {t}): nothing dropped: the case tests nothing")
             want["logits"], want["y"] = cupy.asnumpy(logits[:, :experts]), _bits(want_y)
             for k in want:
                 if got[k].shape != want[k].shape or got[k].tobytes() != want[k].tobytes():

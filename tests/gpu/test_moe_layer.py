@@ -407,7 +407,7 @@ def test_a_captured_step_replays_with_new_tokens(world, path, capacity_factor):
     with a bias that sends every token's first choice to expert 0: rank 0 is hot): every replay's
     output, losses and gradients, poisoned before it, are bitwise an eager step's on the same inputs.
     Uneven token counts; shared expert, groups, sigmoid scores, aux and z losses; with token
-    dropping too (the drop plan's sort inside the graph)."""
+    dropping too (the keep rule inside the graph)."""
     from kosmos.dtypes import copy_into
     from kosmos.graphs import capture
 

@@ -185,18 +185,21 @@ def test_many_groups_without_a_limit_route_over_every_expert():
     check(cfg, logits_for(np.random.default_rng(12), 333, 128))
 
 
-@pytest.mark.parametrize("capacity_factor,coarse", [(1.0, False), (0.5, False), (1.25, True)])
-def test_token_dropping_keeps_each_experts_highest_weights(capacity_factor, coarse):
-    """Under MoEConfig.capacity_factor the device's drop plan is reference.capacity_keep of its own
-    experts and weights, exactly (coarse logits: many equal weights, the lower pair index wins); the
-    plan is the stable dispatch order of the kept pairs (-1 past them), slot -1 for the dropped ones; the losses
-    are the dropless routing's (the choices before dropping); reruns bitwise equal."""
+@pytest.mark.parametrize("capacity_factor,kind,t", [(1.0, "", 1029), (0.5, "", 1029), (1.25, "coarse", 1029),
+                                                    (0.3, "hot", 40013)])
+def test_token_dropping_keeps_each_experts_highest_weights(capacity_factor, kind, t):
+    """Under MoEConfig.capacity_factor the device's drop plan (kosmos_moe_keep) is
+    reference.capacity_keep of its own experts and weights, exactly (coarse logits: many equal
+    weights, the lower pair index wins; hot: every token's first choice is one expert, 40,013 rows
+    over one CTA); the plan is the stable dispatch order of the kept pairs (-1 past them), slot -1
+    for the dropped ones; the losses are the dropless routing's (the choices before dropping);
+    reruns bitwise equal."""
     cfg = dataclasses.replace(MODELS["Qwen3-30B-A3B"], aux_loss_coef=0.01, capacity_factor=capacity_factor)
     rng = np.random.default_rng([11, int(4 * capacity_factor)])
-    lg = logits_for(rng, 1029, cfg.experts)
-    if coarse:
+    lg = logits_for(rng, t, cfg.experts)
+    if kind == "coarse":
         lg[:, :cfg.experts] = np.round(lg[:, :cfg.experts])
-    lg[:, 3] += 2.0  # expert 3 over capacity on most cases
+    lg[:, 3] += 50.0 if kind == "hot" else 2.0  # expert 3 over capacity on most cases
     dev = cupy.asarray(lg)
     r = route(dev, cfg)
     r2 = route(dev, cfg)
@@ -214,7 +217,7 @@ def test_token_dropping_keeps_each_experts_highest_weights(capacity_factor, coar
     assert (cupy.asnumpy(r.order)[:n] == order).all() and (cupy.asnumpy(r.order)[n:] == -1).all()
     assert (np.diff(start) == np.bincount(experts.ravel()[kept.ravel()], minlength=cfg.experts)).all()
     assert (slot[order] == np.arange(n)).all() and (slot[~kept.ravel()] == -1).all()
-    assert max(np.bincount(experts.ravel()[kept.ravel()], minlength=cfg.experts)) <= cfg.capacity_of(1029)
+    assert max(np.bincount(experts.ravel()[kept.ravel()], minlength=cfg.experts)) <= cfg.capacity_of(t)
     dropless = route(dev, dataclasses.replace(cfg, capacity_factor=0.0))
     assert cupy.asnumpy(dropless.losses).tobytes() == cupy.asnumpy(r.losses).tobytes()
     assert dropless.kept is None

@@ -1,12 +1,15 @@
 // The routing rule and the dispatch plan (hipsrc/kosmos/moe/route.h, plan.h) on the host, each
 // kernel's threads run one after another in the kernels' phase order (hipsrc/moe_route.hip).
+// Token dropping (capacity >= 0): then kosmos_moe_keep (capacity.h) over `ctas` CTAs of `lanes`
+// threads, the CTAs and each phase's lanes in turn.
 // stdin: int32 T, E, L, k, score, groups, topk_groups, normalize; float scaling, aux_coef, z_coef;
-// int32 has_bias; float bias[E] if has_bias; float logits[T][L].
+// int32 has_bias, capacity (-1: dropless), lanes, ctas; float bias[E] if has_bias; float logits[T][L].
 // stdout: int32 experts[T][k]; float weights[T][k]; int32 order[T*k], slot[T*k], start[E+1];
-// float mean_prob[E], losses[2].
+// float mean_prob[E], losses[2]; with a capacity, then u8 kept[T*k] (order, slot, start the kept plan's).
 #include <cstdio>
 #include <vector>
 
+#include "kosmos/moe/capacity.h"
 #include "kosmos/moe/plan.h"
 
 using namespace kosmos::moe;
@@ -16,10 +19,20 @@ static bool get(T* p, size_t n) { return fread(p, sizeof(T), n, stdin) == n; }
 template <class T>
 static void put(const std::vector<T>& v) { fwrite(v.data(), sizeof(T), v.size(), stdout); }
 
+struct HostCta {  // capacity.h's CtaPhases, a lane at a time
+  int lanes, cta, ctas;
+  template <class F>
+  void all(F f) const {
+    for (int lane = 0; lane < lanes; ++lane) f(lane);
+  }
+  template <class F>
+  void one(F f) const { f(); }
+};
+
 int main() {
-  int h[8], has_bias;
+  int h[8], has_bias, drop[3];
   float f[3];
-  if (!get(h, 8) || !get(f, 3) || !get(&has_bias, 1)) return 2;
+  if (!get(h, 8) || !get(f, 3) || !get(&has_bias, 1) || !get(drop, 3)) return 2;
   const int T = h[0], E = h[1], L = h[2], k = h[3];
   std::vector<float> bias(E), logits(size_t(T) * L);
   if ((has_bias && !get(bias.data(), E)) || !get(logits.data(), logits.size())) return 2;
@@ -60,6 +73,19 @@ int main() {
       slot[size_t(t0) * k + i] = row;
     }
   }
-  put(experts), put(weights), put(order), put(slot), put(start), put(mean_prob), put(losses);
+  if (drop[0] < 0) {
+    put(experts), put(weights), put(order), put(slot), put(start), put(mean_prob), put(losses);
+    return 0;
+  }
+  const int lanes = drop[1], ctas = drop[2];
+  std::vector<int> kept_order(size_t(T) * k, -7), kept_slot(size_t(T) * k, -7), kept_start(E + 1, -7);
+  std::vector<unsigned char> kept(size_t(T) * k, 7);
+  const KeepArgs a{start.data(), order.data(), weights.data(), kept_order.data(), kept_slot.data(), kept.data(),
+                   kept_start.data(), E, drop[0], T * k, 0};
+  for (int c = 0; c < ctas; ++c) {  // kosmos_moe_keep's CTAs
+    std::vector<int> words(keep_words(E, lanes), -7);
+    keep_capacity(a, words.data(), HostCta{lanes, c, ctas});
+  }
+  put(experts), put(weights), put(kept_order), put(kept_slot), put(kept_start), put(mean_prob), put(losses), put(kept);
   return 0;
 }

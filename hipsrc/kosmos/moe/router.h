@@ -6,11 +6,14 @@
 //      kRoundChunks chunks at once) and counts each chunk's pairs per expert (+ the loss partials);
 //   3. grid barrier; every CTA sums the counts itself (cheaper than one more barrier) and places
 //      the pairs of its own run of chunks (order, slot); CTA 0 writes start;
-//   4. grid barrier: the dispatch may read start and order; the last CTA computes the losses.
+//   4. under token dropping (capacity >= 0), grid barrier and each expert keeps its `capacity`
+//      pairs of highest weight (capacity.h: the plan of step 3 compacted over the kept pairs);
+//   5. grid barrier: the dispatch may read start and order; the last CTA computes the losses.
 // The chunk tables live in the builder's stages, lent between its two calls (gemm/tile.h).
 #pragma once
 #include "../grid.h"
 #include "../trace.h"
+#include "capacity.h"
 #include "experts.h"
 #include "plan.h"
 
@@ -23,9 +26,11 @@ struct RouteParams {
   i64 ld;
   i32* experts;         // [T][k] best first
   float* weights;       // [T][k]
-  i32* order;           // [T * k] row -> t * k + j
-  i32* slot;            // [T * k] t * k + j -> row
+  i32* order;           // [T * k] row -> t * k + j (under token dropping: the kept rows, -1 past them)
+  i32* slot;            // [T * k] t * k + j -> row (or -1: dropped)
   i32* start;           // [E + 1]
+  i32* all_order;       // [T * k] scratch under token dropping: every chosen pair's plan (step 3), or null
+  u8* kept;             // [T * k] under token dropping: 1 kept, 0 dropped, or null
   i32* counts;          // [chunks][E] scratch: the chunks' pairs per expert
   double* prob_sums;    // [chunks][E] scratch, or null: no losses
   double* lse_sq;       // [chunks] scratch (with prob_sums)
@@ -34,7 +39,7 @@ struct RouteParams {
   u64* grid;            // [2] the grid barrier's words (grid.h)
   i32 tokens;           // T; -1: the routing came with the call, none of this runs
   float aux_coef, z_coef;
-  i32 pad_;
+  i32 capacity;         // token dropping: each expert's most pairs; -1: dropless
 };
 
 constexpr i32 kRoundChunks = gemm::kThreads / kChunk;  // chunks a CTA routes at once
@@ -88,8 +93,10 @@ KOSMOS_DEVICE void route_chunks(const RouteParams& r, u8* scratch) {
 // Step 3, all threads of a CTA, after every CTA's step 2. Chunks [first, last) are this CTA's to
 // place (contiguous, so one prefix serves them all): the experts' totals and the rows before the
 // CTA's first chunk are integer sums, order-free, so every thread adds what it loads (shared-memory
-// atomics) instead of one thread per expert walking every chunk.
+// atomics) instead of one thread per expert walking every chunk. Under token dropping the plan
+// goes to all_order and start[] stays in the scratch (step 4 writes the kept one).
 KOSMOS_DEVICE void place_chunks(const RouteParams& r, u8* scratch) {
+  i32* __restrict__ order = r.capacity < 0 ? r.order : r.all_order;
   const i32 k = r.rule.top_k, E = r.rule.experts, T = r.tokens, chunks = chunks_of(T);
   const i32 per = (chunks + i32(gridDim.x) - 1) / i32(gridDim.x), first = i32(blockIdx.x) * per;
   const i32 last = min(first + per, chunks);
@@ -112,7 +119,7 @@ KOSMOS_DEVICE void place_chunks(const RouteParams& r, u8* scratch) {
     if (blockIdx.x == 0 && (!r.prob_sums || T == 0)) r.losses[0] = r.losses[1] = 0.0f;  // else: route_losses
   }
   __syncthreads();
-  if (blockIdx.x == 0)
+  if (blockIdx.x == 0 && r.capacity < 0)
     for (i32 e = i32(threadIdx.x); e <= E; e += i32(blockDim.x)) r.start[e] = start[e];
   for (i32 c = first; c < last; ++c) {
     const i32 t0 = c * kChunk, n = (min(t0 + kChunk, T) - t0) * k;
@@ -120,7 +127,7 @@ KOSMOS_DEVICE void place_chunks(const RouteParams& r, u8* scratch) {
     __syncthreads();
     for (i32 i = i32(threadIdx.x); i < n; i += i32(blockDim.x)) {
       const i32 p = t0 * k + i, row = start[ex[i]] + before[ex[i]] + rank_in_chunk(ex, i);
-      r.order[row] = p;
+      order[row] = p;
       r.slot[p] = row;
     }
     __syncthreads();
@@ -129,7 +136,19 @@ KOSMOS_DEVICE void place_chunks(const RouteParams& r, u8* scratch) {
   }
 }
 
-// After step 4, on the grid's last CTA (it owns the fewest chunks; the dispatch's CTA 0 must not
+// The shared words place_chunks holds (its start[] is read by steps 4 and 5), then step 4's.
+KOSMOS_DEVICE i32 place_words(i32 E) { return (2 * E + 1 + kChunk * kMaxTopK + 3) / 4 * 4; }
+
+// Step 4 (token dropping), all threads of every CTA after every CTA's step 3.
+KOSMOS_DEVICE void keep_in_launch(const RouteParams& r, u8* scratch) {
+  const i32 E = r.rule.experts;
+  i32* start_all = reinterpret_cast<i32*>(scratch);
+  const KeepArgs a{start_all, r.all_order, r.weights, r.order, r.slot, r.kept, r.start, E, r.capacity,
+                   r.tokens * r.rule.top_k, 0};
+  keep_capacity(a, start_all + place_words(E), CtaPhases::here());
+}
+
+// After the last step, on the grid's last CTA (it owns the fewest chunks; the dispatch's CTA 0 must not
 // wait for this): mean_prob and the losses, in the standalone scan's order (the same bits). The
 // start[] of step 3 is still in the lent stages.
 KOSMOS_DEVICE void route_losses(const RouteParams& r, const u8* scratch) {
@@ -147,7 +166,7 @@ KOSMOS_DEVICE void route_losses(const RouteParams& r, const u8* scratch) {
   __syncthreads();
 }
 
-// All threads of every CTA, first thing in the launch (after gemm::builder_init): steps 1-4. The
+// All threads of every CTA, first thing in the launch (after gemm::builder_init): steps 1-5. The
 // router GEMM's units come from queue[0..1] (the kernel's last CTA out resets it: queue_exit).
 // False: a grid wait gave up (nothing after it may run). With r.tokens < 0, nothing runs.
 template <class Tile, class Epi>
@@ -166,6 +185,10 @@ KOSMOS_DEVICE bool route_in_launch(const RouteParams& r, const ExpertGemm& g, co
   place_chunks(r, smem);
   phase_mark(14);
   if (!grid_barrier(r.grid, w)) return false;
+  if (r.capacity >= 0) {
+    keep_in_launch(r, smem);
+    if (!grid_barrier(r.grid, w)) return false;
+  }
   route_losses(r, smem);
   return true;
 }
