@@ -122,8 +122,11 @@ def run_kosmos(args) -> list[float]:
         teacher = as_params(local(init(cfg, 100, args.scale)))
         student = local(init(cfg, 1, args.scale))
         opt = Adam(student, args.lr, cupy)
-        layer = MoELayer(world, cfg, max_tokens=args.tokens, path="device")
+        layer = MoELayer(world, cfg, max_tokens=args.tokens, path=args.path)
         losses = []
+        if r == 0:
+            print(f"MoE block, {P} rank(s), MoELayer path {args.path!r}: E {cfg.experts}, top-{cfg.top_k}, "
+                  f"H {cfg.hidden}, I {cfg.intermediate}, 1 shared expert, {args.tokens} tokens a rank a step", flush=True)
         try:
             for step in range(args.steps):
                 x = f32_to_bf16(cupy.asarray(tokens(args, step, r).astype(np.float32)))
@@ -150,6 +153,8 @@ def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--numpy", action="store_true", help="the float64 NumPy run only (no GPU)")
     ap.add_argument("--world", type=int, default=1, help="--numpy: the world size to emulate")
+    ap.add_argument("--path", choices=("fused", "device", "serial", "baseline"), default="fused",
+                    help="MoELayer's path (fused: router to fold in one launch each way)")
     ap.add_argument("--steps", type=int, default=200)
     ap.add_argument("--tokens", type=int, default=256, help="tokens per rank per step")
     ap.add_argument("--experts", type=int, default=8)
