@@ -111,18 +111,22 @@ def test_one_expert_takes_every_token_and_tiny_batches(route_host):
     check_plan(one, cfg)
 
 
-@pytest.mark.parametrize("lanes,ctas", [(1, 1), (7, 3), (64, 40)])
-@pytest.mark.parametrize("kind", ["random", "ties", "hot"])
+@pytest.mark.parametrize("lanes,ctas", [(1, 1), (7, 3), (64, 40), (300, 200)])
+@pytest.mark.parametrize("kind", ["random", "ties", "hot", "few"])
 def test_token_dropping_keeps_each_experts_highest_weights(route_host, kind, lanes, ctas):
     """The keep rule (capacity.h) against reference.capacity_keep on the harness's own routing:
     random logits; coarse ones (many equal weights: the lower pair index is kept); every token's
-    first choice on one expert (thousands of rows over one CTA's lanes). The kept plan is the
-    stable dispatch order of the kept pairs, -1 past them, slot -1 for a dropped pair. Any lane
-    and CTA count gives the same result (more CTAs than experts too)."""
-    cfg = dataclasses.replace(load_models()["Qwen3-30B-A3B"], aux_loss_coef=0.01,
-                              capacity_factor={"random": 1.0, "ties": 0.5, "hot": 1.25}[kind])
+    first choice on one expert (thousands of rows over one CTA's lanes); few experts and tokens
+    (more CTAs than experts, more lanes than an expert's rows). The kept plan is the stable
+    dispatch order of the kept pairs, -1 past them, slot -1 for a dropped pair. Any lane and CTA
+    count gives the same result."""
+    if kind == "few":
+        cfg = MoEConfig(experts=8, top_k=2, hidden=64, intermediate=64, capacity_factor=0.9)
+    else:
+        cfg = dataclasses.replace(load_models()["Qwen3-30B-A3B"], aux_loss_coef=0.01,
+                                  capacity_factor={"random": 1.0, "ties": 0.5, "hot": 1.25}[kind])
     rng = np.random.default_rng([13, lanes])
-    t = 3001
+    t = 97 if kind == "few" else 3001
     logits = padded_logits(rng, t, cfg.experts)
     if kind == "ties":
         logits[:, :cfg.experts] = np.round(logits[:, :cfg.experts])

@@ -4,6 +4,7 @@
 //   0 entry   1 its dispatch part done (pushed, or the counts loaded)   2 builder ready
 //   3..7 a builder job done (slot 7 - jobs after it: the last job's is 7)   8 builder call done
 //   9 combine done   10 its combine push done (the fold follows)   11 its side pushes done (movers 0)
+//   12..15 the routing in the launch: router GEMM, routed, plan placed, pairs past capacity dropped
 #pragma once
 #include "platform.h"
 

@@ -1,6 +1,6 @@
 """MoE routing on the device: router logits in, each token's experts and weights and the dispatch
 plan out, in four small launches (hipsrc/moe_route.hip: a thread per token, then a CTA per chunk of
-32 tokens; the forward megakernel runs the same code).
+32 tokens; a fifth under token dropping, a CTA per expert; the forward megakernel runs the same code).
 
     r = route(logits, cfg, bias=None)        # logits: float32 CuPy [T, L], L >= cfg.experts
     r.experts [T, k] int32 (best first), r.weights [T, k] float32,
@@ -10,6 +10,9 @@ plan out, in four small launches (hipsrc/moe_route.hip: a thread per token, then
     r.losses [2] float32 (aux, z: reference.route's aux_loss and z_loss; zeros unless the config
     has a coefficient), r.mean_prob [E] float32 (each expert's normalised score averaged over the
     tokens: what the aux loss's backward needs), or None
+    r.kept [T, k] bool under token dropping (MoEConfig.capacity_factor): each expert keeps its
+    capacity_of(T) pairs of highest weight, the lower pair index first among equal weights, NaN
+    weights last (reference.capacity_keep); None when nothing can drop
 
 The rule is kosmos.moe.reference.route's, in fp32: the decisions agree with the float64 reference
 except where two candidates are within fp32 rounding of each other, and among exactly equal
@@ -62,7 +65,7 @@ MIRRORS = [StructMirror("kosmos::moe::RouteRule", ROUTE_RULE_DTYPE),
 def no_route() -> np.void:
     """The RouteParams of a forward launch whose routing came with the call (nothing routes there)."""
     rec = np.zeros((), ROUTE_PARAMS_DTYPE)
-    rec["tokens"] = -1
+    rec["tokens"], rec["capacity"] = -1, -1
     return rec[()]
 _THREADS = 128
 _SCAN_THREADS = 512  # the scan's one CTA: a thread per expert (more experts: threads stride)

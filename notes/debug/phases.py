@@ -35,7 +35,7 @@ from kosmos.runtime import load_module  # noqa: E402
 from kosmos.world import World  # noqa: E402
 from moe import capacity_of, case_params, share, tokens_of  # noqa: E402
 
-NAMES = {0: "entry", 12: "router GEMM done", 13: "routed + counted", 14: "plan placed", 1: "dispatch part done",
+NAMES = {0: "entry", 12: "router GEMM done", 13: "routed + counted", 14: "plan placed", 15: "pairs past capacity dropped", 1: "dispatch part done",
          2: "builder ready", 8: "builder call done", 10: "combine push done", 11: "side pushes done",
          9: "combine done"}
 JOBS = {"forward": ["shared S1 (TN SwiGLU)", "GEMM1 (TN SwiGLU)", "GEMM2 (TN)", "shared S2 (TN fp32)"],

@@ -22,7 +22,7 @@ cupy = pytest.importorskip("cupy")
 from kosmos import gemm, grouped  # noqa: E402
 from kosmos.dtypes import bfloat16  # noqa: E402
 from kosmos.errors import KosmosError  # noqa: E402
-from kosmos.moe import MoECombine, MoEConfig, MoEDispatch, route  # noqa: E402
+from kosmos.moe import MoECombine, MoEConfig, MoEDispatch, reference, route  # noqa: E402
 from kosmos.moe.forward import MoEForward, SharedMLP  # noqa: E402
 
 from .conftest import rank_input  # noqa: E402
@@ -271,7 +271,14 @@ def test_routing_in_the_launch_is_route_bitwise(world, rule, size):
             out = _nan(cupy.empty((t, h), bfloat16))
             y, _ = fwd(x, lr, w1, w2, router_w=wr, bias=bias, out=out)
             got = lr.routing(t)
-            got = {k: cupy.asnumpy(getattr(got, k)).copy() for k in fields}
+            if cfg.capacity_factor and (got.kept is None) != (t * cfg.top_k > cfg.capacity_of(t)):
+                failed.append(f"call {call} (T {t}): kept is {got.kept is None and 'None' or 'set'}")
+            got = {k: cupy.asnumpy(getattr(got, k)).copy() for k in fields if getattr(got, k) is not None}
+            if "kept" in got:  # the rule itself, not only route()'s (which runs the same device code)
+                want_kept = reference.capacity_keep(got["experts"].astype(np.int64),
+                                                    got["weights"].astype(np.float64), cfg)
+                if not (got["kept"] == want_kept).all():
+                    failed.append(f"call {call} (T {t}): kept is not reference.capacity_keep")
             got["logits"] = cupy.asnumpy(lr.logits[:t, :experts])
             got["y"] = _bits(y).copy()
             # the oracle: our plain GEMM, route() and the separate launches on its plan
@@ -279,11 +286,13 @@ def test_routing_in_the_launch_is_route_bitwise(world, rule, size):
                       else cupy.empty((0, lr.columns), np.float32))
             rt = route(logits, cfg, bias)
             want_y = Case.separate_on(disp, comb, w1, w2, x, rt)
-            want = {k: cupy.asnumpy(getattr(rt, k)) for k in fields}
+            want = {k: cupy.asnumpy(getattr(rt, k)) for k in fields if getattr(rt, k) is not None}
             if cfg.capacity_factor and t and (rt.kept is None or rt.kept.all()):
                 failed.append(f"call {call} (T {t}): nothing dropped: the case tests nothing")
             want["logits"], want["y"] = cupy.asnumpy(logits[:, :experts]), _bits(want_y)
-            for k in want:
+            if got.keys() != want.keys():
+                failed.append(f"call {call} (T {t}): fields {sorted(got)} vs route()'s {sorted(want)}")
+            for k in want.keys() & got.keys():
                 if got[k].shape != want[k].shape or got[k].tobytes() != want[k].tobytes():
                     failed.append(f"call {call} (T {t}): {k} is not bitwise route()'s"
                                   + (f" ({got[k].tolist()} vs {want[k].tolist()})" if k == "losses" else ""))

@@ -26,9 +26,13 @@ struct KeepArgs {
   i32 experts, capacity, pairs, pad_;
 };
 
-// Unsigned keys in the floats' order (-0 ranks as +0, as in numpy's sort of the reference).
+// Unsigned keys in the floats' order, as the reference's sort ranks them: -0 as +0, and every NaN
+// below -inf (numpy sorts NaN last, so it is dropped first), NaNs equal (bit tests: no fast-math
+// rewrite can skip them).
 KOSMOS_DEVICE u32 weight_key(float w) {
-  const u32 b = __float_as_uint(w == 0.0f ? 0.0f : w);
+  u32 b = __float_as_uint(w);
+  if ((b & 0x7fffffffu) > 0x7f800000u) return 0u;
+  if ((b & 0x7fffffffu) == 0u) b = 0u;
   return b >> 31 ? ~b : b | 0x80000000u;
 }
 
@@ -42,10 +46,10 @@ KOSMOS_DEVICE void kept_starts(const KeepArgs& a, i32* start) {
 }
 
 // The select's state after the digits above `shift`: the keys whose digits so far equal
-// prefix's; the want-th largest of them is the one sought, `above` keys outrank them all.
+// prefix's; the want-th largest of them is the one sought.
 struct Select {
   u32 prefix;
-  i32 want, above;
+  i32 want;
 };
 
 KOSMOS_DEVICE bool in_select(u32 key, const Select& s, int shift) {
@@ -64,10 +68,7 @@ KOSMOS_DEVICE void count_digits(const KeepArgs& a, i32 r0, i32 n, i32 lane, i32 
 // One thread, after count_digits: the digit holding the want-th largest key.
 KOSMOS_DEVICE void pick_digit(const i32* hist, Select& s, int shift) {
   i32 b = 255;
-  for (; b > 0 && s.want > hist[b]; --b) {
-    s.want -= hist[b];
-    s.above += hist[b];
-  }
+  for (; b > 0 && s.want > hist[b]; --b) s.want -= hist[b];
   s.prefix |= u32(b) << shift;
 }
 
@@ -152,7 +153,7 @@ KOSMOS_DEVICE void keep_expert(const KeepArgs& a, const i32* kstart, i32 e, i32*
     });
     return;
   }
-  cta.one([&] { *sel = Select{0u, a.capacity, 0}; });
+  cta.one([&] { *sel = Select{0u, a.capacity}; });
   for (int shift = 24; shift >= 0; shift -= 8) {
     cta.all([&](i32 lane) {
       for (i32 b = lane; b < 256; b += lanes) hist[b] = 0;

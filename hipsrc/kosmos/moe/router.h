@@ -187,6 +187,7 @@ KOSMOS_DEVICE bool route_in_launch(const RouteParams& r, const ExpertGemm& g, co
   if (!grid_barrier(r.grid, w)) return false;
   if (r.capacity >= 0) {
     keep_in_launch(r, smem);
+    phase_mark(15);
     if (!grid_barrier(r.grid, w)) return false;
   }
   route_losses(r, smem);
