@@ -220,7 +220,6 @@ def route(logits: Any, cfg: MoEConfig, bias: Any = None, *, stream: Any = None) 
     return DeviceRouting(experts, weights, order, slot, kept_start, losses, mean_prob, kept)
 
 
-
 class LaunchRouting:
     """The routing inside the MoE forward megakernel (MoEForward called with it instead of a
     DeviceRouting, and the router's weights): the router GEMM's fp32 logits and the plan in buffers
@@ -317,9 +316,9 @@ class LaunchRouting:
         rec = record(ROUTE_PARAMS_DTYPE, rule=rule_record(cfg, bias_ptr), logits=logits.data.ptr,
                      ld=self.columns, experts=self.experts.data.ptr, weights=self.weights.data.ptr,
                      order=self.order.data.ptr, slot=self.slot.data.ptr, start=self.start.data.ptr,
-                     all_order=address(self._all_order), kept=address(self.kept), counts=counts.data.ptr, prob_sums=address(prob_sums),
-                     lse_sq=address(lse_sq), mean_prob=address(self.mean_prob), losses=self.losses.data.ptr,
-                     grid=self._grid.data.ptr, tokens=t, aux_coef=cfg.aux_loss_coef, z_coef=cfg.z_loss_coef,
-                     capacity=capacity)
+                     all_order=address(self._all_order), kept=address(self.kept), counts=counts.data.ptr,
+                     prob_sums=address(prob_sums), lse_sq=address(lse_sq), mean_prob=address(self.mean_prob),
+                     losses=self.losses.data.ptr, grid=self._grid.data.ptr, tokens=t, aux_coef=cfg.aux_loss_coef,
+                     z_coef=cfg.z_loss_coef, capacity=capacity)
         return (*maps, prob, epi, rec)
 

@@ -126,7 +126,8 @@ def run_kosmos(args) -> list[float]:
         losses = []
         if r == 0:
             print(f"MoE block, {P} rank(s), MoELayer path {args.path!r}: E {cfg.experts}, top-{cfg.top_k}, "
-                  f"H {cfg.hidden}, I {cfg.intermediate}, 1 shared expert, {args.tokens} tokens a rank a step", flush=True)
+                  f"H {cfg.hidden}, I {cfg.intermediate}, 1 shared expert, {args.tokens} tokens a rank a step",
+                  flush=True)
         try:
             for step in range(args.steps):
                 x = f32_to_bf16(cupy.asarray(tokens(args, step, r).astype(np.float32)))

@@ -272,7 +272,7 @@ def test_routing_in_the_launch_is_route_bitwise(world, rule, size):
             y, _ = fwd(x, lr, w1, w2, router_w=wr, bias=bias, out=out)
             got = lr.routing(t)
             if cfg.capacity_factor and (got.kept is not None) != (t * cfg.top_k > cfg.capacity_of(t)):
-                failed.append(f"call {call} (T {t}): kept is {got.kept is None and 'None' or 'set'}")
+                failed.append(f"call {call} (T {t}): kept is {'None' if got.kept is None else 'set'}")
             got = {k: cupy.asnumpy(getattr(got, k)).copy() for k in fields if getattr(got, k) is not None}
             if "kept" in got:  # the rule itself, not only route()'s (which runs the same device code)
                 want_kept = reference.capacity_keep(got["experts"].astype(np.int64),
