@@ -15,7 +15,8 @@ rows per expert). Contenders, timed interleaved call by call through kosmos.timi
 events behind the stream blocker): layer (path "device": router GEMM, routing, dispatch, both
 grouped GEMMs, the shared expert, combine and fold as separate launches, no host round trip);
 fused m=M [c=C] (path "fused": router to fold in one launch, MoEForward, with M dispatch movers
-and C combine crew; `--movers 8,33,auto --crew 0,16`);
+and C combine crew; `--movers 8,33,auto --crew 0,16`; `--drop 1.0,1.25` adds each with token dropping
+at those capacity factors, recording the most pairs a rank dropped);
 experts (every expert GEMM of the layer alone: the two grouped GEMMs on the same counts and the
 shared expert's); dense (cuBLAS on the same FLOPs: the routed rows' two GEMMs and the shared
 experts'); without the stream blocker (host gaps included, as a user sees them): layer unheld
@@ -136,21 +137,24 @@ def case_params(world, cfg, skew, seed):
     return params
 
 
-def fused_layers(world, cfg, tokens, cap, movers, crews) -> dict:
-    """Path "fused" contenders, one per (movers, crew), by name ('auto': the defaults)."""
-    return {f"fused m={'auto' if m is None else m}" + ("" if c is None else f" c={c}"):
-            MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="fused", movers=m, crew=c)
-            for m in movers for c in crews}
+def fused_layers(world, cfg, tokens, cap, movers, crews, drops=(None,)) -> dict:
+    """Path "fused" contenders, one per (movers, crew, capacity factor), by name ('auto': the
+    defaults; a drop factor d builds the layer with capacity_factor d: token dropping)."""
+    return {f"fused m={'auto' if m is None else m}" + ("" if c is None else f" c={c}")
+            + ("" if d is None else f" drop={d:g}"):
+            MoELayer(world, cfg if d is None else dataclasses.replace(cfg, capacity_factor=d), max_tokens=tokens,
+                     capacity_rows=cap, path="fused", movers=m, crew=c)
+            for m in movers for c in crews for d in drops}
 
 
 def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, movers=(None,), crews=(None,),
-               baseline=True):
+               baseline=True, drops=(None,)):
     import cupy
 
     tokens = tokens_of(cfg, rows_per, world.size)
     cap = capacity_of(cfg, tokens, world.size)
     layer = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="device")
-    fused = fused_layers(world, cfg, tokens, cap, movers, crews)
+    fused = fused_layers(world, cfg, tokens, cap, movers, crews, drops)
     base = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="baseline") if baseline else None
     try:
         params = case_params(world, cfg, skew, seed)
@@ -190,8 +194,11 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
                 cupy.matmul(sa, sw2.T, out=so)
 
         fns = {"layer": whole}
+        dropped = {}
         for name, fl in fused.items():
-            fl.forward(x, params, check=True)
+            _, fctx = fl.forward(x, params, check=True)
+            if fctx.routing.kept is not None:
+                dropped[name] = int(per_rank(world, int(fctx.routing.dropped), "max"))
             fns[name] = (lambda fl: lambda _: fl.forward(x, params))(fl)
         # a layer forward is ~20 launches: 4 rounds per hold stay well inside the launch queue
         t = time_calls(world, {**fns, "experts": experts, "dense": dense}, warmup, iters, rounds_per_hold=4)
@@ -219,6 +226,8 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
                "min_rows": int(per_rank(world, int(counts.min()), "min"))}
         for name, tm in t.items():
             rec[name] = {"ms": tm.median_ms, "min_ms": tm.min_ms, "host_us": tm.host_us}
+            if name in dropped:  # the most pairs a rank dropped (its FLOPs below count the dropless rows)
+                rec[name]["dropped_max"] = dropped[name]
             if name in ("layer", "experts", "dense", "layer unheld", "baseline") or name.startswith("fused"):
                 rec[name]["tflops"] = flops / tm.median_ms / 1e9
         rec["layer_vs_experts"] = rec["experts"]["ms"] / rec["layer"]["ms"]
@@ -347,6 +356,8 @@ def main(argv=None):
                     help="and by combine crew (comma-separated CTA counts, 'auto' = default): every pair is timed")
     ap.add_argument("--backward", action="store_true",
                     help="time the backward instead (step = forward + backward, its GEMMs alone, dense)")
+    ap.add_argument("--drop", default="",
+                    help="forward: also path 'fused' with token dropping at these capacity factors (comma-separated)")
     ap.add_argument("--phases", action="store_true",
                     help="also time the layer's parts alone: router, dispatch, routed, shared, combine")
     add_timing_args(ap)
@@ -354,6 +365,7 @@ def main(argv=None):
     rows_list = [256, 2048] if args.quick else [int(r) for r in args.rows.split(",")]
     movers = tuple(None if m == "auto" else int(m) for m in args.movers.split(","))
     crews = tuple(None if c == "auto" else int(c) for c in args.crew.split(","))
+    drops = (None, *(float(d) for d in args.drop.split(",") if d))
     with gpu_per_rank("bench/moe.py") as (world, commit):
         say = print if world.rank == 0 else (lambda *a, **k: None)  # rank 0 speaks for the slowest rank
         results = []
@@ -377,7 +389,7 @@ def main(argv=None):
                                                             if k.endswith("backward unheld")), flush=True)
                         continue
                     rec = bench_case(world, cfg, rows_per, skew, args.iters, args.warmup, seed=len(results) * 7 + 1,
-                                     phases=args.phases, movers=movers, crews=crews)
+                                     phases=args.phases, movers=movers, crews=crews, drops=drops)
                     results.append(rec)
                     say(f"{cfg.name:22s} rows/exp {rows_per:5d} {'skewed' if skew else 'routed':6s} "
                           f"layer {rec['layer']['ms']:7.3f} ms  experts {rec['experts']['ms']:7.3f}  "
