@@ -77,3 +77,5 @@ def test_context_bytes_counts_what_a_forward_keeps():
     assert context_bytes(cfg, cap, t, pad, expert_rows_copied=True) == want + (cap + t * 2) * 128 * 2
     shared = MoEConfig(experts=8, top_k=2, hidden=128, intermediate=192, shared=1, shared_intermediate=64, name="s")
     assert context_bytes(shared, cap, t, pad) == want + t * 3 * 64 * 2
+    dropping = MoEConfig(experts=8, top_k=2, hidden=128, intermediate=192, capacity_factor=1.0, name="d")
+    assert context_bytes(dropping, cap, t, pad) == want + t * 2  # the kept mask, a byte a pair

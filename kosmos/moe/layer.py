@@ -170,10 +170,11 @@ def context_bytes(cfg: MoEConfig, capacity_rows: int, tokens: int, router_cols: 
                   expert_rows_copied: bool = False) -> int:
     """Bytes a forward keeps for its backward (MoEContext): GEMM1's pre-activations [gate, up] and
     h (capacity rows, bf16), the router logits (fp32), the routing (experts, weights, order, slot:
-    4 bytes per pair each), the shared MLP's h and [gate, up] (bf16); the host paths also keep a
-    copy of the expert rows (capacity x H) and each pair's returned row (T k x H), bf16."""
+    4 bytes per pair each; under token dropping one more byte, kept), the shared MLP's h and
+    [gate, up] (bf16); the host paths also keep a copy of the expert rows (capacity x H) and each
+    pair's returned row (T k x H), bf16."""
     i, h, k = cfg.intermediate, cfg.hidden, cfg.top_k
-    kept = capacity_rows * 3 * i * 2 + tokens * router_cols * 4 + 4 * tokens * k * 4
+    kept = capacity_rows * 3 * i * 2 + tokens * router_cols * 4 + (16 + bool(cfg.capacity_factor)) * tokens * k
     kept += tokens * 3 * cfg.shared_width * 2
     if expert_rows_copied:
         kept += (capacity_rows + tokens * k) * h * 2
