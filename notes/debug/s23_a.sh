@@ -5,6 +5,7 @@
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s23_a.sh
 source notes/debug/call_env.sh s23_a
 run "phases DS-V3" timeout 150 python3 notes/debug/phases.py --model DeepSeek-V3 --rows 2048
+run "phases Qwen3-30B" timeout 90 python3 notes/debug/phases.py --model Qwen3-30B-A3B --rows 2048
 B="--models DeepSeek-V3,Qwen3-30B-A3B --rows 2048 --iters 10 --warmup 3 --drop 1.0,1.25 --out $RUNS --tag s23"
 run "bench fwd drop" timeout 200 python3 bench/moe.py $B
 cp "$RUNS"/*.json "$OUT"/ 2>/dev/null
