@@ -2,21 +2,29 @@
 // (notes/debug/phases.py prints the timeline); elsewhere phase_mark compiles to nothing.
 // kosmos_phase_trace[cta][slot] = now_ns() when the CTA passed the slot's point:
 //   0 entry   1 its dispatch part done (pushed, or the counts loaded)   2 builder ready
-//   3..7 a builder job done (slot 7 - jobs after it: the last job's is 7)   8 builder call done
-//   9 combine done   10 its combine push done (the fold follows)   11 its side pushes done (movers 0)
+//   8 builder call done   9 combine done   10 its combine push done (the fold follows)
+//   11 its side pushes done (movers 0)
 //   12..15 the routing in the launch: router GEMM, routed, plan placed, pairs past capacity dropped
+//   16..31 a builder job done (job_slot: the call's last job's is 31)
 #pragma once
 #include "platform.h"
 
 #ifdef KOSMOS_PHASE_TRACE
 extern "C" {  // C linkage: the host finds it by this name (RawModule.get_global)
-__device__ kosmos::u64 kosmos_phase_trace[1024 * 16];
+__device__ kosmos::u64 kosmos_phase_trace[1024 * 32];
 }
 #endif
 
 namespace kosmos {
 
-constexpr int kPhaseSlots = 16;
+constexpr int kPhaseSlots = 32;
+
+// The slot of a builder call's job with `after` jobs after it in the call.
+template <int after>
+KOSMOS_DEVICE constexpr int job_slot() {
+  static_assert(after >= 0 && after < 16, "phase trace: a builder call of at most 16 jobs");
+  return kPhaseSlots - 1 - after;
+}
 
 // Called by every thread that passes the point; thread `by` of the CTA records it.
 KOSMOS_DEVICE void phase_mark(int slot, u32 by = 0) {

@@ -39,7 +39,9 @@ NAMES = {0: "entry", 12: "router GEMM done", 13: "routed + counted", 14: "plan p
          2: "builder ready", 8: "builder call done", 10: "combine push done", 11: "side pushes done",
          9: "combine done"}
 JOBS = {"forward": ["shared S1 (TN SwiGLU)", "GEMM1 (TN SwiGLU)", "GEMM2 (TN)", "shared S2 (TN fp32)"],
-        "backward": ["A dgrad2+SwiGLU bwd", "B wgrad2", "C dgrad1", "D wgrad1"]}
+        "backward": ["RW router dWr", "RX router dXr", "SA shared dgrad2", "SB shared wgrad2", "A dgrad2+SwiGLU bwd",
+                     "B wgrad2", "C dgrad1", "D wgrad1", "SC shared dgrad1", "SD shared wgrad1"]}
+SLOTS = 32  # hipsrc/kosmos/trace.h kPhaseSlots: a job's slot is 31 - the jobs after it
 
 
 def show(kind, tr, grid, movers, crew):
@@ -47,12 +49,13 @@ def show(kind, tr, grid, movers, crew):
     t0 = tr[:, 0].min()
     names = dict(NAMES)
     for j, n in enumerate(JOBS[kind]):
-        names[8 - len(JOBS[kind]) + j] = f"job {n} done"
+        names[SLOTS - len(JOBS[kind]) + j] = f"job {n} done"
     groups = {"crew": range(0, crew), "movers": range(crew, movers), "builders": range(movers, grid)}
     print(f"\n{kind}: grid {grid}, movers {movers}, crew {crew}; us since the first CTA's entry "
           f"(median / last CTA of each group)")
     print(f"  {'phase':28s}" + "".join(f"{g:>22s}" for g in groups))
-    for slot in sorted(names, key=lambda s: 9.5 if s == 10 else s):
+    order = {10: 9.5, **{s: 7 + s / 100 for s in range(16, SLOTS)}}  # the jobs between ready and call done
+    for slot in sorted(names, key=lambda s: order.get(s, s)):
         row = f"  {names[slot]:28s}"
         for g, idx in groups.items():
             v = tr[list(idx), slot] if len(idx) else np.zeros(0, np.int64)
@@ -77,7 +80,7 @@ def main():
     params = case_params(world, cfg, False, 1)
     x, dy = random_bf16((tokens, cfg.hidden), 3), random_bf16((tokens, cfg.hidden), 4)
     mod = load_module("moe_fused.hip", world=world, extra_options=gemm._extra_options)
-    trace = cupy.ndarray((1024, 16), np.uint64, mod.get_global("kosmos_phase_trace"))
+    trace = cupy.ndarray((1024, SLOTS), np.uint64, mod.get_global("kosmos_phase_trace"))
     ints = lambda text: [int(v) for v in text.split(",")] if text else [None]  # noqa: E731
     for m, c in itertools.product(ints(args.movers), ints(args.crew)):
         layer = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=capacity_of(cfg, tokens, 1), path="fused",

@@ -100,7 +100,7 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap*, const 
 template <class Job, class... Rest>
 KOSMOS_DEVICE bool run_builder_jobs(u8* smem, const Job& j, const Rest&... rest) {
   const bool ok = !j.on || run_builder_arch<Job::kLayout>(j.sched, j.tma, j.tmb, smem, j.claim, j.ready, j.epi);
-  phase_mark(7 - int(sizeof...(Rest)));
+  phase_mark(job_slot<int(sizeof...(Rest))>());
   if (!ok) return false;
   if constexpr (sizeof...(Rest) > 0) return run_builder_jobs(smem, rest...);
   return true;

@@ -603,7 +603,7 @@ KOSMOS_DEVICE bool produce_jobs(u8* smem, RingPos& pos, const Job& job, const Re
 template <class Job, class... Rest>
 KOSMOS_DEVICE bool consume_jobs(u8* smem, RingPos& pos, const Job& job, const Rest&... rest) {
   const bool ok = !job.on || consume(job, smem, pos);
-  phase_mark(7 - int(sizeof...(Rest)), 128);  // the first consumer thread
+  phase_mark(job_slot<int(sizeof...(Rest))>(), 128);  // the first consumer thread
   if (!ok) return false;
   if constexpr (sizeof...(Rest) > 0) return consume_jobs(smem, pos, rest...);
   return true;
