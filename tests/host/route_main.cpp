@@ -5,7 +5,8 @@
 // stdin: int32 T, E, L, k, score, groups, topk_groups, normalize; float scaling, aux_coef, z_coef;
 // int32 has_bias, capacity (-1: dropless), lanes, ctas; float bias[E] if has_bias; float logits[T][L].
 // stdout: int32 experts[T][k]; float weights[T][k]; int32 order[T*k], slot[T*k], start[E+1];
-// float mean_prob[E], losses[2]; with a capacity, then u8 kept[T*k] (order, slot, start the kept plan's).
+// float mean_prob[E], losses[2]; with a capacity, then u8 kept[T*k] (order, slot, start the kept plan's)
+// and int32 keep_words(E, lanes) (the shared words the rule took: kosmos.moe.route mirrors it).
 #include <cstdio>
 #include <vector>
 
@@ -87,5 +88,6 @@ int main() {
     keep_capacity(a, words.data(), HostCta{lanes, c, ctas});
   }
   put(experts), put(weights), put(kept_order), put(kept_slot), put(kept_start), put(mean_prob), put(losses), put(kept);
+  put(std::vector<int>{keep_words(E, lanes)});
   return 0;
 }
