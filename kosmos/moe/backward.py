@@ -112,7 +112,7 @@ class BackwardGrads(NamedTuple):
 
 
 class MoEBackward(ExpertsLaunch):
-    crew_per_16 = 1  # a sixteenth of the grid combines (ExpertsLaunch.crew_per_16)
+    crew_per_16 = 1  # a sixteenth of the grid combines at world > 1 (ExpertsLaunch._crews)
 
     def __init__(self, dispatch: MoEDispatch, combine: MoECombine, wgrad_dtype: Any = float32):
         wdt = np.dtype(wgrad_dtype)

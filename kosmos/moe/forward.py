@@ -111,7 +111,9 @@ class ExpertsLaunch:
         """(movers, crew) checked, defaults: on Hopper no CTA pushes first (movers 0: the warps each
         builder leaves idle push beside it, as they do anyway); elsewhere a quarter of the grid
         (side work runs before a CTA's jobs there: with movers 0 every CTA pushes, then builds);
-        crew_per_16."""
+        crew_per_16 of the grid where rows cross to other ranks (world > 1), none at world 1: there
+        the crew only copies rows in HBM, which the builders do after their jobs for less than the
+        crew's share of the SMs costs (session 23's backward trace, notes/moe.md)."""
         def size(n: Any, name: str, default: int, lo: int, hi: int) -> int:
             n = default if n is None else n
             if isinstance(n, bool) or not isinstance(n, (int, np.integer)) or not lo <= n <= hi:
@@ -121,7 +123,8 @@ class ExpertsLaunch:
 
         g = self.grid
         default = 0 if self._beside else max(1, g // 4)
-        return size(movers, "movers", default, 0, g), size(crew, "crew", g * self.crew_per_16 // 16, 0, g - 1)
+        crew_default = g * self.crew_per_16 // 16 if self.world.size > 1 else 0
+        return size(movers, "movers", default, 0, g), size(crew, "crew", crew_default, 0, g - 1)
 
     @property
     def _beside(self) -> bool:
