@@ -102,9 +102,11 @@ class ExpertsLaunch:
     def grid(self) -> int:
         return self.launch.grid
 
-    # The combine crew's default, in CTAs per 16 of the grid (measured at world 1, session 12,
-    # notes/moe.md: a crew only idles in the forward -- 0 was 0-11 % faster -- and in the backward
-    # a sixteenth was within 3 % of the best crew in each case).
+    # The combine crew's default at world > 1, in CTAs per 16 of the grid (chosen at world 1,
+    # session 12, notes/moe.md: a crew only idles in the forward -- 0 was 0-11 % faster -- and in
+    # the backward a sixteenth was within 3 % of the best crew then; session 23 measured crew 0
+    # 7 % faster than 8 at DeepSeek-V3 2,048 once the shared MLP and the router joined the launch,
+    # so world 1 takes none). Unmeasured at world > 1.
     crew_per_16 = 0
 
     def _crews(self, movers: Any, crew: Any) -> tuple[int, int]:
