@@ -62,3 +62,19 @@ def test_plot_writes_a_png(tmp_path, backward):
     path = tmp_path / "moe.png"
     moe_bench.plot(results, path, backward)
     assert path.stat().st_size > 1000
+
+
+def test_fused_contenders_by_movers_crew_and_drop(monkeypatch):
+    """--drop d: each (movers, crew) contender again with capacity_factor d; names say which."""
+    built = {}
+
+    def layer(world, cfg, **kw):
+        built[(kw["movers"], kw["crew"], cfg.capacity_factor)] = kw["path"]
+        return cfg
+
+    monkeypatch.setattr(moe_bench, "MoELayer", layer)
+    cfg = moe_bench.share("Qwen3-30B-A3B", 1)
+    got = moe_bench.fused_layers(None, cfg, 64, 64, (None, 8), (None,), (None, 1.25))
+    assert list(got) == ["fused m=auto", "fused m=auto drop=1.25", "fused m=8", "fused m=8 drop=1.25"]
+    assert got["fused m=8 drop=1.25"].capacity_factor == 1.25 and got["fused m=8"].capacity_factor == 0
+    assert set(built.values()) == {"fused"} and len(built) == 4
