@@ -174,7 +174,9 @@ def context_bytes(cfg: MoEConfig, capacity_rows: int, tokens: int, router_cols: 
     [gate, up] (bf16); the host paths also keep a copy of the expert rows (capacity x H) and each
     pair's returned row (T k x H), bf16."""
     i, h, k = cfg.intermediate, cfg.hidden, cfg.top_k
-    kept = capacity_rows * 3 * i * 2 + tokens * router_cols * 4 + (16 + bool(cfg.capacity_factor)) * tokens * k
+    kept = capacity_rows * 3 * i * 2 + tokens * router_cols * 4 + 4 * tokens * k * 4
+    if cfg.capacity_factor:  # the kept mask (LaunchRouting.kept)
+        kept += tokens * k
     kept += tokens * 3 * cfg.shared_width * 2
     if expert_rows_copied:
         kept += (capacity_rows + tokens * k) * h * 2
