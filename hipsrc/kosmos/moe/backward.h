@@ -1,28 +1,25 @@
 // The experts' part of the MoE backward in one launch (hipsrc/moe_fused.hip kosmos_moe_backward_*),
 // the forward's mirror (forward.h), on the forward's saved layout (same routing, same counts: the
 // backward's arena rows line up with the forward's x_e, a and gate_up rows):
+//   0. the router's backward, every warp of the grid a token at a time (router_grads.h): each pair's
+//      d w from its expert output in the forward's combine buffer, then the token's d logits (bf16,
+//      the router GEMMs' A); then the grid meets (a count of CTAs), since the combine below pushes
+//      dX rows into the same buffer as soon as the dispatch's rows come back;
 //   1. dispatch dY: CTAs [0, movers) push each pair's dY row, times its routing weight (d.weights),
 //      into the experts' owners' arenas (dispatch.h), then build; the others build at once, and
 //      the builders' idle warps push from the same queue beside them (SideDispatch).
-//   0. the router's backward (RouterPhase), by whoever has warps to spare once its pushes are done
-//      (the movers' CTAs, the builders' side warps), tokens claimed in chunks (router_grads.h):
-//      each pair's d w from its expert output in the forward's combine buffer, then the token's
-//      d logits (bf16, the router GEMMs' A). The combine (3.) overwrites that buffer, on this rank
-//      and from its peers: once the last token is done the rank says so (OpFlags::comb_read), and
-//      nobody pushes before every rank has.
 //   2. one builder call over ten jobs; a CTA takes a job's tiles until its queue is dry, then the
 //      next job's:
+//      RW the router's dWr (dense NT, d logits^T x, whole tiles: few and long, so first);
+//      RX the router's dx (dense NN, d logits Wr, stored into the fold's fp32 addend c.shared),
+//         counting its tiles;
 //      SA the shared MLP's dgrad2 + SwiGLU backward (dense NN on dY, nothing to wait for: the CTAs
-//         build it while dY lands and the router runs), counting its tiles;
+//         build it while dY lands), counting its tiles;
 //      SB the shared MLP's wgrad2 (dense NT, dW2_s = dY^T h_s);
 //      A dgrad2 + SwiGLU backward (NN, dA = dY_e W2 in fp32, epilogue d_pre = [dg, du] from the
 //        forward's kept [g, u]): waits for the (expert, source) runs its rows overlap; counts its
 //        tile rows in rows_done[0, rows_cap);
 //      B wgrad2 (NT, dW2_e = dY_e^T a_e over the group's rows): waits for every run of its group;
-//      RW the router's dWr (dense NT, d logits^T x) and RX its dx (dense NN, d logits Wr, stored
-//         into the fold's fp32 addend c.shared, counting its tiles): wait for every token's d
-//         logits, long done by now (the "router tiles after dgrad2/wgrad2": they fill the
-//         tail of the last experts to land);
 //      C dgrad1 (NN, dX_e = d_pre W1): waits for A's tile row; counts its own tile rows in
 //        rows_done[rows_cap, 2 rows_cap). Not on the crew's CTAs;
 //      D wgrad1 (NT, dW1_e = d_pre^T x_e): waits for all of A's tile rows of its group. Not on the
@@ -32,15 +29,15 @@
 //         NT, d_pre_s^T x): wait for all of SA's tiles (long done); SC counts its tiles. Not on
 //         the crew's CTAs.
 //   3. combine: CTAs [0, crew) push dX rows home as soon as C has finished the tile rows under
-//      them (they leave the builder after RX), the others join them when SD is dry; then the fold
+//      them (they leave the builder after B), the others join them when SD is dry; then the fold
 //      (weights 1: dY was weighted on its way out; c.shared, the router's and the shared MLP's dx
 //      in fp32, added before the one rounding), once RX's and SC's tiles are all done.
 // No wait closes a cycle while all CTAs are resident: A and B wait for movers, which never wait
-// for tiles; the router's warps wait for nothing; RW and RX wait for them; C and D for A's tiles,
-// all claimed (by running CTAs) before any CTA leaves A's queue; SC and SD for SA's, claimed before
-// any CTA leaves SA's (SC for RX's too, claimed before any leaves RX's); the crew for the routers
-// and C's tiles, built by CTAs that wait for nothing but A; the fold for RX's and SC's, all claimed
-// before any CTA leaves their queues.
+// for tiles; C and D for A's tiles, all claimed (by running CTAs) before any CTA leaves A's queue;
+// RW and RX wait for the grid's meeting, which every CTA passes before its builder call; SC and SD
+// for SA's, claimed before any CTA leaves SA's (SC for RX's too, claimed before any leaves RX's);
+// the crew for C's tiles, built by CTAs that wait for nothing but A; the fold for RX's and SC's,
+// all claimed before any CTA leaves their queues.
 #pragma once
 #include "experts.h"
 #include "router_grads.h"
@@ -77,55 +74,26 @@ struct RouterBackward {
   }
 };
 
-// Phase 0, the router's backward per token, by any warp with time to spare (router_grads_claimed):
-// each pair's d w reads its expert output from the combine buffer, which this launch's combine
-// overwrites with dX rows (this rank's and its peers'). The warp that completes the tokens tells
-// the peers (comb_read = the combine's epoch); every CTA waits for all of them before it pushes
-// (peers_read_comb). No router (tokens 0): CTA 0 tells them at once (start()).
-struct RouterPhase {
-  const RouterGrads& r;
-  u64* claim;      // tokens claimed (rows_done's tail: zeroed by the last CTA out)
-  u64* done;       // tokens whose d logits are stored (RW and RX wait for r.tokens)
-  u64* comb_read;  // this rank's OpFlags::comb_read
-  u64 epoch;       // the combine's
-  KOSMOS_DEVICE void start() const {
-    if (r.tokens == 0 && blockIdx.x == 0 && threadIdx.x == 0) st_release_sys(comb_read, epoch);
-  }
-  KOSMOS_DEVICE void warp(i32 lane) const {
-    if (r.tokens == 0) return;
-    if (router_grads_claimed(r, claim, done, lane) && lane == 0) {
-      fence_acq_rel_sys();  // every warp's reads, seen through done, before the peers' writes
-      st_release_sys(comb_read, epoch);
-    }
-    phase_mark(12, threadIdx.x - u32(lane));  // (the slot keeps the CTA's last warp to finish)
-  }
-};
-
-// Thread 0 waits until every rank's router has read its combine buffer; on every thread.
-KOSMOS_DEVICE bool peers_read_comb(const CombineParams& c) {
+// Phase 0: the router's backward per token, then the grid meets at *met (every CTA counts itself).
+// False: the meeting's wait gave up.
+KOSMOS_DEVICE bool router_phase(const RouterGrads& r, u64* met, const WaitCtx& w) {
+  if (r.tokens == 0) return true;
+  router_grads_all(r);
+  __syncthreads();
   __shared__ int s_ok;
   int ok = 1;
-  if (threadIdx.x == 0)
-    for (int o = 0; o < c.world && ok; ++o)
-      ok = wait_flag_sys(c.wait, SITE_PEER_ARRIVED, &flags_of(c.peer_bases, o, c.flags_off)->comb_read,
-                         call_epoch(c.scope));
+  if (threadIdx.x == 0) {
+    fence_acq_rel_dev();
+    atomic_add_acq_rel_dev(met, 1ull);
+    ok = wait_flag_dev(w, SITE_GRID, met, u64(gridDim.x));
+  }
   return cta_broadcast(&s_ok, ok) != 0;
 }
-
-// Beside the builder call (gemm::run_builder_jobs_beside): the dispatch's pushes, then the router.
-struct SidePushesThenRouter {
-  SideDispatch pushes;
-  RouterPhase router;
-  KOSMOS_DEVICE void operator()(int t) const {
-    pushes(t);
-    router.warp(t % kWarpSize);
-  }
-};
 
 // Grid, movers, crew, PushUnroll and rows_cap as forward_experts. words[0..1]: A's queue, [2..3]
 // B's, [4..5] C's, [6..7] D's, [8..15] SA's, SB's, SC's, SD's, [16..19] RW's, RX's, [20]: CTAs out
 // (for the rows_done reset). rows_done: rows_cap counters per routed GEMM, then SA's, SC's and RX's
-// finished tiles, phase 0's tokens done and claimed.
+// finished tiles and the CTAs through phase 0.
 template <class Tile, int PushUnroll, class EpiA, class EpiB, class EpiC, class EpiD, class EpiW>
 KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, const ExpertGemm& gb, const EpiB& epi_b,
                                     const ExpertGemm& gc, const EpiC& epi_c, const ExpertGemm& gd, const EpiD& epi_d,
@@ -135,16 +103,10 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
   using namespace gemm;
   extern __shared__ __align__(16) u8 smem[];
   __shared__ GroupTable table;
-  u64* shared_done = rows_done + 2 * rows_cap;  // [0]: SA's finished tiles, [1]: SC's, [2]: RX's, [3], [4]: phase 0's
+  u64* shared_done = rows_done + 2 * rows_cap;  // [0]: SA's finished tiles, [1]: SC's, [2]: RX's, [3]: phase 0's CTAs
   phase_mark(0);
   combine_prepare(c);
-  const RouterPhase router{rb.grads, shared_done + 4, shared_done + 3,
-                           &flags_of(c.peer_bases, c.rank, c.flags_off)->comb_read, call_epoch(c.scope)};
-  router.start();
-  bool fine = dispatch_rows<PushUnroll>(d, movers, smem, &table);
-  // the router's warps: the movers' between their pushes and their builds, the builders' beside
-  // their jobs (below); all of a CTA that will not build (so no peer waits for its comb_read)
-  if (i32(blockIdx.x) < movers || !fine) router.warp(i32(threadIdx.x) % kWarpSize);
+  bool fine = router_phase(rb.grads, shared_done + 3, d.wait) && dispatch_rows<PushUnroll>(d, movers, smem, &table);
   phase_mark(1);
   if (fine) {
     builder_init(smem);
@@ -175,7 +137,8 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
     QueueClaim claim_rw{words + 16, work_units(rb.dw.p)}, claim_rx{words + 18, work_units(rb.dx.p)};
     const DenseSchedule<Tile> srw{rb.dw.p}, srx{rb.dx.p};
     const AlwaysReady always;
-    const CountReached logits_ready{shared_done + 3, u64(rb.grads.tokens), d.wait};
+    // (phase 0's meeting is behind every CTA: a formality, with the proxy fence the hook brings)
+    const CountReached met{shared_done + 3, rb.grads.tokens ? u64(gridDim.x) : 0, d.wait};
     const auto epi_rw = with_tma(rb.dw.epi, &rb.dw.c);
     const EpiCountDone<EpiStoreF32Tma> done_rx(with_tma(rb.dx.epi, &rb.dx.c), shared_done + 2);
     const CountReached rx_done{shared_done + 2, u64(claim_rx.units), d.wait};
@@ -188,8 +151,8 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
     const auto epi_sd = with_tma(sh.wgrad1.epi, &sh.wgrad1.c);
     sh.acquire_maps();
     rb.acquire_maps();
-    const auto job_rw = builder_job<LAYOUT_NT>(srw, &rb.dw.a, &rb.dw.b, claim_rw, logits_ready, epi_rw);
-    const auto job_rx = builder_job<LAYOUT_NN>(srx, &rb.dx.a, &rb.dx.b, claim_rx, logits_ready, done_rx);
+    const auto job_rw = builder_job<LAYOUT_NT>(srw, &rb.dw.a, &rb.dw.b, claim_rw, met, epi_rw);
+    const auto job_rx = builder_job<LAYOUT_NN>(srx, &rb.dx.a, &rb.dx.b, claim_rx, met, done_rx);
     const auto job_sa = builder_job<LAYOUT_NN>(ssa, &sh.dgrad2.a, &sh.dgrad2.b, claim_sa, always, done_sa);
     const auto job_sb = builder_job<LAYOUT_NT>(ssb, &sh.wgrad2.a, &sh.wgrad2.b, claim_sb, always, epi_sb);
     const auto job_a = builder_job<LAYOUT_NN>(sa, ga.a, ga.b, claim_a, arrived_a, done_a);
@@ -198,14 +161,13 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
     const auto job_d = builder_job<LAYOUT_NT>(sd, gd.a, gd.b, claim_d, a_group, epi_d, builds_cd);
     const auto job_sc = builder_job<LAYOUT_NN>(ssc, &sh.dgrad1.a, &sh.dgrad1.b, claim_sc, sc_ready, done_sc, builds_cd);
     const auto job_sd = builder_job<LAYOUT_NT>(ssd, &sh.wgrad1.a, &sh.wgrad1.b, claim_sd, sa_done, epi_sd, builds_cd);
-    fine = run_builder_jobs_beside(smem, SidePushesThenRouter{SideDispatch{d, side_pushes(movers)}, router}, job_sa,
-                                   job_sb, job_a, job_b, job_rw, job_rx, job_c, job_d, job_sc, job_sd);
+    fine = run_builder_jobs_beside(smem, SideDispatch{d, side_pushes(movers)}, job_rw, job_rx, job_sa, job_sb, job_a,
+                                   job_b, job_c, job_d, job_sc, job_sd);
     phase_mark(8);
     // a dX row is final once every tile row under it has all of C's tiles; the fold also reads
     // RX's and SC's sums
     const CountReached sc_done{shared_done + 1, u64(claim_sc.units), d.wait};
     __shared__ int s_ok;
-    fine = fine && peers_read_comb(c);
     combine_rows<PushUnroll>(fine, c, d, &table, rows_done + rows_cap, u64(gc.p->tiles_n), [&] {
       return cta_broadcast(&s_ok, threadIdx.x == 0 ? int(rx_done.reached() && sc_done.reached()) : 1) != 0;
     });
@@ -214,7 +176,7 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
     combine_nan(c);  // after a failed wait too: this rank's call has failed (the host raises)
   }
   for (int q = 0; q < 10; ++q) queue_exit(words + 2 * q);
-  zero_when_last_out(words + 20, rows_done, 2 * rows_cap + 5);
+  zero_when_last_out(words + 20, rows_done, 2 * rows_cap + 4);
 }
 
 }  // namespace moe
