@@ -35,9 +35,10 @@ from kosmos.runtime import load_module  # noqa: E402
 from kosmos.world import World  # noqa: E402
 from moe import capacity_of, case_params, share, tokens_of  # noqa: E402
 
-NAMES = {0: "entry", 12: "router GEMM done", 13: "routed + counted", 14: "plan placed", 15: "pairs past capacity dropped", 1: "dispatch part done",
-         2: "builder ready", 8: "builder call done", 10: "combine push done", 11: "side pushes done",
-         9: "combine done"}
+NAMES = {0: "entry", 1: "dispatch part done", 2: "builder ready", 8: "builder call done", 10: "combine push done",
+         11: "side pushes done", 9: "combine done"}
+KIND_NAMES = {"forward": {12: "router GEMM done", 13: "routed + counted", 14: "plan placed",
+                          15: "pairs past capacity dropped"}, "backward": {}}
 JOBS = {"forward": ["shared S1 (TN SwiGLU)", "GEMM1 (TN SwiGLU)", "GEMM2 (TN)", "shared S2 (TN fp32)"],
         "backward": ["RW router dWr", "RX router dXr", "SA shared dgrad2", "SB shared wgrad2", "A dgrad2+SwiGLU bwd",
                      "B wgrad2", "C dgrad1", "D wgrad1", "SC shared dgrad1", "SD shared wgrad1"]}
@@ -47,7 +48,7 @@ SLOTS = 32  # hipsrc/kosmos/trace.h kPhaseSlots: a job's slot is 31 - the jobs a
 def show(kind, tr, grid, movers, crew):
     tr = tr[:grid].astype(np.int64)
     t0 = tr[:, 0].min()
-    names = dict(NAMES)
+    names = {**NAMES, **KIND_NAMES[kind]}
     for j, n in enumerate(JOBS[kind]):
         names[SLOTS - len(JOBS[kind]) + j] = f"job {n} done"
     groups = {"crew": range(0, crew), "movers": range(crew, movers), "builders": range(movers, grid)}
