@@ -28,9 +28,7 @@ struct OpFlags {
   u64 staged;             // local: CTAs that finished staging this rank's input
   u64 exited;             // local: CTAs that finished the kernel
   FusedHeads fused[2];    // local, fused kernels: call `epoch` uses fused[epoch % 2] (see below)
-  u64 comb_read;          // the MoE backward: this epoch's router has read my combine buffer (written by
-                         // me; peers wait for it before they push into the buffer)
-  u64 spare[6];
+  u64 spare[7];
 };
 static_assert(sizeof(OpFlags) == 64 * 8, "kosmos/plan.py allocates OpFlags as u64[FLAG_WORDS = 64]");
 

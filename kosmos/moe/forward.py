@@ -95,7 +95,7 @@ class ExpertsLaunch:
         self._words = cupy.zeros(2 * queues + 1, np.uint64)
         # finished tiles per tile row of two GEMMs (the kernel's last CTA zeroes them)
         self._rows_cap = dispatch.capacity_rows // gemm.tile_shape()[0] + dispatch.e_loc + 1
-        self._rows_done = cupy.zeros(2 * self._rows_cap + 5, np.uint64)
+        self._rows_done = cupy.zeros(2 * self._rows_cap + 4, np.uint64)
         cupy.cuda.runtime.deviceSynchronize()  # the zeroed counters, before a first call on any stream
 
     @property

@@ -38,7 +38,7 @@ from moe import capacity_of, case_params, share, tokens_of  # noqa: E402
 NAMES = {0: "entry", 1: "dispatch part done", 2: "builder ready", 8: "builder call done", 10: "combine push done",
          11: "side pushes done", 9: "combine done"}
 KIND_NAMES = {"forward": {12: "router GEMM done", 13: "routed + counted", 14: "plan placed",
-                          15: "pairs past capacity dropped"}, "backward": {12: "router warps done"}}
+                          15: "pairs past capacity dropped"}, "backward": {}}
 JOBS = {"forward": ["shared S1 (TN SwiGLU)", "GEMM1 (TN SwiGLU)", "GEMM2 (TN)", "shared S2 (TN fp32)"],
         "backward": ["RW router dWr", "RX router dXr", "SA shared dgrad2", "SB shared wgrad2", "A dgrad2+SwiGLU bwd",
                      "B wgrad2", "C dgrad1", "D wgrad1", "SC shared dgrad1", "SD shared wgrad1"]}

@@ -1,16 +1,14 @@
 // The experts' part of the MoE backward in one launch (hipsrc/moe_fused.hip kosmos_moe_backward_*),
 // the forward's mirror (forward.h), on the forward's saved layout (same routing, same counts: the
 // backward's arena rows line up with the forward's x_e, a and gate_up rows):
+//   0. the router's backward, every warp of the grid a token at a time (router_grads.h): each pair's
+//      d w from its expert output in the forward's combine buffer, then the token's d logits (bf16,
+//      the router GEMMs' A); then the grid meets (a count of CTAs), since the combine below pushes
+//      dX rows into the same buffer as soon as the dispatch's rows come back;
 //   1. dispatch dY: CTAs [0, movers) push each pair's dY row, times its routing weight (d.weights),
-//      into the experts' owners' arenas (dispatch.h) at once, then go on to 2.; the builders' idle
-//      warps push from the same queue beside the builder call (SideDispatch);
-//   2. the router's backward (RouterPhase), every warp of every CTA before its builder call (the
-//      movers' after their pushes), tokens claimed in chunks (router_grads.h): each pair's d w
-//      from its expert output in the forward's combine buffer, then the token's d logits (bf16,
-//      the router GEMMs' A). No grid meeting: RW and RX wait for the count of tokens done. The
-//      combine (4.) overwrites that buffer, on this rank and from its peers: once its last token
-//      is done a rank says so (OpFlags::comb_read), and no CTA pushes before every rank has;
-//   3. one builder call over ten jobs; a CTA takes a job's tiles until its queue is dry, then the
+//      into the experts' owners' arenas (dispatch.h), then build; the others build at once, and
+//      the builders' idle warps push from the same queue beside them (SideDispatch).
+//   2. one builder call over ten jobs; a CTA takes a job's tiles until its queue is dry, then the
 //      next job's:
 //      RW the router's dWr (dense NT, d logits^T x, whole tiles: few and long, so first);
 //      RX the router's dx (dense NN, d logits Wr, stored into the fold's fp32 addend c.shared),
@@ -30,16 +28,16 @@
 //         router's dx there: the sums' order is the separate launches') and SD its wgrad1 (dense
 //         NT, d_pre_s^T x): wait for all of SA's tiles (long done); SC counts its tiles. Not on
 //         the crew's CTAs.
-//   4. combine: CTAs [0, crew) push dX rows home as soon as C has finished the tile rows under
+//   3. combine: CTAs [0, crew) push dX rows home as soon as C has finished the tile rows under
 //      them (they leave the builder after B), the others join them when SD is dry; then the fold
 //      (weights 1: dY was weighted on its way out; c.shared, the router's and the shared MLP's dx
 //      in fp32, added before the one rounding), once RX's and SC's tiles are all done.
 // No wait closes a cycle while all CTAs are resident: A and B wait for movers, which never wait
-// for tiles; the router's warps wait for nothing, RW and RX for them; C and D for A's tiles, all
-// claimed (by running CTAs) before any CTA leaves A's queue; SC and SD for SA's, claimed before any
-// CTA leaves SA's (SC for RX's too, claimed before any leaves RX's); the crew for every rank's
-// router and C's tiles, built by CTAs that wait for nothing but A; the fold for RX's and SC's, all
-// claimed before any CTA leaves their queues.
+// for tiles; C and D for A's tiles, all claimed (by running CTAs) before any CTA leaves A's queue;
+// RW and RX wait for the grid's meeting, which every CTA passes before its builder call; SC and SD
+// for SA's, claimed before any CTA leaves SA's (SC for RX's too, claimed before any leaves RX's);
+// the crew for C's tiles, built by CTAs that wait for nothing but A; the fold for RX's and SC's,
+// all claimed before any CTA leaves their queues.
 #pragma once
 #include "experts.h"
 #include "router_grads.h"
@@ -76,45 +74,26 @@ struct RouterBackward {
   }
 };
 
-// The router's backward per token, by every warp before its CTA builds (router_grads_claimed):
-// each pair's d w reads its expert output from the combine buffer, which this launch's combine
-// overwrites with dX rows (this rank's and its peers'). The warp that completes the tokens tells
-// the peers (comb_read = the combine's epoch); every CTA waits for all of them before it pushes
-// (peers_read_comb). No router (tokens 0): CTA 0 tells them at once (start()).
-struct RouterPhase {
-  const RouterGrads& r;
-  u64* claim;      // tokens claimed (rows_done's tail: zeroed by the last CTA out)
-  u64* done;       // tokens whose d logits are stored (RW and RX wait for r.tokens)
-  u64* comb_read;  // this rank's OpFlags::comb_read
-  u64 epoch;       // the combine's
-  KOSMOS_DEVICE void start() const {
-    if (r.tokens == 0 && blockIdx.x == 0 && threadIdx.x == 0) st_release_sys(comb_read, epoch);
-  }
-  KOSMOS_DEVICE void warp(i32 lane) const {
-    if (r.tokens == 0) return;
-    if (router_grads_claimed(r, claim, done, lane) && lane == 0) {
-      fence_acq_rel_sys();  // every warp's reads, seen through done, before the peers' writes
-      st_release_sys(comb_read, epoch);
-    }
-    phase_mark(12, threadIdx.x - u32(lane));  // (the slot keeps the CTA's last warp to finish)
-  }
-};
-
-// Thread 0 waits until every rank's router has read its combine buffer; on every thread.
-KOSMOS_DEVICE bool peers_read_comb(const CombineParams& c) {
+// Phase 0: the router's backward per token, then the grid meets at *met (every CTA counts itself).
+// False: the meeting's wait gave up.
+KOSMOS_DEVICE bool router_phase(const RouterGrads& r, u64* met, const WaitCtx& w) {
+  if (r.tokens == 0) return true;
+  router_grads_all(r);
+  __syncthreads();
   __shared__ int s_ok;
   int ok = 1;
-  if (threadIdx.x == 0)
-    for (int o = 0; o < c.world && ok; ++o)
-      ok = wait_flag_sys(c.wait, SITE_PEER_ARRIVED, &flags_of(c.peer_bases, o, c.flags_off)->comb_read,
-                         call_epoch(c.scope));
+  if (threadIdx.x == 0) {
+    fence_acq_rel_dev();
+    atomic_add_acq_rel_dev(met, 1ull);
+    ok = wait_flag_dev(w, SITE_GRID, met, u64(gridDim.x));
+  }
   return cta_broadcast(&s_ok, ok) != 0;
 }
 
 // Grid, movers, crew, PushUnroll and rows_cap as forward_experts. words[0..1]: A's queue, [2..3]
 // B's, [4..5] C's, [6..7] D's, [8..15] SA's, SB's, SC's, SD's, [16..19] RW's, RX's, [20]: CTAs out
 // (for the rows_done reset). rows_done: rows_cap counters per routed GEMM, then SA's, SC's and RX's
-// finished tiles, the router's tokens done and claimed.
+// finished tiles and the CTAs through phase 0.
 template <class Tile, int PushUnroll, class EpiA, class EpiB, class EpiC, class EpiD, class EpiW>
 KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, const ExpertGemm& gb, const EpiB& epi_b,
                                     const ExpertGemm& gc, const EpiC& epi_c, const ExpertGemm& gd, const EpiD& epi_d,
@@ -124,16 +103,10 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
   using namespace gemm;
   extern __shared__ __align__(16) u8 smem[];
   __shared__ GroupTable table;
-  u64* shared_done = rows_done + 2 * rows_cap;  // [0]: SA's finished tiles, [1]: SC's, [2]: RX's, [3], [4]: the router's tokens done, claimed
+  u64* shared_done = rows_done + 2 * rows_cap;  // [0]: SA's finished tiles, [1]: SC's, [2]: RX's, [3]: phase 0's CTAs
   phase_mark(0);
   combine_prepare(c);
-  const RouterPhase router{rb.grads, shared_done + 4, shared_done + 3,
-                           &flags_of(c.peer_bases, c.rank, c.flags_off)->comb_read, call_epoch(c.scope)};
-  router.start();
-  bool fine = dispatch_rows<PushUnroll>(d, movers, smem, &table);
-  // every warp, the movers' after their pushes: the router's tokens until none is left (no meeting:
-  // RW and RX wait for the count of tokens done, the combine for every rank's comb_read)
-  router.warp(i32(threadIdx.x) % kWarpSize);
+  bool fine = router_phase(rb.grads, shared_done + 3, d.wait) && dispatch_rows<PushUnroll>(d, movers, smem, &table);
   phase_mark(1);
   if (fine) {
     builder_init(smem);
@@ -164,7 +137,8 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
     QueueClaim claim_rw{words + 16, work_units(rb.dw.p)}, claim_rx{words + 18, work_units(rb.dx.p)};
     const DenseSchedule<Tile> srw{rb.dw.p}, srx{rb.dx.p};
     const AlwaysReady always;
-    const CountReached logits_ready{shared_done + 3, u64(rb.grads.tokens), d.wait};
+    // (phase 0's meeting is behind every CTA: a formality, with the proxy fence the hook brings)
+    const CountReached met{shared_done + 3, rb.grads.tokens ? u64(gridDim.x) : 0, d.wait};
     const auto epi_rw = with_tma(rb.dw.epi, &rb.dw.c);
     const EpiCountDone<EpiStoreF32Tma> done_rx(with_tma(rb.dx.epi, &rb.dx.c), shared_done + 2);
     const CountReached rx_done{shared_done + 2, u64(claim_rx.units), d.wait};
@@ -177,8 +151,8 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
     const auto epi_sd = with_tma(sh.wgrad1.epi, &sh.wgrad1.c);
     sh.acquire_maps();
     rb.acquire_maps();
-    const auto job_rw = builder_job<LAYOUT_NT>(srw, &rb.dw.a, &rb.dw.b, claim_rw, logits_ready, epi_rw);
-    const auto job_rx = builder_job<LAYOUT_NN>(srx, &rb.dx.a, &rb.dx.b, claim_rx, logits_ready, done_rx);
+    const auto job_rw = builder_job<LAYOUT_NT>(srw, &rb.dw.a, &rb.dw.b, claim_rw, met, epi_rw);
+    const auto job_rx = builder_job<LAYOUT_NN>(srx, &rb.dx.a, &rb.dx.b, claim_rx, met, done_rx);
     const auto job_sa = builder_job<LAYOUT_NN>(ssa, &sh.dgrad2.a, &sh.dgrad2.b, claim_sa, always, done_sa);
     const auto job_sb = builder_job<LAYOUT_NT>(ssb, &sh.wgrad2.a, &sh.wgrad2.b, claim_sb, always, epi_sb);
     const auto job_a = builder_job<LAYOUT_NN>(sa, ga.a, ga.b, claim_a, arrived_a, done_a);
@@ -194,7 +168,6 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
     // RX's and SC's sums
     const CountReached sc_done{shared_done + 1, u64(claim_sc.units), d.wait};
     __shared__ int s_ok;
-    fine = fine && peers_read_comb(c);
     combine_rows<PushUnroll>(fine, c, d, &table, rows_done + rows_cap, u64(gc.p->tiles_n), [&] {
       return cta_broadcast(&s_ok, threadIdx.x == 0 ? int(rx_done.reached() && sc_done.reached()) : 1) != 0;
     });
@@ -203,7 +176,7 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
     combine_nan(c);  // after a failed wait too: this rank's call has failed (the host raises)
   }
   for (int q = 0; q < 10; ++q) queue_exit(words + 2 * q);
-  zero_when_last_out(words + 20, rows_done, 2 * rows_cap + 5);
+  zero_when_last_out(words + 20, rows_done, 2 * rows_cap + 4);
 }
 
 }  // namespace moe

@@ -151,29 +151,5 @@ KOSMOS_DEVICE void router_grads_all(const RouterGrads& r) {
   for (i64 t = first; t < r.tokens; t += stride) router_grads_token(r, t, lane);
 }
 
-// By one warp, beside whatever else claims: chunks of kRouterChunk tokens from *claim until none is
-// left, each chunk's tokens counted into *done once its d logits are stored (release: a reader
-// that sees done == tokens sees every token's). A token's bits do not depend on which warp took it.
-// True on the warp whose count completed the tokens (it may tell others).
-constexpr i64 kRouterChunk = 16;
-KOSMOS_DEVICE bool router_grads_claimed(const RouterGrads& r, u64* claim, u64* done, i32 lane) {
-  bool last = false;
-  for (;;) {
-    u64 first = 0;
-    if (lane == 0) first = atomic_add_relaxed_dev(claim, u64(kRouterChunk));
-    first = warp_broadcast(first);
-    if (first >= u64(r.tokens)) return last;
-    const i64 end = min(i64(first) + kRouterChunk, r.tokens);
-    for (i64 t = i64(first); t < end; ++t) router_grads_token(r, t, lane);
-    warp_sync();  // every lane's stores before lane 0's release
-    u64 before = 0;
-    if (lane == 0) {
-      fence_acq_rel_dev();
-      before = atomic_add_acq_rel_dev(done, u64(end) - first);
-    }
-    if (warp_broadcast(before) + (u64(end) - first) == u64(r.tokens)) last = true;
-  }
-}
-
 }  // namespace moe
 }  // namespace kosmos
