@@ -490,8 +490,7 @@ def encode_tmap(ptr: int, dims: tuple[int, ...], strides_elems: tuple[int, ...],
 
 
 def tmap_of(arr) -> np.void:
-    """The TMA map of a row-major 2-D or 3-D bf16 or fp32 CuPy array (its dims innermost first; rows
-    may be apart by more than their width)."""
+    """The TMA map of a C-contiguous 2-D or 3-D bf16 or fp32 CuPy array (its dims innermost first)."""
     size = arr.dtype.itemsize
     dims = tuple(int(d) for d in arr.shape[::-1])
     strides = tuple(int(st) // size for st in arr.strides[::-1][1:])
@@ -518,17 +517,11 @@ def operand_tmaps(cache: dict, a, b, out, uses_tma: bool, tma_store: bool,
     key = (a.data.ptr, a.shape, b.data.ptr, b.shape, out.data.ptr, out.shape, mx_a)  # a pool reuses addresses
     hit = cache.get(key)
     if hit is None:
-        tc = tmap_of(out if out.ndim == 2 else out.reshape(-1, out.shape[-1])) if tma_store else ZERO_TMAP
+        tc = tmap_of(out.reshape(-1, out.shape[-1])) if tma_store else ZERO_TMAP
         if len(cache) > 32:
             cache.clear()
         hit = cache[key] = (tmap_of_codes(a) if mx_a else tmap_of(a), tmap_of(b), tc)
     return hit
-
-
-def row_pitch(arr) -> int:
-    """Elements from one row of a row-major 2-D or 3-D array to the next (its width, unless it is
-    columns of a wider buffer)."""
-    return int(arr.strides[-2]) // arr.dtype.itemsize
 
 
 def problem_record(a, b, mo: int, no: int, kr: int, tiles: tuple[int, int, int], swiglu_f: int = 0,
@@ -537,7 +530,7 @@ def problem_record(a, b, mo: int, no: int, kr: int, tiles: tuple[int, int, int],
     prob = np.zeros(1, PROBLEM_DTYPE)[0]
     prob["a"], prob["b"] = a.data.ptr, b.data.ptr
     prob["mo"], prob["no"], prob["kr"] = mo, no, kr
-    prob["lda"], prob["ldb"] = row_pitch(a), row_pitch(b)
+    prob["lda"], prob["ldb"] = a.shape[1], b.shape[-1]
     prob["tiles_m"], prob["tiles_n"], prob["k_slabs"] = tiles
     prob["swiglu_f"], prob["k_splits"], prob["b_group_stride"] = swiglu_f, k_splits, b_group_stride
     return prob
@@ -560,11 +553,11 @@ def job_record(shape: GemmShape, a, b, out, tmaps: dict, uses_tma: bool, gate_up
 
 
 def epi_record(out, mo: int, no: int, epilogue: str = "store", gate_up=None) -> np.void:
-    """The epilogue's view of a row-major output of mo rows (row stride: row_pitch) and no
+    """The epilogue's view of a row-major output of mo rows (row stride: its last dim) and no
     columns (SwiGLU: the f columns of the output, or of dA; gate_up: the [mo, 2f] pre-activations)."""
     store = epilogue in STORE_EPILOGUES
     epi = np.zeros(1, EPI_DTYPE if store else SWIGLU_EPI_DTYPE)[0]
-    epi["out"], epi["ldo"], epi["mo"] = out.data.ptr, row_pitch(out), mo
+    epi["out"], epi["ldo"], epi["mo"] = out.data.ptr, out.shape[-1], mo
     epi["no" if store else "f"] = no
     if gate_up is not None:
         epi["pre"] = gate_up.data.ptr

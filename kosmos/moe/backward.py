@@ -124,8 +124,8 @@ class MoEBackward(ExpertsLaunch):
         self.wgrad_dtype = wdt
         self.epilogues = (gemm.SWIGLU_EPI_DTYPE, gemm.EPI_DTYPE, gemm.EPI_DTYPE, gemm.EPI_DTYPE)
         self._d_pre = self._d_xe = None   # [capacity, 2I], [capacity, H] bf16: dgrad2's and dgrad1's outputs
-        self._d_cat = None                # [T, E_pad + 2 Fs] bf16: the router's d logits, the shared MLP's d[gate, up]
-        self._w_cat = None                # [E_pad + 2 Fs, H] bf16: router_w (padded) over the shared MLP's w1
+        self._d_pre_s = None              # [T, 2 Fs] bf16: the shared MLP's d[gate, up]
+        self._d_logits = None             # [T, E_pad] bf16: the router's d logits
         self._tmaps: tuple[dict, ...] = tuple({} for _ in range(10))
         self._shared_jobs = DeviceRecord(SHARED_BACKWARD_DTYPE)
         self._router_jobs = DeviceRecord(ROUTER_BACKWARD_DTYPE)
@@ -154,11 +154,8 @@ class MoEBackward(ExpertsLaunch):
             extra, out, t = comb.checked_outputs(routing, extra, out, stream)
             if x is not None and shared is None and router is None:
                 raise ValueError("x goes with shared or router (their backward reads the forward's tokens)")
-            d_cat = self._grad_columns(int(dy.shape[0]), *self._column_widths(router, shared))
-            router_rec, extra, d_router_w = self._router_record(dy, routing, router, x, extra, d_cat, stream)
-            shared_rec, extra, d_shared = self._shared_record(dy, shared, x, extra, out, d_cat, stream)
-            if router is not None and shared is not None and d_cat.shape[0]:
-                self._join_dx_jobs(router_rec, shared_rec, d_cat, router.router_w, shared.w1, extra)
+            router_rec, extra, d_router_w = self._router_record(dy, routing, router, x, extra, stream)
+            shared_rec, extra, d_shared = self._shared_record(dy, shared, x, extra, out, stream)
             # the slots are the last call's until this call joins the GPU's order (plan._join)
             disp._join(stream)
             heads = (*heads, self._shared_jobs.put(shared_rec, stream), self._router_jobs.put(router_rec, stream))
@@ -187,49 +184,8 @@ class MoEBackward(ExpertsLaunch):
             raise ValueError(f"x must be the forward's {list(dy.shape)} bf16, got {tuple(x.shape)}")
         return x
 
-    @staticmethod
-    def _column_widths(router: Any, shared: Any) -> tuple[int, int]:
-        """(E_pad, 2 Fs): the router's d logits and the shared MLP's d[gate, up] columns of this call
-        (0: none), side by side in one buffer; read before the records check the weights (a bad one
-        is refused there)."""
-        def width(obj: Any, kind: type, field: str, axis: int) -> int:
-            w = getattr(obj, field, None) if isinstance(obj, kind) else None
-            return int(w.shape[axis]) if getattr(w, "ndim", 0) == 2 else 0
-
-        return width(router, RouterBackward, "router_w", 0), 2 * width(shared, SharedMLP, "w2", 1)
-
-    def _grad_columns(self, t: int, e_pad: int, f2: int) -> Any:
-        """[T, E_pad + 2 Fs] bf16, kept between calls: the router's d logits in the first E_pad
-        columns, the shared MLP's d[gate, up] in the rest. Side by side, the router's dx and the
-        shared MLP's are one NN GEMM (_join_dx_jobs)."""
-        import cupy
-
-        if self._d_cat is None or self._d_cat.shape != (t, e_pad + f2):
-            self._d_cat = cupy.empty((t, e_pad + f2), bfloat16)
-        return self._d_cat
-
-    def _join_dx_jobs(self, router_rec: np.void, shared_rec: np.void, d_cat: Any, router_w: Any, shared_w1: Any,
-                      extra: Any) -> None:
-        """With both the router and the shared MLP: their dx as one job, [d logits | d_pre_s] [Wr ; W1_s]
-        stored into `extra` (RX's place: after SA, whose output it reads), SC's job empty. One fp32
-        accumulator over both products, not two sums: no [T, H] fp32 product stored and read back
-        (MoELayer's other paths sum the same way: the same bits on the device path)."""
-        import cupy
-
-        from .. import gemm
-
-        e_pad, hid = int(router_w.shape[0]), int(router_w.shape[1])
-        if self._w_cat is None or self._w_cat.shape != (d_cat.shape[1], hid):
-            self._w_cat = cupy.empty((d_cat.shape[1], hid), bfloat16)
-        w = self._w_cat.view(np.uint16)
-        w[:e_pad] = router_w.view(np.uint16)
-        w[e_pad:] = shared_w1.view(np.uint16)
-        router_rec["dx"] = gemm.job_record(gemm.gemm_shape("NN", d_cat.shape, self._w_cat.shape), d_cat, self._w_cat,
-                                           extra, self._tmaps[9], gemm.arch_path() == "wgmma")
-        shared_rec["dgrad1"] = np.zeros((), shared_rec["dgrad1"].dtype)[()]
-
     def _router_record(self, dy: Any, routing: DeviceRouting, router: RouterBackward | None, x: Any, extra: Any,
-                       d_cat: Any, stream: Any) -> tuple[np.void, Any, Any]:
+                       stream: Any) -> tuple[np.void, Any, Any]:
         """The router's backward record (empty without it, or without tokens), `extra` (allocated
         for the router's dx) and dWr [E, H] fp32 (None without it); checked."""
         import cupy
@@ -269,7 +225,9 @@ class MoEBackward(ExpertsLaunch):
         start = check_array(start, "router.start", dtypes=(np.dtype(np.int32),), device=dev, stream=stream)
         if start.shape != (e + 1,):
             raise ValueError(f"router.start must be [{e + 1}] int32, got {tuple(start.shape)}")
-        d_logits, tma, tm = d_cat[:, :e_pad], gemm.arch_path() == "wgmma", self._tmaps
+        if self._d_logits is None or self._d_logits.shape != (t, e_pad):
+            self._d_logits = cupy.empty((t, e_pad), bfloat16)
+        d_logits, tma, tm = self._d_logits, gemm.arch_path() == "wgmma", self._tmaps
         extra = cupy.empty((t, hid), np.float32)  # every element stored by the router's dx job
         d_router_w = cupy.full((e_pad, hid), np.nan, np.float32)  # NaN unless the launch's dispatch went through
         rec["grads"] = router_grads_record(
@@ -279,7 +237,7 @@ class MoEBackward(ExpertsLaunch):
         rec["dx"] = gemm.job_record(gemm.gemm_shape("NN", d_logits.shape, wr.shape), d_logits, wr, extra, tm[9], tma)
         return rec[()], extra, d_router_w[:e]
 
-    def _shared_record(self, dy: Any, shared: SharedMLP | None, x: Any, extra: Any, out: Any, d_cat: Any,
+    def _shared_record(self, dy: Any, shared: SharedMLP | None, x: Any, extra: Any, out: Any,
                        stream: Any) -> tuple[np.void, Any, tuple | None]:
         """The shared MLP's four job records (empty jobs without it, or without tokens), `extra`
         (allocated, zeroed, where the MLP's dx needs it; checked writable and apart from what the
@@ -309,14 +267,16 @@ class MoEBackward(ExpertsLaunch):
         if tuple(h.shape) != (t, fs):
             raise ValueError(f"shared.h must be the forward's [{t}, {fs}] bf16, got {tuple(h.shape)}")
         s_a = gemm.gemm_shape("NN", dy.shape, w2.shape, "swiglu_backward")       # d_pre_s [T, 2 Fs]
-        d_pre = d_cat[:, d_cat.shape[1] - 2 * fs:]
-        gate_up = gemm.gate_up_array(shared.gate_up, s_a, dev, stream, a=dy, b=w2, output=d_pre)
+        if self._d_pre_s is None or self._d_pre_s.shape != s_a.out_shape:
+            self._d_pre_s = cupy.empty(s_a.out_shape, bfloat16)
+        gate_up = gemm.gate_up_array(shared.gate_up, s_a, dev, stream, a=dy, b=w2, output=self._d_pre_s)
         if extra is None:
             extra = cupy.zeros((t, hid), np.float32)
         else:
             extra = check_array(extra, "extra", device=dev, stream=stream, writable=True)
             refuse_overlap("extra", extra, dy=dy, x=x, shared_w1=w1, shared_w2=w2, shared_h=h, gate_up=gate_up,
                            dx=out)
+        d_pre = self._d_pre_s
         tma, tm = gemm.arch_path() == "wgmma", self._tmaps
         jobs = (("dgrad2", s_a, dy, w2, d_pre, gate_up),
                 ("wgrad2", gemm.gemm_shape("NT", dy.shape, h.shape), dy, h, dsw2, None),

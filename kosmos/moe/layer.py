@@ -532,9 +532,8 @@ class MoELayer:
         if self.path == "fused":
             dx, dw1, dw2, d_sw1, d_sw2, d_router_w = self._fused_backward(dy, ctx, params, wdt, status)
         else:
-            d_logits, d_router_w = self._router_gradients(ctx, dy, status)
-            d_sw1, d_sw2, d_pre_s = self._shared_backward(dy, ctx, params, wdt)
-            extra = self._dx_addend(ctx, d_logits, d_pre_s, params)
+            extra, d_router_w = self._router_gradients(ctx, dy, status, params)
+            d_sw1, d_sw2 = self._shared_backward(dy, ctx, params, wdt, extra)
             if device:
                 d_xe, dw1, dw2 = self._routed_backward_device(dy, ctx, params, wdt)
                 ones = dataclasses.replace(r, weights=cupy.ones_like(r.weights))
@@ -639,38 +638,25 @@ class MoELayer:
         d_back, _ = back_a2a(d_xe, ctx.recv_counts.tolist())  # rows in this rank's dispatch order
         return d_back, dw1, dw2
 
-    def _router_gradients(self, ctx: MoEContext, dy: Any, status: Any) -> tuple[Any, Any]:
-        """(d logits [T, E_pad] bf16 or None without tokens, dWr [E, H] fp32): each pair's d w from its
-        expert output and the token's d logits in one kernel (hipsrc/kosmos/moe/router_grads.h; the
-        experts padded to the GEMM's 64 columns with zeros: x and Wr are bf16 already), then dWr by
-        our GEMM with fp32 output, whole tiles (the fused launch's job: the same bits)."""
+    def _router_gradients(self, ctx: MoEContext, dy: Any, status: Any, params: MoEParams) -> tuple[Any, Any]:
+        """(the router's dx [T, H] fp32, dWr [E, H] fp32): each pair's d w from its expert output and
+        the token's d logits in one kernel (hipsrc/kosmos/moe/router_grads.h; bf16 [T, E_pad], the
+        experts padded to the GEMM's 64 columns with zeros: x and Wr are bf16 already), then our
+        GEMMs with fp32 outputs, whole tiles (the fused launch's jobs: the same bits)."""
         import cupy
 
         cfg, x, r = self.cfg, ctx.x, ctx.routing
         t = int(x.shape[0])
         if not t:
-            return None, cupy.zeros((cfg.experts, cfg.hidden), float32)
+            return cupy.zeros((0, cfg.hidden), float32), cupy.zeros((cfg.experts, cfg.hidden), float32)
         comb = self._combine.comb.local if self.path == "device" else ctx.combined
         d_logits = cupy.empty((t, self._router_pad), bfloat16)
         launch_router_grads(router_grads_record(
             cfg, logits=ctx.logits, chosen=r.experts, start=self._aux_starts(ctx), hidden=cfg.hidden, comb=comb, slot=r.slot, dy=dy,
             status=status, d_logits=d_logits), _backward_kernels(self.world))
+        dx = gemm.matmul(d_logits, self._padded_router_w(params), "NN", out_dtype=float32, stream_k=False)
         d_router_w = gemm.matmul(d_logits, x, "NT", out_dtype=float32, stream_k=False)[:cfg.experts]
-        return d_logits, d_router_w
-
-    def _dx_addend(self, ctx: MoEContext, d_logits: Any, d_pre_s: Any, params: MoEParams) -> Any:
-        """The fold's fp32 addend [T, H]: the router's dx and the shared MLP's (d_pre_s: None without
-        it) as one NN GEMM, [d logits | d_pre_s] [Wr ; W1_s], whole tiles: the fused launch's RX job,
-        the same bits (one fp32 accumulator over both products)."""
-        import cupy
-
-        if d_logits is None:  # no tokens
-            return cupy.zeros((0, self.cfg.hidden), float32)
-        a, b = d_logits, self._padded_router_w(params)
-        if d_pre_s is not None:
-            a = _u16(cupy.concatenate([_u16(d_logits), _u16(d_pre_s)], axis=1)).view(bfloat16)
-            b = _u16(cupy.concatenate([_u16(b), _u16(params.shared_w1)], axis=0)).view(bfloat16)
-        return gemm.matmul(a, b, "NN", out_dtype=float32, stream_k=False)
+        return dx, d_router_w
 
     def _aux_starts(self, ctx: MoEContext) -> Any:
         """The aux loss's chosen pairs per expert as an [E + 1] prefix: the routing's own unless it
@@ -678,21 +664,20 @@ class MoELayer:
         r = ctx.routing
         return r.start if r.kept is None or not self.cfg.aux_loss_coef else pair_starts(r.experts, self.cfg.experts)
 
-    def _shared_backward(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype) -> tuple:
-        """(dW1, dW2, d_pre_s [T, 2 Fs] bf16) of the shared MLP (Nones without it; d_pre_s None without
-        tokens), as the routed experts' (the forward's h and [gate, up]); its dx joins the router's
-        (_dx_addend)."""
+    def _shared_backward(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype, extra: Any) -> tuple:
+        """(dW1, dW2) of the shared MLP (None without it), as the routed experts' (the forward's h
+        and [gate, up]); its dx is added to `extra` [T, H] fp32 in place."""
         cfg = self.cfg
         if not cfg.shared:
-            return None, None, None
+            return None, None
         # zeros stay where the rank has no tokens
         d_sw1 = _zeros((2 * cfg.shared_width, cfg.hidden), wdt)
         d_sw2 = _zeros((cfg.hidden, cfg.shared_width), wdt)
-        d_pre_s = None
         if ctx.shared:
             a_s, gate_up_s = ctx.shared
             # whole tiles, as the fused launch's jobs: the same bits
             gemm.matmul(dy, a_s, "NT", out=d_sw2, stream_k=False)
             d_pre_s = gemm.matmul(dy, params.shared_w2, "NN", epilogue="swiglu_backward", gate_up=gate_up_s)
             gemm.matmul(d_pre_s, ctx.x, "NT", out=d_sw1, stream_k=False)
-        return d_sw1, d_sw2, d_pre_s
+            gemm.matmul(d_pre_s, params.shared_w1, "NN", out=extra, epilogue="accumulate")  # extra += dx_s
+        return d_sw1, d_sw2

@@ -49,8 +49,7 @@ def router_grads_record(cfg: MoEConfig, *, logits: Any, chosen: Any, start: Any,
     """The RouterGrads record of T = chosen.shape[0] tokens (device arrays, C-contiguous). With
     comb (the forward's combine buffer, rows of `hidden` bf16), slot, dy and status the pairs' d w
     are computed (and stored to d_weights when given); without, d_weights [T, k] fp32 is read.
-    Outputs: d_logits [T, >= E] bf16 (columns past E zeroed; rows may be apart by more than its width)
-    and/or d_logits_f32 [T, E]."""
+    Outputs: d_logits [T, >= E] bf16 (columns past E zeroed) and/or d_logits_f32 [T, E]."""
     from .route import CONSTANTS
 
     if cfg.top_k > CONSTANTS["kMaxTopK"]:
@@ -60,7 +59,7 @@ def router_grads_record(cfg: MoEConfig, *, logits: Any, chosen: Any, start: Any,
         ROUTER_GRADS_DTYPE, comb=address(comb), slot=address(slot), dy=address(dy), status=address(status),
         d_weights=address(d_weights), logits=address(logits), chosen=address(chosen), start=address(start),
         d_logits=address(d_logits), d_logits_f32=address(d_logits_f32), tokens=t,
-        ld_logits=int(logits.shape[1]) if t else 0, ld_out=int(d_logits.strides[0]) // 2 if d_logits is not None else 0,
+        ld_logits=int(logits.shape[1]) if t else 0, ld_out=int(d_logits.shape[1]) if d_logits is not None else 0,
         hidden=hidden, experts=cfg.experts, top_k=cfg.top_k, softmax=int(cfg.score == "softmax"),
         normalize=int(cfg.normalize), scaling=cfg.scaling, aux_coef=cfg.aux_loss_coef, z_coef=cfg.z_loss_coef)
 

@@ -11,13 +11,11 @@
 //   2. one builder call over ten jobs; a CTA takes a job's tiles until its queue is dry, then the
 //      next job's:
 //      RW the router's dWr (dense NT, d logits^T x, whole tiles: few and long, so first);
-//      SA the shared MLP's dgrad2 + SwiGLU backward (dense NN on dY, nothing to wait for: the CTAs
-//         build it while dY lands), counting its tiles; its d_pre_s lies in the columns after the
-//         d logits (one [T, E_pad + 2 Fs] buffer);
-//      SB the shared MLP's wgrad2 (dense NT, dW2_s = dY^T h_s);
 //      RX the router's dx (dense NN, d logits Wr, stored into the fold's fp32 addend c.shared),
-//         counting its tiles; with the shared MLP, its dx too, in the same accumulators:
-//         [d logits | d_pre_s] [Wr ; W1_s] (the host's record), so it waits for all of SA's tiles;
+//         counting its tiles;
+//      SA the shared MLP's dgrad2 + SwiGLU backward (dense NN on dY, nothing to wait for: the CTAs
+//         build it while dY lands), counting its tiles;
+//      SB the shared MLP's wgrad2 (dense NT, dW2_s = dY^T h_s);
 //      A dgrad2 + SwiGLU backward (NN, dA = dY_e W2 in fp32, epilogue d_pre = [dg, du] from the
 //        forward's kept [g, u]): waits for the (expert, source) runs its rows overlap; counts its
 //        tile rows in rows_done[0, rows_cap);
@@ -26,17 +24,18 @@
 //        rows_done[rows_cap, 2 rows_cap). Not on the crew's CTAs;
 //      D wgrad1 (NT, dW1_e = d_pre^T x_e): waits for all of A's tile rows of its group. Not on the
 //        crew's CTAs;
-//      SC the shared MLP's dgrad1 without the router (dense NN, d_pre_s W1_s added into c.shared,
-//         the caller's addend: empty when RX has it) and SD its wgrad1 (dense NT, d_pre_s^T x):
-//         wait for all of SA's tiles (long done); SC counts its tiles. Not on the crew's CTAs.
+//      SC the shared MLP's dgrad1 (dense NN, d_pre_s W1_s added into c.shared once RX has stored the
+//         router's dx there: the sums' order is the separate launches') and SD its wgrad1 (dense
+//         NT, d_pre_s^T x): wait for all of SA's tiles (long done); SC counts its tiles. Not on
+//         the crew's CTAs.
 //   3. combine: CTAs [0, crew) push dX rows home as soon as C has finished the tile rows under
 //      them (they leave the builder after B), the others join them when SD is dry; then the fold
 //      (weights 1: dY was weighted on its way out; c.shared, the router's and the shared MLP's dx
 //      in fp32, added before the one rounding), once RX's and SC's tiles are all done.
 // No wait closes a cycle while all CTAs are resident: A and B wait for movers, which never wait
 // for tiles; C and D for A's tiles, all claimed (by running CTAs) before any CTA leaves A's queue;
-// RW and RX wait for the grid's meeting, which every CTA passes before its builder call; RX, SC and
-// SD for SA's, claimed before any CTA leaves SA's (SC for RX's too, claimed before any leaves RX's);
+// RW and RX wait for the grid's meeting, which every CTA passes before its builder call; SC and SD
+// for SA's, claimed before any CTA leaves SA's (SC for RX's too, claimed before any leaves RX's);
 // the crew for C's tiles, built by CTAs that wait for nothing but A; the fold for RX's and SC's,
 // all claimed before any CTA leaves their queues.
 #pragma once
@@ -53,7 +52,7 @@ template <class EpiW>
 struct SharedBackward {
   gemm::JobRecord<gemm::EpiSwiGLUBackward> dgrad2;  // SA: d_pre_s [T, 2 Fs] = SwiGLU' (dY W2_s)
   gemm::JobRecord<EpiW> wgrad2;                     // SB: dW2_s [H, Fs] = dY^T h_s
-  gemm::JobRecord<gemm::EpiStoreF32> dgrad1;        // SC: c.shared [T, H] += d_pre_s W1_s (empty with the router)
+  gemm::JobRecord<gemm::EpiStoreF32> dgrad1;        // SC: c.shared [T, H] += d_pre_s W1_s
   gemm::JobRecord<EpiW> wgrad1;                     // SD: dW1_s [2 Fs, H] = d_pre_s^T x
   KOSMOS_DEVICE void acquire_maps() const {
     dgrad2.acquire_maps();
@@ -67,7 +66,7 @@ struct SharedBackward {
 // SharedBackward. Mirrored: kosmos/moe/backward.py ROUTER_BACKWARD_DTYPE.
 struct RouterBackward {
   gemm::JobRecord<gemm::EpiStoreF32> dw;  // RW: dWr [E_pad, H] = d_logits^T x
-  gemm::JobRecord<gemm::EpiStoreF32> dx;  // RX: c.shared [T, H] = d_logits Wr_pad (+ d_pre_s W1_s, one K)
+  gemm::JobRecord<gemm::EpiStoreF32> dx;  // RX: c.shared [T, H] = d_logits Wr_pad
   RouterGrads grads;                      // d logits [T, E_pad] bf16 for both (grads.d_logits)
   KOSMOS_DEVICE void acquire_maps() const {
     dw.acquire_maps();
@@ -144,7 +143,7 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
     const EpiCountDone<EpiStoreF32Tma> done_rx(with_tma(rb.dx.epi, &rb.dx.c), shared_done + 2);
     const CountReached rx_done{shared_done + 2, u64(claim_rx.units), d.wait};
     const CountReached sa_done{shared_done, u64(claim_sa.units), d.wait};
-    const BothReady<CountReached, CountReached> rx_ready{met, sa_done}, sc_ready{sa_done, rx_done};
+    const BothReady<CountReached, CountReached> sc_ready{sa_done, rx_done};
     const EpiCountDone<EpiSwiGLUBackward> done_sa(sh.dgrad2.epi, shared_done);
     const auto epi_sb = with_tma(sh.wgrad2.epi, &sh.wgrad2.c);
     const EpiCountDone<EpiAccumulateF32Tma> done_sc(EpiAccumulateF32Tma(EpiAccumulateF32(sh.dgrad1.epi), &sh.dgrad1.c),
@@ -153,7 +152,7 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
     sh.acquire_maps();
     rb.acquire_maps();
     const auto job_rw = builder_job<LAYOUT_NT>(srw, &rb.dw.a, &rb.dw.b, claim_rw, met, epi_rw);
-    const auto job_rx = builder_job<LAYOUT_NN>(srx, &rb.dx.a, &rb.dx.b, claim_rx, rx_ready, done_rx);
+    const auto job_rx = builder_job<LAYOUT_NN>(srx, &rb.dx.a, &rb.dx.b, claim_rx, met, done_rx);
     const auto job_sa = builder_job<LAYOUT_NN>(ssa, &sh.dgrad2.a, &sh.dgrad2.b, claim_sa, always, done_sa);
     const auto job_sb = builder_job<LAYOUT_NT>(ssb, &sh.wgrad2.a, &sh.wgrad2.b, claim_sb, always, epi_sb);
     const auto job_a = builder_job<LAYOUT_NN>(sa, ga.a, ga.b, claim_a, arrived_a, done_a);
@@ -162,7 +161,7 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
     const auto job_d = builder_job<LAYOUT_NT>(sd, gd.a, gd.b, claim_d, a_group, epi_d, builds_cd);
     const auto job_sc = builder_job<LAYOUT_NN>(ssc, &sh.dgrad1.a, &sh.dgrad1.b, claim_sc, sc_ready, done_sc, builds_cd);
     const auto job_sd = builder_job<LAYOUT_NT>(ssd, &sh.wgrad1.a, &sh.wgrad1.b, claim_sd, sa_done, epi_sd, builds_cd);
-    fine = run_builder_jobs_beside(smem, SideDispatch{d, side_pushes(movers)}, job_rw, job_sa, job_sb, job_rx, job_a,
+    fine = run_builder_jobs_beside(smem, SideDispatch{d, side_pushes(movers)}, job_rw, job_rx, job_sa, job_sb, job_a,
                                    job_b, job_c, job_d, job_sc, job_sd);
     phase_mark(8);
     // a dX row is final once every tile row under it has all of C's tiles; the fold also reads
