@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from kosmos.moe import MoEConfig, load_models, reference
-from kosmos.moe.route import CONSTANTS, keep_words
+from kosmos.moe.route import CONSTANTS, keep_words, place_words
 
 from host_build import build
 
@@ -53,6 +53,9 @@ def host_route(exe: Path, cfg: MoEConfig, logits: np.ndarray, bias: np.ndarray |
         # the shared words the header's rule takes: the launch's smem check reads route.keep_words
         assert int(np.frombuffer(out[at:at + 4], np.int32)[0]) == keep_words(e, lanes)
         at += 4
+    # and the placement's before them (route.launch_scratch_bytes: both)
+    assert int(np.frombuffer(out[at:at + 4], np.int32)[0]) == place_words(e)
+    at += 4
     assert at == len(out)
     got["experts"], got["weights"] = got["experts"].reshape(t, k), got["weights"].reshape(t, k)
     return got

@@ -78,11 +78,15 @@ def keep_words(experts: int, threads: int) -> int:
     return experts + 1 + 256 + 2 * threads + 4
 
 
+def place_words(experts: int) -> int:
+    """The shared i32 words the megakernel's chunk placement holds (plan.h place_words)."""
+    return (2 * experts + 1 + CONSTANTS["kChunk"] * CONSTANTS["kMaxTopK"] + 3) // 4 * 4
+
+
 def launch_scratch_bytes(experts: int, threads: int) -> int:
-    """Shared bytes the in-launch plan and keep rule take of the lent stages (router.h
-    place_words, then keep_words)."""
-    place = (2 * experts + 1 + CONSTANTS["kChunk"] * CONSTANTS["kMaxTopK"] + 3) // 4 * 4
-    return 4 * (place + keep_words(experts, threads))
+    """Shared bytes the in-launch plan and keep rule take of the lent stages (place_words, then
+    keep_words)."""
+    return 4 * (place_words(experts) + keep_words(experts, threads))
 
 
 @dataclass(frozen=True)

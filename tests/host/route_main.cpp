@@ -6,7 +6,8 @@
 // int32 has_bias, capacity (-1: dropless), lanes, ctas; float bias[E] if has_bias; float logits[T][L].
 // stdout: int32 experts[T][k]; float weights[T][k]; int32 order[T*k], slot[T*k], start[E+1];
 // float mean_prob[E], losses[2]; with a capacity, then u8 kept[T*k] (order, slot, start the kept plan's)
-// and int32 keep_words(E, lanes) (the shared words the rule took: kosmos.moe.route mirrors it).
+// and int32 keep_words(E, lanes) (the shared words the rule took); last, int32 place_words(E) (the
+// megakernel's placement words: kosmos.moe.route mirrors both).
 #include <cstdio>
 #include <vector>
 
@@ -76,6 +77,7 @@ int main() {
   }
   if (drop[0] < 0) {
     put(experts), put(weights), put(order), put(slot), put(start), put(mean_prob), put(losses);
+    put(std::vector<int>{place_words(E)});
     return 0;
   }
   const int lanes = drop[1], ctas = drop[2];
@@ -88,6 +90,6 @@ int main() {
     keep_capacity(a, words.data(), HostCta{lanes, c, ctas});
   }
   put(experts), put(weights), put(kept_order), put(kept_slot), put(kept_start), put(mean_prob), put(losses), put(kept);
-  put(std::vector<int>{keep_words(E, lanes)});
+  put(std::vector<int>{keep_words(E, lanes), place_words(E)});
   return 0;
 }

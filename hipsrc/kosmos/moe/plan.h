@@ -18,6 +18,12 @@ namespace moe {
 
 KOSMOS_DEVICE i32 chunks_of(i32 tokens) { return (tokens + kChunk - 1) / kChunk; }
 
+// The shared i32 words the megakernel's placement of a chunk holds (router.h place_chunks: start[],
+// the running counts, a chunk's pairs), padded to 16 bytes; the keep rule's words follow them
+// (capacity.h keep_words). Mirrored: kosmos/moe/route.py place_words (checked through
+// tests/host/route_main.cpp).
+KOSMOS_DEVICE constexpr i32 place_words(i32 experts) { return (2 * experts + 1 + kChunk * kMaxTopK + 3) / 4 * 4; }
+
 // ex: the experts of the chunk's n pairs (experts[c * kChunk * k ...]).
 KOSMOS_DEVICE i32 chunk_count(const i32* ex, i32 n, i32 e) {
   i32 count = 0;

@@ -136,16 +136,13 @@ KOSMOS_DEVICE void place_chunks(const RouteParams& r, u8* scratch) {
   }
 }
 
-// The shared words place_chunks holds (its start[] is read by steps 4 and 5), then step 4's.
-KOSMOS_DEVICE i32 place_words(i32 E) { return (2 * E + 1 + kChunk * kMaxTopK + 3) / 4 * 4; }
-
 // Step 4 (token dropping), all threads of every CTA after every CTA's step 3.
 KOSMOS_DEVICE void keep_in_launch(const RouteParams& r, u8* scratch) {
   const i32 E = r.rule.experts;
   i32* start_all = reinterpret_cast<i32*>(scratch);
   const KeepArgs a{start_all, r.all_order, r.weights, r.order, r.slot, r.kept, r.start, E, r.capacity,
                    r.tokens * r.rule.top_k, 0};
-  keep_capacity(a, start_all + place_words(E), CtaPhases::here());
+  keep_capacity(a, start_all + place_words(E), CtaPhases::here());  // (place_chunks' words first)
 }
 
 // After the last step, on the grid's last CTA (it owns the fewest chunks; the dispatch's CTA 0 must not
