@@ -40,8 +40,8 @@ NAMES = {0: "entry", 1: "dispatch part done", 2: "builder ready", 8: "builder ca
 KIND_NAMES = {"forward": {12: "router GEMM done", 13: "routed + counted", 14: "plan placed",
                           15: "pairs past capacity dropped"}, "backward": {}}
 JOBS = {"forward": ["shared S1 (TN SwiGLU)", "GEMM1 (TN SwiGLU)", "GEMM2 (TN)", "shared S2 (TN fp32)"],
-        "backward": ["RW router dWr", "SA shared dgrad2", "SB shared wgrad2", "A dgrad2+SwiGLU bwd", "B wgrad2",
-                     "RX router dXr", "C dgrad1", "D wgrad1", "SC shared dgrad1", "SD shared wgrad1"]}
+        "backward": ["RW router dWr", "RX router dXr", "SA shared dgrad2", "SB shared wgrad2", "A dgrad2+SwiGLU bwd",
+                     "B wgrad2", "C dgrad1", "D wgrad1", "SC shared dgrad1", "SD shared wgrad1"]}
 SLOTS = 32  # hipsrc/kosmos/trace.h kPhaseSlots: a job's slot is 31 - the jobs after it
 
 

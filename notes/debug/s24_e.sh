@@ -4,7 +4,9 @@
 # the fused backward's router and shared tests at np 1, bench --backward against the device path
 # (the old kernel's ratio to it: 1.053-1.060 at Qwen3-30B 2,048 in four H100 runs, s23_d, s24_a/b/d;
 # no old-tree run in the same call: device time).
-#   KOSMOS_COMMIT=<sha> bash notes/debug/s24_e.sh
+# The change is notes/patches/rx_after_wgrad2.patch (not in main until measured): applied here first.
+#   KOSMOS_COMMIT=<sha>+rx_after_wgrad2 bash notes/debug/s24_e.sh
+patch -p1 < notes/patches/rx_after_wgrad2.patch || exit 1
 source notes/debug/call_env.sh s24_e
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
 T="-q -p no:cacheprovider --timeout=120 --timeout-method=thread -rfE --color=no"

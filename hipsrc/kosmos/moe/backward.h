@@ -11,6 +11,8 @@
 //   2. one builder call over ten jobs; a CTA takes a job's tiles until its queue is dry, then the
 //      next job's:
 //      RW the router's dWr (dense NT, d logits^T x, whole tiles: few and long, so first);
+//      RX the router's dx (dense NN, d logits Wr, stored into the fold's fp32 addend c.shared),
+//         counting its tiles;
 //      SA the shared MLP's dgrad2 + SwiGLU backward (dense NN on dY, nothing to wait for: the CTAs
 //         build it while dY lands), counting its tiles;
 //      SB the shared MLP's wgrad2 (dense NT, dW2_s = dY^T h_s);
@@ -18,9 +20,6 @@
 //        forward's kept [g, u]): waits for the (expert, source) runs its rows overlap; counts its
 //        tile rows in rows_done[0, rows_cap);
 //      B wgrad2 (NT, dW2_e = dY_e^T a_e over the group's rows): waits for every run of its group;
-//      RX the router's dx (dense NN, d logits Wr, stored into the fold's fp32 addend c.shared),
-//         counting its tiles: memory-bound, so after the GEMMs the dispatch's rows feed (before,
-//         its stores slowed the side pushes beside it, and A waited for those);
 //      C dgrad1 (NN, dX_e = d_pre W1): waits for A's tile row; counts its own tile rows in
 //        rows_done[rows_cap, 2 rows_cap). Not on the crew's CTAs;
 //      D wgrad1 (NT, dW1_e = d_pre^T x_e): waits for all of A's tile rows of its group. Not on the
@@ -162,8 +161,8 @@ KOSMOS_DEVICE void backward_experts(const ExpertGemm& ga, const EpiA& epi_a, con
     const auto job_d = builder_job<LAYOUT_NT>(sd, gd.a, gd.b, claim_d, a_group, epi_d, builds_cd);
     const auto job_sc = builder_job<LAYOUT_NN>(ssc, &sh.dgrad1.a, &sh.dgrad1.b, claim_sc, sc_ready, done_sc, builds_cd);
     const auto job_sd = builder_job<LAYOUT_NT>(ssd, &sh.wgrad1.a, &sh.wgrad1.b, claim_sd, sa_done, epi_sd, builds_cd);
-    fine = run_builder_jobs_beside(smem, SideDispatch{d, side_pushes(movers)}, job_rw, job_sa, job_sb, job_a, job_b,
-                                   job_rx, job_c, job_d, job_sc, job_sd);
+    fine = run_builder_jobs_beside(smem, SideDispatch{d, side_pushes(movers)}, job_rw, job_rx, job_sa, job_sb, job_a,
+                                   job_b, job_c, job_d, job_sc, job_sd);
     phase_mark(8);
     // a dX row is final once every tile row under it has all of C's tiles; the fold also reads
     // RX's and SC's sums
