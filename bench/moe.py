@@ -5,11 +5,14 @@ an equal-FLOP dense cuBLAS GEMM, at world size 1 or over P ranks, one GPU each.
     mpirun -np 8 python3 bench/moe.py --quick            # the whole model, expert-parallel over 8 GPUs
 
 P EP-8 ranks' share of each model (kosmos/configs/moe_models.yaml): P E/8 experts with their H and
-I, E/8 on each rank (P = 8: the model itself); the tokens route top-max(1, P k/8) over them (the
-GEMM work of the share; the routing rule itself is the model's), each rank with as many tokens as
-give `--rows` rows per expert on average (so a rank's routed-expert GEMM work is the same at every
-P; the shared experts' scales with the tokens); the layers' capacity is 3x a rank's mean rows
-(dropless at P = 1); `--skew`
+I, E/8 on each rank (P = 8: the model itself); the tokens route top-min(k, P E/8) over them (the
+model's k wherever the share has k experts: the routing rule is the model's), each rank with as
+many tokens as give `--rows` rows per expert on average -- so a rank's tokens, its routed-expert
+GEMM work, its shared experts' work and the rows its fold sums per token are those of the 8-GPU
+model at every P (issue 12: "same tokens and top-k"). (Until session 24 the share routed
+top-max(1, P k/8), so at P = 1 it had 8x the tokens at top-1: the same routed GEMMs, 8x the shared
+experts' and the router's per-token work; JSON records before then carry that top_k.) The layers'
+capacity is 3x a rank's mean rows (dropless at P = 1); `--skew`
 adds a linear per-expert bias ramp (models with expert_bias only; each case records its min and max
 rows per expert). Contenders, timed interleaved call by call through kosmos.timing (device
 events behind the stream blocker): layer (path "device": router GEMM, routing, dispatch, both
@@ -51,14 +54,14 @@ PHASES = ("router", "dispatch", "routed", "shared", "combine")
 
 
 def share(name: str, ranks: int = 1) -> MoEConfig:
-    """`ranks` EP-8 ranks' share of the model: ranks * E/8 experts, top-max(1, ranks * k/8)."""
+    """`ranks` EP-8 ranks' share of the model: ranks * E/8 experts, top-min(k, ranks * E/8)."""
     cfg = load_models()[name]
     if not 1 <= ranks <= 8:
         raise SystemExit(f"bench/moe.py runs 1 to 8 ranks (shares of an EP-8 layout), not {ranks}")
     e = cfg.experts // 8 * ranks
     groups = cfg.groups if cfg.groups and e % cfg.groups == 0 and e // cfg.groups >= 2 else 0
     label = f"{name}/EP8" if ranks == 1 else (name if ranks == 8 else f"{name}/EP8x{ranks}")
-    return dataclasses.replace(cfg, name=label, experts=e, top_k=max(1, cfg.top_k * ranks // 8),
+    return dataclasses.replace(cfg, name=label, experts=e, top_k=min(cfg.top_k, e),
                                groups=groups, topk_groups=min(cfg.topk_groups, groups) if groups else 0)
 
 

@@ -19,14 +19,21 @@ def test_shares_keep_each_ranks_work(name):
     full = load_models()[name]
     assert moe_bench.share(name, 8).experts == full.experts and moe_bench.share(name, 8).top_k == full.top_k
     rows = 2048
-    per_rank = set()
+    per_rank, tokens = set(), set()
     for p in (1, 2, 4, 8):
         cfg = moe_bench.share(name, p)
         assert cfg.experts == full.experts // 8 * p and cfg.experts % p == 0
+        assert cfg.top_k == full.top_k  # these models have >= k experts a rank: the model's routing
         t = moe_bench.tokens_of(cfg, rows, p)
         per_rank.add(t * cfg.top_k)  # routed rows a rank sends: its share of E * rows
+        tokens.add(t)  # and its tokens (the shared experts' and the router's work): the 8-GPU model's
         assert t * cfg.top_k * p == cfg.experts * rows
-    assert len(per_rank) == 1, per_rank
+    assert len(per_rank) == 1 and len(tokens) == 1, (per_rank, tokens)
+
+
+def test_a_share_with_fewer_experts_than_k_routes_to_all_of_them():
+    cfg = moe_bench.share("Mixtral-8x7B", 1)  # 8 experts top-2: one expert a rank
+    assert (cfg.experts, cfg.top_k) == (1, 1)
 
 
 def test_more_than_eight_ranks_refused():
