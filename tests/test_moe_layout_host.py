@@ -3,7 +3,9 @@ rows) compiled for the host, against an explicit model of every rank's rows: ran
 world sizes 1-8, with empty experts, empty ranks and one expert taking everything. For every
 (expert, source) run, arena_row must be where the owner's arena holds that run (experts in order,
 sources in order inside, each source's dispatch order inside) and source_row where the source's
-dispatch order has it, so arena row arena_row + i is source row source_row + i for every i.
+dispatch order has it, so arena row arena_row + i is source row source_row + i for every i; and
+own_output_row must find each row a rank's own experts hold in its arena (the backward's combine
+folds those in place), -1 for the others.
 """
 from __future__ import annotations
 
@@ -51,7 +53,9 @@ def test_arena_and_source_rows_match_the_model(layout_host, P, kind):
     out = subprocess.run([str(layout_host)], input=struct.pack("<3i", P, E, e_loc) + counts.tobytes(),
                          capture_output=True, check=True).stdout
     arena_row = np.frombuffer(out[:4 * E * P], np.int32).reshape(E, P)
-    source_row = np.frombuffer(out[4 * E * P:], np.int32).reshape(E, P)
+    source_row = np.frombuffer(out[4 * E * P:8 * E * P], np.int32).reshape(E, P)
+    own = np.frombuffer(out[8 * E * P:], np.int32)
+    assert own.size == counts.sum()
     for o in range(P):  # the owner's arena, explicitly: (source, row in its dispatch order)
         arena = [(s, r) for g in range(o * e_loc, (o + 1) * e_loc) for s in range(P)
                  for r in np.flatnonzero(orders[s] == g)]
@@ -64,6 +68,11 @@ def test_arena_and_source_rows_match_the_model(layout_host, P, kind):
                 assert source_row[g, s] == first, (g, s)
                 for i in range(n):  # the run is contiguous on both sides, in the same order
                     assert arena[arena_row[g, s] + i] == (s, first + i), (g, s, i)
+        # own_output_row: each row of o's dispatch order, where o's own arena has it (-1: another
+        # owner's expert has it)
+        mine = own[counts[:o].sum():counts[:o + 1].sum()]
+        want = [arena.index((o, r)) if orders[o][r] // e_loc == o else -1 for r in range(len(orders[o]))]
+        assert mine.tolist() == want, o
 
 
 def test_context_bytes_counts_what_a_forward_keeps():

@@ -21,8 +21,8 @@ pair's dY row, times its routing weight, to its expert's owner beside one builde
 GEMMs: dgrad2 with the SwiGLU backward in its epilogue (d_pre = [dg, du], dA never stored) as the
 rows land, wgrad2 (dW2 = dY_e^T a_e), dgrad1 (dX_e = d_pre W1, each tile once dgrad2 has finished
 its tile row) and wgrad1 (dW1 = d_pre^T x_e, each expert once dgrad2 has finished all its rows); a
-crew pushes each dX row home as soon as its dgrad1 tile row is done, the builders join it; every
-rank then sums each token's k rows in fp32 with the addend (`extra`, or the router's dx) and
+crew pushes each dX row home as soon as its dgrad1 tile row is done, the builders join it (the rows
+of this rank's own tokens are not copied: the fold reads them in place); every rank then sums each token's k rows in fp32 with the addend (`extra`, or the router's dx) and
 rounds once. With `shared` (the forward's SharedMLP: its h and gate_up now read) the shared
 experts' MLP's backward runs as four more jobs of the same builder call (its dgrad2 with the SwiGLU
 backward and its wgrad2 first, while dY lands; its dgrad1, added into the addend by the TMA unit
@@ -167,7 +167,8 @@ class MoEBackward(ExpertsLaunch):
 
             ones = cupy.ones(routing.weights.shape, np.float32)  # dY was weighted on its way out
             return (disp._params(dy, start, order, weights, k, False, stream, side=self.side_pushes(movers)),
-                    comb._params(self._d_xe, disp, routing.slot, ones, extra, out, t, stream, scope=1))
+                    comb._params(self._d_xe, disp, routing.slot, ones, extra, out, t, stream, scope=1,
+                                 own_in_place=True))
 
         self._run(refusal, heads, records, movers, crew, check, stream)
         return BackwardGrads(out, dw1, dw2, *(d_shared or (None, None)), d_router_w)

@@ -41,7 +41,8 @@ COMBINE_PARAMS_DTYPE = np.dtype(
     [("peer_bases", _u64), ("wait", WAIT_CTX_DTYPE), ("calls", _u64), ("flags_off", _u64), ("comb_off", _u64),
      ("row_bytes", _u64), ("all_counts", _u64), ("dispatch_status", _u64), ("y", _u64), ("run_done", _u64),
      ("slot", _u64), ("weights", _u64), ("shared", _u64), ("out", _u64), ("rank", _i32), ("world", _i32),
-     ("experts", _i32), ("e_loc", _i32), ("top_k", _i32), ("tokens", _i32), ("item_rows", _i32), ("scope", _i32)],
+     ("experts", _i32), ("e_loc", _i32), ("top_k", _i32), ("tokens", _i32), ("item_rows", _i32), ("scope", _i32),
+     ("own_in_place", _i32)],
     align=True,
 )
 MIRRORS = [StructMirror("kosmos::moe::CombineParams", COMBINE_PARAMS_DTYPE)]
@@ -83,7 +84,11 @@ class MoECombine(SymmetricPlan):
 
     @uses_stream
     def __call__(self, y_experts: Any, dispatch: MoEDispatch, routing: DeviceRouting, shared: Any = None,
-                 out: Any = None, stream: Any = None) -> Any:
+                 out: Any = None, own_in_place: bool = False, stream: Any = None) -> Any:
+        """own_in_place: the rows this rank's own experts send it are folded from y_experts where
+        they are, not copied into the combine buffer first (bitwise the same output); the buffer
+        then lacks them, so only where nothing reads it afterwards (the backward's combine; the
+        router's backward reads the forward's)."""
         self._check_open()
         dev = self.world.device_id
         y_experts = check_array(y_experts, "y_experts", dtypes=(bfloat16,), device=dev, stream=stream)
@@ -93,18 +98,15 @@ class MoECombine(SymmetricPlan):
         if y_experts.shape[0] < dispatch.capacity_rows:
             raise ValueError(f"y_experts needs the dispatch arena's {dispatch.capacity_rows} rows "
                              f"(rows past the counts are not read), got {y_experts.shape[0]}")
-        rec, out = self._record(y_experts, dispatch, routing, shared, out, stream)
+        shared, out, t = self.checked_outputs(routing, shared, out, stream)
+        rec = self._params(y_experts, dispatch, routing.slot, routing.weights, shared, out, t, stream,
+                           own_in_place=own_in_place)
         self.launch([rec], stream=stream)
         return out
 
     def _check_dispatch(self, dispatch: MoEDispatch) -> None:
         if dispatch.experts != self.experts or dispatch.world is not self.world:
             raise ValueError("the dispatch plan is for other experts or another world")
-
-    def _record(self, y_experts: Any, dispatch: MoEDispatch, routing: DeviceRouting, shared: Any, out: Any,
-                stream: Any) -> tuple[np.void, Any]:
-        shared, out, t = self.checked_outputs(routing, shared, out, stream)
-        return self._params(y_experts, dispatch, routing.slot, routing.weights, shared, out, t, stream), out
 
     def checked_outputs(self, routing: DeviceRouting, shared: Any, out: Any, stream: Any) -> tuple[Any, Any, int]:
         """(shared, out, tokens) for a call on `routing`, checked (out allocated when None)."""
@@ -128,9 +130,10 @@ class MoECombine(SymmetricPlan):
         return shared, out, t
 
     def _params(self, y_experts: Any, dispatch: MoEDispatch, slot: Any, weights: Any, shared: Any, out: Any,
-                tokens: int, stream: Any, scope: int = 0) -> np.void:
+                tokens: int, stream: Any, scope: int = 0, own_in_place: bool = False) -> np.void:
         """This call's CombineParams record; it takes the call's epoch, so build it right before the
-        launch. scope: the CallScope of its epoch (1 in the MoE forward kernel, moe/forward.py)."""
+        launch. scope: the CallScope of its epoch (1 in the MoE forward kernel, moe/forward.py);
+        own_in_place as __call__'s."""
         w = self.world
         _, ctx = self._next_call(stream)
         return record(
@@ -139,4 +142,5 @@ class MoECombine(SymmetricPlan):
             all_counts=dispatch.all_counts.data.ptr, dispatch_status=dispatch.status.data.ptr,
             y=address(y_experts), run_done=self.run_done.data.ptr, slot=address(slot), weights=address(weights),
             shared=address(shared), out=address(out), rank=w.rank, world=w.size, experts=self.experts, e_loc=self.e_loc,
-            top_k=self.top_k, tokens=tokens, item_rows=self.item_rows, scope=scope)
+            top_k=self.top_k, tokens=tokens, item_rows=self.item_rows, scope=scope,
+            own_in_place=int(bool(own_in_place)))

@@ -537,7 +537,7 @@ class MoELayer:
             if device:
                 d_xe, dw1, dw2 = self._routed_backward_device(dy, ctx, params, wdt)
                 ones = dataclasses.replace(r, weights=cupy.ones_like(r.weights))
-                dx = self._combine(d_xe, self._dispatch_bwd, ones, shared=extra if t else None)
+                dx = self._combine(d_xe, self._dispatch_bwd, ones, shared=extra if t else None, own_in_place=True)
             else:
                 d_back, dw1, dw2 = self._routed_backward_exchanged(dy, ctx, params, wdt)
         if device:

@@ -12,6 +12,11 @@
 // of call e, so every source has started call e and has folded call e-1: its combine buffer is
 // free. Per destination s, the owner's last item releases ready[owner] = e in s's flags; the fold
 // waits for every owner that sends s rows at all.
+//
+// own_in_place: the rows an owner sends itself are not copied (an item of such a run only waits
+// for its rows, then counts); the fold reads them where they are, in y. The backward's combine
+// does so (nothing reads its buffer afterwards); the forward's does not, since the router's
+// backward reads every row of the forward's buffer (router_grads.h).
 #pragma once
 #include "../calls.h"
 #include "../flags.h"
@@ -41,6 +46,7 @@ struct CombineParams {
   u16* out;                // [T][H] bf16
   i32 rank, world, experts, e_loc, top_k, tokens, item_rows;
   i32 scope;               // the CallScope this call's epoch is in: 0; 1 in the MoE forward kernel
+  i32 own_in_place;        // 1: rows this rank sends itself stay in y, the fold reads them there
 };
 
 // Shared memory: counts[P][E], then run_base[e_loc * P] (a run's first row in y), run_dest[e_loc * P]
@@ -104,6 +110,11 @@ KOSMOS_DEVICE bool combine_push(const CombineParams& d, const CombineTables& m, 
     const i32 v = run_of(m.chunk_start, R, item), s = v % P, n = m.counts[s * E + me * L + v / P];
     const i32 first = (i32(item) - m.chunk_start[v]) * d.item_rows, rows = min(d.item_rows, n - first);
     if (!ready(v / P, m.run_base[v] + first, rows)) return false;
+    if (s == me && d.own_in_place) {  // the fold reads these rows in y
+      item_done(&d.run_done[i64(call_epoch(d.scope) & 1) * P + s], u64(m.dest_chunks[s]),
+                &flags_of(d.peer_bases, s, d.flags_off)->ready[me], call_epoch(d.scope));
+      continue;
+    }
     u8* dst = reinterpret_cast<u8*>(d.peer_bases[s] + d.comb_off) + u64(m.run_dest[v] + first) * d.row_bytes;
     const u8* src = d.y + u64(m.run_base[v] + first) * d.row_bytes;
     bulk_copy_rows<Unroll>(stage.at, stage.bytes, dst, [&](u32 r) { return src + u64(r) * d.row_bytes; }, u32(rows),
@@ -132,6 +143,12 @@ KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) 
     }
   if (!cta_broadcast(&s_ok, ok)) return false;
   const u8* comb = reinterpret_cast<const u8*>(d.peer_bases[me] + d.comb_off);
+  // row r of this rank's dispatch order: in the combine buffer, or (own_in_place, held by one of
+  // this rank's experts) in y
+  const auto row_at = [&](i32 r) {
+    const i32 own = d.own_in_place ? own_output_row(m.counts, m.run_base, m.run_dest, d.world, E, L, me, r) : -1;
+    return own >= 0 ? d.y + u64(own) * d.row_bytes : comb + u64(r) * d.row_bytes;
+  };
   // Work items are (token, pass): a warp folds kWarpSize * V vectors of one token's row, each lane
   // V of them with their loads issued together, and the next slot's load in flight while a row's
   // are (one 16-byte load per thread in flight, each behind its slot's, left the fold
@@ -149,15 +166,16 @@ KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) 
     for (i32 u = 0; u < V; ++u)
       for (int e = 0; e < 8; ++e) acc[u][e] = 0.0f;
     i32 row = d.slot[t * k];
+    const u8* src = row >= 0 ? row_at(row) : nullptr;
     for (i32 j = 0; j < k; ++j) {
       const i32 next = j + 1 < k ? d.slot[t * k + j + 1] : -1;
       if (row >= 0) {  // < 0: dropped past its expert's capacity (MoEConfig.capacity_factor)
         const float wt = d.weights[t * k + j];
-        const u8* src = comb + u64(row) * d.row_bytes;
         vec16 v[V];
 #pragma unroll
         for (i32 u = 0; u < V; ++u)
           if (c0 + kWarpSize * u < vecs) v[u] = ld16_volatile(src + u64(c0 + kWarpSize * u) * 16);
+        if (next >= 0) src = row_at(next);  // its table lookups while this row's loads are in flight
 #pragma unroll
         for (i32 u = 0; u < V; ++u)
           if (c0 + kWarpSize * u < vecs) {
@@ -165,6 +183,8 @@ KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) 
             bf16x8_to_f32(v[u], r);
             for (int e = 0; e < 8; ++e) acc[u][e] += wt * r[e];
           }
+      } else if (next >= 0) {
+        src = row_at(next);
       }
       row = next;
     }

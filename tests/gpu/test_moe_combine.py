@@ -1,0 +1,111 @@
+"""GPU tests of kosmos.moe.MoECombine at any world size (ranks may share a GPU).
+
+Each owner's expert outputs are fresh random rows (not the dispatched tokens, so a row taken from
+the wrong place shows); every rank's fold must match a float64 fold of the rows the host finds
+through the layout (each token's k rows from their owners' outputs, weighted), within one bf16
+rounding. own_in_place (the backward's combine: rows a rank's own experts hold are folded where
+they are) must give bitwise the copying combine's output on the same inputs, and must really leave
+those rows out of the combine buffer (poisoned before the call: still poisoned after). Calls run
+back to back (copy, in place, copy, ...), routings uneven (the last rank has no tokens at world >
+1), one routing skewed onto two experts of rank 0, a rank arrives late; the output is NaN-poisoned
+before every call.
+"""
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+
+cupy = pytest.importorskip("cupy")
+
+from kosmos.dtypes import bfloat16  # noqa: E402
+from kosmos.moe import MoECombine, MoEConfig, MoEDispatch, route  # noqa: E402
+
+from .conftest import poisoned, rank_input  # noqa: E402
+
+H = 136  # 17 16-byte vectors: a fold pass with a ragged end
+
+
+def tokens(world, rank):
+    return 0 if (world.size > 1 and rank == world.size - 1) else 70 + 23 * rank
+
+
+def host_fold(world, cfg, everyone, outputs):
+    """float64 y[t] = sum_j w[t, j] Y_o[row of (t, j)] for this rank's tokens, and the bound of one
+    bf16 rounding (2^-8 sum_j |w Y|). everyone[s] = (order, start, weights) of source s; outputs[o]:
+    owner o's expert output rows [rows, H] (bf16 as uint16)."""
+    P, E, k, me = world.size, cfg.experts, cfg.top_k, world.rank
+    e_loc = E // P
+    counts = np.stack([np.diff(start) for _, start, _ in everyone])  # [P, E]
+    order, start, weights = everyone[me]
+    t = weights.size // k
+    y, bound = np.zeros((t, H)), np.zeros((t, H))
+    for g in range(E):
+        o = g // e_loc
+        first = counts[:, o * e_loc:g].sum() + counts[:me, g].sum()  # layout.h arena_row
+        rows = outputs[o][first:first + counts[me, g]].view(bfloat16).astype(np.float64)
+        pairs = order[start[g]:start[g + 1]]
+        terms = weights[pairs][:, None] * rows
+        np.add.at(y, pairs // k, terms)
+        np.add.at(bound, pairs // k, np.abs(terms))
+    return y, 2.0 ** -8 * bound + 1e-30
+
+
+def own_rows(world, cfg, start):
+    """The rows of this rank's dispatch order that its own experts hold."""
+    e_loc = cfg.experts // world.size
+    return slice(int(start[world.rank * e_loc]), int(start[(world.rank + 1) * e_loc]))
+
+
+def test_the_fold_is_right_and_own_rows_stay_in_place(world):
+    P, me = world.size, world.rank
+    cfg = MoEConfig(experts=3 * P, top_k=2, hidden=H, intermediate=64)
+    max_t = 200
+    cap = P * max_t * cfg.top_k
+    disp = MoEDispatch(world, cfg.experts, 2 * H, capacity_rows=cap)
+    comb = MoECombine(world, cfg.experts, H, max_t, cfg.top_k)
+    try:
+        failed = []
+        for c in range(6):
+            seed = 300 + c // 2  # calls 2c and 2c + 1: the same inputs, copied then in place
+            in_place = c % 2 == 1
+            t = tokens(world, me)
+            x = cupy.asarray(rank_input(seed, me, (t, H), np.float32).astype(bfloat16))
+            logits = rank_input(seed + 1, me, (t, 64), np.float32)
+            if c >= 4:
+                logits[:, :2] += 20.0  # skewed: every token picks experts 0 and 1 (rank 0's)
+            rt = route(cupy.asarray(logits), cfg)
+            y_e = cupy.asarray(rank_input(seed + 2, me, (cap, H), np.float32).astype(bfloat16))
+            if c == 3 and me == P - 1:
+                cupy.cuda.Device().synchronize()
+                time.sleep(0.5)  # a late rank
+            comb.comb.local.view(np.uint8).fill(0xFF)  # before my dispatch: peers push only after it
+            disp(x, rt)
+            out = comb(y_e, disp, rt, out=poisoned((t, H), bfloat16), own_in_place=in_place)
+            buf = comb.comb.local.copy()
+            cupy.cuda.Device().synchronize()
+            world.status.raise_if_failed()
+            mine = (cupy.asnumpy(rt.order), cupy.asnumpy(rt.start), cupy.asnumpy(rt.weights).ravel())
+            everyone = world.comm.allgather(mine)
+            outputs = world.comm.allgather(cupy.asnumpy(y_e).view(np.uint16))
+            got = cupy.asnumpy(out).astype(np.float64)
+            want, bound = host_fold(world, cfg, everyone, outputs)
+            if not np.isfinite(got).all() or (np.abs(got - want) > bound).any():
+                failed.append(f"call {c}: the fold is off by more than one bf16 rounding")
+            if in_place:
+                if not (cupy.asnumpy(out).view(np.uint16) == previous).all():
+                    failed.append(f"call {c}: in place is not bitwise the copying combine")
+                rows = cupy.asnumpy(buf).view(np.uint16).reshape(buf.shape[0], H)
+                own = own_rows(world, cfg, mine[1])
+                if not (rows[own] == 0xFFFF).all():
+                    failed.append(f"call {c}: own rows were copied into the combine buffer")
+                if not (rows[:own.start] != 0xFFFF).any(axis=1).all() or \
+                        not (rows[own.stop:int(mine[1][-1])] != 0xFFFF).any(axis=1).all():
+                    failed.append(f"call {c}: a peer's row did not land")
+            previous = cupy.asnumpy(out).view(np.uint16)
+        everyone = world.comm.allgather(failed)
+        assert not any(everyone), f"rank {me}: {failed}; all ranks: {everyone}"
+    finally:
+        disp.close()
+        comb.close()
