@@ -24,7 +24,7 @@ from kosmos.moe import MoECombine, MoEConfig, MoEDispatch, route  # noqa: E402
 
 from .conftest import poisoned, rank_input  # noqa: E402
 
-H = 136  # 17 16-byte vectors: a fold pass with a ragged end
+H = 192  # 24 16-byte vectors: a fold pass (128 vectors a warp) with a ragged end
 
 
 def tokens(world, rank):
