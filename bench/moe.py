@@ -27,6 +27,8 @@ and baseline (path "baseline": counts over MPI, rows by NCCL, cupy.matmul per ex
 the slowest rank's; TFLOP/s are per GPU (the ranks' mean FLOPs).
 `--phases` (world 1) also times each part alone (router GEMM + routing, dispatch, routed grouped
 GEMMs, shared expert, combine + fold). `--backward` times the backward instead (bench_backward).
+`--tree-b PATH` adds each path "fused" contender once more with the kernels of another hipsrc tree
+("<name> B"), interleaved with this tree's: an A/B of a kernel change inside one run.
 Issue 12's targets: layer within 5 % of experts, experts >= 0.85 of dense; issue 13's: the
 backward within 5 % of its GEMMs alone, its GEMMs >= 0.85 of dense. Writes JSON (GPU, commit, world
 size; per case the bytes the busiest rank pushes to other ranks per forward, bytes_out_max, and the
@@ -46,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kosmos.dtypes import random_bf16  # noqa: E402
 from kosmos.grouped import grouped_matmul  # noqa: E402
 from kosmos.moe import MoEConfig, MoELayer, MoEParams, load_models  # noqa: E402
+from kosmos.runtime.source import kernel_tree  # noqa: E402
 from kosmos.timing import device_name, time_calls  # noqa: E402
 from one_gpu import add_timing_args, gpu_per_rank, write_results  # noqa: E402
 
@@ -140,28 +143,51 @@ def case_params(world, cfg, skew, seed):
     return params
 
 
-def fused_layers(world, cfg, tokens, cap, movers, crews, drops=(None,)) -> dict:
+def fused_layers(world, cfg, tokens, cap, movers, crews, drops=(None,), tree_b=None) -> dict:
     """Path "fused" contenders, one per (movers, crew, capacity factor), by name ('auto': the
-    defaults; a drop factor d builds the layer with capacity_factor d: token dropping)."""
-    return {f"fused m={'auto' if m is None else m}" + ("" if c is None else f" c={c}")
-            + ("" if d is None else f" drop={d:g}"):
-            MoELayer(world, cfg if d is None else dataclasses.replace(cfg, capacity_factor=d), max_tokens=tokens,
-                     capacity_rows=cap, path="fused", movers=m, crew=c)
-            for m in movers for c in crews for d in drops}
+    defaults; a drop factor d builds the layer with capacity_factor d: token dropping); with
+    tree_b each once more, named "<name> B", built with the kernels of that hipsrc tree
+    (kosmos.runtime.source.kernel_tree; warm_b gives them their lazily built launches)."""
+    def build():
+        return {f"fused m={'auto' if m is None else m}" + ("" if c is None else f" c={c}")
+                + ("" if d is None else f" drop={d:g}"):
+                MoELayer(world, cfg if d is None else dataclasses.replace(cfg, capacity_factor=d), max_tokens=tokens,
+                         capacity_rows=cap, path="fused", movers=m, crew=c)
+                for m in movers for c in crews for d in drops}
+
+    layers = build()
+    if tree_b:
+        with kernel_tree(tree_b):
+            layers.update({f"{name} B": layer for name, layer in build().items()})
+    return layers
+
+
+def warm_b(fused, tree_b, x, params, dy=None) -> None:
+    """The first forward (and, given dy, backward) of each tree-B layer inside its kernel tree, so
+    what a layer builds at its first call (the backward's launch) takes that tree's kernels too."""
+    if not tree_b:
+        return
+    with kernel_tree(tree_b):
+        for name, fl in fused.items():
+            if name.endswith(" B"):
+                _y, c = fl.forward(x, params, check=True)
+                if dy is not None:
+                    fl.backward(dy, c, params)
 
 
 def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, movers=(None,), crews=(None,),
-               baseline=True, drops=(None,)):
+               baseline=True, drops=(None,), tree_b=None):
     import cupy
 
     tokens = tokens_of(cfg, rows_per, world.size)
     cap = capacity_of(cfg, tokens, world.size)
     layer = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="device")
-    fused = fused_layers(world, cfg, tokens, cap, movers, crews, drops)
+    fused = fused_layers(world, cfg, tokens, cap, movers, crews, drops, tree_b)
     base = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="baseline") if baseline else None
     try:
         params = case_params(world, cfg, skew, seed)
         x = random_bf16((tokens, cfg.hidden), seed + 3 + 7919 * world.rank)
+        warm_b(fused, tree_b, x, params)
         y, ctx = layer.forward(x, params, check=True)
         counts = cupy.asnumpy(ctx.group_rows)
         total = int(counts.sum())
@@ -222,6 +248,7 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
         # the routed rows' FLOPs and the shared MLP's on every token
         flops = per_rank(world, 2 * total * (2 * i * h + h * i) + 2 * tokens * 3 * h * s_w)
         rec = {"model": cfg.name, "E": cfg.experts, "top_k": cfg.top_k, "H": h, "I": i, "tokens": tokens,
+               "tree_b": str(tree_b) if tree_b else None,
                "ranks": world.size, "rows_per_expert": rows_per, "skew": skew, "total_rows": total,
                "layer_bytes": layer.memory(), "max_rows": int(per_rank(world, int(counts.max()), "max")),
                "bytes_out_max": int(per_rank(world, bytes_out(cupy.asnumpy(layer._dispatch.all_counts), world.rank,
@@ -242,7 +269,7 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
         cupy.get_default_memory_pool().free_all_blocks()
 
 
-def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed, movers=(None,), crews=(None,)):
+def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed, movers=(None,), crews=(None,), tree_b=None):
     """The backward of paths "device" and "fused" (MoEBackward: router to fold in one launch):
     step (forward + backward; a backward needs its own forward's context) and forward, so backward
     = step - forward; bwd gemms (the backward's expert GEMMs
@@ -259,13 +286,14 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed, movers=(None
     tokens = tokens_of(cfg, rows_per, world.size)
     cap = capacity_of(cfg, tokens, world.size)
     layer = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="device")
-    fused = fused_layers(world, cfg, tokens, cap, movers, crews)
+    fused = fused_layers(world, cfg, tokens, cap, movers, crews, tree_b=tree_b)
     serial = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="serial")
     base = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=cap, path="baseline") if NcclBaseline.available(world) else None
     try:
         params = case_params(world, cfg, skew, seed)
         s = 7919 * world.rank
         x, dy = random_bf16((tokens, cfg.hidden), seed + 3 + s), random_bf16((tokens, cfg.hidden), seed + 4 + s)
+        warm_b(fused, tree_b, x, params, dy)
         y, ctx = layer.forward(x, params, check=True)
         layer.backward(dy, ctx, params)
         rows = ctx.group_rows
@@ -323,6 +351,7 @@ def bench_backward(world, cfg, rows_per, skew, iters, warmup, seed, movers=(None
         t.update(time_calls(world, unheld, warmup, iters, hold=False))
         flops = per_rank(world, 12 * h * (total * i + tokens * s_w))  # 2 + 2 + 4 + 4 (x R H I) per expert
         rec = {"model": cfg.name, "E": cfg.experts, "top_k": cfg.top_k, "H": h, "I": i, "tokens": tokens,
+               "tree_b": str(tree_b) if tree_b else None,
                "ranks": world.size, "rows_per_expert": rows_per, "skew": skew, "total_rows": total}
         for name, tm in t.items():
             rec[name] = {"ms": tm.median_ms, "min_ms": tm.min_ms, "host_us": tm.host_us}
@@ -361,6 +390,10 @@ def main(argv=None):
                     help="time the backward instead (step = forward + backward, its GEMMs alone, dense)")
     ap.add_argument("--drop", default="",
                     help="forward: also path 'fused' with token dropping at these capacity factors (comma-separated)")
+    ap.add_argument("--tree-b", default="",
+                    help="also each path 'fused' layer with the kernels of this hipsrc tree, named '<name> B', "
+                         "timed interleaved with this tree's (an A/B of a kernel change; the Python side is this "
+                         "tree's, so the other must agree on records and launch shapes)")
     ap.add_argument("--phases", action="store_true",
                     help="also time the layer's parts alone: router, dispatch, routed, shared, combine")
     add_timing_args(ap)
@@ -378,7 +411,7 @@ def main(argv=None):
                 for skew in (False, True) if args.skew and not args.quick else (False,):
                     if args.backward:
                         rec = bench_backward(world, cfg, rows_per, skew, args.iters, args.warmup, len(results) * 7 + 1,
-                                             movers=movers, crews=crews)
+                                             movers=movers, crews=crews, tree_b=args.tree_b)
                         results.append(rec)
                         say(f"{cfg.name:22s} rows/exp {rows_per:5d} {'skewed' if skew else 'routed':6s} "
                               f"backward {rec['backward']['ms']:7.3f} ms (step {rec['step']['ms']:.3f} - forward "
@@ -392,7 +425,7 @@ def main(argv=None):
                                                             if k.endswith("backward unheld")), flush=True)
                         continue
                     rec = bench_case(world, cfg, rows_per, skew, args.iters, args.warmup, seed=len(results) * 7 + 1,
-                                     phases=args.phases, movers=movers, crews=crews, drops=drops)
+                                     phases=args.phases, movers=movers, crews=crews, drops=drops, tree_b=args.tree_b)
                     results.append(rec)
                     say(f"{cfg.name:22s} rows/exp {rows_per:5d} {'skewed' if skew else 'routed':6s} "
                           f"layer {rec['layer']['ms']:7.3f} ms  experts {rec['experts']['ms']:7.3f}  "

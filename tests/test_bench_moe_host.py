@@ -85,3 +85,41 @@ def test_fused_contenders_by_movers_crew_and_drop(monkeypatch):
     assert list(got) == ["fused m=auto", "fused m=auto drop=1.25", "fused m=8", "fused m=8 drop=1.25"]
     assert got["fused m=8 drop=1.25"].capacity_factor == 1.25 and got["fused m=8"].capacity_factor == 0
     assert set(built.values()) == {"fused"} and len(built) == 4
+
+
+def test_tree_b_layers_are_built_and_first_called_with_their_kernels(monkeypatch, tmp_path):
+    """--tree-b: the "<name> B" layers are built, and make their first forward and backward (where
+    a layer builds its lazily made launches), inside kernel_tree(B); this tree's layers outside."""
+    import os
+
+    tree = tmp_path / "hipsrc"
+    (tree / "kosmos").mkdir(parents=True)
+    (tree / "kosmos" / "platform.h").write_text("")
+    seen = []
+
+    class Layer:  # records the kernel tree each step ran under
+        def __init__(self, *args, movers=None, **kwargs):
+            self.name = f"m={movers}"
+            seen.append(("build", self.name, os.environ.get("KOSMOS_HIPSRC")))
+
+        def forward(self, x, params, check=False):
+            seen.append(("forward", self.name, os.environ.get("KOSMOS_HIPSRC")))
+            return None, "ctx"
+
+        def backward(self, dy, ctx, params):
+            seen.append(("backward", self.name, os.environ.get("KOSMOS_HIPSRC")))
+
+    monkeypatch.setattr(moe_bench, "MoELayer", Layer)
+    monkeypatch.delenv("KOSMOS_HIPSRC", raising=False)
+    cfg = moe_bench.share("Qwen3-30B-A3B", 1)
+    layers = moe_bench.fused_layers(None, cfg, 64, 64, (None, 4), (None,), tree_b=str(tree))
+    assert list(layers) == ["fused m=auto", "fused m=4", "fused m=auto B", "fused m=4 B"]
+    moe_bench.warm_b(layers, str(tree), "x", "params", dy="dy")
+    b = str(tree.resolve())
+    assert seen == [("build", "m=None", None), ("build", "m=4", None), ("build", "m=None", b), ("build", "m=4", b),
+                    ("forward", "m=None", b), ("backward", "m=None", b), ("forward", "m=4", b), ("backward", "m=4", b)]
+    assert "KOSMOS_HIPSRC" not in os.environ
+    seen.clear()
+    assert list(moe_bench.fused_layers(None, cfg, 64, 64, (None,), (None,))) == ["fused m=auto"]
+    moe_bench.warm_b({"fused m=auto": Layer()}, "", "x", "params")
+    assert seen == [("build", "m=None", None)] * 2  # no tree B: no B layer, nothing warmed

@@ -116,3 +116,33 @@ def test_hip_options_have_no_arch() -> None:
 def test_unknown_backend() -> None:
     with pytest.raises(ValueError, match="unknown backend"):
         compile_options("metal")
+
+
+def test_kernel_tree_switches_the_sources_and_restores_them(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KOSMOS_HIPSRC", raising=False)
+    (tree / "kosmos" / "trace.h").write_text((tree / "kosmos" / "trace.h").read_text() + "\n// tree B\n")
+    mine = compile_options("cuda", "sm_90a")
+    with source.kernel_tree(tree) as root:
+        assert root == tree.resolve() and hipsrc_dir() == tree.resolve()
+        theirs = compile_options("cuda", "sm_90a")
+    assert hipsrc_dir() != tree.resolve() and compile_options("cuda", "sm_90a") == mine
+    # the module cache keys on the options: another tree, another key (its path and its digest)
+    assert theirs != mine and f"-I{tree.resolve()}" in theirs
+    digest = [o for o in theirs if o.startswith("-DKOSMOS_SRC_DIGEST")]
+    assert digest and digest[0] not in mine
+
+
+def test_kernel_tree_restores_the_environment_after_an_error(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KOSMOS_HIPSRC", "/somewhere/else")
+    with pytest.raises(RuntimeError, match="inside"):
+        with source.kernel_tree(tree):
+            raise RuntimeError("inside")
+    import os
+
+    assert os.environ["KOSMOS_HIPSRC"] == "/somewhere/else"
+
+
+def test_kernel_tree_refuses_a_directory_without_sources(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="not a hipsrc tree"):
+        with source.kernel_tree(tmp_path):
+            pass

@@ -6,10 +6,12 @@ recompiles every kernel that might include it.
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import hashlib
 import os
 from pathlib import Path
+from typing import Iterator
 
 
 def hipsrc_dir() -> Path:
@@ -22,6 +24,27 @@ def hipsrc_dir() -> Path:
         if (c / "kosmos" / "platform.h").is_file():
             return c
     raise FileNotFoundError(f"kernel sources not found; looked in {[str(c) for c in candidates]}")
+
+
+@contextlib.contextmanager
+def kernel_tree(path: str | os.PathLike) -> Iterator[Path]:
+    """Kernels loaded inside the block come from the hipsrc tree at `path`, as $KOSMOS_HIPSRC would
+    make them (the compile options name the tree and its digest, so modules of two trees never
+    share a cache entry); objects keep the kernels they loaded. For an A/B of a kernel change in
+    one process, its calls interleaved with this tree's (bench/moe.py --tree-b); the Python side
+    is this tree's, so the other tree must agree with it on every record and launch shape."""
+    root = Path(path).resolve()
+    if not (root / "kosmos" / "platform.h").is_file():
+        raise FileNotFoundError(f"{root} is not a hipsrc tree (no kosmos/platform.h)")
+    before = os.environ.get("KOSMOS_HIPSRC")
+    os.environ["KOSMOS_HIPSRC"] = str(root)
+    try:
+        yield root
+    finally:
+        if before is None:
+            del os.environ["KOSMOS_HIPSRC"]
+        else:
+            os.environ["KOSMOS_HIPSRC"] = before
 
 
 def kernel_files() -> list[Path]:
