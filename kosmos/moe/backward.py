@@ -22,8 +22,8 @@ GEMMs: dgrad2 with the SwiGLU backward in its epilogue (d_pre = [dg, du], dA nev
 rows land, wgrad2 (dW2 = dY_e^T a_e), dgrad1 (dX_e = d_pre W1, each tile once dgrad2 has finished
 its tile row) and wgrad1 (dW1 = d_pre^T x_e, each expert once dgrad2 has finished all its rows); a
 crew pushes each dX row home as soon as its dgrad1 tile row is done, the builders join it (the rows
-of this rank's own tokens are not copied: the fold reads them in place); every rank then sums each token's k rows in fp32 with the addend (`extra`, or the router's dx) and
-rounds once. With `shared` (the forward's SharedMLP: its h and gate_up now read) the shared
+of this rank's own tokens are not copied: the fold reads them in place); every rank then sums each
+token's k rows in fp32 with the addend (`extra`, or the router's dx) and rounds once. With `shared` (the forward's SharedMLP: its h and gate_up now read) the shared
 experts' MLP's backward runs as four more jobs of the same builder call (its dgrad2 with the SwiGLU
 backward and its wgrad2 first, while dY lands; its dgrad1, added into the addend by the TMA unit
 after the router's dx, and its wgrad1 last; the fold waits for the router's dx and the shared

@@ -30,9 +30,10 @@
 //         the crew's CTAs.
 //   3. combine: CTAs [0, crew) push dX rows home as soon as C has finished the tile rows under
 //      them (they leave the builder after B), the others join them when SD is dry (rows of this
-//      rank's own tokens only wait for C: the fold reads them in place, combine.h own_in_place); then the fold
-//      (weights 1: dY was weighted on its way out; c.shared, the router's and the shared MLP's dx
-//      in fp32, added before the one rounding), once RX's and SC's tiles are all done.
+//      rank's own tokens only wait for C: the fold reads them in place, combine.h own_in_place);
+//      then the fold (weights 1: dY was weighted on its way out; c.shared, the router's and the
+//      shared MLP's dx in fp32, added before the one rounding), once RX's and SC's tiles are all
+//      done.
 // No wait closes a cycle while all CTAs are resident: A and B wait for movers, which never wait
 // for tiles; C and D for A's tiles, all claimed (by running CTAs) before any CTA leaves A's queue;
 // RW and RX wait for the grid's meeting, which every CTA passes before its builder call; SC and SD
