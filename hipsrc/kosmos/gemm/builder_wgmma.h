@@ -512,7 +512,14 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
 #pragma unroll
       for (int q = 0; q < kN / kBoxCols; ++q) {
         u8* slot_q = ebuf + (q % 2) * kBoxBytes;
-        if (tid == 0) bulk_wait_read_but_one();  // the store that last used this slot has read it
+        // the store that last used this slot has read it: the one before the newest, except at a
+        // tile's first subtile after an odd count of them (bf16 192 columns: 3), whose last store
+        // used slot 0 too (it matters where two epilogues meet with no mainloop between: an
+        // empty group's zero tile)
+        if (tid == 0) {
+          if (q == 0 && (kN / kBoxCols) % 2 == 1) bulk_wait_read_all();
+          else bulk_wait_read_but_one();
+        }
         (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
 #pragma unroll
         for (int jj = 0; jj < kN8; ++jj) {
