@@ -88,3 +88,17 @@ def test_context_bytes_counts_what_a_forward_keeps():
     assert context_bytes(shared, cap, t, pad) == want + t * 3 * 64 * 2
     dropping = MoEConfig(experts=8, top_k=2, hidden=128, intermediate=192, capacity_factor=1.0, name="d")
     assert context_bytes(dropping, cap, t, pad) == want + t * 2  # the kept mask, a byte a pair
+
+
+def test_launch_buffer_bytes_counts_the_fused_launches_outputs():
+    from kosmos.moe import MoEConfig
+    from kosmos.moe.layer import launch_buffer_bytes
+
+    cap, t, pad = 1000, 300, 64
+    cfg = MoEConfig(experts=8, top_k=2, hidden=128, intermediate=192, name="t")
+    forward = cap * (192 + 128) * 2                                    # h, expert outputs
+    backward = cap * (2 * 192 + 128) * 2 + t * pad * 2                 # d[gate, up], dX rows, d logits
+    assert launch_buffer_bytes(cfg, cap, t, pad) == forward + backward
+    assert launch_buffer_bytes(cfg, cap, t, pad, backwards=2) == forward + 2 * backward
+    shared = MoEConfig(experts=8, top_k=2, hidden=128, intermediate=192, shared=1, shared_intermediate=64, name="s")
+    assert launch_buffer_bytes(shared, cap, t, pad) == forward + backward + t * 2 * 64 * 2

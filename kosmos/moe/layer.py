@@ -183,6 +183,17 @@ def context_bytes(cfg: MoEConfig, capacity_rows: int, tokens: int, router_cols: 
     return int(kept)
 
 
+def launch_buffer_bytes(cfg: MoEConfig, capacity_rows: int, tokens: int, router_cols: int, backwards: int = 1) -> int:
+    """Bytes path "fused"'s launches hold from their first call to close() (bf16): the forward's h
+    [capacity, I] and expert outputs [capacity, H] (kosmos/moe/forward.py); each backward's (one per
+    wgrad dtype used) d[gate, up] [capacity, 2I], dX rows [capacity, H], the shared MLP's
+    d[gate, up] [T, 2 Fs] and the router's d logits [T, router_cols] (kosmos/moe/backward.py)."""
+    i, h = cfg.intermediate, cfg.hidden
+    forward = capacity_rows * (i + h) * 2
+    backward = capacity_rows * (2 * i + h) * 2 + tokens * 2 * cfg.shared_width * 2 + tokens * router_cols * 2
+    return int(forward + backwards * backward)
+
+
 def _u16(x: Any) -> Any:
     return x.view(np.uint16)
 
@@ -267,13 +278,16 @@ class MoELayer:
         are NCCL's and not counted); `routing`, path "fused"'s routing buffers (logits and plan for
         max_tokens, held from the build); `forward_context`, what one forward at max_tokens keeps for its
         backward (from CuPy's pool, until the context is dropped; the dispatch arena it also points
-        into is in the heaps)."""
+        into is in the heaps); `launch_buffers`, path "fused"'s launches' outputs, held from their
+        first call to close() (launch_buffer_bytes; one backward's, or one per wgrad dtype used)."""
         heaps = sum(plan.heap.nbytes for plan in (self._dispatch, self._combine, getattr(self, "_dispatch_bwd", None))
                     if getattr(plan, "heap", None) is not None)
         return {"symmetric_heaps": int(heaps),
                 "routing": self._routing.nbytes if getattr(self, "_routing", None) is not None else 0,
                 "forward_context": context_bytes(self.cfg, self.capacity_rows, self.max_tokens, self._router_pad,
-                                                 expert_rows_copied=self.path in ("serial", "baseline"))}
+                                                 expert_rows_copied=self.path in ("serial", "baseline")),
+                "launch_buffers": launch_buffer_bytes(self.cfg, self.capacity_rows, self.max_tokens, self._router_pad,
+                                                      max(1, len(self._backwards))) if self.path == "fused" else 0}
 
     # ---- checks ----
     def _check_params(self, p: MoEParams) -> MoEParams:

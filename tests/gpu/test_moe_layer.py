@@ -464,3 +464,32 @@ def test_a_captured_step_replays_with_new_tokens(world, path, capacity_factor):
             assert (routings[2][:, 0] == 0).all()
     finally:
         layer.close()
+
+
+@pytest.mark.parametrize("name", ["deepseek-like", "softmax"])
+def test_memory_counts_the_fused_launches_buffers(world, name):
+    """MoELayer.memory()["launch_buffers"] (path fused): after a forward and a backward of every wgrad
+    dtype at max_tokens, the bytes the launches hold are what it says (and before, what one
+    backward will hold)."""
+    cfg = TINY[name]
+    if cfg.experts % world.size:
+        pytest.skip(f"{cfg.experts} experts do not divide over {world.size} ranks")
+    t = 96
+    layer = MoELayer(world, cfg, max_tokens=t, path="fused")
+    try:
+        params = MoEParams.random(cfg, world, 5)
+        x = cupy.asarray(rank_input(5, world.rank, (t, cfg.hidden), np.float32).astype(bfloat16))
+        dy = cupy.asarray(rank_input(6, world.rank, (t, cfg.hidden), np.float32).astype(bfloat16))
+        said = layer.memory()["launch_buffers"]
+        for wdt in (np.float32, bfloat16):
+            _, ctx = layer.forward(x, params, check=True)
+            layer.backward(dy, ctx, params, wgrad_dtype=wdt)
+            fwd = layer._forward
+            held = fwd._h.nbytes + fwd._y_e.nbytes
+            for b in layer._backwards.values():
+                held += sum(a.nbytes for a in (b._d_pre, b._d_xe, b._d_pre_s, b._d_logits) if a is not None)
+            if wdt == np.float32:
+                assert held == said, (held, said)
+        assert held == layer.memory()["launch_buffers"], (held, layer.memory())
+    finally:
+        layer.close()
