@@ -110,15 +110,12 @@ KOSMOS_DEVICE bool combine_push(const CombineParams& d, const CombineTables& m, 
     const i32 v = run_of(m.chunk_start, R, item), s = v % P, n = m.counts[s * E + me * L + v / P];
     const i32 first = (i32(item) - m.chunk_start[v]) * d.item_rows, rows = min(d.item_rows, n - first);
     if (!ready(v / P, m.run_base[v] + first, rows)) return false;
-    if (s == me && d.own_in_place) {  // the fold reads these rows in y
-      item_done(&d.run_done[i64(call_epoch(d.scope) & 1) * P + s], u64(m.dest_chunks[s]),
-                &flags_of(d.peer_bases, s, d.flags_off)->ready[me], call_epoch(d.scope));
-      continue;
+    if (s != me || !d.own_in_place) {  // (own_in_place: the fold reads this rank's own rows in y)
+      u8* dst = reinterpret_cast<u8*>(d.peer_bases[s] + d.comb_off) + u64(m.run_dest[v] + first) * d.row_bytes;
+      const u8* src = d.y + u64(m.run_base[v] + first) * d.row_bytes;
+      bulk_copy_rows<Unroll>(stage.at, stage.bytes, dst, [&](u32 r) { return src + u64(r) * d.row_bytes; },
+                             u32(rows), u32(d.row_bytes));
     }
-    u8* dst = reinterpret_cast<u8*>(d.peer_bases[s] + d.comb_off) + u64(m.run_dest[v] + first) * d.row_bytes;
-    const u8* src = d.y + u64(m.run_base[v] + first) * d.row_bytes;
-    bulk_copy_rows<Unroll>(stage.at, stage.bytes, dst, [&](u32 r) { return src + u64(r) * d.row_bytes; }, u32(rows),
-                           u32(d.row_bytes));
     item_done(&d.run_done[i64(call_epoch(d.scope) & 1) * P + s], u64(m.dest_chunks[s]),
               &flags_of(d.peer_bases, s, d.flags_off)->ready[me], call_epoch(d.scope));
   }
