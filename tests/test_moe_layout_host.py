@@ -84,6 +84,7 @@ def test_context_bytes_counts_what_a_forward_keeps():
     want = cap * 3 * 192 * 2 + t * pad * 4 + 4 * t * 2 * 4  # [gate, up] + h, logits, routing
     assert context_bytes(cfg, cap, t, pad) == want
     assert context_bytes(cfg, cap, t, pad, expert_rows_copied=True) == want + (cap + t * 2) * 128 * 2
+    assert context_bytes(cfg, cap, t, pad, expert_outputs_kept=True) == want + cap * 128 * 2
     shared = MoEConfig(experts=8, top_k=2, hidden=128, intermediate=192, shared=1, shared_intermediate=64, name="s")
     assert context_bytes(shared, cap, t, pad) == want + t * 3 * 64 * 2
     dropping = MoEConfig(experts=8, top_k=2, hidden=128, intermediate=192, capacity_factor=1.0, name="d")

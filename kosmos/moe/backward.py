@@ -14,7 +14,9 @@ One persistent kernel (hipsrc/kosmos/moe/backward.h), on the forward's routing a
 (x_e: the forward's dispatch arena rows [capacity, H]; a = silu(gate) * up [capacity, I]; gate_up
 [capacity, 2I]; the arena rows of this dispatch line up with them: same routing, same counts).
 With `router`, every warp first takes a token: its pairs' combine-weight gradients from their
-expert outputs, still in the combine buffer, and its d logits (kosmos/moe/router_grads.py); the
+expert outputs, still in the combine buffer (or, for the rows this rank's own experts sent it,
+where the forward's combine left them: RouterBackward.own_y), and its d logits
+(kosmos/moe/router_grads.py); the
 grid meets (the combine below writes that buffer) and the router's dWr and dx (stored into the
 fold's fp32 addend) become the builder call's first jobs. Then the builders' idle warps push each
 pair's dY row, times its routing weight, to its expert's owner beside one builder call over four
@@ -97,6 +99,8 @@ class RouterBackward:
     router_w: Any
     status: Any
     start: Any = None
+    own_y: Any = None     # the forward's expert outputs and its combine's own_runs, where the rows
+    own_runs: Any = None  # its own experts sent this rank stayed (router_grads_record's)
 
 
 class BackwardGrads(NamedTuple):
@@ -141,7 +145,9 @@ class MoEBackward(ExpertsLaunch):
         (the shared MLP's dx is added into it: allocated, zeroed, when None; not with `router`,
         whose dx the launch stores there first); shared: the forward's SharedMLP (gate_up
         required); router: the router's backward (RouterBackward), its d w from this plan's
-        combine buffer, which must still hold the forward's expert outputs; x: the forward's tokens
+        combine buffer, which must still hold the forward's expert outputs (and, after a forward
+        whose combine left this rank's own rows in place, as MoEForward's does, from router.own_y =
+        MoEForward.y_experts through router.own_runs = the combine's own_runs); x: the forward's tokens
         [T, H] bf16, with shared or router; out, dw1, dw2: outputs to write (allocated when None).
         movers / crew as MoEForward's. A rank whose arguments are refused still launches (moving
         nothing, so no peer waits for it) and raises."""
@@ -213,6 +219,20 @@ class MoEBackward(ExpertsLaunch):
         if status.size < 1:
             raise ValueError("router.status must be the forward dispatch's status (int64)")
         e_pad = int(wr.shape[0])
+        own_y, own_runs = router.own_y, router.own_runs
+        if (own_y is None) != (own_runs is None):
+            raise ValueError("router.own_y and router.own_runs go together (a forward that left its own rows in place)")
+        if own_y is None and self.combine.own_rows_in_place:
+            raise ValueError("the forward's combine left this rank's own rows in place (MoEForward's does): pass "
+                             "router.own_y = MoEForward.y_experts and router.own_runs = the combine's own_runs")
+        if own_y is not None:
+            own_y = check_array(own_y, "router.own_y", dtypes=(bfloat16,), device=dev, stream=stream)
+            own_runs = check_array(own_runs, "router.own_runs", dtypes=(np.dtype(np.int32),), device=dev,
+                                   stream=stream)
+            if (own_y.ndim != 2 or own_y.shape[0] < disp.capacity_rows or own_y.shape[1] != hid
+                    or own_runs.shape != (3, disp.e_loc)):
+                raise ValueError(f"router.own_y must be [>= {disp.capacity_rows}, {hid}] bf16 and router.own_runs "
+                                 f"[3, {disp.e_loc}] int32, got {tuple(own_y.shape)} and {tuple(own_runs.shape)}")
         if t == 0:  # no token, no gradient
             return rec[()], extra, cupy.zeros((e, hid), np.float32)
         logits = check_array(router.logits, "router.logits", dtypes=(np.dtype(np.float32),), device=dev,
@@ -233,7 +253,7 @@ class MoEBackward(ExpertsLaunch):
         d_router_w = cupy.full((e_pad, hid), np.nan, np.float32)  # NaN unless the launch's dispatch went through
         rec["grads"] = router_grads_record(
             cfg, logits=logits, chosen=routing.experts, start=start, hidden=hid, comb=self.combine.comb.local,
-            slot=routing.slot, dy=dy, status=status, d_logits=d_logits)
+            slot=routing.slot, dy=dy, status=status, d_logits=d_logits, own_y=own_y, own_runs=own_runs)
         rec["dw"] = gemm.job_record(gemm.gemm_shape("NT", d_logits.shape, x.shape), d_logits, x, d_router_w, tm[8], tma)
         rec["dx"] = gemm.job_record(gemm.gemm_shape("NN", d_logits.shape, wr.shape), d_logits, wr, extra, tm[9], tma)
         return rec[()], extra, d_router_w[:e]

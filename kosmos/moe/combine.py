@@ -36,13 +36,13 @@ _u64, _i32 = np.uint64, np.int32
 
 def combine_smem_bytes(world: int, experts: int, e_loc: int) -> int:
     """The combine's shared-memory tables (hipsrc/kosmos/moe/combine.h: combine_smem_bytes)."""
-    return 4 * (world * experts + 3 * e_loc * world + 1 + world)
+    return 4 * (world * experts + 3 * e_loc * world + 1 + world + 3 * e_loc)
 COMBINE_PARAMS_DTYPE = np.dtype(
     [("peer_bases", _u64), ("wait", WAIT_CTX_DTYPE), ("calls", _u64), ("flags_off", _u64), ("comb_off", _u64),
      ("row_bytes", _u64), ("all_counts", _u64), ("dispatch_status", _u64), ("y", _u64), ("run_done", _u64),
      ("slot", _u64), ("weights", _u64), ("shared", _u64), ("out", _u64), ("rank", _i32), ("world", _i32),
      ("experts", _i32), ("e_loc", _i32), ("top_k", _i32), ("tokens", _i32), ("item_rows", _i32), ("scope", _i32),
-     ("own_in_place", _i32)],
+     ("own_in_place", _i32), ("own_runs", _u64)],
     align=True,
 )
 MIRRORS = [StructMirror("kosmos::moe::CombineParams", COMBINE_PARAMS_DTYPE)]
@@ -73,6 +73,11 @@ class MoECombine(SymmetricPlan):
         super().__init__(world, max_tokens * top_k * self.row_bytes + 256)
         self.comb = self.heap.alloc((max_tokens * top_k, self.row_bytes), np.uint8)
         self.run_done = cupy.zeros((2, P), np.uint64)
+        # this rank's own runs (layout.h own_runs), left by a call with own_in_place for the router's
+        # backward (the backward's combine, on the same routing, leaves the same values)
+        self.own_runs = cupy.zeros((3, self.e_loc), np.int32)
+        self.own_rows_in_place = False  # whether the last call left them in place (a router's backward must
+        #                                 then read them through own_runs)
         smem = combine_smem_bytes(P, experts, self.e_loc)
         mod = load_module("moe_combine.hip", world=world)
         # Resident, all of it: every CTA folds after waiting for rows other CTAs of this grid push.
@@ -87,8 +92,8 @@ class MoECombine(SymmetricPlan):
                  out: Any = None, own_in_place: bool = False, stream: Any = None) -> Any:
         """own_in_place: the rows this rank's own experts send it are folded from y_experts where
         they are, not copied into the combine buffer first (bitwise the same output); the buffer
-        then lacks them, so only where nothing reads it afterwards (the backward's combine; the
-        router's backward reads the forward's)."""
+        then lacks them, and `own_runs` says where they are (the router's backward reads them
+        there: router_grads_record's own_y, own_runs)."""
         self._check_open()
         dev = self.world.device_id
         y_experts = check_array(y_experts, "y_experts", dtypes=(bfloat16,), device=dev, stream=stream)
@@ -136,6 +141,7 @@ class MoECombine(SymmetricPlan):
         own_in_place as __call__'s."""
         w = self.world
         _, ctx = self._next_call(stream)
+        self.own_rows_in_place = bool(own_in_place)
         return record(
             COMBINE_PARAMS_DTYPE, peer_bases=self.heap.peer_bases.data.ptr, wait=ctx, calls=self.calls.data.ptr,
             flags_off=self.flags.offset, comb_off=self.comb.offset, row_bytes=self.row_bytes,
@@ -143,4 +149,4 @@ class MoECombine(SymmetricPlan):
             y=address(y_experts), run_done=self.run_done.data.ptr, slot=address(slot), weights=address(weights),
             shared=address(shared), out=address(out), rank=w.rank, world=w.size, experts=self.experts, e_loc=self.e_loc,
             top_k=self.top_k, tokens=tokens, item_rows=self.item_rows, scope=scope,
-            own_in_place=int(bool(own_in_place)))
+            own_in_place=int(bool(own_in_place)), own_runs=self.own_runs.data.ptr if own_in_place else 0)

@@ -226,9 +226,17 @@ class MoEForward(ExpertsLaunch):
             refusal = e
         self._run(refusal, heads, lambda: (
             disp._params(x, start, order, None, k, False, stream, side=self.side_pushes(movers)),
-            comb._params(self._y_e, disp, routing.slot, routing.weights, shared_out, out, t, stream, scope=1)),
+            comb._params(self._y_e, disp, routing.slot, routing.weights, shared_out, out, t, stream, scope=1,
+                         own_in_place=True)),
             movers, crew, check, stream)
         return out, self._h
+
+    @property
+    def y_experts(self) -> Any:
+        """The last call's expert outputs [capacity, H] bf16 (the arena's order), where its combine
+        left the rows this rank's own experts sent it (the router's backward reads them there:
+        RouterBackward.own_y, with the combine's own_runs); None before the first call."""
+        return self._y_e
 
     def _shared_heads(self, x: Any, shared: SharedMLP | None, stream: Any) -> tuple[tuple, Any]:
         """The shared MLP's kernel arguments (both GEMMs' maps, problems and epilogues), checked,

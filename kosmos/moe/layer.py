@@ -126,6 +126,8 @@ class MoEContext:
     gate_up: Any = None       # [R, 2I] bf16: the experts' pre-activations [gate, up]
     shared: tuple = ()        # the shared MLP's (h [T, Fs], gate_up [T, 2Fs]) bf16; () without one
     combined: Any = None      # [T k, H] bf16: each pair's expert output, dispatch order (serial, baseline)
+    y_experts: Any = None     # [R, H] bf16: the experts' outputs, expert-major (device paths: the rows this
+                              # rank's own experts sent it stayed there, the combine's own_runs says where)
     calls: tuple = ()         # the dispatch and combine plans' call counts after this forward
 
 
@@ -167,12 +169,14 @@ def router_backward(logits: Any, chosen: Any, d_weights: Any, cfg: MoEConfig, ke
 
 
 def context_bytes(cfg: MoEConfig, capacity_rows: int, tokens: int, router_cols: int,
-                  expert_rows_copied: bool = False) -> int:
+                  expert_rows_copied: bool = False, expert_outputs_kept: bool = False) -> int:
     """Bytes a forward keeps for its backward (MoEContext): GEMM1's pre-activations [gate, up] and
     h (capacity rows, bf16), the router logits (fp32), the routing (experts, weights, order, slot:
     4 bytes per pair each; under token dropping one more byte, kept), the shared MLP's h and
     [gate, up] (bf16); the host paths also keep a copy of the expert rows (capacity x H) and each
-    pair's returned row (T k x H), bf16."""
+    pair's returned row (T k x H), bf16; path "device" the experts' outputs (capacity x H, bf16:
+    the router's backward reads this rank's own rows there; path "fused" keeps them in its launch's
+    buffer, held from the build)."""
     i, h, k = cfg.intermediate, cfg.hidden, cfg.top_k
     kept = capacity_rows * 3 * i * 2 + tokens * router_cols * 4 + 4 * tokens * k * 4
     if cfg.capacity_factor:  # the kept mask (LaunchRouting.kept)
@@ -180,6 +184,8 @@ def context_bytes(cfg: MoEConfig, capacity_rows: int, tokens: int, router_cols: 
     kept += tokens * 3 * cfg.shared_width * 2
     if expert_rows_copied:
         kept += (capacity_rows + tokens * k) * h * 2
+    if expert_outputs_kept:
+        kept += capacity_rows * h * 2
     return int(kept)
 
 
@@ -285,7 +291,8 @@ class MoELayer:
         return {"symmetric_heaps": int(heaps),
                 "routing": self._routing.nbytes if getattr(self, "_routing", None) is not None else 0,
                 "forward_context": context_bytes(self.cfg, self.capacity_rows, self.max_tokens, self._router_pad,
-                                                 expert_rows_copied=self.path in ("serial", "baseline")),
+                                                 expert_rows_copied=self.path in ("serial", "baseline"),
+                                                 expert_outputs_kept=self.path == "device"),
                 "launch_buffers": launch_buffer_bytes(self.cfg, self.capacity_rows, self.max_tokens, self._router_pad,
                                                       max(1, len(self._backwards))) if self.path == "fused" else 0}
 
@@ -480,15 +487,16 @@ class MoELayer:
             if r is None:
                 r = self._routing.routing(int(x.shape[0]))
             x_e, group_rows = self._dispatch.arena.local.view(bfloat16), self._dispatch.group_rows
+            y_e = self._forward.y_experts
         else:
             shared, kept = self._shared(x, params)
             arena, group_rows, _ = self._dispatch(x, r)
             x_e = arena.view(bfloat16)  # [capacity, H]: rows past the counts are not read
             hmid = grouped.grouped_matmul(x_e, params.w1, group_rows, "TN", epilogue="swiglu", gate_up=gate_up)
             y_e = grouped.grouped_matmul(hmid, params.w2, group_rows, "TN")
-            y = self._combine(y_e, self._dispatch, r, shared=shared)
-        # x_e is the dispatch arena: valid until the next forward
-        return y, MoEContext(r, None, None, group_rows, None, x_e, hmid, gate_up=gate_up, shared=kept)
+            y = self._combine(y_e, self._dispatch, r, shared=shared, own_in_place=True)
+        # x_e is the dispatch arena, y_e (path fused) the launch's: valid until the next forward
+        return y, MoEContext(r, None, None, group_rows, None, x_e, hmid, gate_up=gate_up, shared=kept, y_experts=y_e)
 
     # ---- the backward ----
     @uses_stream
@@ -538,8 +546,8 @@ class MoELayer:
         # too, decided on the device (no host sync). The host paths raised in their forward instead.
         status = self._dispatch.status if device else cupy.zeros((1,), cupy.int64)
         # 1. the router's gradients: each pair's combine weight gradient from its expert output (the
-        #    device paths' combine buffer -- before anything else reuses it -- or the host paths'
-        #    returned rows), d logits, then its dx (the fold's fp32 addend) and dWr; 2. the shared
+        #    device paths' combine buffer -- before anything else reuses it -- and, for this rank's
+        #    own rows, the forward's expert outputs; or the host paths' returned rows), d logits, then its dx (the fold's fp32 addend) and dWr; 2. the shared
         #    experts' gradients (their dx joins the router's); 3. the routed experts' weight gradients
         #    and dX rows; 4. the rows back to their tokens, summed (weights 1: dY was weighted), plus
         #    the rest, rounded once. Path "fused": all in one launch.
@@ -577,7 +585,8 @@ class MoELayer:
         if self.cfg.shared:
             h_s, gate_up_s = ctx.shared or (None, None)  # () when this rank has no tokens
             shared = {"shared": SharedMLP(params.shared_w1, params.shared_w2, h_s, gate_up_s)}
-        router = RouterBackward(self.cfg, ctx.logits, self._padded_router_w(params), status, self._aux_starts(ctx))
+        router = RouterBackward(self.cfg, ctx.logits, self._padded_router_w(params), status, self._aux_starts(ctx),
+                                own_y=ctx.y_experts, own_runs=self._combine.own_runs)
         g = self._backwards[wdt](dy, ctx.routing, ctx.x_experts, ctx.h, ctx.gate_up, params.w1, params.w2,
                                  router=router, x=ctx.x, movers=self.movers, crew=self.crew, **shared)
         return g.dx, g.dw1, g.dw2, g.dw1_shared, g.dw2_shared, g.d_router_w
@@ -664,10 +673,11 @@ class MoELayer:
         if not t:
             return cupy.zeros((0, cfg.hidden), float32), cupy.zeros((cfg.experts, cfg.hidden), float32)
         comb = self._combine.comb.local if self.path == "device" else ctx.combined
+        own = {"own_y": ctx.y_experts, "own_runs": self._combine.own_runs} if self.path == "device" else {}
         d_logits = cupy.empty((t, self._router_pad), bfloat16)
         launch_router_grads(router_grads_record(
             cfg, logits=ctx.logits, chosen=r.experts, start=self._aux_starts(ctx), hidden=cfg.hidden, comb=comb, slot=r.slot, dy=dy,
-            status=status, d_logits=d_logits), _backward_kernels(self.world))
+            status=status, d_logits=d_logits, **own), _backward_kernels(self.world))
         dx = gemm.matmul(d_logits, self._padded_router_w(params), "NN", out_dtype=float32, stream_k=False)
         d_router_w = gemm.matmul(d_logits, x, "NT", out_dtype=float32, stream_k=False)[:cfg.experts]
         return dx, d_router_w

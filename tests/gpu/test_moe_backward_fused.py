@@ -252,8 +252,9 @@ def test_backward_refuses_bad_shared_arguments_on_every_rank(world):
 def test_backward_with_the_router_is_bitwise_the_separate_launches(world):
     """The router's backward inside the launch (d w and d logits per token, then dWr and dx as jobs,
     dx under the fold's sum) against its standalone kernel and whole-tile GEMMs, aux and z losses
-    on; the last rank has no tokens at world > 1. Then refusals: a router_w that is not padded to 64
-    rows, and `extra` beside `router`, on rank 0."""
+    on; the last rank has no tokens at world > 1. Then refusals: a router's backward without own_y
+    after a combine that left the own rows in place (every rank), a router_w that is not padded to
+    64 rows, and `extra` beside `router`, on rank 0."""
     from kosmos.errors import KosmosError
 
     case = Case(world, "small", np.float32)
@@ -294,8 +295,17 @@ def test_backward_with_the_router_is_bitwise_the_separate_launches(world):
 
         rt, x_e, a, kept, dy, rows = case.forward(110)
         x, t = case.x, dy.shape[0]
+        # the launches above left each rank's own rows out of the combine buffer: a router's backward
+        # that would read them there (no own_y) is refused, on every rank
+        with pytest.raises(ValueError, match="own rows in place"):
+            case.bwd(dy, rt, x_e, a, kept, case.w1, case.w2, check=True, x=x,
+                     router=RouterBackward(case.cfg, case.logits, wr, case.disp.status))
         for c, bad in enumerate(({"router": RouterBackward(case.cfg, case.logits, wr[:32].copy(), case.disp.status)},
                                  {"extra": cupy.zeros((t, h), np.float32)})):
+            # a copying combine first, so the buffer holds every row again (a launch's combine
+            # leaves this rank's own rows out of it, and a router's backward without own_y is
+            # refused after that)
+            case.separate(rt, x_e, a, kept, dy, None)
             args = {"router": RouterBackward(case.cfg, case.logits, wr, case.disp.status), "x": x}
             if r == 0:
                 args.update(bad)

@@ -2,7 +2,8 @@
 // the forward's mirror (forward.h), on the forward's saved layout (same routing, same counts: the
 // backward's arena rows line up with the forward's x_e, a and gate_up rows):
 //   0. the router's backward, every warp of the grid a token at a time (router_grads.h): each pair's
-//      d w from its expert output in the forward's combine buffer, then the token's d logits (bf16,
+//      d w from its expert output (in the forward's combine buffer, or where this rank's own
+//      experts' rows stayed: router_grads.h own_runs), then the token's d logits (bf16,
 //      the router GEMMs' A); then the grid meets (a count of CTAs), since the combine below pushes
 //      dX rows into the same buffer as soon as the dispatch's rows come back;
 //   1. dispatch dY: CTAs [0, movers) push each pair's dY row, times its routing weight (d.weights),

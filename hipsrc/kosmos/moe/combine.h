@@ -14,9 +14,9 @@
 // waits for every owner that sends s rows at all.
 //
 // own_in_place: the rows an owner sends itself are not copied (an item of such a run only waits
-// for its rows, then counts); the fold reads them where they are, in y. The backward's combine
-// does so (nothing reads its buffer afterwards); the forward's does not, since the router's
-// backward reads every row of the forward's buffer (router_grads.h).
+// for its rows, then counts); the fold reads them where they are, in y. The forward's combine
+// also leaves its own runs' table in own_runs, through which the router's backward finds those
+// rows in y (router_grads.h).
 #pragma once
 #include "../calls.h"
 #include "../flags.h"
@@ -47,16 +47,17 @@ struct CombineParams {
   i32 rank, world, experts, e_loc, top_k, tokens, item_rows;
   i32 scope;               // the CallScope this call's epoch is in: 0; 1 in the MoE forward kernel
   i32 own_in_place;        // 1: rows this rank sends itself stay in y, the fold reads them there
+  i32* own_runs;           // [3][e_loc] (layout.h own_runs) written by CTA 0, or null
 };
 
 // Shared memory: counts[P][E], then run_base[e_loc * P] (a run's first row in y), run_dest[e_loc * P]
-// (its first row at its source), chunk_start[e_loc * P + 1], dest_chunks[P].
+// (its first row at its source), chunk_start[e_loc * P + 1], dest_chunks[P], own[3 e_loc] (own_runs).
 KOSMOS_DEVICE u64 combine_smem_bytes(i32 world, i32 experts, i32 e_loc) {
-  return u64(world * experts + 3 * e_loc * world + 1 + world) * 4;
+  return u64(world * experts + 3 * e_loc * world + 1 + world + 3 * e_loc) * 4;
 }
 
 struct CombineTables {
-  i32 *counts, *run_base, *run_dest, *chunk_start, *dest_chunks;
+  i32 *counts, *run_base, *run_dest, *chunk_start, *dest_chunks, *own;
 };
 
 // All threads: the layout of this call from the dispatch's counts [P][E] at `counts` (d.all_counts
@@ -71,9 +72,11 @@ KOSMOS_DEVICE CombineTables combine_tables(const CombineParams& d, const i32* co
   m.run_dest = m.run_base + R;
   m.chunk_start = m.run_dest + R;
   m.dest_chunks = m.chunk_start + R + 1;
+  m.own = m.dest_chunks + P;
   for (i32 v = threadIdx.x; v < P * E; v += blockDim.x)
     m.counts[v] = i32(ld_relaxed_sys_u32(reinterpret_cast<const u32*>(counts + v)));
   __syncthreads();
+  own_runs(m.counts, P, E, L, me, m.own, threadIdx.x, blockDim.x);
   // Run v = l * P + s: local expert l (global g), source s.
   for (i32 v = threadIdx.x; v < R; v += blockDim.x) {
     const i32 g = me * L + v / P, s = v % P;
@@ -90,6 +93,8 @@ KOSMOS_DEVICE CombineTables combine_tables(const CombineParams& d, const i32* co
     }
   }
   __syncthreads();
+  if (d.own_runs && blockIdx.x == 0)
+    for (i32 v = threadIdx.x; v < 3 * L; v += blockDim.x) d.own_runs[v] = m.own[v];
   return m;
 }
 
@@ -143,7 +148,7 @@ KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) 
   // row r of this rank's dispatch order: in the combine buffer, or (own_in_place, held by one of
   // this rank's experts) in y
   const auto row_at = [&](i32 r) {
-    const i32 own = d.own_in_place ? own_output_row(m.counts, m.run_base, m.run_dest, d.world, E, L, me, r) : -1;
+    const i32 own = d.own_in_place ? own_output_row(m.own, L, r) : -1;
     return own >= 0 ? d.y + u64(own) * d.row_bytes : comb + u64(r) * d.row_bytes;
   };
   // Work items are (token, pass): a warp folds kWarpSize * V vectors of one token's row, each lane

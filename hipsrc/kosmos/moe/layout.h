@@ -36,23 +36,32 @@ KOSMOS_DEVICE i32 source_row(const i32* counts, i32 E, i32 g, i32 s) {
   return row;
 }
 
+// Rank me's own runs (l, me), the rows its own experts get from itself: own[l] is run l's first row
+// in me's dispatch order, own[e_loc + l] its first row in me's expert outputs (the arena's order),
+// own[2 e_loc + l] its rows. Entry l for l in [first, e_loc) by step (threads of a CTA share it).
+KOSMOS_DEVICE void own_runs(const i32* counts, i32 P, i32 E, i32 e_loc, i32 me, i32* own, i32 first = 0, i32 step = 1) {
+  for (i32 l = first; l < e_loc; l += step) {
+    own[l] = source_row(counts, E, me * e_loc + l, me);
+    own[e_loc + l] = arena_row(counts, P, E, e_loc, me * e_loc + l, me);
+    own[2 * e_loc + l] = counts[me * E + me * e_loc + l];
+  }
+}
+
 // Where row `row` of rank me's dispatch order lies in me's own expert outputs when one of me's
-// experts holds it (the backward's combine folds such rows in place: combine.h own_in_place),
-// else -1. run_base / run_dest [e_loc * P]: run v = l * P + s of owner me starts at arena row
-// run_base[v] and at row run_dest[v] of s's dispatch order (arena_row, source_row); counts[P][E].
-// Me's own runs (l, me) are consecutive in me's dispatch order (its experts are consecutive
-// there): the last run starting at or before `row` is the only one that can hold it.
-KOSMOS_DEVICE i32 own_output_row(const i32* counts, const i32* run_base, const i32* run_dest, i32 P, i32 E,
-                                 i32 e_loc, i32 me, i32 row) {
-  if (e_loc < 1 || row < run_dest[me]) return -1;
+// experts holds it (own: own_runs), else -1: the combine's fold and the router's backward read
+// such rows there (combine.h own_in_place). Me's own runs are consecutive in its dispatch order
+// (its experts are consecutive there): the last run starting at or before `row` is the only one
+// that can hold it.
+KOSMOS_DEVICE i32 own_output_row(const i32* own, i32 e_loc, i32 row) {
+  if (e_loc < 1 || row < own[0]) return -1;
   i32 lo = 0, hi = e_loc - 1;
-  while (lo < hi) {  // the last l with run_dest[l * P + me] <= row
+  while (lo < hi) {  // the last l with own[l] <= row
     const i32 mid = (lo + hi + 1) / 2;
-    if (run_dest[mid * P + me] <= row) lo = mid;
+    if (own[mid] <= row) lo = mid;
     else hi = mid - 1;
   }
-  const i32 v = lo * P + me, off = row - run_dest[v];
-  return off < counts[me * E + me * e_loc + lo] ? run_base[v] + off : -1;
+  const i32 off = row - own[lo];
+  return off < own[2 * e_loc + lo] ? own[e_loc + lo] + off : -1;
 }
 
 }  // namespace moe

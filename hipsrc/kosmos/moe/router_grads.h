@@ -6,6 +6,7 @@
 // (backward.h) run this same code; every product that meets a sum is an explicit fmaf, so no
 // compiler contraction can make the two differ.
 #pragma once
+#include "layout.h"
 #include "route.h"
 
 namespace kosmos {
@@ -15,6 +16,8 @@ namespace moe {
 struct RouterGrads {
   const u16* comb;      // the forward's combine buffer (pair p's expert output at row slot[p]), bf16; null:
                         // d_weights is the input
+  const u16* own_y;     // the forward's expert outputs, where the rows its own experts sent this rank
+  const i32* own_runs;  // stayed (combine.h own_in_place), found through own_runs [3][e_loc]; or null
   const i32* slot;      // [T k] (-1: a dropped pair, d w 0)
   const u16* dy;        // [T, hidden] bf16
   const i64* status;    // the forward dispatch's: nonzero, it moved nothing (d w NaN)
@@ -27,7 +30,7 @@ struct RouterGrads {
   i64 tokens, ld_logits, ld_out;
   i32 hidden, experts, top_k, softmax, normalize;
   float scaling, aux_coef, z_coef;
-  i32 pad_;
+  i32 e_loc;
 };
 
 // Pair p's d w on every lane of the warp: <row, dY row> in fp32 (hidden a multiple of 8).
@@ -35,7 +38,8 @@ KOSMOS_DEVICE float pair_weight_grad(const RouterGrads& r, i64 p, i32 lane) {
   float acc = 0.0f;
   const i32 s = r.slot[p];
   if (s >= 0) {
-    const u16* a = r.comb + i64(s) * r.hidden;
+    const i32 own = r.own_runs ? own_output_row(r.own_runs, r.e_loc, s) : -1;
+    const u16* a = own >= 0 ? r.own_y + i64(own) * r.hidden : r.comb + i64(s) * r.hidden;
     const u16* b = r.dy + (p / r.top_k) * r.hidden;
     for (i32 c = lane * 8; c < r.hidden; c += kWarpSize * 8) {
       float fa[8], fb[8];
