@@ -1,6 +1,7 @@
 """Benchmark kosmos.matmul against cuBLAS (cupy.matmul): the paper's Llama 3 shapes and a second set.
 
     python3 bench/gemm.py [--quick] [--set paper|other|both] [--caps 132,116,99,66,33] [--caps-all] [--reps 20]
+                          [--precision mxfp8] [--tree-b HIPSRC]
 
 Shape sets: "paper" = kosmos/configs/llama3_shapes.yaml (5 fused kernels x 24 shapes); "other" =
 OTHER_SHAPES below (small M, square, odd M, MoE expert shapes of DeepSeek-V3, Qwen3, Mixtral and
@@ -10,7 +11,8 @@ cannot cap cuBLAS), timed through kosmos.timing: the contenders interleaved call
 behind the stream blocker, device events around each call, median of --reps after warm-up; inputs
 rotated over enough sets that the 60 MiB L2 cannot serve them. Writes
 bench/results/gemm_<gpu>_<date>.json and .png (GPU, commit, timing method recorded); prints a short
-table last.
+table last. --tree-b HIPSRC: the full-GPU contender (and mxfp8's) again with the kernels of another
+hipsrc tree, interleaved with this tree's (per shape and per group "B/A": B's speed over A's).
 """
 from __future__ import annotations
 
@@ -29,6 +31,7 @@ import cupy  # noqa: E402
 
 from kosmos import World, gemm  # noqa: E402
 from kosmos.dtypes import bf16_to_f32, bfloat16, random_bf16  # noqa: E402
+from kosmos.runtime.source import kernel_tree  # noqa: E402
 from kosmos.timing import check_timeable, device_name, git_commit, time_calls  # noqa: E402
 
 L2_BYTES = 60 * 2**20
@@ -77,7 +80,7 @@ def mx_copies(layout, a, b):
     return tuple(mx.quantize_both(x)[0 if gemm.contracting_axis(layout, i) == 1 else 1] for i, x in enumerate((a, b)))
 
 
-def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=False):
+def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=False, tree_b=None):
     a_shape, b_shape, out_shape = s.operand_shapes()
     set_bytes = 2 * (math.prod(a_shape) + math.prod(b_shape))
     nsets = max(2, min(8, math.ceil(3 * L2_BYTES / set_bytes)))
@@ -112,6 +115,12 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
         def run_mx(i):
             gemm.matmul(*mx_sets[i % nsets], s.layout, out=out, split_k=split_k)
         fns["mxfp8"] = run_mx
+    if tree_b:  # the full-GPU contenders again with another tree's kernels ("<name> B"), interleaved
+        for k in [str(sms)] + (["mxfp8"] if mxfp8 else []):
+            def run_b(i, f=fns[k]):
+                with kernel_tree(tree_b):
+                    f(i)
+            fns[f"{k} B"] = run_b
     t = time_calls(world, fns, warmup, reps)
     rec["cublas"] = {"ms": t["cublas"].median_ms, "min_ms": t["cublas"].min_ms,
                      "tflops": flop / t["cublas"].median_ms / 1e9}
@@ -127,9 +136,12 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
     full = rec["ours"][str(sms)]["tflops"]
     rec["ratio"] = full / rec["cublas"]["tflops"]
     rec["cap_retention"] = {k: v["tflops"] / full for k, v in rec["ours"].items() if not k.startswith("w")
-                            and k not in ("mxfp8", "sk")}
+                            and k not in ("mxfp8", "sk") and not k.endswith(" B")}
     if mxfp8:
         rec["mxfp8_vs_bf16"] = rec["ours"]["mxfp8"]["tflops"] / full
+    if tree_b:
+        rec["b_over_a"] = {k[:-2]: v["tflops"] / rec["ours"][k[:-2]]["tflops"] for k, v in rec["ours"].items()
+                           if k.endswith(" B")}
     del sets, out, ref, o32, r32
     cupy.get_default_memory_pool().free_all_blocks()
     return rec
@@ -192,6 +204,8 @@ def main(argv=None):
     ap.add_argument("--tag", default="")
     ap.add_argument("--define", action="append", default=[], help="compile define for the gemm module, NAME=VALUE")
     ap.add_argument("--split-k", default="1", help="1 (default), auto, or a factor")
+    ap.add_argument("--tree-b", default="", help="a hipsrc tree: the full-GPU contenders (and mxfp8) again with "
+                    "its kernels, named '<name> B', interleaved with this tree's (an A/B of a kernel change in one run)")
     ap.add_argument("--precision", default="bf16", choices=("bf16", "mxfp8"),
                     help="mxfp8: also time matmul on MXFP8 operands (kosmos.matmul's MXFP8 paths) against ours in bf16")
     args = ap.parse_args(argv)
@@ -218,7 +232,8 @@ def main(argv=None):
             do_caps = args.caps_all or any(m in s.name and b in s.name for m, b in FIG2) or (
                 args.quick and "MBS8" in s.name)
             split = None if args.split_k == "auto" else int(args.split_k)
-            rec = bench_shape(world, s, caps, args.reps, args.warmup, do_caps, sms, split, args.precision == "mxfp8")
+            rec = bench_shape(world, s, caps, args.reps, args.warmup, do_caps, sms, split, args.precision == "mxfp8",
+                              args.tree_b or None)
             results.append(rec)
             capstr = " ".join(f"{k}:{v:.2f}" for k, v in rec["cap_retention"].items() if k != str(sms))
             print(f"{s.kernel:11s} {s.layout} {s.name:20s} {s.m:6d} {s.n:6d} {s.k:6d}  cuBLAS {rec['cublas']['tflops']:6.1f}"
@@ -227,6 +242,7 @@ def main(argv=None):
                   + "".join(f"  {w} {rec['ours'][w]['tflops']:6.1f}" for w in [f"w{n}" for n in gemm.TILE_WIDTHS] + ["sk"]
                             if w in rec["ours"])
                   + (f"  mxfp8/bf16 {rec['mxfp8_vs_bf16']:.3f}" if "mxfp8_vs_bf16" in rec else "")
+                  + "".join(f"  B/A {k} {v:.3f}" for k, v in rec.get("b_over_a", {}).items())
                   + f"  {capstr}", flush=True)
 
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -235,7 +251,7 @@ def main(argv=None):
     stem = f"gemm_{gpu.replace(' ', '_')}_{date}{('_' + args.tag) if args.tag else ''}"
     doc = {"gpu": gpu, "sms": sms, "world": 1, "commit": commit, "date": date, "path": gemm.arch_path(),
            "defines": args.define, "split_k": args.split_k, "reps": args.reps, "warmup": args.warmup,
-           "quick": args.quick, "set": args.set, "precision": args.precision,
+           "quick": args.quick, "set": args.set, "precision": args.precision, "tree_b": args.tree_b or None,
            "timing": "kosmos.timing.time_calls: contenders interleaved, events behind the stream blocker, median",
            "results": results}
     (out_dir / f"{stem}.json").write_text(json.dumps(doc, indent=1))
@@ -257,7 +273,9 @@ def main(argv=None):
               f"{geomean([r['ours'][str(sms)]['tflops'] for r in rs]):8.1f} {geomean([r['cublas']['tflops'] for r in rs]):9.1f}"
               f"  {('%.3f' % geomean(ret)) if ret else '-'}"
               f"  {geomean([auto_vs_best(r, sms) for r in rs]):.3f}"
-              + (f"  mxfp8/bf16 {geomean([r['mxfp8_vs_bf16'] for r in rs]):.3f}" if args.precision == "mxfp8" else ""))
+              + (f"  mxfp8/bf16 {geomean([r['mxfp8_vs_bf16'] for r in rs]):.3f}" if args.precision == "mxfp8" else "")
+              + "".join(f"  B/A {k} {geomean([r['b_over_a'][k] for r in rs]):.3f}"
+                        for k in (rs[0].get("b_over_a") or {})))
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import functools
 import math
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -719,7 +720,9 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     from .runtime.launch import PersistentLaunch, sm_count
 
     dev = cupy.cuda.Device().id
-    key = (shape, np.dtype(out_dtype).str, sm_cap, split_k, tile_n, stream_k, mx_a, dev, _extra_options)
+    # $KOSMOS_HIPSRC: a plan holds its tree's kernels (runtime.source.kernel_tree: an in-process A/B)
+    key = (shape, np.dtype(out_dtype).str, sm_cap, split_k, tile_n, stream_k, mx_a, dev, _extra_options,
+           os.environ.get("KOSMOS_HIPSRC"))
     with _plans_lock:
         plan = _plans.get(key)
     if plan is not None:
