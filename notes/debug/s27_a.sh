@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 27's first device call (<= 9 min): s26_h.sh again, with the kernel cache warmed first
+# Session 27's first device call (<= 9 min): session 26's last call (s26_h) again, the kernel cache warmed first
 # (s26_h's tests and benches all ran out of time compiling moe_fused.hip, >100 s of NVRTC on a
 # fresh H100 host). notes/patches/side_prefetch.patch: the MoE side pushes prefetch an item's
 # source rows into L2 (dispatch.h warp_copy_item; s26_g's trace had them at ~0.35 TB/s pacing
