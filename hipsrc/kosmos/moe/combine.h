@@ -129,8 +129,8 @@ KOSMOS_DEVICE bool combine_push(const CombineParams& d, const CombineTables& m, 
 // The fold: wait for every owner that sends this rank rows, then y[t] = sum_j w[t, j] row(t, j)
 // (+ shared[t]) in fp32, rounded once. False: a wait gave up.
 // V: 16-byte vectors per lane in flight. The fused kernels (one CTA per SM, the builder's
-// registers) take 4; the standalone combine 1 (55 registers: its 3 CTAs per SM of 384 threads
-// kept; 2 needs 64, 4 needs 72: ptxas, sm_90a, session 13).
+// registers) take 4; the standalone combine 1 (its __launch_bounds__ holds it to 56 registers, 3
+// CTAs of 384 threads an SM; 2 needs 64, 4 needs 72: ptxas, sm_90a, session 13).
 template <i32 V>
 KOSMOS_DEVICE bool combine_fold(const CombineParams& d, const CombineTables& m) {
   __shared__ int s_ok;
