@@ -3,13 +3,14 @@
 # (s26_h's tests and benches all ran out of time compiling moe_fused.hip, >100 s of NVRTC on a
 # fresh H100 host). notes/patches/side_prefetch.patch: the MoE side pushes prefetch an item's
 # source rows into L2 (dispatch.h warp_copy_item; s26_g's trace had them at ~0.35 TB/s pacing
-# GEMM1 and dgrad2 at Qwen3-30B) and the router's d w keeps two steps of loads in flight
-# (router_grads.h; the backward's phase 0 at ~1.1-1.6 TB/s). Main's hipsrc is copied to
+# GEMM1 and dgrad2 at Qwen3-30B), the router's d w keeps two steps of loads in flight
+# (router_grads.h; the backward's phase 0 at ~1.1-1.6 TB/s) and the fold prefetches its rows'
+# segments into L2 (combine.h; 0.56 ms at DeepSeek-V3 2,048, 87 us at Qwen3-30B). Main's hipsrc is copied to
 # /tmp/tree_main (tree B) first; both trees compile at once (kosmos.runtime.warm), then the fused
 # forward's and backward's bitwise tests at np 1 and the forward's at np 2 (oversubscribed:
 # correctness only), then bench/moe.py forward and --backward with --tree-b (B = main's kernels,
 # interleaved in one run). Predicted (H100): Qwen3-30B 2,048 forward -0.05..-0.1 ms (0.83), backward
-# -0.15..-0.25 ms (1.46); DeepSeek-V3 2,048 backward -0.2 ms (phase 0), forward within noise.
+# -0.15..-0.25 ms (1.46); DeepSeek-V3 2,048 backward -0.2 ms (phase 0), forward -0.1..-0.2 (fold).
 #   KOSMOS_COMMIT=<sha>+side_prefetch bash notes/debug/s27_a.sh
 source notes/debug/call_env.sh s27_a
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
@@ -21,7 +22,7 @@ run "warm A" timeout 240 python3 -m kosmos.runtime.warm --jobs 6
 wait $warm_b
 cat "$OUT/warm_b.log" >> "$LOG"
 T="-q -p no:cacheprovider --timeout=200 --timeout-method=thread -rfE --color=no"
-run "fused bitwise np1" timeout 150 python3 -m pytest tests/gpu/test_moe_forward.py tests/gpu/test_moe_backward_fused.py -k bitwise $T
+run "fused bitwise np1" timeout 170 python3 -m pytest tests/gpu/test_moe_combine.py tests/gpu/test_moe_forward.py tests/gpu/test_moe_backward_fused.py -k "bitwise or combine" $T
 run "fwd bitwise np2" timeout 60 $MPIRUN -np 2 python3 -m mpi4py -m pytest tests/gpu/test_moe_forward.py -k bitwise $T
 B="--models Qwen3-30B-A3B,DeepSeek-V3 --rows 256,2048 --iters 10 --warmup 3 --out $RUNS --tag s27 --tree-b /tmp/tree_main/hipsrc"
 run "bench fwd A/B" timeout 100 python3 bench/moe.py $B
