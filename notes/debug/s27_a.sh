@@ -16,9 +16,9 @@ source notes/debug/call_env.sh s27_a
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
 rm -rf /tmp/tree_main && mkdir -p /tmp/tree_main && cp -r hipsrc /tmp/tree_main/
 git apply notes/patches/side_prefetch.patch >> "$LOG" 2>&1 || { echo "patch does not apply" | tee -a "$LOG"; exit 1; }
-KOSMOS_HIPSRC=/tmp/tree_main/hipsrc timeout 240 python3 -m kosmos.runtime.warm --jobs 4 > "$OUT/warm_b.log" 2>&1 &
+KOSMOS_HIPSRC=/tmp/tree_main/hipsrc timeout 240 python3 -m kosmos.runtime.warm --jobs 5 moe_fused.hip moe_backward.hip moe_dispatch.hip moe_combine.hip moe_route.hip > "$OUT/warm_b.log" 2>&1 &
 warm_b=$!
-run "warm A" timeout 240 python3 -m kosmos.runtime.warm --jobs 6
+run "warm A" timeout 240 python3 -m kosmos.runtime.warm --jobs 11 moe_fused.hip moe_backward.hip moe_dispatch.hip moe_combine.hip moe_route.hip grouped.hip gemm.hip symmetric.hip collectives.hip timing.hip records.hip
 wait $warm_b
 cat "$OUT/warm_b.log" >> "$LOG"
 T="-q -p no:cacheprovider --timeout=200 --timeout-method=thread -rfE --color=no"

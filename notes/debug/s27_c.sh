@@ -18,11 +18,11 @@ nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
 git apply notes/patches/router_splits.patch >> "$LOG" 2>&1 || { echo "router_splits does not apply" | tee -a "$LOG"; exit 1; }
 rm -rf /tmp/tree_rs && mkdir -p /tmp/tree_rs && cp -r hipsrc /tmp/tree_rs/
 git apply notes/patches/route_warp.patch >> "$LOG" 2>&1 || { echo "route_warp does not apply" | tee -a "$LOG"; exit 1; }
-(cd build/old_tree && PYTHONPATH=$PWD timeout 240 python3 -m kosmos.runtime.warm --jobs 4 > "$OUT/warm_old.log" 2>&1) &
+(cd build/old_tree && PYTHONPATH=$PWD timeout 280 python3 -m kosmos.runtime.warm --jobs 11 moe_fused.hip moe_backward.hip moe_dispatch.hip moe_combine.hip moe_route.hip grouped.hip gemm.hip symmetric.hip collectives.hip timing.hip records.hip > "$OUT/warm_old.log" 2>&1) &
 warm_old=$!
-KOSMOS_HIPSRC=/tmp/tree_rs/hipsrc timeout 240 python3 -m kosmos.runtime.warm --jobs 1 moe_fused.hip > "$OUT/warm_b.log" 2>&1 &
+KOSMOS_HIPSRC=/tmp/tree_rs/hipsrc timeout 280 python3 -m kosmos.runtime.warm --jobs 5 moe_fused.hip moe_backward.hip moe_dispatch.hip moe_combine.hip moe_route.hip > "$OUT/warm_b.log" 2>&1 &
 warm_b=$!
-run "warm new" timeout 240 python3 -m kosmos.runtime.warm --jobs 6
+run "warm new" timeout 280 python3 -m kosmos.runtime.warm --jobs 11 moe_fused.hip moe_backward.hip moe_dispatch.hip moe_combine.hip moe_route.hip grouped.hip gemm.hip symmetric.hip collectives.hip timing.hip records.hip
 wait $warm_old $warm_b
 cat "$OUT/warm_old.log" "$OUT/warm_b.log" >> "$LOG"
 T="-q -p no:cacheprovider --timeout=200 --timeout-method=thread -rfE --color=no"
