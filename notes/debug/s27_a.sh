@@ -3,7 +3,7 @@
 # (s26_h's tests and benches all ran out of time compiling moe_fused.hip, >100 s of NVRTC on a
 # fresh H100 host). notes/patches/side_prefetch.patch: the MoE side pushes prefetch an item's
 # source rows into L2 (dispatch.h warp_copy_item; s26_g's trace had them at ~0.35 TB/s pacing
-# GEMM1 and dgrad2 at Qwen3-30B), the router's d w keeps two steps of loads in flight
+# GEMM1 and dgrad2 at Qwen3-30B), the router's d w takes a token's pairs eight at a time
 # (router_grads.h; the backward's phase 0 at ~1.1-1.6 TB/s) and the fold prefetches its rows'
 # segments into L2 (combine.h; 0.56 ms at DeepSeek-V3 2,048, 87 us at Qwen3-30B). Main's hipsrc is copied to
 # /tmp/tree_main (tree B) first; both trees compile at once (kosmos.runtime.warm), then the fused
