@@ -10,7 +10,7 @@
 # forward's and backward's bitwise tests at np 1 and the forward's at np 2 (oversubscribed:
 # correctness only), then bench/moe.py forward and --backward with --tree-b (B = main's kernels,
 # interleaved in one run). Predicted (H100): Qwen3-30B 2,048 forward -0.05..-0.1 ms (0.83), backward
-# -0.15..-0.25 ms (1.46); DeepSeek-V3 2,048 backward -0.2 ms (phase 0), forward -0.1..-0.2 (fold).
+# -0.2..-0.3 ms (1.46); DeepSeek-V3 2,048 backward -0.3..-0.5 ms (phase 0: 651 us), forward -0.1..-0.2 (fold).
 #   KOSMOS_COMMIT=<sha>+side_prefetch bash notes/debug/s27_a.sh
 source notes/debug/call_env.sh s27_a
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
