@@ -16,21 +16,22 @@ One persistent kernel (hipsrc/kosmos/moe/backward.h), on the forward's routing a
 With `router`, every warp first takes a token: its pairs' combine-weight gradients from their
 expert outputs, still in the combine buffer (or, for the rows this rank's own experts sent it,
 where the forward's combine left them: RouterBackward.own_y), and its d logits
-(kosmos/moe/router_grads.py); the
-grid meets (the combine below writes that buffer) and the router's dWr and dx (stored into the
-fold's fp32 addend) become the builder call's first jobs. Then the builders' idle warps push each
-pair's dY row, times its routing weight, to its expert's owner beside one builder call over four
-GEMMs: dgrad2 with the SwiGLU backward in its epilogue (d_pre = [dg, du], dA never stored) as the
-rows land, wgrad2 (dW2 = dY_e^T a_e), dgrad1 (dX_e = d_pre W1, each tile once dgrad2 has finished
-its tile row) and wgrad1 (dW1 = d_pre^T x_e, each expert once dgrad2 has finished all its rows); a
-crew pushes each dX row home as soon as its dgrad1 tile row is done, the builders join it (the rows
-of this rank's own tokens are not copied: the fold reads them in place); every rank then sums each
-token's k rows in fp32 with the addend (`extra`, or the router's dx) and rounds once. With `shared` (the forward's SharedMLP: its h and gate_up now read) the shared
-experts' MLP's backward runs as four more jobs of the same builder call (its dgrad2 with the SwiGLU
-backward and its wgrad2 first, while dY lands; its dgrad1, added into the addend by the TMA unit
-after the router's dx, and its wgrad1 last; the fold waits for the router's dx and the shared
-dgrad1). The router's and the shared MLP's records live in device memory
-(kosmos/runtime/records.py: the kernel's parameters would pass HIP's 4 KB). Weight gradients in wgrad_dtype (float32 or bfloat16), the router's fp32.
+(kosmos/moe/router_grads.py); the grid meets (the combine below writes that buffer) and the
+router's dWr and dx (stored into the fold's fp32 addend) become the builder call's first jobs. Then
+the builders' idle warps push each pair's dY row, times its routing weight, to its expert's owner
+beside one builder call over four GEMMs: dgrad2 with the SwiGLU backward in its epilogue (d_pre =
+[dg, du], dA never stored) as the rows land, wgrad2 (dW2 = dY_e^T a_e), dgrad1 (dX_e = d_pre W1,
+each tile once dgrad2 has finished its tile row) and wgrad1 (dW1 = d_pre^T x_e, each expert once
+dgrad2 has finished all its rows); a crew pushes each dX row home as soon as its dgrad1 tile row is
+done, the builders join it (the rows of this rank's own tokens are not copied: the fold reads them
+in place); every rank then sums each token's k rows in fp32 with the addend (`extra`, or the
+router's dx) and rounds once. With `shared` (the forward's SharedMLP: its h and gate_up now read)
+the shared experts' MLP's backward runs as four more jobs of the same builder call (its dgrad2 with
+the SwiGLU backward and its wgrad2 first, while dY lands; its dgrad1, added into the addend by the
+TMA unit after the router's dx, and its wgrad1 last; the fold waits for the router's dx and the
+shared dgrad1). The router's and the shared MLP's records live in device memory
+(kosmos/runtime/records.py: the kernel's parameters would pass HIP's 4 KB). Weight gradients in
+wgrad_dtype (float32 or bfloat16), the router's fp32.
 
 After a dispatch that moved nothing (a routing past capacity, or a refused rank) dx is NaN and no
 weight gradient is written, the shared MLP's included (MoELayer fills them with NaN; the router's

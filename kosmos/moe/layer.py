@@ -545,12 +545,12 @@ class MoELayer:
         # A device-path forward whose dispatch overflowed moved nothing (its y is NaN): NaN gradients
         # too, decided on the device (no host sync). The host paths raised in their forward instead.
         status = self._dispatch.status if device else cupy.zeros((1,), cupy.int64)
-        # 1. the router's gradients: each pair's combine weight gradient from its expert output (the
-        #    device paths' combine buffer -- before anything else reuses it -- and, for this rank's
-        #    own rows, the forward's expert outputs; or the host paths' returned rows), d logits, then its dx (the fold's fp32 addend) and dWr; 2. the shared
-        #    experts' gradients (their dx joins the router's); 3. the routed experts' weight gradients
-        #    and dX rows; 4. the rows back to their tokens, summed (weights 1: dY was weighted), plus
-        #    the rest, rounded once. Path "fused": all in one launch.
+        # 1. the router's gradients: each pair's combine weight gradient from its expert output (the device
+        #    paths' combine buffer -- before anything else reuses it -- and, for this rank's own rows, the
+        #    forward's expert outputs; or the host paths' returned rows), d logits, then its dx (the fold's fp32
+        #    addend) and dWr; 2. the shared experts' gradients (their dx joins the router's); 3. the routed
+        #    experts' weight gradients and dX rows; 4. the rows back to their tokens, summed (weights 1: dY was
+        #    weighted), plus the rest, rounded once. Path "fused": all in one launch.
         if self.path == "fused":
             dx, dw1, dw2, d_sw1, d_sw2, d_router_w = self._fused_backward(dy, ctx, params, wdt, status)
         else:
