@@ -33,25 +33,54 @@ struct RouterGrads {
   i32 e_loc;
 };
 
-// Pair p's d w on every lane of the warp: <row, dY row> in fp32 (hidden a multiple of 8).
-KOSMOS_DEVICE float pair_weight_grad(const RouterGrads& r, i64 p, i32 lane) {
-  float acc = 0.0f;
-  const i32 s = r.slot[p];
-  if (s >= 0) {
-    const i32 own = r.own_runs ? own_output_row(r.own_runs, r.e_loc, s) : -1;
-    const u16* a = own >= 0 ? r.own_y + i64(own) * r.hidden : r.comb + i64(s) * r.hidden;
-    const u16* b = r.dy + (p / r.top_k) * r.hidden;
-    for (i32 c = lane * 8; c < r.hidden; c += kWarpSize * 8) {
-      float fa[8], fb[8];
-      bf16x8_to_f32(ld16(a + c), fa);
-      bf16x8_to_f32(ld16(b + c), fb);
+// Pairs [J0, J0 + kPairsAtOnce) of token t: each d w = <its expert output row, dY row> in fp32
+// (hidden a multiple of 8), on every lane. The pairs' loads go out together and the dY vector once
+// for all of them (a pair at a time left a warp one load's latency a 512 B step: phase 0 ran at
+// ~1.1-1.6 TB/s); each pair's sum runs as it did alone (c ascending, u 0..7, then the butterfly).
+constexpr int kPairsAtOnce = 8;
+template <int J0>
+KOSMOS_DEVICE void pair_weight_grads(const RouterGrads& r, i64 t, i32 lane, float (&dw)[kMaxTopK]) {
+  const u16* rows[kPairsAtOnce];
+  float acc[kPairsAtOnce];
 #pragma unroll
-      for (int u = 0; u < 8; ++u) acc = fmaf(fa[u], fb[u], acc);
+  for (int q = 0; q < kPairsAtOnce; ++q) {
+    acc[q] = 0.0f;
+    rows[q] = nullptr;
+    if (J0 + q < r.top_k) {
+      const i32 s = r.slot[t * r.top_k + J0 + q];
+      if (s >= 0) {  // (< 0: a dropped pair, d w 0)
+        const i32 own = r.own_runs ? own_output_row(r.own_runs, r.e_loc, s) : -1;
+        rows[q] = own >= 0 ? r.own_y + i64(own) * r.hidden : r.comb + i64(s) * r.hidden;
+      }
     }
   }
-  acc = warp_sum(acc);
-  return *r.status != 0 ? __uint_as_float(0x7FC00000u) : acc;
+  const u16* b = r.dy + t * r.hidden;
+  for (i32 c = lane * 8; c < r.hidden; c += kWarpSize * 8) {
+    const vec16 vb = ld16(b + c);
+    vec16 va[kPairsAtOnce];
+#pragma unroll
+    for (int q = 0; q < kPairsAtOnce; ++q)
+      if (rows[q]) va[q] = ld16(rows[q] + c);
+    float fb[8];
+    bf16x8_to_f32(vb, fb);
+#pragma unroll
+    for (int q = 0; q < kPairsAtOnce; ++q)
+      if (rows[q]) {
+        float fa[8];
+        bf16x8_to_f32(va[q], fa);
+#pragma unroll
+        for (int u = 0; u < 8; ++u) acc[q] = fmaf(fa[u], fb[u], acc[q]);
+      }
+  }
+  const bool failed = *r.status != 0;
+#pragma unroll
+  for (int q = 0; q < kPairsAtOnce; ++q)
+    if (J0 + q < r.top_k) {
+      const float v = warp_sum(acc[q]);
+      dw[J0 + q] = failed ? __uint_as_float(0x7FC00000u) : v;
+    }
 }
+static_assert(kMaxTopK == 2 * kPairsAtOnce, "router_grads_token takes the pairs in two calls");
 
 // Token t's d logits from its pairs' d w (dw[j], j < top_k, on every lane).
 KOSMOS_DEVICE void token_logit_grads(const RouterGrads& r, i64 t, i32 lane, const float (&dw)[kMaxTopK]) {
@@ -133,17 +162,18 @@ KOSMOS_DEVICE void token_logit_grads(const RouterGrads& r, i64 t, i32 lane, cons
 KOSMOS_DEVICE void router_grads_token(const RouterGrads& r, i64 t, i32 lane) {
   float dw[kMaxTopK];
 #pragma unroll
-  for (int j = 0; j < kMaxTopK; ++j) {
-    dw[j] = 0.0f;
-    if (j < r.top_k) {
-      const i64 p = t * r.top_k + j;
-      if (r.comb) {
-        dw[j] = pair_weight_grad(r, p, lane);
-        if (r.d_weights && lane == 0) r.d_weights[p] = dw[j];
-      } else {
-        dw[j] = r.d_weights[p];
-      }
-    }
+  for (int j = 0; j < kMaxTopK; ++j) dw[j] = 0.0f;
+  if (r.comb) {
+    pair_weight_grads<0>(r, t, lane, dw);
+    if (r.top_k > kPairsAtOnce) pair_weight_grads<kPairsAtOnce>(r, t, lane, dw);
+    if (r.d_weights && lane == 0)
+#pragma unroll
+      for (int j = 0; j < kMaxTopK; ++j)
+        if (j < r.top_k) r.d_weights[t * r.top_k + j] = dw[j];
+  } else {
+#pragma unroll
+    for (int j = 0; j < kMaxTopK; ++j)
+      if (j < r.top_k) dw[j] = r.d_weights[t * r.top_k + j];
   }
   token_logit_grads(r, t, lane, dw);
 }
