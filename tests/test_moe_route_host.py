@@ -151,3 +151,27 @@ def test_token_dropping_keeps_each_experts_highest_weights(route_host, kind, lan
     assert (got["start"] == np.concatenate([[0], np.cumsum(counts)])).all()
     assert counts.max() <= cfg.capacity_of(t) and (kind != "hot" or counts[5] == cfg.capacity_of(t))
     assert (got["slot"][order] == np.arange(n)).all() and (got["slot"][~kept.ravel()] == -1).all()
+
+
+def test_router_splits_fill_the_grid_without_empty_ranges() -> None:
+    """kosmos.moe.route.router_splits: the fused forward's and the device path's router GEMM K split
+    (one factor for both: the same bits; a constant grid, so never the machine's). The EP-8 shares of
+    the bench, bounds, and no empty K-range anywhere (gemm.check_split_k's rule)."""
+    from kosmos.moe.route import ROUTER_MAX_SPLITS, ROUTER_MIN_SLABS, ROUTER_SPLIT_UNITS, router_splits
+
+    # (tokens, columns, hidden) -> splits: DeepSeek-V3 256 / 2,048 rows per expert, Qwen3-30B the same
+    assert router_splits(1024, 256, 7168) == 16
+    assert router_splits(8192, 256, 7168) == 2
+    assert router_splits(512, 128, 2048) == 8
+    assert router_splits(4096, 128, 2048) == 4
+    assert router_splits(0, 256, 7168) == 1
+    assert router_splits(65536, 256, 7168) == 1   # 512 tiles: more than a grid already
+    assert router_splits(100, 64, 128) == 1       # 2 slabs: nothing to split
+    for tokens in (1, 127, 128, 129, 1000, 5000):
+        for hidden in (64, 256, 960, 2048, 7168):
+            s = router_splits(tokens, 256, hidden)
+            slabs = -(-hidden // 64)
+            per = -(-slabs // s)
+            assert 1 <= s <= ROUTER_MAX_SPLITS and (s == 1 or per >= ROUTER_MIN_SLABS)
+            assert (s - 1) * per < slabs, (tokens, hidden, s)
+            assert s == 1 or s * -(-tokens // 128) <= ROUTER_SPLIT_UNITS

@@ -63,7 +63,7 @@ from .dispatch import MoEDispatch
 from .backward import MoEBackward, RouterBackward
 from .forward import MoEForward, SharedMLP
 from .reference import silu
-from .route import DeviceRouting, LaunchRouting, check_plan_size, check_routable, route
+from .route import DeviceRouting, LaunchRouting, check_plan_size, check_routable, route, router_splits
 from .router_grads import launch_router_grads, pair_starts, router_grads_record
 
 PATHS = ("serial", "device", "fused", "baseline")
@@ -439,8 +439,10 @@ class MoELayer:
         import cupy
 
         cfg = self.cfg
-        if x.shape[0]:  # whole tiles, as the fused launch's router GEMM: the same bits
-            logits = gemm.matmul(x, self._padded_router_w(params), "TN", out_dtype=float32, stream_k=False)
+        if x.shape[0]:  # whole tiles and the K splits of the fused launch's router GEMM: the same bits
+            splits = router_splits(int(x.shape[0]), self._router_pad, cfg.hidden)
+            logits = gemm.matmul(x, self._padded_router_w(params), "TN", out_dtype=float32, stream_k=False,
+                                 split_k=splits)
         else:
             logits = cupy.empty((0, self._router_pad), float32)
         return logits, route(logits, cfg, params.bias)

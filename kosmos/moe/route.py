@@ -224,6 +224,30 @@ def route(logits: Any, cfg: MoEConfig, bias: Any = None, *, stream: Any = None) 
     return DeviceRouting(experts, weights, order, slot, kept_start, losses, mean_prob, kept)
 
 
+ROUTER_MIN_SLABS = 4     # a split's fewest 64-deep K slabs (shorter ranges spend their time filling the pipeline)
+ROUTER_MAX_SPLITS = 32
+ROUTER_SPLIT_UNITS = 132  # the units a split aims at (an H100's or H200's SMs): a constant, not the
+                          # machine's SM count, so the logits' bits never depend on the GPU model
+
+
+def router_splits(tokens: int, columns: int, hidden: int) -> int:
+    """Split-K factor of the router GEMM (logits = x Wr^T, fp32, in 128 x 256 tiles): at small token
+    counts its few tiles leave most of the grid idle while every CTA waits to route (DeepSeek-V3 at
+    1,024 tokens: 8 tiles of K 7,168, 69 us on an H100 with 124 CTAs waiting), so each tile's K is
+    cut until the units about fill ROUTER_SPLIT_UNITS, each range at least ROUTER_MIN_SLABS slabs.
+    The fused forward's router (hipsrc/kosmos/moe/router.h) and the device path's
+    (gemm.matmul(split_k=...)) take the same factor, and both sum the fp32 partials in split order:
+    the same bits."""
+    if tokens <= 0:
+        return 1
+    tiles = -(-tokens // 128) * -(-columns // 256)
+    slabs = -(-hidden // 64)
+    s = max(1, min(ROUTER_SPLIT_UNITS // tiles, slabs // ROUTER_MIN_SLABS, ROUTER_MAX_SPLITS))
+    while s > 1 and (s - 1) * -(-slabs // s) >= slabs:  # no empty K-range (gemm.check_split_k)
+        s -= 1
+    return s
+
+
 class LaunchRouting:
     """The routing inside the MoE forward megakernel (MoEForward called with it instead of a
     DeviceRouting, and the router's weights): the router GEMM's fp32 logits and the plan in buffers
@@ -251,6 +275,11 @@ class LaunchRouting:
         self.columns = -(-e // 64) * 64  # the logits' row: the router GEMM's 64-column tiles
         self.with_losses = bool(cfg.aux_loss_coef or cfg.z_loss_coef)
         self.logits = cupy.zeros((t, self.columns), np.float32)
+        # the router GEMM's split-K partials [splits x rows padded to whole tiles, columns], for the
+        # largest of any call's (router_splits); zeroed once: columns past E are never written
+        split_rows = [(router_splits(m * 128, self.columns, cfg.hidden), m * 128) for m in range(1, -(-t // 128) + 1)]
+        self._partials = cupy.zeros((max((s * r for s, r in split_rows if s > 1), default=0), self.columns),
+                                    np.float32)
         self.experts = cupy.zeros((t, k), np.int32)
         self.weights = cupy.zeros((t, k), np.float32)
         self.order = cupy.zeros(t * k, np.int32)
@@ -271,8 +300,8 @@ class LaunchRouting:
 
     @property
     def nbytes(self) -> int:
-        arrays = [self.logits, self.experts, self.weights, self.order, self.slot, self.start, self.losses,
-                  self._grid, *self._scratch, self.mean_prob, self._all_order, self.kept]
+        arrays = [self.logits, self._partials, self.experts, self.weights, self.order, self.slot, self.start,
+                  self.losses, self._grid, *self._scratch, self.mean_prob, self._all_order, self.kept]
         return int(sum(a.nbytes for a in arrays if a is not None))
 
     def routing(self, tokens: int) -> DeviceRouting:
@@ -304,8 +333,14 @@ class LaunchRouting:
         logits = self.logits[:t]
         shape = gemm.gemm_shape("TN", (max(t, 1), h), (self.columns, h))  # checks H; N is E padded
         tiles_m, tiles_n, k_slabs = gemm.tile_counts(shape)
-        prob = gemm.problem_record(x, router_w, t, e, h, (tiles_m if t else 0, tiles_n, k_slabs))
-        epi = gemm.epi_record(logits, t, e)
+        if h != cfg.hidden:  # (the partials buffer is sized for the config's hidden)
+            raise ValueError(f"x must be [T, {cfg.hidden}] (the config's hidden), got {tuple(x.shape)}")
+        splits = router_splits(t, self.columns, h)
+        prob = gemm.problem_record(x, router_w, t, e, h, (tiles_m if t else 0, tiles_n, k_slabs), k_splits=splits)
+        # split-K: the tiles store fp32 partials (rows padded to whole tiles), which the launch sums
+        # into the logits in split order after a grid barrier (router.h sum_router_partials)
+        out = self._partials[:splits * tiles_m * 128] if splits > 1 else logits
+        epi = gemm.epi_record(out, tiles_m * 128 if splits > 1 else t, e)
         maps = (gemm.ZERO_TMAP,) * 3
         if uses_tma and t:
             key = (x.data.ptr, t, router_w.data.ptr)
@@ -314,7 +349,7 @@ class LaunchRouting:
                 if len(self._tmaps) > 32:
                     self._tmaps.clear()
                 # router_w's map has E rows: the tile's rows past them load as zeros
-                maps = self._tmaps[key] = (gemm.tmap_of(x), gemm.tmap_of(router_w), gemm.tmap_of(logits))
+                maps = self._tmaps[key] = (gemm.tmap_of(x), gemm.tmap_of(router_w), gemm.tmap_of(out))
         counts, *sums = self._scratch
         prob_sums, lse_sq = sums if sums else (None, None)
         rec = record(ROUTE_PARAMS_DTYPE, rule=rule_record(cfg, bias_ptr), logits=logits.data.ptr,

@@ -220,12 +220,13 @@ ROUTED = {
 @pytest.mark.parametrize("size", ["small", "big", "many"])
 def test_routing_in_the_launch_is_route_bitwise(world, rule, size):
     from kosmos import gemm
-    from kosmos.moe.route import LaunchRouting
+    from kosmos.moe.route import LaunchRouting, router_splits
 
     if size == "many" and rule == "grouped":
         pytest.skip("softmax and capacity are enough for the rounds")
     P, r = world.size, world.rank
-    h, f = (512, 256) if size == "big" else (128, 64)
+    # the router GEMM's K splits (router_splits): 4 at "small" (one tile, 16 slabs), 2 at "big", 1 at "many"
+    h, f = {"small": (1024, 64), "big": (512, 256), "many": (128, 64)}[size]
     experts = 8 * P if rule == "grouped" else 4 * P
     cfg = MoEConfig(experts=experts, hidden=h, intermediate=f, **ROUTED[rule])
     e_loc = experts // P
@@ -282,7 +283,8 @@ def test_routing_in_the_launch_is_route_bitwise(world, rule, size):
             got["logits"] = cupy.asnumpy(lr.logits[:t, :experts])
             got["y"] = _bits(y).copy()
             # the oracle: our plain GEMM, route() and the separate launches on its plan
-            logits = (gemm.matmul(x, pad, "TN", out_dtype=np.float32, stream_k=False) if t
+            splits = router_splits(t, lr.columns, h)  # the launch's K splits, summed alike
+            logits = (gemm.matmul(x, pad, "TN", out_dtype=np.float32, stream_k=False, split_k=splits) if t
                       else cupy.empty((0, lr.columns), np.float32))
             rt = route(logits, cfg, bias)
             want_y = Case.separate_on(disp, comb, w1, w2, x, rt)

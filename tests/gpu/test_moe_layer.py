@@ -407,14 +407,15 @@ def test_a_captured_step_replays_with_new_tokens(world, path, capacity_factor):
     with a bias that sends every token's first choice to expert 0: rank 0 is hot): every replay's
     output, losses and gradients, poisoned before it, are bitwise an eager step's on the same inputs.
     Uneven token counts; shared expert, groups, sigmoid scores, aux and z losses; with token
-    dropping too (the keep rule inside the graph)."""
+    dropping too (the keep rule inside the graph); hidden 1,024, so the router GEMM is split along K
+    (4 ranges at ~300 tokens: router_splits) in both paths, inside the graph."""
     from kosmos.dtypes import copy_into
     from kosmos.graphs import capture
 
     if cupy.cuda.runtime.is_hip:
         pytest.skip("CuPy's stream capture is CUDA-only")
     cfg = dataclasses.replace(TINY["deepseek-like"], aux_loss_coef=0.01, z_loss_coef=0.001,
-                              capacity_factor=capacity_factor)
+                              capacity_factor=capacity_factor, hidden=1024)
     P, r = world.size, world.rank
     if cfg.experts % P:
         pytest.skip(f"{cfg.experts} experts do not divide over {P} ranks")

@@ -1,7 +1,9 @@
 // The routing as the MoE forward megakernel's first phases (forward.h), the same steps as the
 // standalone kernels of hipsrc/moe_route.hip (route.h's rule, plan.h's counting sort), so the two
 // give the same bits:
-//   1. every CTA builds router GEMM tiles: logits = x Wr^T in fp32 (a builder call of its own);
+//   1. every CTA builds router GEMM tiles: logits = x Wr^T in fp32 (a builder call of its own; at
+//      small token counts each tile's K is split (kosmos/moe/route.py router_splits) and, after a
+//      grid barrier, the partials are summed into the logits);
 //   2. grid barrier; CTA b routes chunks b, b + grid, ... (kChunk tokens each, a thread a token,
 //      kRoundChunks chunks at once) and counts each chunk's pairs per expert (+ the loss partials);
 //   3. grid barrier; every CTA sums the counts itself (cheaper than one more barrier) and places
@@ -22,7 +24,7 @@ namespace moe {
 
 struct RouteParams {
   RouteRule rule;
-  const float* logits;  // [T][ld] fp32: the router GEMM's output
+  float* logits;        // [T][ld] fp32: the router GEMM's output (under split-K, the sum of its partials)
   i64 ld;
   i32* experts;         // [T][k] best first
   float* weights;       // [T][k]
@@ -163,6 +165,27 @@ KOSMOS_DEVICE void route_losses(const RouteParams& r, const u8* scratch) {
   __syncthreads();
 }
 
+// Step 1's second half under split-K (the router GEMM's tiles stored `splits` fp32 partials, rows
+// padded to whole tiles: epi.mo rows apart): the logits are the partials added in split order, as
+// gemm.hip's splitk_reduce adds them for the device path's router GEMM (the same bits). All
+// threads of every CTA, between grid barriers; the first T rows of ld columns.
+template <class Epi>
+KOSMOS_DEVICE void sum_router_partials(const Epi& epi, i32 splits, const RouteParams& r) {
+  const float* ws = epi.out;
+  const i64 stride = i64(epi.mo) * epi.ldo, n = i64(r.tokens) * r.ld;  // epi.ldo == r.ld
+  for (i64 v = (i64(blockIdx.x) * blockDim.x + threadIdx.x) * 4; v < n; v += i64(gridDim.x) * blockDim.x * 4) {
+    float4 acc = *reinterpret_cast<const float4*>(ws + v);
+    for (i32 s = 1; s < splits; ++s) {
+      const float4 x = *reinterpret_cast<const float4*>(ws + i64(s) * stride + v);
+      acc.x += x.x;
+      acc.y += x.y;
+      acc.z += x.z;
+      acc.w += x.w;
+    }
+    *reinterpret_cast<float4*>(r.logits + v) = acc;
+  }
+}
+
 // All threads of every CTA, first thing in the launch (after gemm::builder_init): steps 1-5. The
 // router GEMM's units come from queue[0..1] (the kernel's last CTA out resets it: queue_exit).
 // False: a grid wait gave up (nothing after it may run). With r.tokens < 0, nothing runs.
@@ -176,6 +199,10 @@ KOSMOS_DEVICE bool route_in_launch(const RouteParams& r, const ExpertGemm& g, co
   gemm::run_builder_jobs(smem, gemm::builder_job<gemm::LAYOUT_TN>(s, g.a, g.b, claim, always, epi));
   phase_mark(12);
   if (!grid_barrier(r.grid, w)) return false;
+  if (gemm::k_splits_of(*g.p) > 1) {
+    sum_router_partials(epi, gemm::k_splits_of(*g.p), r);
+    if (!grid_barrier(r.grid, w)) return false;
+  }
   route_chunks(r, smem);
   phase_mark(13);
   if (!grid_barrier(r.grid, w)) return false;
