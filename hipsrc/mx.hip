@@ -99,16 +99,19 @@ extern "C" __global__ void kosmos_mx_kperm_bf16(const u8* __restrict__ data, con
   }
 }
 
-// kosmos_mx_regs_dequant: the MXFP8-A mainloop's conversion (dequant.h e4m3x4_to_bf16x4_scaled and
-// e4m3x4_nan_seen) over words[n] of four codes each under scales[n] (one code a word): out[2 i],
-// out[2 i + 1] the word's two bf16 pairs, nan[i] 1 where the word has a NaN code, else 0. Hopper
-// only (elsewhere it writes nothing and kosmos.mx refuses it); a test kernel: tests/gpu/test_mx.py
-// runs every (code, scale).
+// kosmos_mx_regs_dequant: the MXFP8-A mainloop's conversions (dequant.h) over words[n] of four codes
+// each under scales[n] (one code a word): out[2 i], out[2 i + 1] the word's two bf16 pairs by the
+// two-multiply form (every scale), one[2 i], one[2 i + 1] by the one-multiply form where the scale is
+// at most kOneMultiplyMaxScale (else untouched), nan[i] 1 where the word has a NaN code, else 0.
+// Hopper only (elsewhere it writes nothing and kosmos.mx refuses it); a test kernel:
+// tests/gpu/test_mx.py runs every (code, scale).
 extern "C" __global__ void kosmos_mx_regs_dequant(const u32* __restrict__ words, const u8* __restrict__ scales, i64 n,
-                                                  u32* __restrict__ out, u32* __restrict__ nan) {
+                                                  u32* __restrict__ out, u32* __restrict__ one, u32* __restrict__ nan) {
 #if KOSMOS_SM90  // the register conversion (dequant.h) is Hopper's
   for (i64 i = i64(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += i64(gridDim.x) * blockDim.x) {
     e4m3x4_to_bf16x4_scaled(words[i], e8m0_to_bf16x2(scales[i]), out[2 * i], out[2 * i + 1]);
+    if (scales[i] <= kOneMultiplyMaxScale)
+      e4m3x4_to_bf16x4_one_multiply(words[i], e8m0_one_multiply_bf16x2(scales[i]), one[2 * i], one[2 * i + 1]);
     nan[i] = e4m3_nan_in(e4m3x4_nan_seen(words[i])) ? 1u : 0u;
   }
 #endif

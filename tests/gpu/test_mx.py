@@ -200,10 +200,12 @@ def test_register_dequant_every_code_and_scale():
     words = cupy.asarray(codes.view(np.uint32))
     word_scales = cupy.asarray(scales[::4].copy())
     out = cupy.full(2 * words.size, 0xFFFFFFFF, dtype=np.uint32)
+    one = cupy.full(2 * words.size, 0xFFFFFFFF, dtype=np.uint32)
     nan = cupy.full(words.size, 0xFFFFFFFF, dtype=np.uint32)
     load_module("mx.hip").get_function("kosmos_mx_regs_dequant")(
-        (64,), (256,), (words, word_scales, np.int64(words.size), out, nan))
+        (64,), (256,), (words, word_scales, np.int64(words.size), out, one, nan))
     got = cupy.asnumpy(out).view(np.uint16)  # element i's bf16, in code order
+    got_one = cupy.asnumpy(one).view(np.uint16)
     ref = mx.MXTensor(codes.reshape(-1, 32).view(mx.float8_e4m3), scales[::32].reshape(-1, 1).view(mx.float8_e8m0), 1)
     with np.errstate(over="ignore"):
         want = mx.dequantize(ref).astype(bfloat16).view(np.uint16).reshape(-1)
@@ -213,6 +215,12 @@ def test_register_dequant_every_code_and_scale():
     assert (((got[ok] & 0x7FFF) > 0x7F80) == want_nan[ok]).all()
     bad = np.flatnonzero(ok & ~want_nan & (got != want))
     assert bad.size == 0, f"{bad.size} pairs differ, first (code, scale): {[(i % 256, i // 256) for i in bad[:4]]}"
+    # the one-multiply form (scales up to 134, 2^7): the same bits as the two multiplies, NaN
+    # codes included (both read them as the same finite value; the mainloop's watch makes them NaN)
+    small = scales <= 134
+    assert (got_one[~small] == 0xFFFF).all(), "the one-multiply form ran past its scales"
+    bad = np.flatnonzero(small & (got_one != got))
+    assert bad.size == 0, f"{bad.size} pairs differ by form, first (code, scale): {[(i % 256, i // 256) for i in bad[:4]]}"
     flags = cupy.asnumpy(nan)
     word_has_nan = nan_code.reshape(-1, 4).any(axis=1)
     assert ((flags == 1) == word_has_nan).all() and set(np.unique(flags)) <= {0, 1}

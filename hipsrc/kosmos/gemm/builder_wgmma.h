@@ -230,11 +230,22 @@ KOSMOS_DEVICE void consume_mx_slab(float* acc, u32* frag, const u8* stage, u32 b
   const vec16 c0 = lds16(row), c1 = lds16(row + 8 * kTileK);
   const u32* w0 = &c0.x;
   const u32* w1 = &c1.x;
-  const u32 k0 = mx::e8m0_to_bf16x2(s0), k1 = mx::e8m0_to_bf16x2(s1);
+  // One multiply a pair where the whole warp's scales of this slab allow it (a warp-uniform
+  // branch: the vote), else two; the same bits either way (dequant.h).
+  if (__all_sync(0xffffffffu, (s0 > s1 ? s0 : s1) <= mx::kOneMultiplyMaxScale)) {
+    const u32 k0 = mx::e8m0_one_multiply_bf16x2(s0), k1 = mx::e8m0_one_multiply_bf16x2(s1);
 #pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    mx::e4m3x4_to_bf16x4_scaled(w0[kk], k0, frag[4 * kk], frag[4 * kk + 2]);
-    mx::e4m3x4_to_bf16x4_scaled(w1[kk], k1, frag[4 * kk + 1], frag[4 * kk + 3]);
+    for (int kk = 0; kk < 4; ++kk) {
+      mx::e4m3x4_to_bf16x4_one_multiply(w0[kk], k0, frag[4 * kk], frag[4 * kk + 2]);
+      mx::e4m3x4_to_bf16x4_one_multiply(w1[kk], k1, frag[4 * kk + 1], frag[4 * kk + 3]);
+    }
+  } else {
+    const u32 k0 = mx::e8m0_to_bf16x2(s0), k1 = mx::e8m0_to_bf16x2(s1);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      mx::e4m3x4_to_bf16x4_scaled(w0[kk], k0, frag[4 * kk], frag[4 * kk + 2]);
+      mx::e4m3x4_to_bf16x4_scaled(w1[kk], k1, frag[4 * kk + 1], frag[4 * kk + 3]);
+    }
   }
   // NaN codes are watched, not decoded (the conversion reads them as finite): mx_nan_rows
 #pragma unroll

@@ -73,8 +73,9 @@ KOSMOS_DEVICE u32 e4m3x2_to_bf16x2_scaled(u32 codes2, u32 s0, u32 s1) {
 // read as the E4M3 value times 2^-120 (subnormals included), so x 2^120 (exact: every E4M3 value
 // is a bf16 normal) then x 2^k (one round to nearest even; bf16 subnormals kept: these PTX
 // multiplies have no flush-to-zero) is the dequantized value. `scale2`: bf16x2 of 2^k in both halves
-// (e8m0_to_bf16x2). A NaN code (S.1111.111) reads as a finite value here: the caller watches for
-// NaN codes with e4m3x4_nan_seen (the mainloop makes a row that had one NaN: mx_nan_rows).
+// (e8m0_to_bf16x2); below it, the one-multiply form for scales up to 2^7. A NaN code (S.1111.111)
+// reads as a finite value here: the caller watches for NaN codes with e4m3x4_nan_seen (the
+// mainloop makes a row that had one NaN: mx_nan_rows).
 #if KOSMOS_SM90
 KOSMOS_DEVICE u32 e8m0_to_bf16x2(u32 s) {
   const u32 h = s == 0u ? 0x0040u : (s == 0xFFu ? 0x7FC0u : s << 7);  // 2^-127 is a bf16 subnormal
@@ -85,18 +86,36 @@ KOSMOS_DEVICE u32 bf16x2_mul(u32 a, u32 b) {  // (no flush-to-zero, whatever -ft
   asm("mul.rn.bf16x2 %0, %1, %2;" : "=r"(d) : "r"(a), "r"(b));
   return d;
 }
+// The codes moved into bf16 bit positions, read as value x 2^-120 (lo: codes 0, 1; hi: 2, 3).
 // Two integer-pipe instructions a pair: prmt's sign-replicating selector puts each code in the low
 // byte of its half and the code's sign over the high byte ([S..S][code]); << 4 (an integer
 // multiply: the FMA pipe) moves the code to bits 4..11 and a sign copy to bit 15; the mask keeps
 // the sign and the 7 magnitude bits (what spills from the low half into the high one is masked).
-KOSMOS_DEVICE void e4m3x4_to_bf16x4_scaled(u32 codes4, u32 scale2, u32& lo, u32& hi) {
+KOSMOS_DEVICE void e4m3x4_shifted(u32 codes4, u32& lo, u32& hi) {
   u32 a, b;
   asm("prmt.b32 %0, %1, 0, 0x9180;" : "=r"(a) : "r"(codes4));  // [S1 c1 S0 c0]
   asm("prmt.b32 %0, %1, 0, 0xB3A2;" : "=r"(b) : "r"(codes4));  // [S3 c3 S2 c2]
-  a = (a * 16u) & 0x87F087F0u;
-  b = (b * 16u) & 0x87F087F0u;
+  lo = (a * 16u) & 0x87F087F0u;
+  hi = (b * 16u) & 0x87F087F0u;
+}
+KOSMOS_DEVICE void e4m3x4_to_bf16x4_scaled(u32 codes4, u32 scale2, u32& lo, u32& hi) {
+  u32 a, b;
+  e4m3x4_shifted(codes4, a, b);
   lo = bf16x2_mul(bf16x2_mul(a, 0x7B807B80u), scale2);  // x 2^120 (exact), then x 2^k
   hi = bf16x2_mul(bf16x2_mul(b, 0x7B807B80u), scale2);
+}
+
+// Scale codes up to kOneMultiplyMaxScale (2^7: block maxima under 2^16, every weight and nearly
+// every activation) take one multiply instead of two: 2^120 x 2^(s - 127) = 2^(s - 7) is then a
+// bf16 normal, and value x 2^-120 times it rounds once to the same bits as the two steps (whose
+// first is exact). e8m0_one_multiply_bf16x2: that factor in both halves, (s + 120) << 7, one IMAD.
+constexpr u32 kOneMultiplyMaxScale = 134;
+KOSMOS_DEVICE u32 e8m0_one_multiply_bf16x2(u32 s) { return s * 0x00800080u + 0x3C003C00u; }
+KOSMOS_DEVICE void e4m3x4_to_bf16x4_one_multiply(u32 codes4, u32 factor2, u32& lo, u32& hi) {
+  u32 a, b;
+  e4m3x4_shifted(codes4, a, b);
+  lo = bf16x2_mul(a, factor2);
+  hi = bf16x2_mul(b, factor2);
 }
 #endif  // KOSMOS_SM90
 // An AND-accumulator of e4m3x4_nan_seen over many words keeps every bit 7 set unless some code was
