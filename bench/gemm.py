@@ -13,6 +13,8 @@ rotated over enough sets that the 60 MiB L2 cannot serve them. Writes
 bench/results/gemm_<gpu>_<date>.json and .png (GPU, commit, timing method recorded); prints a short
 table last. --tree-b HIPSRC: the full-GPU contender (and mxfp8's) again with the kernels of another
 hipsrc tree, interleaved with this tree's (per shape and per group "B/A": B's speed over A's).
+--precision mxfp8 also times, on TN/NN shapes, the MXFP8-A path matmul did not choose ("(pass x)" or
+"(regs x)" after mxfp8/bf16): the data to refit kosmos.gemm.MX_A_MAX_COLUMNS.
 """
 from __future__ import annotations
 
@@ -112,9 +114,18 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
     if mxfp8:  # matmul on MXFP8 operands: TN/NN A dequantized in the mainloop, B permuted; NT both first
         mx_sets = [mx_copies(s.layout, a, b) for a, b in sets]
 
-        def run_mx(i):
-            gemm.matmul(*mx_sets[i % nsets], s.layout, out=out, split_k=split_k)
+        def run_mx(i, max_columns=None):
+            chosen = gemm.MX_A_MAX_COLUMNS
+            gemm.MX_A_MAX_COLUMNS = chosen if max_columns is None else max_columns
+            try:
+                gemm.matmul(*mx_sets[i % nsets], s.layout, out=out, split_k=split_k)
+            finally:
+                gemm.MX_A_MAX_COLUMNS = chosen
         fns["mxfp8"] = run_mx
+        if s.layout in gemm.MX_A_LAYOUTS and gemm.arch_path() == "wgmma":  # the path matmul did not take, to refit
+            no = gemm.gemm_shape(s.layout, a_shape, b_shape).no                  # MX_A_MAX_COLUMNS
+            other, forced = ("pass", 0) if no <= gemm.MX_A_MAX_COLUMNS else ("regs", 1 << 30)
+            fns[f"mxfp8 {other}"] = lambda i, forced=forced: run_mx(i, forced)
     if tree_b:  # the full-GPU contenders again with another tree's kernels ("<name> B"), interleaved
         for k in [str(sms)] + (["mxfp8"] if mxfp8 else []):
             def run_b(i, f=fns[k]):
@@ -135,10 +146,12 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
     rec["rel_diff_vs_cublas"] = float(cupy.linalg.norm(o32 - r32) / cupy.linalg.norm(r32))
     full = rec["ours"][str(sms)]["tflops"]
     rec["ratio"] = full / rec["cublas"]["tflops"]
-    rec["cap_retention"] = {k: v["tflops"] / full for k, v in rec["ours"].items() if not k.startswith("w")
-                            and k not in ("mxfp8", "sk") and not k.endswith(" B")}
+    rec["cap_retention"] = {k: v["tflops"] / full for k, v in rec["ours"].items() if not k.startswith(("w", "mxfp8"))
+                            and k != "sk" and not k.endswith(" B")}
     if mxfp8:
         rec["mxfp8_vs_bf16"] = rec["ours"]["mxfp8"]["tflops"] / full
+        rec["mxfp8_other_path_vs_bf16"] = {k[6:]: v["tflops"] / full for k, v in rec["ours"].items()
+                                           if k in ("mxfp8 pass", "mxfp8 regs")}
     if tree_b:
         rec["b_over_a"] = {k[:-2]: v["tflops"] / rec["ours"][k[:-2]]["tflops"] for k, v in rec["ours"].items()
                            if k.endswith(" B")}
@@ -242,6 +255,7 @@ def main(argv=None):
                   + "".join(f"  {w} {rec['ours'][w]['tflops']:6.1f}" for w in [f"w{n}" for n in gemm.TILE_WIDTHS] + ["sk"]
                             if w in rec["ours"])
                   + (f"  mxfp8/bf16 {rec['mxfp8_vs_bf16']:.3f}" if "mxfp8_vs_bf16" in rec else "")
+                  + "".join(f"  ({k} {v:.3f})" for k, v in rec.get("mxfp8_other_path_vs_bf16", {}).items())
                   + "".join(f"  B/A {k} {v:.3f}" for k, v in rec.get("b_over_a", {}).items())
                   + f"  {capstr}", flush=True)
 

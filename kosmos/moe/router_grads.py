@@ -33,11 +33,10 @@ def pair_starts(chosen: Any, experts: int) -> Any:
     """[E + 1] int32: the pairs of each expert among `chosen` [T, k], as a prefix (the aux loss's
     frac; a routing's own `start` where no pair was dropped). On the device, no host sync."""
     import cupy
-    import cupyx
 
     counts = cupy.zeros((experts,), cupy.int32)
     if chosen.size:  # a scatter-add, not cupy.bincount (which reads the max to the host)
-        cupyx.scatter_add(counts, chosen.ravel(), cupy.ones(chosen.size, cupy.int32))
+        cupy.add.at(counts, chosen.ravel(), 1)
     start = cupy.zeros((experts + 1,), cupy.int32)
     start[1:] = cupy.cumsum(counts, dtype=cupy.int32)
     return start
