@@ -14,7 +14,7 @@ bench/results/gemm_<gpu>_<date>.json and .png (GPU, commit, timing method record
 table last. --tree-b HIPSRC: the full-GPU contender (and mxfp8's) again with the kernels of another
 hipsrc tree, interleaved with this tree's (per shape and per group "B/A": B's speed over A's).
 --precision mxfp8 also times, on TN/NN shapes, the MXFP8-A path matmul did not choose ("(pass x)" or
-"(regs x)" after mxfp8/bf16): the data to refit kosmos.gemm.MX_A_MAX_COLUMNS.
+"(regs x)" after mxfp8/bf16): the data to refit kosmos.gemm.MX_A_COLUMNS_BY_CARD.
 """
 from __future__ import annotations
 
@@ -123,8 +123,8 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
                 gemm.MX_A_MAX_COLUMNS = chosen
         fns["mxfp8"] = run_mx
         if s.layout in gemm.MX_A_LAYOUTS and gemm.arch_path() == "wgmma":  # the path matmul did not take, to refit
-            no = gemm.gemm_shape(s.layout, a_shape, b_shape).no                  # MX_A_MAX_COLUMNS
-            other, forced = ("pass", 0) if no <= gemm.MX_A_MAX_COLUMNS else ("regs", 1 << 30)
+            no = gemm.gemm_shape(s.layout, a_shape, b_shape).no                  # MX_A_COLUMNS_BY_CARD
+            other, forced = ("pass", 0) if no <= gemm.mx_a_max_columns() else ("regs", 1 << 30)
             fns[f"mxfp8 {other}"] = lambda i, forced=forced: run_mx(i, forced)
     if tree_b:  # the full-GPU contenders again with another tree's kernels ("<name> B"), interleaved
         for k in [str(sms)] + (["mxfp8"] if mxfp8 else []):

@@ -1,12 +1,13 @@
 """Each expert GEMM of the MoE layer alone, ours (kosmos.grouped_matmul) against cuBLAS on the same
 FLOPs (cupy.matmul over all the routed rows as one group), world 1: where the layer's GEMM time goes.
 
-    python3 bench/moe_gemm_parts.py [--models Qwen3-30B-A3B,DeepSeek-V3] [--rows 256,2048]
+    python3 bench/moe_gemm_parts.py [--models Qwen3-30B-A3B,DeepSeek-V3] [--rows 256,2048] [--tree-b HIPSRC]
 
 Shapes are bench/moe.py's one-EP-8-rank shares, every expert given the same rows. Median of 20
 timed calls after 3 of warm-up, contenders interleaved (kosmos.timing). The cuBLAS contender of a
 grouped wgrad writes one expert's dW, ours every expert's: at few rows per expert ours moves E times
-the output bytes for the same FLOPs.
+the output bytes for the same FLOPs. --tree-b HIPSRC: each of ours again with another hipsrc tree's
+kernels, interleaved in the same run ("B/A": B's time over A's).
 """
 from __future__ import annotations
 
@@ -22,11 +23,12 @@ import numpy as np  # noqa: E402
 import moe as bench_moe  # noqa: E402 - bench/moe.py: share()
 from kosmos.dtypes import random_bf16  # noqa: E402
 from kosmos.grouped import grouped_matmul  # noqa: E402
+from kosmos.runtime.source import kernel_tree  # noqa: E402
 from kosmos.timing import time_calls  # noqa: E402
 from one_gpu import one_gpu  # noqa: E402
 
 
-def parts(world, name: str, rows_per: int) -> None:
+def parts(world, name: str, rows_per: int, tree_b: str = "") -> None:
     import cupy
 
     cfg = bench_moe.share(name)
@@ -56,26 +58,35 @@ def parts(world, name: str, rows_per: int) -> None:
     dense = {"fwd1": lambda _: cupy.matmul(xe, w1_0.T), "fwd2": lambda _: cupy.matmul(a, w2_0.T),
              "wgrad2": lambda _: cupy.matmul(dye.T, a), "dgrad2": lambda _: cupy.matmul(dye, w2_0),
              "wgrad1": lambda _: cupy.matmul(dpre.T, xe), "dgrad1": lambda _: cupy.matmul(dpre, w1_0)}
-    t = time_calls(world, {**{k: v[0] for k, v in ours.items()}, **{"cublas " + k: v for k, v in dense.items()}},
-                   3, 20, rounds_per_hold=4)
+    fns = {k: v[0] for k, v in ours.items()}
+    if tree_b:
+        def in_b(f):
+            def run(i):
+                with kernel_tree(tree_b):
+                    f(i)
+            return run
+        fns.update({k + " B": in_b(f) for k, f in list(fns.items())})
+    t = time_calls(world, {**fns, **{"cublas " + k: v for k, v in dense.items()}}, 3, 20, rounds_per_hold=4)
     print(f"{cfg.name} rows/expert {rows_per} (E {e}, H {h}, I {i}, R {r})", flush=True)
     for k, (_, units, d) in ours.items():
         m, c = t[k].median_ms, t["cublas " + d].median_ms
         print(f"  {k:14s} ours {m:8.3f} ms {units * r * h * i / m / 1e9:6.0f} TF/s   cublas {c:8.3f} ms  "
-              f"cublas/ours {c / m:5.2f}", flush=True)
+              f"cublas/ours {c / m:5.2f}" + (f"   B/A {t[k + ' B'].median_ms / m:5.3f}" if tree_b else ""),
+              flush=True)
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--models", default="Qwen3-30B-A3B,DeepSeek-V3")
     ap.add_argument("--rows", default="256,2048", help="rows per expert")
+    ap.add_argument("--tree-b", default="", help="a hipsrc tree whose kernels run beside ours (an A/B)")
     args = ap.parse_args(argv)
     import cupy
 
     with one_gpu("bench/moe_gemm_parts.py") as (world, _commit):
         for name in args.models.split(","):
             for rows_per in (int(v) for v in args.rows.split(",")):
-                parts(world, name, rows_per)
+                parts(world, name, rows_per, args.tree_b)
                 cupy.get_default_memory_pool().free_all_blocks()
     return 0
 

@@ -843,20 +843,43 @@ def contracting_axis(layout: str, operand: int) -> int:
 
 
 MX_A_LAYOUTS = ("TN", "NN")  # A K-major: the layouts whose MXFP8 A the consumers dequantize
-# The register path costs ~15 % of the MMA on every shape (the consumers' conversion: notes/mxfp8.md,
-# sessions 16-17); dequantizing A over HBM first costs its pass, ~350 / No of the GEMM's time on the
-# H200 (3 bytes an element at ~3 TB/s against ~700 TFLOP/s). Measured (session 17): No 1,792 register
-# path 0.86 of bf16, the pass 0.78; No 3,584 0.85 and 0.88: the register path up to this many columns.
-MX_A_MAX_COLUMNS = 2048
+# The register path costs ~10 % of the MMA on every shape (the consumers' conversion: notes/mxfp8.md,
+# sessions 16-17, 26); dequantizing A over HBM first costs its pass, ~1.5 F / (B No) of the GEMM's time
+# (3 bytes an element at B bytes/s against F FLOP/s): the register path pays up to more columns where
+# HBM is slower. Measured crossovers (bench/gemm.py --precision mxfp8 times both paths), output
+# columns: H200 (session 17) No 1,792 register 0.86 of bf16 / pass 0.78, No 3,584 0.85 / 0.88; H100
+# (session 27) the register path ahead up to No 6,656 (+1..+6 %, one shape -1 %), behind from 7,168.
+MX_A_COLUMNS_BY_CARD = {"H100": 6656, "H200": 2048}
+MX_A_COLUMNS_ELSEWHERE = 2048
+MX_A_MAX_COLUMNS: int | None = None  # set: that limit on every card (benches and tests force a path)
+
+
+def mx_a_max_columns(card: str | None = None) -> int:
+    """The widest GEMM (output columns) whose MXFP8 A takes the register path on `card` (a device
+    name; None: the current device's)."""
+    if MX_A_MAX_COLUMNS is not None:
+        return MX_A_MAX_COLUMNS
+    if card is None:
+        import cupy
+
+        card = _device_name(cupy.cuda.Device().id)
+    return next((v for k, v in MX_A_COLUMNS_BY_CARD.items() if k in card), MX_A_COLUMNS_ELSEWHERE)
+
+
+@functools.lru_cache(maxsize=None)
+def _device_name(device_id: int) -> str:  # cudaGetDeviceProperties is slow: once a device
+    from .timing import device_name
+
+    return device_name()
 
 
 def mx_a_path(layout: str, epilogue: str, split_k: int | None, stream_k: bool | None, wgmma: bool,
-              no: int = 0) -> bool:
+              no: int = 0, max_columns: int = MX_A_COLUMNS_ELSEWHERE) -> bool:
     """Whether an MXFP8 A of a GEMM of `no` output columns runs through the mainloop (TileConfig MxA:
     codes in shared memory, dequantized into wgmma's register fragments, no pass over A); else it is
-    dequantized first (cheaper where the GEMM is wide: MX_A_MAX_COLUMNS)."""
+    dequantized first (cheaper where the GEMM is wider than `max_columns`: mx_a_max_columns)."""
     return (wgmma and layout in MX_A_LAYOUTS and epilogue == "store" and split_k in (1, None)
-            and stream_k is not True and no <= MX_A_MAX_COLUMNS)
+            and stream_k is not True and no <= max_columns)
 
 
 def dequantized_operand(t: Any, name: str, layout: str, operand: int, stream: Any = None) -> Any:
@@ -894,7 +917,7 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
 
     ``a`` and ``b`` are bf16, or MXFP8 (kosmos.mx.DeviceMX, blocks along the operand's contracting
     axis; the H200 has no block-scaled MMA: notes/mxfp8.md). An MXFP8 ``a`` of a TN or NN GEMM of at
-    most MX_A_MAX_COLUMNS output columns with the store epilogue on Hopper (mx_a_path; not with
+    most mx_a_max_columns() output columns with the store epilogue on Hopper (mx_a_path; not with
     split-K or stream_k=True) stays MXFP8: the
     consumers dequantize its codes exactly into wgmma's register fragments, and ``b`` (bf16 or MXFP8)
     is rewritten once with its reduction index permuted per 64-slab (kosmos.mx.kperm_operand): the
@@ -914,7 +937,7 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     if isinstance(a, mx.DeviceMX) and layout in MX_A_LAYOUTS:
         b_shape = tuple(b.data.shape if isinstance(b, mx.DeviceMX) else b.shape)
         no = gemm_shape(layout, tuple(a.data.shape), b_shape, epilogue).no
-        if mx_a_path(layout, epilogue, split_k, stream_k, arch_path() == "wgmma", no):
+        if mx_a_path(layout, epilogue, split_k, stream_k, arch_path() == "wgmma", no, mx_a_max_columns()):
             return _matmul_mx_a(a, b, layout, out, out_dtype, sm_cap, tile_n, stream)
     a, b = (dequantized_operand(t, name, layout, i, stream) for i, (t, name) in enumerate(((a, "a"), (b, "b"))))
     a = check_array(a, "a", dtypes=(bf16,), device=dev, stream=stream)

@@ -24,6 +24,7 @@ a MoE layer validates its routing on the device).
 """
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass, field
 from typing import Any
@@ -222,7 +223,8 @@ def get_plan(shape: GroupedShape, out_dtype: np.dtype, sm_cap: int | None = None
     from .runtime.launch import PersistentLaunch, sm_count
 
     dev = cupy.cuda.Device().id
-    key = (shape, np.dtype(out_dtype).str, sm_cap, tile_n, dev, gemm._extra_options)
+    # $KOSMOS_HIPSRC: a plan holds its tree's kernels (runtime.source.kernel_tree: an in-process A/B)
+    key = (shape, np.dtype(out_dtype).str, sm_cap, tile_n, dev, gemm._extra_options, os.environ.get("KOSMOS_HIPSRC"))
     with _plans_lock:
         plan = _plans.get(key)
     if plan is not None:

@@ -133,6 +133,20 @@ KOSMOS_DEVICE float mul_unfused(float a, float b) { return __fmul_rn(a, b); }
 KOSMOS_DEVICE double mul_unfused(double a, double b) { return __dmul_rn(a, b); }
 #endif
 
+// ---- the reciprocal as one special-function op (~1 ulp, no IEEE slow path) ----
+// For the SwiGLU epilogues' sigmoid: __frcp_rn's round-to-nearest costs refinement FMAs, a branch
+// and a slow-path call per element, and the branches cut the epilogue into blocks the compiler
+// cannot interleave. rcp(+inf) = +0, rcp(NaN) = NaN, as the exact one.
+KOSMOS_DEVICE float rcp_approx(float x) {
+#if KOSMOS_AMD
+  return __builtin_amdgcn_rcpf(x);
+#else
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+#endif
+}
+
 // ---- nanosecond clock for bounded waits ----
 KOSMOS_DEVICE u64 now_ns() {
 #if KOSMOS_AMD

@@ -140,7 +140,7 @@ def test_matmul_mx_a_in_the_mainloop(layout, m, n, k, monkeypatch):
     # matmul picks the dequantize-first path for wide GEMMs: the automatic choice first, then the
     # register path forced on every shape
     auto = gemm.matmul(a_mx, b_mx, layout, out=poisoned(out_shape, bfloat16), tile_n=256)
-    if n > gemm.MX_A_MAX_COLUMNS:
+    if n > gemm.mx_a_max_columns():
         np.testing.assert_array_equal(_bits(auto), _bits(gemm.matmul(cupy.asarray(a), cupy.asarray(b), layout,
                                                                       tile_n=256)))
     monkeypatch.setattr(gemm, "MX_A_MAX_COLUMNS", 1 << 30)

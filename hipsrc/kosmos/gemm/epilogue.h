@@ -110,15 +110,17 @@ struct EpiSwiGLU {
   static constexpr bool kHasDone = false;
   static constexpr int kLoadBatch = 0;  // reads no memory
   static constexpr bool kTmaStore = false;
-  // __frcp_rn, not g / x: IEEE division's slow path in every tile's epilogue (measured: the
-  // grouped SwiGLU GEMM 4-8 % slower against cuBLAS, notes/moe.md attempt 17)
-  KOSMOS_DEVICE static float silu(float g) { return g * __frcp_rn(1.0f + __expf(-g)); }
+  // rcp_approx, not g / x (IEEE division's slow path: notes/moe.md attempt 17) nor __frcp_rn (a
+  // branch and a call per element: session 27)
+  KOSMOS_DEVICE static float silu(float g) { return g * rcp_approx(1.0f + __expf(-g)); }
+  // The math runs whether or not the pair is in the output, only the stores are guarded: no branch
+  // between two pairs' math, so the compiler can interleave them (the epilogue is latency-bound).
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float g0, float g1, float u0,
                           float u1) const {
-    if (row >= t.row_end) return;
     const i32 col = t.col0 + lc;  // 256-wide tiles only: gate lc and up lc + 128
-    if (col >= f) return;
-    *reinterpret_cast<u32*>(out + i64(row) * ldo + col) = pack_bf16x2(silu(g0) * u0, silu(g1) * u1);
+    const u32 h = pack_bf16x2(silu(g0) * u0, silu(g1) * u1);
+    if (row >= t.row_end || col >= f) return;
+    *reinterpret_cast<u32*>(out + i64(row) * ldo + col) = h;
     if (pre != nullptr) {
       u16* p = pre + i64(row) * (2 * f) + col;
       *reinterpret_cast<u32*>(p) = pack_bf16x2(g0, g1);
@@ -159,28 +161,28 @@ struct EpiSwiGLUBackward {
     }
     return l;
   }
-  KOSMOS_DEVICE void two(i32 row, i32 col, u32 gs, u32 us, float da0, float da1) const {
-    if (col >= f) return;
+  KOSMOS_DEVICE void two(bool in_rows, i32 row, i32 col, u32 gs, u32 us, float da0, float da1) const {
     const float g[2] = {bf16_to_f32(u16(gs)), bf16_to_f32(u16(gs >> 16))};
     const float u[2] = {bf16_to_f32(u16(us)), bf16_to_f32(u16(us >> 16))};
     const float da[2] = {da0, da1};
     float dg[2], du[2];
     for (int e = 0; e < 2; ++e) {  // silu'(g) = s (1 + g (1 - s)), s = sigmoid(g)
-      // __frcp_rn, not 1 / x: IEEE division's slow-path call puts the accumulators on the stack
-      // (ptxas then serializes the wgmma)
-      const float s = __frcp_rn(1.0f + __expf(-g[e]));
+      // rcp_approx, not 1 / x: IEEE division's slow-path call puts the accumulators on the stack
+      // (ptxas then serializes the wgmma); as EpiSwiGLU, math unguarded, stores guarded
+      const float s = rcp_approx(1.0f + __expf(-g[e]));
       dg[e] = da[e] * u[e] * s * (1.0f + g[e] * (1.0f - s));
       du[e] = da[e] * g[e] * s;
     }
+    if (!in_rows || col >= f) return;
     u16* o = out + i64(row) * ldo + col;
     *reinterpret_cast<u32*>(o) = pack_bf16x2(dg[0], dg[1]);
     *reinterpret_cast<u32*>(o + f) = pack_bf16x2(du[0], du[1]);
   }
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0, float hi1,
                           const Loaded& l) const {
-    if (row >= t.row_end) return;
-    two(row, t.col0 + lc, l.g_lo, l.u_lo, lo0, lo1);
-    two(row, t.col0 + lc + t.half, l.g_hi, l.u_hi, hi0, hi1);
+    const bool in_rows = row < t.row_end;
+    two(in_rows, row, t.col0 + lc, l.g_lo, l.u_lo, lo0, lo1);
+    two(in_rows, row, t.col0 + lc + t.half, l.g_hi, l.u_hi, hi0, hi1);
   }
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
                           float hi1) const {
