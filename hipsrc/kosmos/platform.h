@@ -298,6 +298,15 @@ KOSMOS_DEVICE u64 warp_broadcast(u64 v) {
 #endif
 }
 
+// Lane (this lane ^ m)'s v (a converged warp).
+KOSMOS_DEVICE u32 shfl_xor_u32(u32 v, int m) {
+#if KOSMOS_AMD
+  return __shfl_xor(v, m);
+#else
+  return __shfl_xor_sync(0xffffffffu, v, m);
+#endif
+}
+
 // The sum (max) of v over the warp's lanes, on every lane, the same bits on every run: an xor
 // butterfly (lanes i and i ^ m add the same two values at each step, and fp addition commutes).
 KOSMOS_DEVICE float warp_sum(float v) {

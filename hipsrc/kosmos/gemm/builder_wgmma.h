@@ -126,6 +126,21 @@ KOSMOS_DEVICE void fragment_pairs(const Epi& epi, const TileCoord& tc, i32 row0,
       load_pairs<kN, J, 0, 2 * B>(epi, tc, row0, lc0, l);
       loaded_pairs<kN, J, 0, 2 * B>(epi, tc, row0, lc0, acc, l);
       fragment_pairs<kN, J + B>(epi, tc, row0, lc0, acc);
+    } else if constexpr (Epi::kQuadStores) {  // four blocks of both rows at once, as 16-byte runs
+      static_assert(kHi % 4 == 0, "kQuadStores takes four n8 blocks at a time");
+      float lo[2][8], hi[2][8];
+#pragma unroll
+      for (int i = 0; i < 2; ++i) {
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          lo[i][2 * b] = acc[4 * (J + b) + 2 * i];
+          lo[i][2 * b + 1] = acc[4 * (J + b) + 2 * i + 1];
+          hi[i][2 * b] = acc[4 * (J + b + kHi) + 2 * i];
+          hi[i][2 * b + 1] = acc[4 * (J + b + kHi) + 2 * i + 1];
+        }
+      }
+      epi.quad(tc, row0, lc0 + 8 * J, lc0 / 2, lo, hi);
+      fragment_pairs<kN, J + 4>(epi, tc, row0, lc0, acc);
     } else {
 #pragma unroll
       for (int i = 0; i < 2; ++i) {

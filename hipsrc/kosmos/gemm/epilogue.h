@@ -8,7 +8,10 @@
 // then, once every thread of the tile has stored, one thread calls epi.done(tile) when
 // Epi::kHasDone is true: the tile's single completion point (fused kernels release a flag there).
 // An epilogue that reads memory per pair (kLoadBatch > 0) also offers load(tile, row, lc) -> Loaded
-// and pair(..., const Loaded&), so the Hopper layer can load a batch before computing it.
+// and pair(..., const Loaded&), so the Hopper layer can load a batch before computing it. One with
+// kQuadStores offers quad(tile, row, lc, q, lo[2][8], hi[2][8]): four n8 blocks of rows row and
+// row + 8 at once (the Hopper layer's fragment: lane q of a quad holds columns lc + 8b + {0, 1},
+// lc = 8J + 2q, lo[i][2b + e]), moved through quad_transpose as 16-byte runs.
 // Adding an epilogue (e.g. MXFP8 quantization) = adding a struct with this interface.
 #pragma once
 #include "../platform.h"
@@ -24,6 +27,7 @@ struct EpiStoreBf16 {
   static constexpr int kElemBytes = 2;
   static constexpr bool kHasDone = false;
   static constexpr int kLoadBatch = 0;  // reads no memory
+  static constexpr bool kQuadStores = false;
   static constexpr bool kTmaStore = false;
   static constexpr bool kReduceAdd = false;  // (EpiTma: a plain TMA store)
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
@@ -45,6 +49,7 @@ struct EpiStoreF32 {
   static constexpr int kElemBytes = 4;
   static constexpr bool kHasDone = false;
   static constexpr int kLoadBatch = 0;  // reads no memory
+  static constexpr bool kQuadStores = false;
   static constexpr bool kTmaStore = false;
   static constexpr bool kReduceAdd = false;
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
@@ -99,6 +104,18 @@ typedef EpiTma<EpiAccumulateF32> EpiAccumulateF32Tma;
 KOSMOS_DEVICE EpiStoreBf16Tma with_tma(const EpiStoreBf16& e, const TensorMap* m) { return EpiStoreBf16Tma(e, m); }
 KOSMOS_DEVICE EpiStoreF32Tma with_tma(const EpiStoreF32& e, const TensorMap* m) { return EpiStoreF32Tma(e, m); }
 
+// A 4 x 4 transpose across the lanes of a quad (q = lane % 4): lane q's v[b] becomes lane b's v[q]
+// (before: one bf16 pair of each of four n8 blocks; after: block q's four pairs, its 8 columns in
+// order). Two xor butterflies, four shuffles; the whole warp must take part.
+KOSMOS_DEVICE void quad_transpose(u32 (&v)[4], i32 q) {
+  const bool q1 = (q & 2) != 0, q0 = (q & 1) != 0;
+  u32 r0 = shfl_xor_u32(q1 ? v[0] : v[2], 2), r1 = shfl_xor_u32(q1 ? v[1] : v[3], 2);
+  if (q1) { v[0] = r0; v[1] = r1; } else { v[2] = r0; v[3] = r1; }
+  r0 = shfl_xor_u32(q0 ? v[0] : v[1], 1);
+  r1 = shfl_xor_u32(q0 ? v[2] : v[3], 1);
+  if (q0) { v[0] = r0; v[2] = r1; } else { v[1] = r0; v[3] = r1; }
+}
+
 // SwiGLU: the tile's lower half holds gate columns, its upper half the matching up columns
 // (see b_chunk_col); out[mo, f] = silu(gate) * up in bf16, f output columns per row. With `pre`
 // set, the pre-activations are kept for the backward: pre[row, c] = gate, pre[row, f + c] = up
@@ -109,6 +126,7 @@ struct EpiSwiGLU {
   u16* pre;  // nullptr: not kept
   static constexpr bool kHasDone = false;
   static constexpr int kLoadBatch = 0;  // reads no memory
+  static constexpr bool kQuadStores = true;
   static constexpr bool kTmaStore = false;
   // rcp_approx, not g / x (IEEE division's slow path: notes/moe.md attempt 17) nor __frcp_rn (a
   // branch and a call per element: session 27)
@@ -127,6 +145,38 @@ struct EpiSwiGLU {
       *reinterpret_cast<u32*>(p + f) = pack_bf16x2(u0, u1);
     }
   }
+  // The Hopper layer's four blocks at once (kQuadStores): each lane stores one block's 8 columns of
+  // h (and of gate and up) as 16 bytes, so a quad writes 64 contiguous bytes of the row: whole
+  // sectors and a quarter of the store instructions (u32 stores filled half of each sector a
+  // request; with the kept pre that was most of the epilogue's time: notes/moe.md, session 27).
+  // Needs 16-byte aligned rows (f, ldo multiples of 64: host-checked) and a converged warp.
+  KOSMOS_DEVICE void quad(const TileCoord& t, i32 row0, i32 lc, i32 q, const float (&lo)[2][8],
+                          const float (&hi)[2][8]) const {
+    const i32 col = t.col0 + lc - 2 * q + 8 * q;  // lane q stores the batch's block q
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+      u32 h[4], g[4], u[4];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        h[b] = pack_bf16x2(silu(lo[i][2 * b]) * hi[i][2 * b], silu(lo[i][2 * b + 1]) * hi[i][2 * b + 1]);
+        g[b] = pack_bf16x2(lo[i][2 * b], lo[i][2 * b + 1]);
+        u[b] = pack_bf16x2(hi[i][2 * b], hi[i][2 * b + 1]);
+      }
+      quad_transpose(h, q);
+      if (pre != nullptr) {
+        quad_transpose(g, q);
+        quad_transpose(u, q);
+      }
+      const i32 row = row0 + 8 * i;
+      if (row >= t.row_end || col >= f) continue;
+      *reinterpret_cast<uint4*>(out + i64(row) * ldo + col) = make_uint4(h[0], h[1], h[2], h[3]);
+      if (pre != nullptr) {
+        u16* p = pre + i64(row) * (2 * f) + col;
+        *reinterpret_cast<uint4*>(p) = make_uint4(g[0], g[1], g[2], g[3]);
+        *reinterpret_cast<uint4*>(p + f) = make_uint4(u[0], u[1], u[2], u[3]);
+      }
+    }
+  }
   KOSMOS_DEVICE void done(const TileCoord&) const {}
 };
 
@@ -140,7 +190,8 @@ struct EpiSwiGLUBackward {
   const u16* pre;
   static constexpr bool kHasDone = false;
   static constexpr bool kTmaStore = false;
-  static constexpr int kLoadBatch = 4;  // n8 blocks whose pre the Hopper layer loads together
+  static constexpr int kLoadBatch = 0;    // the Hopper layer takes quad() (its own batched loads)
+  static constexpr bool kQuadStores = true;
   struct Loaded {
     u32 g_lo, u_lo, g_hi, u_hi;  // pre's (g, u) pairs at the pair's lower and upper columns
   };
@@ -161,7 +212,8 @@ struct EpiSwiGLUBackward {
     }
     return l;
   }
-  KOSMOS_DEVICE void two(bool in_rows, i32 row, i32 col, u32 gs, u32 us, float da0, float da1) const {
+  // (d gate, d up) of one bf16 pair of g and u (packed) from dA's two fp32 accumulators, packed.
+  KOSMOS_DEVICE static void grads(u32 gs, u32 us, float da0, float da1, u32& dgs, u32& dus) {
     const float g[2] = {bf16_to_f32(u16(gs)), bf16_to_f32(u16(gs >> 16))};
     const float u[2] = {bf16_to_f32(u16(us)), bf16_to_f32(u16(us >> 16))};
     const float da[2] = {da0, da1};
@@ -173,10 +225,60 @@ struct EpiSwiGLUBackward {
       dg[e] = da[e] * u[e] * s * (1.0f + g[e] * (1.0f - s));
       du[e] = da[e] * g[e] * s;
     }
+    dgs = pack_bf16x2(dg[0], dg[1]);
+    dus = pack_bf16x2(du[0], du[1]);
+  }
+  KOSMOS_DEVICE void two(bool in_rows, i32 row, i32 col, u32 gs, u32 us, float da0, float da1) const {
+    u32 dgs, dus;
+    grads(gs, us, da0, da1, dgs, dus);
     if (!in_rows || col >= f) return;
     u16* o = out + i64(row) * ldo + col;
-    *reinterpret_cast<u32*>(o) = pack_bf16x2(dg[0], dg[1]);
-    *reinterpret_cast<u32*>(o + f) = pack_bf16x2(du[0], du[1]);
+    *reinterpret_cast<u32*>(o) = dgs;
+    *reinterpret_cast<u32*>(o + f) = dus;
+  }
+  // The Hopper layer's four blocks of two rows (kQuadStores; see EpiSwiGLU::quad): every lane loads
+  // its block's 8 columns of g and u in each half and row as 16-byte runs (whole sectors; all eight
+  // loads before any math: one round trip), quad_transpose hands each lane its own pairs, and the
+  // grads go back the same way.
+  KOSMOS_DEVICE void quad(const TileCoord& t, i32 row0, i32 lc, i32 q, const float (&lo)[2][8],
+                          const float (&hi)[2][8]) const {
+    const i32 col = t.col0 + lc - 2 * q + 8 * q;  // lane q moves the batch's block q (+ t.half)
+    uint4 gv[2][2], uv[2][2];  // [row i][half]
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const i32 row = row0 + 8 * i, c = col + h * t.half;
+        gv[i][h] = uv[i][h] = make_uint4(0, 0, 0, 0);
+        if (row < t.row_end && c < f) {
+          const u16* p = pre + i64(row) * (2 * f) + c;
+          gv[i][h] = *reinterpret_cast<const uint4*>(p);
+          uv[i][h] = *reinterpret_cast<const uint4*>(p + f);
+        }
+      }
+    }
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        u32 g[4] = {gv[i][h].x, gv[i][h].y, gv[i][h].z, gv[i][h].w};
+        u32 u[4] = {uv[i][h].x, uv[i][h].y, uv[i][h].z, uv[i][h].w};
+        quad_transpose(g, q);
+        quad_transpose(u, q);
+        u32 dg[4], du[4];
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          grads(g[b], u[b], h ? hi[i][2 * b] : lo[i][2 * b], h ? hi[i][2 * b + 1] : lo[i][2 * b + 1], dg[b], du[b]);
+        }
+        quad_transpose(dg, q);
+        quad_transpose(du, q);
+        const i32 row = row0 + 8 * i, c = col + h * t.half;
+        if (row >= t.row_end || c >= f) continue;
+        u16* o = out + i64(row) * ldo + c;
+        *reinterpret_cast<uint4*>(o) = make_uint4(dg[0], dg[1], dg[2], dg[3]);
+        *reinterpret_cast<uint4*>(o + f) = make_uint4(du[0], du[1], du[2], du[3]);
+      }
+    }
   }
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0, float hi1,
                           const Loaded& l) const {
