@@ -1,6 +1,6 @@
 """Grouped GEMM (kosmos.grouped_matmul) vs a per-expert cupy.matmul loop vs one dense cuBLAS GEMM.
 
-    python3 bench/grouped_gemm.py [--quick] [--iters 20] [--rows 256,512,2048,4096]
+    python3 bench/grouped_gemm.py [--quick] [--iters 20] [--rows 256,512,2048,4096] [--tree-b HIPSRC]
 
 One EP-8 rank's share of each model's experts (local experts E, hidden H, expert width I):
 GEMM1 Y[R, 2I] = X[R, H] W1[e]^T (gate and up, stored) and GEMM2 Y[R, H] = A[R, I] W2[e]^T, at
@@ -11,7 +11,9 @@ interleaved call by call through kosmos.timing (device events behind the stream 
 timed calls after warm-up, the blocker held for rounds short enough for the driver's launch queue,
 median of all of them): ours (one launch, counts read on the device); the loop (one
 cupy.matmul per expert, counts known to the host for free); dense (one cuBLAS GEMM of the same
-total rows and the same FLOPs: the upper bound a grouped GEMM aims at). Writes JSON and a PNG.
+total rows and the same FLOPs: the upper bound a grouped GEMM aims at). --tree-b HIPSRC: ours
+again with another hipsrc tree's kernels, interleaved ("B/A": B's time over ours). Writes JSON and
+a PNG.
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kosmos.dtypes import bf16_to_f32, random_bf16  # noqa: E402
 from kosmos.grouped import get_plan, grouped_matmul, grouped_shape  # noqa: E402
+from kosmos.runtime.source import kernel_tree  # noqa: E402
 from kosmos.timing import device_name, time_calls  # noqa: E402
 from one_gpu import add_timing_args, one_gpu, write_results  # noqa: E402
 
@@ -59,7 +62,7 @@ def routing_counts(experts: int, per_expert: int, kind: str) -> np.ndarray:
     return c.astype(np.int32)
 
 
-def bench_case(world, experts, rows_per, n, k, kind, iters, warmup, seed):
+def bench_case(world, experts, rows_per, n, k, kind, iters, warmup, seed, tree_b=""):
     import cupy
 
     counts = routing_counts(experts, rows_per, kind)
@@ -85,12 +88,17 @@ def bench_case(world, experts, rows_per, n, k, kind, iters, warmup, seed):
     def dense(i):
         cupy.matmul(x, wd.T, out=out_d)
 
+    def ours_b(i):
+        with kernel_tree(tree_b):
+            ours(i)
+
     # The loop queues one launch per expert (cuBLAS may add one): while the blocker holds the stream
     # the driver's launch queue must not fill (it would block the host until the blocker gives up),
     # so the blocker holds at most ~400 launches at a time (time_calls' rounds_per_hold).
     per_round = max(1, min(iters, 400 // (2 * experts + 4)))
     t = {name: (v.median_ms, v.min_ms, v.host_us) for name, v in time_calls(
-        world, {"ours": ours, "loop": loop, "dense": dense}, warmup, iters, rounds_per_hold=per_round).items()}
+        world, {"ours": ours, "loop": loop, "dense": dense, **({"ours B": ours_b} if tree_b else {})}, warmup, iters,
+        rounds_per_hold=per_round).items()}
     # Sanity (not a test): ours against the loop on the same operands.
     o32, r32 = bf16_to_f32(out), bf16_to_f32(out_loop)
     diff = float(cupy.linalg.norm(o32 - r32) / cupy.linalg.norm(r32))
@@ -103,6 +111,8 @@ def bench_case(world, experts, rows_per, n, k, kind, iters, warmup, seed):
         rec[name] = {"ms": ms, "min_ms": lo, "host_us": host_us, "tflops": flops / ms / 1e9}
     rec["vs_dense"] = rec["ours"]["tflops"] / rec["dense"]["tflops"]
     rec["vs_loop"] = rec["ours"]["tflops"] / rec["loop"]["tflops"]
+    if tree_b:
+        rec["b_over_a"] = rec["ours B"]["ms"] / rec["ours"]["ms"]
     del x, w, out, out_loop, wd, out_d, o32, r32
     cupy.get_default_memory_pool().free_all_blocks()
     return rec
@@ -133,6 +143,7 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="rows per expert 256 and 2048 only")
     ap.add_argument("--rows", default="256,512,2048,4096")
     ap.add_argument("--models", default=",".join(MODELS))
+    ap.add_argument("--tree-b", default="", help="a hipsrc tree whose kernels run beside ours (an A/B)")
     ap.add_argument("--sweep", action="store_true",
                     help="instead of the models: E = 8, 32, 128, 256 experts (N 4096, K 2048), every routing")
     add_timing_args(ap)
@@ -151,13 +162,14 @@ def main(argv=None):
             for rows_per in rows_list:
                 for kind in routings:
                     rec = bench_case(world, experts, rows_per, n, k, kind, args.iters, args.warmup,
-                                     seed=len(results) * 3 + 1)
+                                     seed=len(results) * 3 + 1, tree_b=args.tree_b)
                     rec.update(model=model, gemm=gemm_name)
                     results.append(rec)
                     print(f"{model:12s} {gemm_name} E{experts:3d} rows/exp {rows_per:5d} {kind:10s} "
                           f"ours {rec['ours']['tflops']:6.1f}  loop {rec['loop']['tflops']:6.1f}  "
                           f"dense {rec['dense']['tflops']:6.1f} TF/s  vs dense {rec['vs_dense']:.3f}  "
-                          f"vs loop {rec['vs_loop']:.2f}  tile {rec['tile_n']}", flush=True)
+                          f"vs loop {rec['vs_loop']:.2f}  tile {rec['tile_n']}"
+                          + (f"  B/A {rec['b_over_a']:.3f}" if args.tree_b else ""), flush=True)
         stem = write_results(args, "grouped_gemm", commit, results)
         try:
             plot(results, stem.with_suffix(".png"))
