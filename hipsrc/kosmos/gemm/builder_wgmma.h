@@ -94,39 +94,11 @@ KOSMOS_DEVICE void ring_advance(u32& s, u32& ph) {
 // stays rolled once the epilogue's body is large (measured with EpiSwiGLUBackward), and a rolled
 // loop indexes the accumulators dynamically: they go to the stack and ptxas serializes the wgmma.
 // (No generic lambdas here: some NVRTC versions take their call operators for host functions.)
-// An epilogue that reads memory (Epi::kLoadBatch > 0) loads what kLoadBatch blocks' pairs need
-// before it computes any of them: one round trip per batch, not per pair (its stores between two
-// pairs would keep the compiler from hoisting the next pair's loads: the pointers might alias).
-// Pair q of a batch from block J: block J + q / 2, row 8 (q % 2) further.
-template <int kN, int J, int Q, int N, class Epi>
-KOSMOS_DEVICE void load_pairs(const Epi& epi, const TileCoord& tc, i32 row0, i32 lc0, typename Epi::Loaded* l) {
-  if constexpr (Q < N) {
-    l[Q] = epi.load(tc, row0 + 8 * (Q % 2), lc0 + 8 * (J + Q / 2));
-    load_pairs<kN, J, Q + 1, N>(epi, tc, row0, lc0, l);
-  }
-}
-template <int kN, int J, int Q, int N, class Epi>
-KOSMOS_DEVICE void loaded_pairs(const Epi& epi, const TileCoord& tc, i32 row0, i32 lc0, const float* acc,
-                                const typename Epi::Loaded* l) {
-  if constexpr (Q < N) {
-    constexpr int j = J + Q / 2, i = Q % 2, kHi = kN / 16;
-    epi.pair(tc, row0 + 8 * i, lc0 + 8 * j, acc[4 * j + 2 * i], acc[4 * j + 2 * i + 1], acc[4 * (j + kHi) + 2 * i],
-             acc[4 * (j + kHi) + 2 * i + 1], l[Q]);
-    loaded_pairs<kN, J, Q + 1, N>(epi, tc, row0, lc0, acc, l);
-  }
-}
 template <int kN, int J = 0, class Epi>
 KOSMOS_DEVICE void fragment_pairs(const Epi& epi, const TileCoord& tc, i32 row0, i32 lc0, const float* acc) {
   constexpr int kHi = kN / 16;  // n8 blocks from the lower half to the upper one
   if constexpr (J < kHi) {
-    if constexpr (Epi::kLoadBatch > 0) {
-      constexpr int B = Epi::kLoadBatch;
-      static_assert(kHi % B == 0, "kLoadBatch must divide the fragment's n8 blocks");
-      typename Epi::Loaded l[2 * B];
-      load_pairs<kN, J, 0, 2 * B>(epi, tc, row0, lc0, l);
-      loaded_pairs<kN, J, 0, 2 * B>(epi, tc, row0, lc0, acc, l);
-      fragment_pairs<kN, J + B>(epi, tc, row0, lc0, acc);
-    } else if constexpr (Epi::kQuadStores) {  // four blocks of both rows at once, as 16-byte runs
+    if constexpr (Epi::kQuadStores) {  // four blocks of both rows at once, as 16-byte runs
       static_assert(kHi % 4 == 0, "kQuadStores takes four n8 blocks at a time");
       float lo[2][8], hi[2][8];
 #pragma unroll

@@ -7,9 +7,7 @@
 // for each such pair (row: global output row, may be >= tile.row_end in a row tail (not stored); lc: even, 0..BN/2-2; the upper half is tile.half columns further),
 // then, once every thread of the tile has stored, one thread calls epi.done(tile) when
 // Epi::kHasDone is true: the tile's single completion point (fused kernels release a flag there).
-// An epilogue that reads memory per pair (kLoadBatch > 0) also offers load(tile, row, lc) -> Loaded
-// and pair(..., const Loaded&), so the Hopper layer can load a batch before computing it. One with
-// kQuadStores offers quad(tile, row, lc, q, lo[2][8], hi[2][8]): four n8 blocks of rows row and
+// An epilogue with kQuadStores also offers quad(tile, row, lc, q, lo[2][8], hi[2][8]): four n8 blocks of rows row and
 // row + 8 at once (the Hopper layer's fragment: lane q of a quad holds columns lc + 8b + {0, 1},
 // lc = 8J + 2q, lo[i][2b + e]), moved through quad_transpose as 16-byte runs.
 // Adding an epilogue (e.g. MXFP8 quantization) = adding a struct with this interface.
@@ -26,7 +24,6 @@ struct EpiStoreBf16 {
   i32 ldo, mo, no;
   static constexpr int kElemBytes = 2;
   static constexpr bool kHasDone = false;
-  static constexpr int kLoadBatch = 0;  // reads no memory
   static constexpr bool kQuadStores = false;
   static constexpr bool kTmaStore = false;
   static constexpr bool kReduceAdd = false;  // (EpiTma: a plain TMA store)
@@ -48,7 +45,6 @@ struct EpiStoreF32 {
   i32 ldo, mo, no;
   static constexpr int kElemBytes = 4;
   static constexpr bool kHasDone = false;
-  static constexpr int kLoadBatch = 0;  // reads no memory
   static constexpr bool kQuadStores = false;
   static constexpr bool kTmaStore = false;
   static constexpr bool kReduceAdd = false;
@@ -125,7 +121,6 @@ struct EpiSwiGLU {
   i32 ldo, mo, f;
   u16* pre;  // nullptr: not kept
   static constexpr bool kHasDone = false;
-  static constexpr int kLoadBatch = 0;  // reads no memory
   static constexpr bool kQuadStores = true;
   static constexpr bool kTmaStore = false;
   // rcp_approx, not g / x (IEEE division's slow path: notes/moe.md attempt 17) nor __frcp_rn (a
@@ -190,27 +185,9 @@ struct EpiSwiGLUBackward {
   const u16* pre;
   static constexpr bool kHasDone = false;
   static constexpr bool kTmaStore = false;
-  static constexpr int kLoadBatch = 0;    // the Hopper layer takes quad() (its own batched loads)
   static constexpr bool kQuadStores = true;
-  struct Loaded {
-    u32 g_lo, u_lo, g_hi, u_hi;  // pre's (g, u) pairs at the pair's lower and upper columns
-  };
   KOSMOS_DEVICE u32 pre_word(i32 row, i32 col) const {
     return *reinterpret_cast<const u32*>(pre + i64(row) * (2 * f) + col);
-  }
-  KOSMOS_DEVICE Loaded load(const TileCoord& t, i32 row, i32 lc) const {
-    Loaded l{0, 0, 0, 0};
-    if (row >= t.row_end) return l;
-    const i32 lo = t.col0 + lc, hi = lo + t.half;
-    if (lo < f) {
-      l.g_lo = pre_word(row, lo);
-      l.u_lo = pre_word(row, lo + f);
-    }
-    if (hi < f) {
-      l.g_hi = pre_word(row, hi);
-      l.u_hi = pre_word(row, hi + f);
-    }
-    return l;
   }
   // (d gate, d up) of one bf16 pair of g and u (packed) from dA's two fp32 accumulators, packed.
   KOSMOS_DEVICE static void grads(u32 gs, u32 us, float da0, float da1, u32& dgs, u32& dus) {
@@ -280,15 +257,22 @@ struct EpiSwiGLUBackward {
       }
     }
   }
-  KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0, float hi1,
-                          const Loaded& l) const {
-    const bool in_rows = row < t.row_end;
-    two(in_rows, row, t.col0 + lc, l.g_lo, l.u_lo, lo0, lo1);
-    two(in_rows, row, t.col0 + lc + t.half, l.g_hi, l.u_hi, hi0, hi1);
-  }
+  // The other layers' pair at a time.
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
                           float hi1) const {
-    pair(t, row, lc, lo0, lo1, hi0, hi1, load(t, row, lc));
+    const bool in_rows = row < t.row_end;
+    const i32 lo = t.col0 + lc, hi = lo + t.half;
+    u32 g_lo = 0, u_lo = 0, g_hi = 0, u_hi = 0;
+    if (in_rows && lo < f) {
+      g_lo = pre_word(row, lo);
+      u_lo = pre_word(row, lo + f);
+    }
+    if (in_rows && hi < f) {
+      g_hi = pre_word(row, hi);
+      u_hi = pre_word(row, hi + f);
+    }
+    two(in_rows, row, lo, g_lo, u_lo, lo0, lo1);
+    two(in_rows, row, hi, g_hi, u_hi, hi0, hi1);
   }
   KOSMOS_DEVICE void done(const TileCoord&) const {}
 };
