@@ -164,11 +164,11 @@ struct EpiSwiGLU {
       }
       const i32 row = row0 + 8 * i;
       if (row >= t.row_end || col >= f) continue;
-      *reinterpret_cast<uint4*>(out + i64(row) * ldo + col) = make_uint4(h[0], h[1], h[2], h[3]);
+      st16(out + i64(row) * ldo + col, vec16{h[0], h[1], h[2], h[3]});
       if (pre != nullptr) {
         u16* p = pre + i64(row) * (2 * f) + col;
-        *reinterpret_cast<uint4*>(p) = make_uint4(g[0], g[1], g[2], g[3]);
-        *reinterpret_cast<uint4*>(p + f) = make_uint4(u[0], u[1], u[2], u[3]);
+        st16(p, vec16{g[0], g[1], g[2], g[3]});
+        st16(p + f, vec16{u[0], u[1], u[2], u[3]});
       }
     }
   }
@@ -220,17 +220,17 @@ struct EpiSwiGLUBackward {
   KOSMOS_DEVICE void quad(const TileCoord& t, i32 row0, i32 lc, i32 q, const float (&lo)[2][8],
                           const float (&hi)[2][8]) const {
     const i32 col = t.col0 + lc - 2 * q + 8 * q;  // lane q moves the batch's block q (+ t.half)
-    uint4 gv[2][2], uv[2][2];  // [row i][half]
+    vec16 gv[2][2], uv[2][2];  // [row i][half]
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
 #pragma unroll
       for (int h = 0; h < 2; ++h) {
         const i32 row = row0 + 8 * i, c = col + h * t.half;
-        gv[i][h] = uv[i][h] = make_uint4(0, 0, 0, 0);
+        gv[i][h] = uv[i][h] = vec16{0, 0, 0, 0};
         if (row < t.row_end && c < f) {
           const u16* p = pre + i64(row) * (2 * f) + c;
-          gv[i][h] = *reinterpret_cast<const uint4*>(p);
-          uv[i][h] = *reinterpret_cast<const uint4*>(p + f);
+          gv[i][h] = ld16(p);
+          uv[i][h] = ld16(p + f);
         }
       }
     }
@@ -252,8 +252,8 @@ struct EpiSwiGLUBackward {
         const i32 row = row0 + 8 * i, c = col + h * t.half;
         if (row >= t.row_end || c >= f) continue;
         u16* o = out + i64(row) * ldo + c;
-        *reinterpret_cast<uint4*>(o) = make_uint4(dg[0], dg[1], dg[2], dg[3]);
-        *reinterpret_cast<uint4*>(o + f) = make_uint4(du[0], du[1], du[2], du[3]);
+        st16(o, vec16{dg[0], dg[1], dg[2], dg[3]});
+        st16(o + f, vec16{du[0], du[1], du[2], du[3]});
       }
     }
   }
