@@ -1,73 +1,42 @@
-"""SASS of one kernel, compiled here (no GPU) as CuPy compiles it: where its spills sit.
+"""SASS of kernels on this CPU machine, no GPU: NVRTC's PTX -> the local ptxas (CUDA 13.0; the PTX's
+.version line lowered to its 9.0) -> nvdisasm (pip's nvidia-cuda-nvdisasm; it does not read NVRTC
+13.5's own cubins). Prints each kernel's instruction count and commonest opcodes (BRA, CALL, STG,
+SHFL... tell a branchy or u32-at-a-time epilogue: notes/moe.md, session 27); writes the SASS to
+OUT.<kernel> when OUT is given. ptxas's 13.0 code can differ a little from the driver's.
 
-    python3 notes/debug/sass.py hipsrc/moe_fused.hip kosmos_moe_backward_f32 [--arch sm_90a] [--out f.sass]
-
-Prints the kernel's HGMMA regions and the spill stores/loads (STL/LDL) within 150 lines of them
-(a spill in the mainloop costs speed; in the epilogue or side work much less). nvdisasm comes with
-the nvidia-cuda-nvdisasm wheel; CuPy's nvrtc.getCUBIN drops the cubin's last byte, put back here.
+    PYTHONPATH=. python3 notes/debug/sass.py hipsrc/grouped.hip kosmos_grouped_tn_swiglu[,more] [OUT]
 """
-from __future__ import annotations
-
-import argparse
+import collections
 import re
+import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-
-from kosmos.runtime.check import compile_options  # noqa: E402
-
-
-def cubin(path: Path, arch: str) -> bytes:
-    from cupy_backends.cuda.libs import nvrtc
-
-    opts = list(compile_options("cuda", arch)) + ["--device-as-default-execution-space", "-ftz=true"]
-    prog = nvrtc.createProgram(path.read_text(), path.name, [], [])
-    try:
-        nvrtc.compileProgram(prog, opts)
-        return nvrtc.getCUBIN(prog) + b"\0"
-    finally:
-        nvrtc.destroyProgram(prog)
-
-
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("source", type=Path)
-    ap.add_argument("kernel")
-    ap.add_argument("--arch", default="sm_90a")
-    ap.add_argument("--out", type=Path)
-    args = ap.parse_args()
-    import nvidia
-
-    nvdisasm = next(q for p in nvidia.__path__ for q in Path(p).glob("*/bin/nvdisasm"))
-    with tempfile.NamedTemporaryFile(suffix=".cubin") as f:
-        f.write(cubin(args.source, args.arch))
-        f.flush()
-        text = subprocess.run([str(nvdisasm), "-c", f.name], check=True, capture_output=True, text=True).stdout
-    start = text.find(f".text.{args.kernel}:")
-    if start < 0:
-        raise SystemExit(f"{args.kernel} not in {args.source}")
-    end = text.find("//---------------------", start)
-    lines = text[start:end if end > 0 else None].splitlines()
-    if args.out:
-        args.out.write_text("\n".join(lines))
-    hgmma = [i for i, s in enumerate(lines) if "HGMMA" in s]
-    spills = [i for i, s in enumerate(lines) if re.search(r"\b(STL|LDL)\b", s)]
-    regions: list[list[int]] = []
-    for h in hgmma:
-        if regions and h - regions[-1][1] < 300:
-            regions[-1][1] = h
-        else:
-            regions.append([h, h])
-    near = [s for s in spills if any(a - 150 <= s <= b + 150 for a, b in regions)]
-    print(f"{args.kernel} ({args.arch}): {len(lines)} lines, {len(hgmma)} HGMMA in {len(regions)} regions "
-          f"{regions}, {len(spills)} STL/LDL, {len(near)} within 150 lines of an HGMMA region")
-    for s in near:
-        print(f"  {s}: {lines[s].strip()[:110]}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
+import cupy  # noqa
+from cupy_backends.cuda.libs import nvrtc
+from kosmos.runtime.source import compile_options
+path = Path(sys.argv[1]); kerns = sys.argv[2].split(",")
+opts = [o for o in compile_options("cuda", "sm_90a") if not o.startswith("-arch")] + [
+    "-arch=compute_90a", "--device-as-default-execution-space", "-ftz=true"]
+prog = nvrtc.createProgram(path.read_text(), path.name, [], [])
+try:
+    nvrtc.compileProgram(prog, opts)
+except Exception:
+    print(nvrtc.getProgramLog(prog)); raise
+ptx = nvrtc.getPTX(prog).decode().replace(".version 9.5", ".version 9.0", 1)
+Path("/tmp/kosmos_sass.ptx").write_text(ptx)
+r = subprocess.run(["/usr/local/cuda/bin/ptxas", "-arch=sm_90a", "-v", "/tmp/kosmos_sass.ptx", "-o", "/tmp/kosmos_sass.cubin"], capture_output=True, text=True)
+if r.returncode: print(r.stderr); sys.exit(1)
+nvd = shutil.which("nvdisasm") or next(Path(sys.prefix).glob("lib/python3*/site-packages/nvidia/cu13/bin/nvdisasm"))
+out = subprocess.run([nvd, "-c", "/tmp/kosmos_sass.cubin"], capture_output=True, text=True).stdout
+sec = re.split(r"\n\s*\.text\.", out)
+for kern in kerns:
+    body = next(s for s in sec if s.startswith(kern + ":"))
+    if len(sys.argv) > 3: Path(sys.argv[3] + "." + kern).write_text(body)
+    ops = collections.Counter()
+    for line in body.splitlines():
+        m = re.search(r"\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_]+)", line)
+        if m: ops[m.group(2)] += 1
+    frame = re.search(r"Function properties for " + kern + r"\n\s*(.*)\n", r.stderr)  # ptxas -v
+    print(kern, sum(ops.values()), "instr;", frame.group(1).strip() if frame else "", ";",
+          " ".join(f"{k}:{v}" for k, v in ops.most_common(24)))
