@@ -5,7 +5,7 @@ side work. Session 27 found the SwiGLU epilogues' problems this way (notes/moe.m
 
     ncu --clock-control none --profile-from-start off --kernel-name regex:kosmos_grouped \
         --section WarpStateStats --section SourceCounters --section SpeedOfLight -o $OUT/r -f \
-        python3 notes/debug/swiglu_ncu.py
+        python3 notes/debug/parts_ncu.py
     python3 notes/debug/ncu_summary.py $OUT/r.ncu-rep [kernel-name-for-the-SASS-windows [launch-skip]]
 """
 import collections
