@@ -28,7 +28,10 @@ from kosmos.timing import time_calls  # noqa: E402
 from one_gpu import one_gpu  # noqa: E402
 
 
-def parts(world, name: str, rows_per: int, tree_b: str = "") -> None:
+def gemm_parts(name: str, rows_per: int) -> tuple[dict, dict]:
+    """Model `name`'s share at `rows_per` rows per expert: (ours, dense). ours: part name -> (call,
+    FLOPs / (R H I), its cuBLAS contender's name); dense: contender name -> call. Calls take one
+    ignored argument (kosmos.timing's). Also notes/debug/parts_ncu.py's profile target."""
     import cupy
 
     cfg = bench_moe.share(name)
@@ -58,6 +61,14 @@ def parts(world, name: str, rows_per: int, tree_b: str = "") -> None:
     dense = {"fwd1": lambda _: cupy.matmul(xe, w1_0.T), "fwd2": lambda _: cupy.matmul(a, w2_0.T),
              "wgrad2": lambda _: cupy.matmul(dye.T, a), "dgrad2": lambda _: cupy.matmul(dye, w2_0),
              "wgrad1": lambda _: cupy.matmul(dpre.T, xe), "dgrad1": lambda _: cupy.matmul(dpre, w1_0)}
+    return ours, dense
+
+
+def parts(world, name: str, rows_per: int, tree_b: str = "") -> None:
+    cfg = bench_moe.share(name)
+    e, h, i = cfg.experts, cfg.hidden, cfg.intermediate
+    r = e * rows_per
+    ours, dense = gemm_parts(name, rows_per)
     fns = {k: v[0] for k, v in ours.items()}
     if tree_b:
         def in_b(f):
