@@ -7,6 +7,7 @@
 #define __device__
 #define __forceinline__ inline
 #define __global__
+#define __shared__ static  // (compiled, never run here)
 using std::max;
 using std::min;
 inline float __int_as_float(int x) { float f; std::memcpy(&f, &x, 4); return f; }
@@ -14,6 +15,7 @@ inline unsigned __float_as_uint(float x) { unsigned u; std::memcpy(&u, &x, 4); r
 inline float __uint_as_float(unsigned x) { float f; std::memcpy(&f, &x, 4); return f; }
 inline float __fmul_rn(float a, float b) { return a * b; }  // (-std=c++17: GCC contracts nothing)
 inline double __dmul_rn(double a, double b) { return a * b; }
+inline float __expf(float x) { return std::exp(x); }
 inline void __nanosleep(unsigned) {}
 inline void __syncwarp() {}
 inline void __syncthreads() {}  // (compiled, never run here: the harnesses run a CTA's phases in turn)
@@ -24,9 +26,31 @@ inline T atomicAdd(T* p, T v) {  // the harnesses' threads run one after another
   return old;
 }
 template <class T>
+inline T atomicCAS(T* p, T expected, T desired) {  // (compiled, never run here)
+  const T old = *p;
+  if (old == expected) *p = desired;
+  return old;
+}
+template <class T>
 inline T __shfl_sync(unsigned, T v, int) { return v; }
-template <class T>  // (compiled, never run here: no host test reduces over a warp)
-inline T __shfl_xor_sync(unsigned, T v, int) { return v; }
+// A warp whose lanes run as threads in step (tests/host/epilogue_main.cpp) sets this: 4-byte xor
+// shuffles then meet there. Unset (every other harness: one thread), a shuffle returns its own value.
+struct HostLockstep {
+  virtual unsigned xor_shuffle(unsigned v, int mask) = 0;
+};
+inline HostLockstep* host_lockstep = nullptr;
+template <class T>
+inline T __shfl_xor_sync(unsigned, T v, int mask) {
+  if constexpr (sizeof(T) == 4) {
+    if (host_lockstep != nullptr) {
+      unsigned u;
+      std::memcpy(&u, &v, 4);
+      u = host_lockstep->xor_shuffle(u, mask);
+      std::memcpy(&v, &u, 4);
+    }
+  }
+  return v;
+}
 // One thread of one CTA, unless a harness sets them (its loops over threads or CTAs run in turn).
 struct KosmosDim3 {
   unsigned x, y, z;
