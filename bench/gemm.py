@@ -122,7 +122,8 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
             finally:
                 gemm.MX_A_MAX_COLUMNS = chosen
         fns["mxfp8"] = run_mx
-        if s.layout in gemm.MX_A_LAYOUTS and gemm.arch_path() == "wgmma":  # the path matmul did not take, to refit
+        if (s.layout in gemm.MX_A_LAYOUTS and gemm.arch_path() == "wgmma"  # the path matmul did not take, to refit
+                and split_k in (1, None)):  # (split-K: always the pass)
             no = gemm.gemm_shape(s.layout, a_shape, b_shape).no                  # MX_A_COLUMNS_BY_CARD
             other, forced = ("pass", 0) if no <= gemm.mx_a_max_columns() else ("regs", 1 << 30)
             fns[f"mxfp8 {other}"] = lambda i, forced=forced: run_mx(i, forced)

@@ -12,7 +12,8 @@ timed calls after warm-up, the blocker held for rounds short enough for the driv
 median of all of them): ours (one launch, counts read on the device); the loop (one
 cupy.matmul per expert, counts known to the host for free); dense (one cuBLAS GEMM of the same
 total rows and the same FLOPs: the upper bound a grouped GEMM aims at). --tree-b HIPSRC: ours
-again with another hipsrc tree's kernels, interleaved ("B/A": B's time over ours). Writes JSON and
+again with another hipsrc tree's kernels, interleaved ("B/A time": B's time over ours; > 1: ours
+is faster). Writes JSON and
 a PNG.
 """
 from __future__ import annotations
@@ -169,7 +170,7 @@ def main(argv=None):
                           f"ours {rec['ours']['tflops']:6.1f}  loop {rec['loop']['tflops']:6.1f}  "
                           f"dense {rec['dense']['tflops']:6.1f} TF/s  vs dense {rec['vs_dense']:.3f}  "
                           f"vs loop {rec['vs_loop']:.2f}  tile {rec['tile_n']}"
-                          + (f"  B/A {rec['b_over_a']:.3f}" if args.tree_b else ""), flush=True)
+                          + (f"  B/A time {rec['b_over_a']:.3f}" if args.tree_b else ""), flush=True)
         stem = write_results(args, "grouped_gemm", commit, results)
         try:
             plot(results, stem.with_suffix(".png"))

@@ -7,7 +7,7 @@ Shapes are bench/moe.py's one-EP-8-rank shares, every expert given the same rows
 timed calls after 3 of warm-up, contenders interleaved (kosmos.timing). The cuBLAS contender of a
 grouped wgrad writes one expert's dW, ours every expert's: at few rows per expert ours moves E times
 the output bytes for the same FLOPs. --tree-b HIPSRC: each of ours again with another hipsrc tree's
-kernels, interleaved in the same run ("B/A": B's time over A's).
+kernels, interleaved in the same run ("B/A time": B's time over A's; > 1: A is faster).
 """
 from __future__ import annotations
 
@@ -82,7 +82,7 @@ def parts(world, name: str, rows_per: int, tree_b: str = "") -> None:
     for k, (_, units, d) in ours.items():
         m, c = t[k].median_ms, t["cublas " + d].median_ms
         print(f"  {k:14s} ours {m:8.3f} ms {units * r * h * i / m / 1e9:6.0f} TF/s   cublas {c:8.3f} ms  "
-              f"cublas/ours {c / m:5.2f}" + (f"   B/A {t[k + ' B'].median_ms / m:5.3f}" if tree_b else ""),
+              f"cublas/ours {c / m:5.2f}" + (f"   B/A time {t[k + ' B'].median_ms / m:5.3f}" if tree_b else ""),
               flush=True)
 
 

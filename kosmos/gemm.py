@@ -848,8 +848,9 @@ MX_A_LAYOUTS = ("TN", "NN")  # A K-major: the layouts whose MXFP8 A the consumer
 # (3 bytes an element at B bytes/s against F FLOP/s): the register path pays up to more columns where
 # HBM is slower. Measured crossovers (bench/gemm.py --precision mxfp8 times both paths), output
 # columns: H200 (session 17) No 1,792 register 0.86 of bf16 / pass 0.78, No 3,584 0.85 / 0.88; H100
-# (session 27) the register path ahead up to No 6,656 (+1..+6 %, one shape -1 %), behind from 7,168.
-MX_A_COLUMNS_BY_CARD = {"H100": 6656, "H200": 2048}
+# (session 27, two runs) the register path ahead at No 3,584 and 4,096 in both (+1..+6 %, one shape
+# -1 %), a toss-up at 6,656 (the runs disagree), mostly behind from 7,168.
+MX_A_COLUMNS_BY_CARD = {"H100": 4096, "H200": 2048}
 MX_A_COLUMNS_ELSEWHERE = 2048
 MX_A_MAX_COLUMNS: int | None = None  # set: that limit on every card (benches and tests force a path)
 

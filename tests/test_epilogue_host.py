@@ -36,3 +36,4 @@ def test_quad_epilogue_writes_what_the_pairs_write(epilogue_host, case, row_end,
     h_cols = max(0, min(128, f - col0))
     want = row_end * (2 * (h_cols + max(0, min(128, f - col0 - 128))) if which == 2 else h_cols)
     assert int(out[1]) == want
+    assert int(out[2]) == (row_end * 2 * h_cols if which == 1 else 0)  # the kept [gate, up]

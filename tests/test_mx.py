@@ -190,7 +190,7 @@ def test_mx_a_path_is_taken_where_the_mainloop_can():
     assert not gemm.mx_a_path("TN", "store", 1, None, False)        # not Hopper
     assert gemm.mx_a_path("TN", "store", 1, None, True, 2048, 2048)
     assert not gemm.mx_a_path("TN", "store", 1, None, True, 2048 + 64, 2048)  # wide: pass first
-    assert gemm.mx_a_max_columns("NVIDIA H100 80GB HBM3") == 6656           # the measured crossovers
+    assert gemm.mx_a_max_columns("NVIDIA H100 80GB HBM3") == 4096           # the measured crossovers
     assert gemm.mx_a_max_columns("NVIDIA H200") == 2048
     assert gemm.mx_a_max_columns("gfx950") == gemm.MX_A_COLUMNS_ELSEWHERE
     assert gemm.kernel_name("NN", "store", np.float32, 192, mx_a=True) == "kosmos_gemm_nn_mx_f32_n192"

@@ -3,7 +3,8 @@
 // move four n8 blocks at a time (kQuadStores: quad_transpose). Each is run twice over the same
 // accumulators: as is, and with kQuadStores off (PairsOnly: one pair at a time, no shuffle); the
 // two must write the same bytes. stdin: int32 case (0: SwiGLU, 1: SwiGLU keeping pre, 2: SwiGLU
-// backward), row_end, col0, f, then uint32 seed. stdout: "same <bytes>" or the first difference.
+// backward), row_end, col0, f, then uint32 seed. stdout: "same <out elements written> <pre elements
+// written>" or the first difference.
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -118,12 +119,14 @@ int main() {
     }
     written += out_q[i] != 0xFFFF;
   }
+  size_t pre_written = 0;
   for (size_t i = 0; i < pre_q.size(); ++i) {
     if (pre_q[i] != pre_p[i]) {
       printf("pre differs at row %zu col %zu: quad %04x pairs %04x\n", i / (2 * f), i % (2 * f), pre_q[i], pre_p[i]);
       return 1;
     }
+    pre_written += which == 1 && pre_q[i] != 0xFFFF;  // (case 2 reads pre: not counted)
   }
-  printf("same %zu\n", written);
+  printf("same %zu %zu\n", written, pre_written);
   return 0;
 }
