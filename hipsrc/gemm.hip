@@ -3,6 +3,7 @@
 // dynamic shared memory; tiles come from an atomic queue in words[0..1] that the last CTA out resets
 // (QueueClaim, queue_exit): nothing of a launch comes from host-side state, so graphs replay it.
 #include "kosmos/gemm/ready.h"
+#include "kosmos/gemm/splitk.h"
 #include "kosmos/gemm/tile.h"
 
 using namespace kosmos;
@@ -165,24 +166,6 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
   }
 }
 #endif
-
-// Split-K's second step: out = sum of the k_splits fp32 partials ws[split * stride + v], v < n,
-// added in split order (bitwise deterministic), rounded once. n is a multiple of 4 (columns are
-// multiples of 64); stride >= n (each split's partial is padded to whole tile rows).
-template <class Store>
-KOSMOS_DEVICE void splitk_reduce(const float* ws, i64 n, i32 splits, i64 stride, Store store) {
-  for (i64 v = (i64(blockIdx.x) * blockDim.x + threadIdx.x) * 4; v < n; v += i64(gridDim.x) * blockDim.x * 4) {
-    float4 acc = *reinterpret_cast<const float4*>(ws + v);
-    for (i32 s = 1; s < splits; ++s) {
-      const float4 x = *reinterpret_cast<const float4*>(ws + i64(s) * stride + v);
-      acc.x += x.x;
-      acc.y += x.y;
-      acc.z += x.z;
-      acc.w += x.w;
-    }
-    store(v, acc);
-  }
-}
 
 extern "C" __global__ void kosmos_gemm_splitk_reduce_bf16(const float* ws, u16* out, i64 n, i32 splits, i64 stride) {
   splitk_reduce(ws, n, splits, stride, [&](i64 v, const float4& a) {

@@ -15,6 +15,7 @@
 #pragma once
 #include "../grid.h"
 #include "../trace.h"
+#include "../gemm/splitk.h"
 #include "capacity.h"
 #include "experts.h"
 #include "plan.h"
@@ -166,24 +167,14 @@ KOSMOS_DEVICE void route_losses(const RouteParams& r, const u8* scratch) {
 }
 
 // Step 1's second half under split-K (the router GEMM's tiles stored `splits` fp32 partials, rows
-// padded to whole tiles: epi.mo rows apart): the logits are the partials added in split order, as
-// gemm.hip's splitk_reduce adds them for the device path's router GEMM (the same bits). All
-// threads of every CTA, between grid barriers; the first T rows of ld columns.
+// padded to whole tiles: epi.mo rows apart): the logits are the partials added in split order by
+// gemm::splitk_reduce, as the device path's router GEMM adds them (the same bits). All threads of
+// every CTA, between grid barriers; the first T rows of ld columns.
 template <class Epi>
 KOSMOS_DEVICE void sum_router_partials(const Epi& epi, i32 splits, const RouteParams& r) {
-  const float* ws = epi.out;
-  const i64 stride = i64(epi.mo) * epi.ldo, n = i64(r.tokens) * r.ld;  // epi.ldo == r.ld
-  for (i64 v = (i64(blockIdx.x) * blockDim.x + threadIdx.x) * 4; v < n; v += i64(gridDim.x) * blockDim.x * 4) {
-    float4 acc = *reinterpret_cast<const float4*>(ws + v);
-    for (i32 s = 1; s < splits; ++s) {
-      const float4 x = *reinterpret_cast<const float4*>(ws + i64(s) * stride + v);
-      acc.x += x.x;
-      acc.y += x.y;
-      acc.z += x.z;
-      acc.w += x.w;
-    }
-    *reinterpret_cast<float4*>(r.logits + v) = acc;
-  }
+  float* logits = r.logits;  // epi.ldo == r.ld
+  gemm::splitk_reduce(epi.out, i64(r.tokens) * r.ld, splits, i64(epi.mo) * epi.ldo,
+                      [&](i64 v, const float4& a) { *reinterpret_cast<float4*>(logits + v) = a; });
 }
 
 // All threads of every CTA, first thing in the launch (after gemm::builder_init): steps 1-5. The
