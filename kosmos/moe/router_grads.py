@@ -19,8 +19,9 @@ from .config import MoEConfig
 
 _u64, _i64, _i32, _f32 = np.uint64, np.int64, np.int32, np.float32
 ROUTER_GRADS_DTYPE = np.dtype(
-    [("comb", _u64), ("own_y", _u64), ("own_runs", _u64), ("slot", _u64), ("dy", _u64), ("status", _u64), ("d_weights", _u64), ("logits", _u64),
-     ("chosen", _u64), ("start", _u64), ("d_logits", _u64), ("d_logits_f32", _u64),
+    [("comb", _u64), ("own_y", _u64), ("own_runs", _u64), ("slot", _u64), ("dy", _u64), ("status", _u64),
+     ("d_weights", _u64), ("logits", _u64), ("chosen", _u64), ("start", _u64), ("d_logits", _u64),
+     ("d_logits_f32", _u64),
      ("tokens", _i64), ("ld_logits", _i64), ("ld_out", _i64),
      ("hidden", _i32), ("experts", _i32), ("top_k", _i32), ("softmax", _i32), ("normalize", _i32),
      ("scaling", _f32), ("aux_coef", _f32), ("z_coef", _f32), ("e_loc", _i32)],
