@@ -10,14 +10,7 @@
 # backward at 256 rows -1..-3 %, at 2,048 within 1 %.
 #   KOSMOS_COMMIT=<sha>+quad_tails bash notes/debug/s28_a.sh
 source notes/debug/call_env.sh s28_a
-nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
-rm -rf /tmp/tree_main && mkdir -p /tmp/tree_main && cp -r hipsrc /tmp/tree_main/
-git apply notes/patches/quad_tails.patch >> "$LOG" 2>&1 || { echo "patch does not apply" | tee -a "$LOG"; exit 1; }
-KOSMOS_HIPSRC=/tmp/tree_main/hipsrc timeout 200 python3 -m kosmos.runtime.warm --jobs 6 grouped.hip gemm.hip moe_fused.hip moe_backward.hip moe_dispatch.hip moe_combine.hip > "$OUT/warm_b.log" 2>&1 &
-warm_b=$!
-run "warm A" timeout 200 python3 -m kosmos.runtime.warm --jobs 10
-wait $warm_b
-cat "$OUT/warm_b.log" >> "$LOG"
+patch_over_main notes/patches/quad_tails.patch grouped.hip gemm.hip moe_fused.hip moe_backward.hip moe_dispatch.hip moe_combine.hip
 T="-q -p no:cacheprovider --timeout=200 --timeout-method=thread -rfE --color=no"
 run "grouped + MoE tests np1" timeout 170 python3 -m pytest tests/gpu/test_grouped.py tests/gpu/test_moe_layer.py tests/gpu/test_moe_forward.py tests/gpu/test_moe_backward_fused.py $T
 run "grouped A/B" timeout 150 python3 bench/grouped_gemm.py --quick --iters 15 --tree-b /tmp/tree_main/hipsrc --out $RUNS

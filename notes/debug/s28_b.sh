@@ -9,14 +9,7 @@
 # 3.10 -> ~2.95; fused backward -1..-3 %.
 #   KOSMOS_COMMIT=<sha>+epi_prefetch bash notes/debug/s28_b.sh
 source notes/debug/call_env.sh s28_b
-nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
-rm -rf /tmp/tree_main && mkdir -p /tmp/tree_main && cp -r hipsrc /tmp/tree_main/
-git apply notes/patches/epi_prefetch.patch >> "$LOG" 2>&1 || { echo "patch does not apply" | tee -a "$LOG"; exit 1; }
-KOSMOS_HIPSRC=/tmp/tree_main/hipsrc timeout 200 python3 -m kosmos.runtime.warm --jobs 6 grouped.hip moe_fused.hip moe_backward.hip moe_dispatch.hip moe_combine.hip moe_route.hip > "$OUT/warm_b.log" 2>&1 &
-warm_b=$!
-run "warm A" timeout 200 python3 -m kosmos.runtime.warm --jobs 10
-wait $warm_b
-cat "$OUT/warm_b.log" >> "$LOG"
+patch_over_main notes/patches/epi_prefetch.patch grouped.hip moe_fused.hip moe_backward.hip moe_dispatch.hip moe_combine.hip moe_route.hip
 T="-q -p no:cacheprovider --timeout=200 --timeout-method=thread -rfE --color=no"
 run "swiglu bwd tests np1" timeout 120 python3 -m pytest tests/gpu/test_grouped.py tests/gpu/test_gemm.py tests/gpu/test_moe_backward_fused.py -k "swiglu or bitwise or backward" $T
 run "parts A/B" timeout 70 python3 bench/moe_gemm_parts.py --rows 256,2048 --tree-b /tmp/tree_main/hipsrc
