@@ -44,8 +44,8 @@ KOSMOS_DEVICE void grouped_gemm(const TensorMap& tma, const TensorMap& tmb, cons
   KOSMOS_GROUPED_KERNEL_TILE(NAME, LAYOUT, EPI, MAKE_EPI, DefaultTile)
 
 #define KOSMOS_EPI_AS_IS epi
-#define KOSMOS_EPI_TMA EpiStoreBf16Tma(epi, &tmc)
-#define KOSMOS_EPI_TMA32 EpiStoreF32Tma(epi, &tmc)
+#define KOSMOS_EPI_TMA EpiQuad<EpiStoreBf16Tma>(EpiStoreBf16Tma(epi, &tmc))
+#define KOSMOS_EPI_TMA32 EpiQuad<EpiStoreF32Tma>(EpiStoreF32Tma(epi, &tmc))
 
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_tn_bf16, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_tn_swiglu, LAYOUT_TN, EpiSwiGLU, KOSMOS_EPI_AS_IS)

@@ -30,9 +30,12 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
                        const KOSMOS_GRID_CONSTANT DispatchParams d, const KOSMOS_GRID_CONSTANT CombineParams c,
                        i32 movers, i32 crew, i32 rows_cap, u64* words, u64* rows_done) {
   const CallScope dispatch_call(d.calls, 0), combine_call(c.calls, 1);
+  // GEMM2's and dgrad1's tiles that end inside an expert's rows store from registers: as 16-byte runs
+  // (EpiQuad; the other epilogues' register paths cost spills that way)
   forward_experts<DefaultTile, KOSMOS_MOE_PUSH_UNROLL>(ExpertGemm{&tmar, &tmbr, &pr}, EpiStoreF32Tma(epir, &tmcr), route,
                                                        ExpertGemm{&tma1, &tmb1, &p1}, epi1, ExpertGemm{&tma2, &tmb2, &p2},
-                                                       EpiStoreBf16Tma(epi2, &tmc2), ExpertGemm{&tmas1, &tmbs1, &ps1}, epis1,
+                                                       EpiQuad<EpiStoreBf16Tma>(EpiStoreBf16Tma(epi2, &tmc2)),
+                                                       ExpertGemm{&tmas1, &tmbs1, &ps1}, epis1,
                                                        ExpertGemm{&tmas2, &tmbs2, &ps2}, EpiStoreF32Tma(epis2, &tmcs2), d, c,
                                                        movers, crew, rows_cap, words, rows_done);
 }
@@ -58,8 +61,9 @@ extern "C" __global__ void __launch_bounds__(kThreads, 1)
     const CallScope dispatch_call(d.calls, 0), combine_call(c.calls, 1);                                          \
     backward_experts<DefaultTile, KOSMOS_MOE_PUSH_UNROLL>(                                                         \
         ExpertGemm{&tma_a, &tmb_a, &pa}, epi_a, ExpertGemm{&tma_b, &tmb_b, &pb}, with_tma(epi_b, &tmc_b),         \
-        ExpertGemm{&tma_c, &tmb_c, &pc}, EpiStoreBf16Tma(epi_c, &tmc_c), ExpertGemm{&tma_d, &tmb_d, &pd},         \
-        with_tma(epi_d, &tmc_d), *shared, *router, d, c, movers, crew, rows_cap, words, rows_done);              \
+        ExpertGemm{&tma_c, &tmb_c, &pc}, EpiQuad<EpiStoreBf16Tma>(EpiStoreBf16Tma(epi_c, &tmc_c)),                \
+        ExpertGemm{&tma_d, &tmb_d, &pd}, with_tma(epi_d, &tmc_d), *shared, *router, d, c, movers, crew, rows_cap,  \
+        words, rows_done);                                                                                        \
   }
 KOSMOS_MOE_BACKWARD_KERNEL(kosmos_moe_backward_f32, EpiStoreF32)
 KOSMOS_MOE_BACKWARD_KERNEL(kosmos_moe_backward_bf16, EpiStoreBf16)

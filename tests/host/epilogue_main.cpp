@@ -3,8 +3,9 @@
 // move four n8 blocks at a time (kQuadStores: quad_transpose). Each is run twice over the same
 // accumulators: as is, and with kQuadStores off (PairsOnly: one pair at a time, no shuffle); the
 // two must write the same bytes. stdin: int32 case (0: SwiGLU, 1: SwiGLU keeping pre, 2: SwiGLU
-// backward), row_end, col0, f, then uint32 seed. stdout: "same <out elements written> <pre elements
-// written>" or the first difference.
+// backward, 3: bf16 store, 4: fp32 store, both through EpiQuad), row_end, col0, f (the output's
+// columns), then uint32 seed. stdout: "same <out elements written> <pre elements written>" or the
+// first difference.
 #include <condition_variable>
 #include <cstdint>
 #include <cstdio>
@@ -105,6 +106,25 @@ int main() {
     const EpiSwiGLUBackward p{out_p.data(), 2 * f, rows, f, pre_p.data()};
     run_warp(q, t, seed, true);
     run_warp(PairsOnly<EpiSwiGLUBackward>(p), t, seed, false);
+  } else if (which == 3) {  // a plain bf16 store: the tile's 256 columns from col0
+    const EpiStoreBf16 q{out_q.data(), f, rows, f}, p{out_p.data(), f, rows, f};
+    run_warp(EpiQuad<EpiStoreBf16>(q), t, seed, true);
+    run_warp(p, t, seed, false);
+  } else if (which == 4) {  // fp32, compared as bit patterns in pairs of u16
+    std::vector<float> fq(rows * f, -1.0f), fp(rows * f, -1.0f);
+    const EpiStoreF32 q{fq.data(), f, rows, f}, p{fp.data(), f, rows, f};
+    run_warp(EpiQuad<EpiStoreF32>(q), t, seed, true);
+    run_warp(p, t, seed, false);
+    size_t written = 0;
+    for (size_t i = 0; i < fq.size(); ++i) {
+      if (std::memcmp(&fq[i], &fp[i], 4) != 0) {
+        printf("out differs at row %zu col %zu: quad %g pairs %g\n", i / f, i % f, fq[i], fp[i]);
+        return 1;
+      }
+      written += fq[i] != -1.0f;
+    }
+    printf("same %zu 0\n", written);
+    return 0;
   } else {
     const EpiSwiGLU q{out_q.data(), f, rows, f, which == 1 ? pre_q.data() : nullptr};
     const EpiSwiGLU p{out_p.data(), f, rows, f, which == 1 ? pre_p.data() : nullptr};

@@ -511,7 +511,11 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
       if (Epi::kHasDone && tid == 0) bulk_wait_all();
       }
     }
-    if (!stored) {
+    bool from_registers = !stored;
+    // a quad epilogue shuffles: a vote tells the compiler every lane takes the same side (else it
+    // guards each shuffle against divergence; the vote itself costs the others registers)
+    if constexpr (Epi::kQuadStores) from_registers = __all_sync(0xffffffffu, from_registers);
+    if (from_registers) {
       // Epilogue from registers (also every tile whose rows end inside the output).
       fragment_pairs<kN>(epi, tc, tc.row0 + cw * 64 + warp * 16 + lane / 4, 2 * (lane % 4), acc);
     }

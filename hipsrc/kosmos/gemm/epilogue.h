@@ -18,13 +18,37 @@
 namespace kosmos {
 namespace gemm {
 
+// A 4 x 4 transpose across the lanes of a quad (q = lane % 4): lane q's v[b] becomes lane b's v[q]
+// (before: one bf16 pair of each of four n8 blocks; after: block q's four pairs, its 8 columns in
+// order). Two xor butterflies, four shuffles; the whole warp must take part.
+KOSMOS_DEVICE void quad_transpose(u32 (&v)[4], i32 q) {
+  const bool q1 = (q & 2) != 0, q0 = (q & 1) != 0;
+  u32 r0 = shfl_xor_u32(q1 ? v[0] : v[2], 2), r1 = shfl_xor_u32(q1 ? v[1] : v[3], 2);
+  if (q1) { v[0] = r0; v[1] = r1; } else { v[2] = r0; v[3] = r1; }
+  r0 = shfl_xor_u32(q0 ? v[0] : v[1], 1);
+  r1 = shfl_xor_u32(q0 ? v[2] : v[3], 1);
+  if (q0) { v[0] = r0; v[2] = r1; } else { v[1] = r0; v[3] = r1; }
+}
+
+// One lane's run of a row after quad_transpose: 8 bf16 (4 words) or 8 fp32 (8 words) at `p`, as
+// 16-byte stores. Whole runs only: every output's columns and row stride are multiples of 64 and
+// its base 16-byte aligned (checked on the host: gemm_shape, MoEConfig, check_array), so a run
+// starting inside the row ends inside it.
+template <int W>
+KOSMOS_DEVICE void store_run(void* p, const u32 (&v)[W]) {
+#pragma unroll
+  for (int k = 0; k < W / 4; ++k) {
+    st16(reinterpret_cast<u8*>(p) + 16 * k, vec16{v[4 * k], v[4 * k + 1], v[4 * k + 2], v[4 * k + 3]});
+  }
+}
+
 // out[mo, no] bf16, row stride ldo elements.
 struct EpiStoreBf16 {
   u16* out;
   i32 ldo, mo, no;
   static constexpr int kElemBytes = 2;
   static constexpr bool kHasDone = false;
-  static constexpr bool kQuadStores = false;
+  static constexpr bool kQuadStores = false;  // quad() below: EpiQuad turns it on
   static constexpr bool kTmaStore = false;
   static constexpr bool kReduceAdd = false;  // (EpiTma: a plain TMA store)
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
@@ -34,6 +58,27 @@ struct EpiStoreBf16 {
     u16* p = out + i64(row) * ldo + col;
     if (col < no) *reinterpret_cast<u32*>(p) = pack_bf16x2(lo0, lo1);
     if (col + t.half < no) *reinterpret_cast<u32*>(p + t.half) = pack_bf16x2(hi0, hi1);
+  }
+  // The Hopper layer's register path (tiles whose rows end inside the output: with routed counts
+  // every group's last row tile) four blocks at once, as EpiSwiGLU::quad: 16-byte runs. Only
+  // where EpiQuad asks for it: in the TP and MXFP8 kernels its registers cost spills (session 27).
+  KOSMOS_DEVICE void quad(const TileCoord& t, i32 row0, i32 lc, i32 q, const float (&lo)[2][8],
+                          const float (&hi)[2][8]) const {
+    const i32 col = t.col0 + lc - 2 * q + 8 * q;  // lane q stores the batch's block q (+ t.half)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        u32 v[4];
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          v[b] = h ? pack_bf16x2(hi[i][2 * b], hi[i][2 * b + 1]) : pack_bf16x2(lo[i][2 * b], lo[i][2 * b + 1]);
+        }
+        quad_transpose(v, q);
+        const i32 row = row0 + 8 * i, c = col + h * t.half;
+        if (row < t.row_end && c < no) store_run(out + i64(row) * ldo + c, v);
+      }
+    }
   }
   KOSMOS_DEVICE void done(const TileCoord&) const {}
 };
@@ -45,7 +90,7 @@ struct EpiStoreF32 {
   i32 ldo, mo, no;
   static constexpr int kElemBytes = 4;
   static constexpr bool kHasDone = false;
-  static constexpr bool kQuadStores = false;
+  static constexpr bool kQuadStores = false;  // quad() below: EpiQuad turns it on
   static constexpr bool kTmaStore = false;
   static constexpr bool kReduceAdd = false;
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
@@ -56,6 +101,29 @@ struct EpiStoreF32 {
     if (col < no) { p[0] = lo0; p[1] = lo1; }
     if (col + t.half < no) { p[t.half] = hi0; p[t.half + 1] = hi1; }
   }
+  // As EpiStoreBf16::quad, a block's 8 floats a lane (two 16-byte runs): the even and the odd
+  // columns are transposed as two words.
+  KOSMOS_DEVICE void quad(const TileCoord& t, i32 row0, i32 lc, i32 q, const float (&lo)[2][8],
+                          const float (&hi)[2][8]) const {
+    const i32 col = t.col0 + lc - 2 * q + 8 * q;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        u32 ev[4], od[4];
+#pragma unroll
+        for (int b = 0; b < 4; ++b) {
+          ev[b] = __float_as_uint(h ? hi[i][2 * b] : lo[i][2 * b]);
+          od[b] = __float_as_uint(h ? hi[i][2 * b + 1] : lo[i][2 * b + 1]);
+        }
+        quad_transpose(ev, q);
+        quad_transpose(od, q);
+        const u32 v[8] = {ev[0], od[0], ev[1], od[1], ev[2], od[2], ev[3], od[3]};
+        const i32 row = row0 + 8 * i, c = col + h * t.half;
+        if (row < t.row_end && c < no) store_run(out + (i64(t.split) * mo + row) * ldo + c, v);
+      }
+    }
+  }
   KOSMOS_DEVICE void done(const TileCoord&) const {}
 };
 
@@ -65,6 +133,7 @@ struct EpiStoreF32 {
 // Hopper (EpiTma) the TMA unit adds the staged tile in L2 (cp.reduce.async.bulk .add), no load.
 struct EpiAccumulateF32 : EpiStoreF32 {
   static constexpr bool kReduceAdd = true;
+  static constexpr bool kQuadStores = false;  // never through EpiStoreF32::quad, which stores
   KOSMOS_DEVICE explicit EpiAccumulateF32(const EpiStoreF32& e) : EpiStoreF32(e) {}
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
                           float hi1) const {
@@ -96,21 +165,18 @@ typedef EpiTma<EpiStoreF32> EpiStoreF32Tma;
 
 typedef EpiTma<EpiAccumulateF32> EpiAccumulateF32Tma;
 
+// A store epilogue whose register path (the Hopper layer's) moves 16-byte runs (Store::quad):
+// for the grouped kernels, where every group's last row tile takes that path.
+template <class Store>
+struct EpiQuad : Store {
+  static_assert(!Store::kReduceAdd, "Store::quad stores: an adding epilogue (EpiAccumulateF32) must keep pair()");
+  static constexpr bool kQuadStores = true;
+  KOSMOS_DEVICE explicit EpiQuad(const Store& e) : Store(e) {}
+};
+
 // A store epilogue with its TMA map (the same store through TMA on the Hopper layer).
 KOSMOS_DEVICE EpiStoreBf16Tma with_tma(const EpiStoreBf16& e, const TensorMap* m) { return EpiStoreBf16Tma(e, m); }
 KOSMOS_DEVICE EpiStoreF32Tma with_tma(const EpiStoreF32& e, const TensorMap* m) { return EpiStoreF32Tma(e, m); }
-
-// A 4 x 4 transpose across the lanes of a quad (q = lane % 4): lane q's v[b] becomes lane b's v[q]
-// (before: one bf16 pair of each of four n8 blocks; after: block q's four pairs, its 8 columns in
-// order). Two xor butterflies, four shuffles; the whole warp must take part.
-KOSMOS_DEVICE void quad_transpose(u32 (&v)[4], i32 q) {
-  const bool q1 = (q & 2) != 0, q0 = (q & 1) != 0;
-  u32 r0 = shfl_xor_u32(q1 ? v[0] : v[2], 2), r1 = shfl_xor_u32(q1 ? v[1] : v[3], 2);
-  if (q1) { v[0] = r0; v[1] = r1; } else { v[2] = r0; v[3] = r1; }
-  r0 = shfl_xor_u32(q0 ? v[0] : v[1], 1);
-  r1 = shfl_xor_u32(q0 ? v[2] : v[3], 1);
-  if (q0) { v[0] = r0; v[2] = r1; } else { v[1] = r0; v[3] = r1; }
-}
 
 // SwiGLU: the tile's lower half holds gate columns, its upper half the matching up columns
 // (see b_chunk_col); out[mo, f] = silu(gate) * up in bf16, f output columns per row. With `pre`
