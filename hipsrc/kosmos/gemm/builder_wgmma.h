@@ -335,7 +335,7 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
   constexpr bool AK = LayoutTraits<L>::kAKMajor;
   constexpr bool BK = LayoutTraits<L>::kBKMajor;
   u8* base = stage_base(smem_raw);
-  u8* epi_smem = base + kRingBytes;  // kEpiBytes: 16 KB per consumer warpgroup
+  u8* epi_smem = base + Cfg::kEpiOffset;  // Cfg::kEpiSlots 8 KB slots per consumer warpgroup
   PipelineState* ps = pipeline_of(smem_raw);
   u64* full = ps->full;
   u64* empty = ps->empty;
@@ -463,24 +463,26 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
       if (!Sched::kMaskedRows || !tc.masked) {
         stored = true;
       // Through shared memory, in subtiles of 64 rows x 128 bytes per warpgroup (64 bf16 or 32
-      // fp32 columns) and two 8 KB slots: subtile q is written into slot q%2 while the TMA store
-      // of subtile q-1 still reads the other slot. The slots hold the TMA's 128-byte swizzle
-      // (16-byte chunk ^= row % 8), which also keeps the fragment's 8-row stores free of bank
-      // conflicts.
+      // fp32 columns) and Cfg::kEpiSlots 8 KB slots: with two, subtile q is written into slot q%2
+      // while the TMA store of subtile q-1 still reads the other slot; with one (the 192-wide
+      // tile's 5th stage took the other), after it has read it. The slots hold the TMA's 128-byte
+      // swizzle (16-byte chunk ^= row % 8), which also keeps the fragment's 8-row stores free of
+      // bank conflicts.
       constexpr int kEB = Epi::kTmaElemBytes;
       constexpr int kBoxCols = 128 / kEB, kN8 = kBoxCols / 8;  // columns and n8 blocks per subtile
-      u8* ebuf = epi_smem + cw * (kEpiBytes / 2);
+      constexpr int kSlots = Cfg::kEpiSlots;
+      u8* ebuf = epi_smem + cw * kSlots * kBoxBytes;
       const int r0 = warp * 16 + lane / 4;
       const i32 map_row = epi.tma_row(tc) + cw * 64;
 #pragma unroll
       for (int q = 0; q < kN / kBoxCols; ++q) {
-        u8* slot_q = ebuf + (q % 2) * kBoxBytes;
-        // the store that last used this slot has read it: the one before the newest, except at a
-        // tile's first subtile after an odd count of them (bf16 192 columns: 3), whose last store
-        // used slot 0 too (it matters where two epilogues meet with no mainloop between: an
-        // empty group's zero tile)
+        u8* slot_q = ebuf + (q % kSlots) * kBoxBytes;
+        // the store that last used this slot has read it: the one before the newest, except with
+        // one slot and at a tile's first subtile after an odd count of them (bf16 192 columns: 3),
+        // whose last store used slot 0 too (it matters where two epilogues meet with no mainloop
+        // between: an empty group's zero tile)
         if (tid == 0) {
-          if (q == 0 && (kN / kBoxCols) % 2 == 1) bulk_wait_read_all();
+          if (kSlots == 1 || (q == 0 && (kN / kBoxCols) % 2 == 1)) bulk_wait_read_all();
           else bulk_wait_read_but_one();
         }
         (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));

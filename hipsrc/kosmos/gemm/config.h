@@ -47,7 +47,11 @@ static_assert(kSmemBytesPortable >= (kTileM + kTileN) * (kTileK + 8) * 2 + 128, 
 // BN = 256 (the constants above: one consumer warpgroup per 64-row half) is the default and the
 // only one of the portable layers and of SwiGLU; BN = 192 and 128 (Hopper) give 4/3 and 2 times the
 // tiles, for grids of few tiles (small M, narrow N) where whole waves matter more than per-tile
-// efficiency (192: 4 stages of 40 KB in the 192 KB ring).
+// efficiency.
+// The stages and the TMA-store epilogue's staging share kRingBytes + kEpiBytes: as many stages as
+// leave one 8 KB staging slot per consumer warpgroup (at most kMaxStages), then two slots where they
+// fit, else one. So 256: 4 stages of 48 KB, 2 slots; 192: 5 of 40 KB, 1 slot; 128: 6 of 32 KB, 2
+// slots. (A 4th stage is worth 5-12 % at small M: notes/moe.md, session 28.)
 // MxA (Hopper): A is MXFP8, K-major (E4M3 codes, Problem::a_scales one E8M0 scale per 32 of a row):
 // a stage holds A's 128 x 64 codes (8 KB, unswizzled 64-byte rows) and the consumers dequantize
 // them into wgmma's register fragments (builder_wgmma.h consume_mx_slab). B is bf16 as always, its
@@ -65,9 +69,12 @@ struct TileConfig {
   static constexpr int kStageBytesA = MxA ? kStageBytesAMx : kosmos::gemm::kStageBytesA;
   static constexpr int kStageBytesB = kBoxesB * kBoxBytes;
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
-  static constexpr int kStages = kRingBytes / kStageBytes < kMaxStages ? kRingBytes / kStageBytes : kMaxStages;
+  static constexpr int kStagesFit = (kRingBytes + kEpiBytes - 2 * kBoxBytes) / kStageBytes;
+  static constexpr int kStages = kStagesFit < kMaxStages ? kStagesFit : kMaxStages;
+  static constexpr int kEpiOffset = kStages * kStageBytes;  // the staging, after the stages
+  static constexpr int kEpiSlots = kEpiOffset + 4 * kBoxBytes <= kRingBytes + kEpiBytes ? 2 : 1;  // per warpgroup
   static constexpr int kAcc = BN / 2;  // fp32 accumulators per consumer thread (m64 x BN per warpgroup)
-  static_assert(kStages * kStageBytes <= kRingBytes, "the stages must fit the plan");
+  static_assert(kEpiOffset + 2 * kEpiSlots * kBoxBytes <= kRingBytes + kEpiBytes, "the stages must fit the plan");
 };
 typedef TileConfig<kTileN> DefaultTile;
 typedef TileConfig<192> MidTile;     // Hopper only
