@@ -75,6 +75,23 @@ def check_timeable(world: World, allow_oversubscribed: bool = False) -> None:
         )
 
 
+# What one hold may queue behind the blocker, in launch-queue entries (kernel launches and event
+# records). The driver's queue holds ~1,000 on an H100: bench/gemm.py's ten mxfp8 contenders (~3.5
+# entries a call: two events, one to three launches) fit at 250 calls a hold and overflowed at 300
+# (the host then blocks on a launch the held stream never takes, until the blocker gives up).
+QUEUED_ENTRIES_PER_HOLD = 400
+
+
+def rounds_per_hold_for(contenders: int, iters: int, rounds_per_hold: int | None = None,
+                        entries_per_call: int = 3) -> int:
+    """Rounds of every contender one hold queues: `rounds_per_hold` when given, else as many as keep
+    QUEUED_ENTRIES_PER_HOLD entries (`entries_per_call` each: two events and a launch by default); at
+    least 1, at most iters."""
+    if rounds_per_hold is None:
+        rounds_per_hold = QUEUED_ENTRIES_PER_HOLD // max(1, contenders * entries_per_call)
+    return max(1, min(rounds_per_hold, iters))
+
+
 def time_call(world: World, fn: Callable[[int], Any], warmup: int = 5, iters: int = 30) -> Timing:
     """Time fn(i) (i = iteration, for rotating inputs) on the current stream; collective."""
     return time_calls(world, {"fn": fn}, warmup, iters)["fn"]
@@ -85,9 +102,10 @@ def time_calls(world: World, fns: dict[str, Callable[[int], Any]], warmup: int =
     """Time several contenders, interleaved call by call so that clock and thermal drift over
     the run falls on all of them alike; collective. No fn may synchronize the stream: the timed
     calls are queued behind the stream blocker, released once all are issued. rounds_per_hold:
-    release (and wait) after this many rounds of every contender and hold again (default: all at
-    once); for contenders of many launches each, whose queued rounds would overflow the device's
-    launch queue (the host then blocks on a launch that the held stream never takes).
+    release (and wait) after this many rounds of every contender and hold again, so the queued
+    rounds never overflow the device's launch queue (the host would then block on a launch that
+    the held stream never takes). Default: rounds_per_hold_for's, for calls of one launch each;
+    contenders of many launches pass a smaller one.
     hold=False: no blocker, for contenders that synchronize (a baseline whose counts go through the
     host): the events then also time the host's gaps inside each call, as its user would see them."""
     import cupy
@@ -101,7 +119,7 @@ def time_calls(world: World, fns: dict[str, Callable[[int], Any]], warmup: int =
         _blocker = StreamBlocker(world=world)
     events = {name: [(cupy.cuda.Event(), cupy.cuda.Event()) for _ in range(iters)] for name in fns}
     host_s = dict.fromkeys(fns, 0.0)
-    per_hold = iters if rounds_per_hold is None else max(1, min(rounds_per_hold, iters))
+    per_hold = rounds_per_hold_for(len(fns), iters, rounds_per_hold)
     for first in range(0, iters, per_hold):
         world.barrier()
         if hold:
