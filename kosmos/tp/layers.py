@@ -37,6 +37,17 @@ def _shard(total: int, world: World, what: str) -> int:
     return total // world.size
 
 
+def _weight_shard(world: World, shape: tuple[int, int], in_features: int, weight: Any, seed: int) -> Any:
+    """This rank's weight shard: `weight` checked to be `shape`, or (None) random bf16 of that shape,
+    scale in_features^-1/2, seeded by seed and the rank."""
+    if weight is None:
+        weight = random_bf16(shape, seed * 1000 + world.rank, in_features ** -0.5)
+    weight = as_cupy(weight, "weight")
+    if tuple(weight.shape) != shape:
+        raise ValueError(f"weight shard must be {shape}, got {tuple(weight.shape)}")
+    return weight
+
+
 class _Linear:
     """Inputs, gradients and weights may be any GPU array (CuPy, CAI or DLPack); results are CuPy arrays.
     The layer keeps a plan per op and token count; close() (collective) frees them."""
@@ -82,11 +93,7 @@ class ColumnParallelLinear(_Linear):
     def __init__(self, world: World, in_features: int, out_features: int, weight: Any = None, seed: int = 0,
                  precision: str = "bf16", **op_options: Any):
         n_local = _shard(out_features, world, "out_features")
-        if weight is None:
-            weight = random_bf16((n_local, in_features), seed * 1000 + world.rank, in_features ** -0.5)
-        weight = as_cupy(weight, "weight")
-        if tuple(weight.shape) != (n_local, in_features):
-            raise ValueError(f"weight shard must be ({n_local}, {in_features}), got {tuple(weight.shape)}")
+        weight = _weight_shard(world, (n_local, in_features), in_features, weight, seed)
         super().__init__(world, weight, precision, **op_options)
         self.in_features, self.out_features, self.n_local = in_features, out_features, n_local
 
@@ -128,11 +135,7 @@ class RowParallelLinear(_Linear):
     def __init__(self, world: World, in_features: int, out_features: int, weight: Any = None, seed: int = 0,
                  precision: str = "bf16", **op_options: Any):
         k_local = _shard(in_features, world, "in_features")
-        if weight is None:
-            weight = random_bf16((out_features, k_local), seed * 1000 + world.rank, in_features ** -0.5)
-        weight = as_cupy(weight, "weight")
-        if tuple(weight.shape) != (out_features, k_local):
-            raise ValueError(f"weight shard must be ({out_features}, {k_local}), got {tuple(weight.shape)}")
+        weight = _weight_shard(world, (out_features, k_local), in_features, weight, seed)
         super().__init__(world, weight, precision, **op_options)
         self.in_features, self.out_features, self.k_local = in_features, out_features, k_local
 
