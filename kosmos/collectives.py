@@ -51,6 +51,22 @@ class _CollectivePlan(SymmetricPlan):
         w = self.world
         return (self.heap.peer_bases, np.int32(w.rank), np.int32(w.size))
 
+    def _staged_call(self, x: Any, out: Any, in_shape: tuple[int, ...], part_bytes: int, stream: Any) -> Any:
+        """All-gather's and reduce-scatter's call: x checked as in_shape, out as out_shape, then one
+        launch through the staging buffer (part_bytes: the bytes each rank owns), or the identity alone."""
+        x = self._check(x, "x", in_shape, self.dtype, stream)
+        out = self._output(out, self.out_shape, self.dtype, stream)
+        refuse_overlap("out", out, x=x)
+        if self.world.size == 1:
+            return self._alone(x, out, stream)
+        epoch, ctx = self._next_call(stream)
+        self._launch(
+            self._common_args() + (epoch, np.uint64(self.flags.offset), np.uint64(self.staging.offset), x, out,
+                                   np.uint64(part_bytes), np.uint64(self.item_bytes), ctx),
+            stream=stream,
+        )
+        return out
+
 
 class AllGather(_CollectivePlan):
     """out[p*m:(p+1)*m] = shard of rank p, for shards of shape `shard_shape` on every rank."""
@@ -78,18 +94,7 @@ class AllGather(_CollectivePlan):
 
     @uses_stream
     def __call__(self, x: Any, out: Any = None, stream: Any = None) -> Any:
-        x = self._check(x, "x", self.shard_shape, self.dtype, stream)
-        out = self._output(out, self.out_shape, self.dtype, stream)
-        refuse_overlap("out", out, x=x)
-        if self.world.size == 1:
-            return self._alone(x, out, stream)
-        epoch, ctx = self._next_call(stream)
-        self._launch(
-            self._common_args() + (epoch, np.uint64(self.flags.offset), np.uint64(self.staging.offset), x, out,
-                                   np.uint64(self.shard_bytes), np.uint64(self.item_bytes), ctx),
-            stream=stream,
-        )
-        return out
+        return self._staged_call(x, out, self.shard_shape, self.shard_bytes, stream)
 
 
 class ReduceScatter(_CollectivePlan):
@@ -132,18 +137,7 @@ class ReduceScatter(_CollectivePlan):
 
     @uses_stream
     def __call__(self, x: Any, out: Any = None, stream: Any = None) -> Any:
-        x = self._check(x, "x", self.shape, self.dtype, stream)
-        out = self._output(out, self.out_shape, self.dtype, stream)
-        refuse_overlap("out", out, x=x)
-        if self.world.size == 1:
-            return self._alone(x, out, stream)
-        epoch, ctx = self._next_call(stream)
-        self._launch(
-            self._common_args() + (epoch, np.uint64(self.flags.offset), np.uint64(self.staging.offset), x, out,
-                                   np.uint64(self.chunk_bytes), np.uint64(self.item_bytes), ctx),
-            stream=stream,
-        )
-        return out
+        return self._staged_call(x, out, self.shape, self.chunk_bytes, stream)
 
 
 def all_to_all_layout(counts: np.ndarray, rank: int) -> tuple[np.ndarray, int]:
