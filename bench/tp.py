@@ -4,6 +4,7 @@
     mpirun -np 8 python3 bench/tp.py                                          # the real thing
     mpirun -np 8 python3 bench/tp.py --ablate                                 # role policies, queue orders
     mpirun -np 8 python3 bench/tp.py --precision mxfp8                        # MXFP8 operands
+    python3 bench/tp.py --quick --tree-b /tmp/tree_main/hipsrc                # A/B of a kernel change
 
 Shapes: kosmos/configs/llama3_shapes.yaml (the paper's Tables C.3-C.12, M tokens in total, TP 8
 widths); each rank holds M / world tokens. Per shape and kernel: the fused op (one launch), the
@@ -36,6 +37,7 @@ from kosmos import World, gemm, mx  # noqa: E402
 from kosmos.collectives import AllGather, ReduceScatter  # noqa: E402
 from kosmos.dtypes import bfloat16, random_bf16  # noqa: E402
 from kosmos.reference import NcclBaseline  # noqa: E402
+from kosmos.runtime.source import kernel_tree  # noqa: E402
 from kosmos.timing import check_timeable, device_name, git_commit, time_calls  # noqa: E402
 from kosmos.tp.ops import (AllGatherMatmul, AllGatherMatmulNNNT, BulkAllGatherMatmul,  # noqa: E402
                            BulkReduceScatterMatmul, MatmulReduceScatter)
@@ -245,6 +247,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--allow-oversubscribed", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--precision", default="bf16", choices=("bf16", "mxfp8"))
+    ap.add_argument("--tree-b", default="", help="a hipsrc tree: the shipped fused op again, built with that "
+                    "tree's kernels ('fused B'), interleaved (an A/B of a kernel change; 'B/A' = its time over fused's)")
     args = ap.parse_args(argv)
     import cupy
 
@@ -268,22 +272,37 @@ def main(argv: list[str] | None = None) -> int:
                                              for sw in (MX_ABLATIONS if args.precision == "mxfp8" else ABLATIONS)[s.kernel]]
                                             if args.ablate else [])
             for label, sw in variants:
-                case = (MxCase if args.precision == "mxfp8" else Case)(world, s.kernel, m, n, k, nccl, sw)
+                case_cls = MxCase if args.precision == "mxfp8" else Case
+                case = case_cls(world, s.kernel, m, n, k, nccl, sw)
                 contenders = {"fused": case.fused}
+                case_b = None
                 if label == "shipped":
                     contenders.update(unfused=case.unfused, gemm=case.gemm, **({"base": case.base} if nccl else {}))
+                    if args.tree_b:  # built and called with tree B's kernels (its plans load them when built)
+                        with kernel_tree(args.tree_b):
+                            case_b = case_cls(world, s.kernel, m, n, k, nccl, sw)
+
+                        def fused_b(i, case_b=case_b):
+                            with kernel_tree(args.tree_b):
+                                case_b.fused(i)
+                        contenders["fused B"] = fused_b
                 t = time_calls(world, contenders, args.warmup, args.iters)
                 row = {"kernel": s.kernel, "shape": s.name, "m": m, "n": n, "k": k, "variant": label,
                        "precision": args.precision, "link_bytes_per_rank": case.link_bytes, "crew": case.op.describe(), **{f"{a}_ms": b.median_ms for a, b in t.items()},
                        **{f"{a}_host_us": b.host_us for a, b in t.items()}}
                 rows.append(row)
+                if case_b is not None:
+                    row["b_over_a"] = t["fused B"].median_ms / t["fused"].median_ms
                 say(f"{s.kernel:11s} {s.name:16s} {label:22s} " + "  ".join(f"{a} {b.median_ms:8.3f}" for a, b in t.items())
-                    + "  host us " + "/".join(f"{b.host_us:.0f}" for b in t.values()), flush=True)
+                    + "  host us " + "/".join(f"{b.host_us:.0f}" for b in t.values())
+                    + (f"  B/A {row['b_over_a']:.3f}" if case_b is not None else ""), flush=True)
                 case.close()
-                del case
+                if case_b is not None:
+                    case_b.close()
+                del case, case_b
                 cupy.get_default_memory_pool().free_all_blocks()
         result = {"gpu": device_name(), "world_size": P, "oversubscribed": world.oversubscribed,
-                  "precision": args.precision,
+                  "precision": args.precision, "tree_b": args.tree_b or None,
                   "commit": git_commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}
         if world.rank == 0 and rows:
             args.out.mkdir(parents=True, exist_ok=True)
