@@ -10,6 +10,7 @@ CTA owning blocks of 192 rows (a 192-wide tile's weight rows), 16 loads of 16 B 
   lock128     a block's rows 128 B at a time (slab s of every row, s = 0..31), every CTA at the same s
   lock256     the same 256 B at a time (the TMA maps' L2 promotion: a 128-byte miss fetches 256 B)
   rot256      lock256 with each CTA starting at its own slab ((7 * cta) % 16)
+  lock512     lock256 with 512 B pieces (what a 128-deep stage, or two slabs issued together, reads)
 Median of 20 launches each (events), interleaved; GB/s = bytes read / time. Plain loads, not TMA:
 a model of the access order, not of the GEMM.
 
@@ -25,7 +26,7 @@ extern "C" __global__ void __launch_bounds__(384) read_pattern(const uint4* __re
                                                                int mode, unsigned int* sink) {
   const int row_vecs = 256;                  // 4 KB rows
   const int block_rows = 192;
-  const int piece = mode == 1 ? 8 : 16;      // vectors of a row read at once (128 B or 256 B)
+  const int piece = mode == 1 ? 8 : mode == 4 ? 32 : 16;  // vectors of a row read at once (128, 256, 512 B)
   const int pieces = row_vecs / piece;
   const int chunks = block_rows * piece;     // vectors of one piece of every row of the block
   uint4 acc = make_uint4(0, 0, 0, 0);
@@ -42,7 +43,7 @@ extern "C" __global__ void __launch_bounds__(384) read_pattern(const uint4* __re
       continue;
     }
     const int rot = mode == 3 ? (7 * int(blockIdx.x)) % pieces : 0;
-    // 16 loads a thread: lock128 takes 4 pieces (4 x 1,536 chunks / 384), lock256 2 (2 x 3,072 / 384)
+    // 16 loads a thread: lock128 takes 4 pieces (4 x 1,536 chunks / 384), lock256 2, lock512 1
     const int per = 16 * 384 / chunks;
     for (int p0 = 0; p0 < pieces; p0 += per) {
       uint4 x[16];
@@ -61,7 +62,7 @@ extern "C" __global__ void __launch_bounds__(384) read_pattern(const uint4* __re
 }
 """
 
-MODES = ("stream", "lock128", "lock256", "rot256")
+MODES = ("stream", "lock128", "lock256", "rot256", "lock512")
 
 
 def main() -> None:
