@@ -8,8 +8,10 @@
 # 3. notes/patches/producer_regs.patch: setmaxnreg producer 40 -> 56, consumers 232 -> 224, the
 #    MoE side pushes 8 vectors a lane in flight instead of 4. Predicted (H100): Qwen3-30B 2,048
 #    forward 0.715 -> ~0.67 ms and backward -3..-6 % (the side pushes pace GEMM1 / phase A there);
-#    DeepSeek-V3 within +-1 %; TP fused at world 1 and the plain/grouped GEMMs within +-1 % (the
-#    consumers' 8 fewer registers: no spill by ptxas in gemm/grouped).
+#    DeepSeek-V3 forward within +-1 % (GEMM1 outlasts its pushes), backward -0..-6 % (its 0.94 GB
+#    of dY pushes at ~0.4 TB/s overlap phase A: 4.6 ms traced against dgrad2's 3.1 alone); TP fused
+#    at world 1 and the plain/grouped GEMMs within +-1 % (the consumers' 8 fewer registers: no
+#    spill by ptxas in gemm/grouped).
 #   KOSMOS_COMMIT=<sha>+producer_regs bash notes/debug/s29_a.sh
 source notes/debug/call_env.sh s29_a
 T="-q -p no:cacheprovider --timeout=150 --timeout-method=thread -rfE --color=no"
