@@ -49,9 +49,12 @@ static_assert(kSmemBytesPortable >= (kTileM + kTileN) * (kTileK + 8) * 2 + 128, 
 // tiles, for grids of few tiles (small M, narrow N) where whole waves matter more than per-tile
 // efficiency.
 // The stages and the TMA-store epilogue's staging share kRingBytes + kEpiBytes: as many stages as
-// leave one 8 KB staging slot per consumer warpgroup (at most kMaxStages), then two slots where they
-// fit, else one. So 256: 4 stages of 48 KB, 2 slots; 192: 5 of 40 KB, 1 slot; 128: 6 of 32 KB, 2
-// slots. (A 4th stage is worth 5-12 % at small M: notes/moe.md, session 28.)
+// leave one 8 KB staging slot per consumer warpgroup (two for MXFP8 A; at most kMaxStages), then
+// two slots where they fit, else one; the staging at the region's end. So bf16 256: 4 stages of
+// 48 KB, 2 slots; 192: 5 of 40 KB, 1 slot; 128: 6 of 32 KB, 2 slots; MXFP8 A: 4, 6, 6 stages, 2
+// slots. Measured (H100, notes/gemm.md session 28): the 192-wide tile's 5th stage +3-10 % (a 4th
+// is worth 5-12 % at small M); the MXFP8-A 256 tile's 5th with one slot was 1-4 % slower on the
+// register-path shapes, hence its two.
 // MxA (Hopper): A is MXFP8, K-major (E4M3 codes, Problem::a_scales one E8M0 scale per 32 of a row):
 // a stage holds A's 128 x 64 codes (8 KB, unswizzled 64-byte rows) and the consumers dequantize
 // them into wgmma's register fragments (builder_wgmma.h consume_mx_slab). B is bf16 as always, its
@@ -69,12 +72,13 @@ struct TileConfig {
   static constexpr int kStageBytesA = MxA ? kStageBytesAMx : kosmos::gemm::kStageBytesA;
   static constexpr int kStageBytesB = kBoxesB * kBoxBytes;
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
-  static constexpr int kStagesFit = (kRingBytes + kEpiBytes - 2 * kBoxBytes) / kStageBytes;
+  static constexpr int kPlanBytes = kRingBytes + kEpiBytes;
+  static constexpr int kStagesFit = (kPlanBytes - 2 * (MxA ? 2 : 1) * kBoxBytes) / kStageBytes;
   static constexpr int kStages = kStagesFit < kMaxStages ? kStagesFit : kMaxStages;
-  static constexpr int kEpiOffset = kStages * kStageBytes;  // the staging, after the stages
-  static constexpr int kEpiSlots = kEpiOffset + 4 * kBoxBytes <= kRingBytes + kEpiBytes ? 2 : 1;  // per warpgroup
+  static constexpr int kEpiSlots = kStages * kStageBytes + 4 * kBoxBytes <= kPlanBytes ? 2 : 1;  // per warpgroup
+  static constexpr int kEpiOffset = kPlanBytes - 2 * kEpiSlots * kBoxBytes;  // the staging
   static constexpr int kAcc = BN / 2;  // fp32 accumulators per consumer thread (m64 x BN per warpgroup)
-  static_assert(kEpiOffset + 2 * kEpiSlots * kBoxBytes <= kRingBytes + kEpiBytes, "the stages must fit the plan");
+  static_assert(kStages * kStageBytes <= kEpiOffset && kEpiOffset % 1024 == 0, "the stages must fit the plan");
 };
 typedef TileConfig<kTileN> DefaultTile;
 typedef TileConfig<192> MidTile;     // Hopper only
