@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Session 29's first device call (<= 9 min), three things on one warm machine:
+# Session 29's first device call (<= 7 min), three things on one warm machine (s29_c.sh, right after
+# it on the same machine, runs the rest of producer_regs' A/B):
 # 1. main's refactor not yet run on a GPU (kosmos/collectives.py _staged_call, session 28) through
 #    tests/gpu/test_collectives.py at np 1 and 2 (oversubscribed: correctness only).
 # 2. notes/debug/hbm_pattern.py: what HBM gives the small-M grouped GEMMs' weight-read order
@@ -22,9 +23,8 @@ run "collectives np2" timeout 90 $MPIRUN -np 2 python3 -m mpi4py -m pytest tests
 run "patch tests np1" timeout 200 python3 -m pytest tests/gpu/test_moe_forward.py tests/gpu/test_moe_backward_fused.py tests/gpu/test_moe_layer.py tests/gpu/test_tp.py tests/gpu/test_grouped.py $T
 B="--models Qwen3-30B-A3B,DeepSeek-V3 --rows 256,2048 --iters 10 --warmup 3 --out $RUNS --tag s29a --tree-b /tmp/tree_main/hipsrc"
 run "moe fwd A/B" timeout 100 python3 bench/moe.py $B
+cp "$RUNS"/*.json "$OUT"/ 2>/dev/null
 run "moe bwd A/B" timeout 100 python3 bench/moe.py --backward $B
-run "grouped A/B" timeout 120 python3 bench/grouped_gemm.py --quick --iters 15 --tree-b /tmp/tree_main/hipsrc --out $RUNS
-run "tp A/B" timeout 200 python3 bench/tp.py --quick --iters 12 --tree-b /tmp/tree_main/hipsrc --out $RUNS
 cp "$RUNS"/*.json "$OUT"/ 2>/dev/null
 grep -E "^=====|compiled|^(FAILED|ERROR) |passed|failed|B/A|rows/exp|fused|Error|patch|GB/s|MiB" "$LOG" | cut -c1-200 | tail -90
 printf '%s\n' "${summary[@]}"
