@@ -16,7 +16,7 @@
 #   KOSMOS_COMMIT=<sha>+producer_regs bash notes/debug/s29_a.sh
 source notes/debug/call_env.sh s29_a
 T="-q -p no:cacheprovider --timeout=150 --timeout-method=thread -rfE --color=no"
-patch_over_main notes/patches/producer_regs.patch gemm.hip grouped.hip tp.hip moe_fused.hip moe_dispatch.hip moe_combine.hip collectives.hip timing.hip mx.hip
+patch_over_main notes/patches/producer_regs.patch grouped.hip tp.hip moe_fused.hip moe_backward.hip moe_dispatch.hip moe_combine.hip moe_route.hip
 run "hbm pattern" timeout 60 python3 notes/debug/hbm_pattern.py
 run "collectives np1" timeout 90 python3 -m pytest tests/gpu/test_collectives.py $T
 run "collectives np2" timeout 90 $MPIRUN -np 2 python3 -m mpi4py -m pytest tests/gpu/test_collectives.py $T
