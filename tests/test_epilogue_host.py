@@ -25,7 +25,7 @@ def epilogue_host(tmp_path_factory):
 
 
 @pytest.mark.parametrize("case", CASES)
-@pytest.mark.parametrize("row_end, col0, f", [(16, 0, 256), (13, 128, 192), (9, 0, 128), (1, 128, 512)])
+@pytest.mark.parametrize("row_end, col0, f", [(16, 0, 256), (13, 128, 192), (9, 0, 128), (1, 128, 512), (13, 0, 320)])
 def test_quad_epilogue_writes_what_the_pairs_write(epilogue_host, case, row_end, col0, f):
     which = CASES[case]
     got = subprocess.run([str(epilogue_host)], input=struct.pack("<4iI", which, row_end, col0, f, 1 + row_end + f),
