@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Session 29's first device call (<= 7 min), three things on one warm machine (s29_c.sh, right after
 # it on the same machine, runs the rest of producer_regs' A/B):
-# 1. main's refactor not yet run on a GPU (kosmos/collectives.py _staged_call, session 28) through
-#    tests/gpu/test_collectives.py at np 1 and 2 (oversubscribed: correctness only).
+# 1. what main has that no GPU ran yet: kosmos/collectives.py _staged_call (tests/gpu/
+#    test_collectives.py at np 1 and 2, oversubscribed: correctness only) and config.h's final form
+#    (34e1487: the bf16 192 tile's staging 8 KB higher than the tested one; test_gemm / test_mx /
+#    test_grouped below, with the patch applied: it leaves the tile layouts alone).
 # 2. notes/debug/hbm_pattern.py: what HBM gives the small-M grouped GEMMs' weight-read order
 #    (every CTA at the same 128 B of its rows) against a plain stream and a per-CTA rotated order.
 #    If rot256 >> lock256, a per-tile rotation of the K loop is worth building (notes/next.md).
@@ -20,7 +22,7 @@ patch_over_main notes/patches/producer_regs.patch grouped.hip tp.hip moe_fused.h
 run "hbm pattern" timeout 60 python3 notes/debug/hbm_pattern.py
 run "collectives np1" timeout 90 python3 -m pytest tests/gpu/test_collectives.py $T
 run "collectives np2" timeout 90 $MPIRUN -np 2 python3 -m mpi4py -m pytest tests/gpu/test_collectives.py $T
-run "patch tests np1" timeout 200 python3 -m pytest tests/gpu/test_moe_forward.py tests/gpu/test_moe_backward_fused.py tests/gpu/test_moe_layer.py tests/gpu/test_tp.py tests/gpu/test_grouped.py $T
+run "patch tests np1" timeout 240 python3 -m pytest tests/gpu/test_moe_forward.py tests/gpu/test_moe_backward_fused.py tests/gpu/test_moe_layer.py tests/gpu/test_tp.py tests/gpu/test_grouped.py tests/gpu/test_gemm.py tests/gpu/test_mx.py $T
 B="--models Qwen3-30B-A3B,DeepSeek-V3 --rows 256,2048 --iters 10 --warmup 3 --out $RUNS --tag s29a --tree-b /tmp/tree_main/hipsrc"
 run "moe fwd A/B" timeout 100 python3 bench/moe.py $B
 cp "$RUNS"/*.json "$OUT"/ 2>/dev/null
