@@ -222,12 +222,16 @@ REDUCE_BYTES_PER_S = 3.0e12
 MIN_SLABS_PER_SPLIT = 32
 
 
+def leaves_empty_k_range(split_k: int, k_slabs: int) -> bool:
+    """Whether cutting k_slabs into split_k ranges of ceil(k_slabs / split_k) leaves the last empty."""
+    return (split_k - 1) * -(-k_slabs // split_k) >= k_slabs
+
+
 def check_split_k(split_k: int, k_slabs: int) -> int:
     """Validate an explicit split-K factor: every K-range gets at least one 64-deep slab."""
     if not isinstance(split_k, (int, np.integer)) or split_k < 1:
         raise ValueError(f"split_k must be a positive integer or None (automatic), got {split_k!r}")
-    per = -(-k_slabs // split_k)
-    if (split_k - 1) * per >= k_slabs:
+    if leaves_empty_k_range(split_k, k_slabs):
         raise ValueError(f"split_k = {split_k} leaves empty K-ranges: the reduction has only {k_slabs} slabs of 64")
     return int(split_k)
 

@@ -238,12 +238,14 @@ def router_splits(tokens: int, columns: int, hidden: int) -> int:
     The fused forward's router (hipsrc/kosmos/moe/router.h) and the device path's
     (gemm.matmul(split_k=...)) take the same factor, and both sum the fp32 partials in split order:
     the same bits."""
+    from ..gemm import leaves_empty_k_range
+
     if tokens <= 0:
         return 1
     tiles = -(-tokens // 128) * -(-columns // 256)
     slabs = -(-hidden // 64)
     s = max(1, min(ROUTER_SPLIT_UNITS // tiles, slabs // ROUTER_MIN_SLABS, ROUTER_MAX_SPLITS))
-    while s > 1 and (s - 1) * -(-slabs // s) >= slabs:  # no empty K-range (gemm.check_split_k)
+    while s > 1 and leaves_empty_k_range(s, slabs):  # gemm.check_split_k's rule
         s -= 1
     return s
 
