@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from kosmos.dtypes import bf16_to_f32, random_bf16  # noqa: E402
 from kosmos.grouped import get_plan, grouped_matmul, grouped_shape  # noqa: E402
 from kosmos.runtime.source import kernel_tree  # noqa: E402
-from kosmos.timing import device_name, time_calls  # noqa: E402
+from kosmos.timing import device_name, rounds_per_hold_for, time_calls  # noqa: E402
 from one_gpu import add_timing_args, one_gpu, write_results  # noqa: E402
 
 # name: (local experts at EP 8, hidden, expert intermediate width)
@@ -93,10 +93,9 @@ def bench_case(world, experts, rows_per, n, k, kind, iters, warmup, seed, tree_b
         with kernel_tree(tree_b):
             ours(i)
 
-    # The loop queues one launch per expert (cuBLAS may add one): while the blocker holds the stream
-    # the driver's launch queue must not fill (it would block the host until the blocker gives up),
-    # so the blocker holds at most ~400 launches at a time (time_calls' rounds_per_hold).
-    per_round = max(1, min(iters, 400 // (2 * experts + 4)))
+    # The loop queues one launch per expert (cuBLAS may add one): a round of the contenders queues
+    # ~2 E + 4 launches, so a hold takes as many rounds as kosmos.timing's queue budget allows.
+    per_round = rounds_per_hold_for(1, iters, entries_per_call=2 * experts + 4)
     t = {name: (v.median_ms, v.min_ms, v.host_us) for name, v in time_calls(
         world, {"ours": ours, "loop": loop, "dense": dense, **({"ours B": ours_b} if tree_b else {})}, warmup, iters,
         rounds_per_hold=per_round).items()}
