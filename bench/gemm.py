@@ -33,7 +33,7 @@ import cupy  # noqa: E402
 
 from kosmos import World, gemm  # noqa: E402
 from kosmos.dtypes import bf16_to_f32, bfloat16, random_bf16  # noqa: E402
-from kosmos.runtime.source import kernel_tree  # noqa: E402
+from kosmos.runtime.source import in_kernel_tree  # noqa: E402
 from kosmos.timing import check_timeable, device_name, git_commit, time_calls  # noqa: E402
 
 L2_BYTES = 60 * 2**20
@@ -129,10 +129,7 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
             fns[f"mxfp8 {other}"] = lambda i, forced=forced: run_mx(i, forced)
     if tree_b:  # the full-GPU contenders again with another tree's kernels ("<name> B"), interleaved
         for k in [str(sms)] + (["mxfp8"] if mxfp8 else []):
-            def run_b(i, f=fns[k]):
-                with kernel_tree(tree_b):
-                    f(i)
-            fns[f"{k} B"] = run_b
+            fns[f"{k} B"] = in_kernel_tree(tree_b, fns[k])
     t = time_calls(world, fns, warmup, reps)
     rec["cublas"] = {"ms": t["cublas"].median_ms, "min_ms": t["cublas"].min_ms,
                      "tflops": flop / t["cublas"].median_ms / 1e9}

@@ -29,7 +29,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from kosmos.dtypes import bf16_to_f32, random_bf16  # noqa: E402
 from kosmos.grouped import get_plan, grouped_matmul, grouped_shape  # noqa: E402
-from kosmos.runtime.source import kernel_tree  # noqa: E402
+from kosmos.runtime.source import in_kernel_tree  # noqa: E402
 from kosmos.timing import device_name, rounds_per_hold_for, time_calls  # noqa: E402
 from one_gpu import add_timing_args, one_gpu, write_results  # noqa: E402
 
@@ -89,16 +89,12 @@ def bench_case(world, experts, rows_per, n, k, kind, iters, warmup, seed, tree_b
     def dense(i):
         cupy.matmul(x, wd.T, out=out_d)
 
-    def ours_b(i):
-        with kernel_tree(tree_b):
-            ours(i)
-
     # The loop queues one launch per expert (cuBLAS may add one): a round of the contenders queues
     # ~2 E + 4 launches, so a hold takes as many rounds as kosmos.timing's queue budget allows.
     per_round = rounds_per_hold_for(1, iters, entries_per_call=2 * experts + 4)
-    t = {name: (v.median_ms, v.min_ms, v.host_us) for name, v in time_calls(
-        world, {"ours": ours, "loop": loop, "dense": dense, **({"ours B": ours_b} if tree_b else {})}, warmup, iters,
-        rounds_per_hold=per_round).items()}
+    fns = {"ours": ours, "loop": loop, "dense": dense, **({"ours B": in_kernel_tree(tree_b, ours)} if tree_b else {})}
+    t = {name: (v.median_ms, v.min_ms, v.host_us)
+         for name, v in time_calls(world, fns, warmup, iters, rounds_per_hold=per_round).items()}
     # Sanity (not a test): ours against the loop on the same operands.
     o32, r32 = bf16_to_f32(out), bf16_to_f32(out_loop)
     diff = float(cupy.linalg.norm(o32 - r32) / cupy.linalg.norm(r32))

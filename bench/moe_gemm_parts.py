@@ -23,7 +23,7 @@ import numpy as np  # noqa: E402
 import moe as bench_moe  # noqa: E402 - bench/moe.py: share()
 from kosmos.dtypes import random_bf16  # noqa: E402
 from kosmos.grouped import grouped_matmul  # noqa: E402
-from kosmos.runtime.source import kernel_tree  # noqa: E402
+from kosmos.runtime.source import in_kernel_tree  # noqa: E402
 from kosmos.timing import time_calls  # noqa: E402
 from one_gpu import one_gpu  # noqa: E402
 
@@ -71,12 +71,7 @@ def parts(world, name: str, rows_per: int, tree_b: str = "") -> None:
     ours, dense = gemm_parts(name, rows_per)
     fns = {k: v[0] for k, v in ours.items()}
     if tree_b:
-        def in_b(f):
-            def run(i):
-                with kernel_tree(tree_b):
-                    f(i)
-            return run
-        fns.update({k + " B": in_b(f) for k, f in list(fns.items())})
+        fns.update({k + " B": in_kernel_tree(tree_b, f) for k, f in list(fns.items())})
     t = time_calls(world, {**fns, **{"cublas " + k: v for k, v in dense.items()}}, 3, 20, rounds_per_hold=4)
     print(f"{cfg.name} rows/expert {rows_per} (E {e}, H {h}, I {i}, R {r})", flush=True)
     for k, (_, units, d) in ours.items():

@@ -37,7 +37,7 @@ from kosmos import World, gemm, mx  # noqa: E402
 from kosmos.collectives import AllGather, ReduceScatter  # noqa: E402
 from kosmos.dtypes import bfloat16, random_bf16  # noqa: E402
 from kosmos.reference import NcclBaseline  # noqa: E402
-from kosmos.runtime.source import kernel_tree  # noqa: E402
+from kosmos.runtime.source import in_kernel_tree, kernel_tree  # noqa: E402
 from kosmos.timing import check_timeable, device_name, git_commit, time_calls  # noqa: E402
 from kosmos.tp.ops import (AllGatherMatmul, AllGatherMatmulNNNT, BulkAllGatherMatmul,  # noqa: E402
                            BulkReduceScatterMatmul, MatmulReduceScatter)
@@ -281,11 +281,7 @@ def main(argv: list[str] | None = None) -> int:
                     if args.tree_b:  # built and called with tree B's kernels (its plans load them when built)
                         with kernel_tree(args.tree_b):
                             case_b = case_cls(world, s.kernel, m, n, k, nccl, sw)
-
-                        def fused_b(i, case_b=case_b):
-                            with kernel_tree(args.tree_b):
-                                case_b.fused(i)
-                        contenders["fused B"] = fused_b
+                        contenders["fused B"] = in_kernel_tree(args.tree_b, case_b.fused)
                 t = time_calls(world, contenders, args.warmup, args.iters)
                 row = {"kernel": s.kernel, "shape": s.name, "m": m, "n": n, "k": k, "variant": label,
                        "precision": args.precision, "link_bytes_per_rank": case.link_bytes, "crew": case.op.describe(), **{f"{a}_ms": b.median_ms for a, b in t.items()},

@@ -142,6 +142,15 @@ def test_kernel_tree_restores_the_environment_after_an_error(tree: Path, monkeyp
     assert os.environ["KOSMOS_HIPSRC"] == "/somewhere/else"
 
 
+def test_in_kernel_tree_calls_inside_the_tree_and_returns(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("KOSMOS_HIPSRC", raising=False)
+    seen = []
+    run = source.in_kernel_tree(tree, lambda i, k=0: seen.append((hipsrc_dir(), i, k)) or i + k)
+    assert hipsrc_dir() != tree.resolve()  # not before the call
+    assert run(3, k=4) == 7
+    assert seen == [(tree.resolve(), 3, 4)] and hipsrc_dir() != tree.resolve()
+
+
 def test_kernel_tree_refuses_a_directory_without_sources(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="not a hipsrc tree"):
         with source.kernel_tree(tmp_path):

@@ -47,6 +47,15 @@ def kernel_tree(path: str | os.PathLike) -> Iterator[Path]:
             os.environ["KOSMOS_HIPSRC"] = before
 
 
+def in_kernel_tree(path: str | os.PathLike, fn):
+    """fn, each call of it inside kernel_tree(path): a benchmark's "B" contender of an A/B (kernels
+    that fn loads lazily come from that tree too)."""
+    def run(*args, **kwargs):
+        with kernel_tree(path):
+            return fn(*args, **kwargs)
+    return run
+
+
 def kernel_files() -> list[Path]:
     """Every kernel family (one .hip file each)."""
     return sorted(hipsrc_dir().glob("*.hip"))
