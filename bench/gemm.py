@@ -13,8 +13,10 @@ rotated over enough sets that the 60 MiB L2 cannot serve them. Writes
 bench/results/gemm_<gpu>_<date>.json and .png (GPU, commit, timing method recorded); prints a short
 table last. --tree-b HIPSRC: the full-GPU contender (and mxfp8's) again with the kernels of another
 hipsrc tree, interleaved with this tree's (per shape and per group "B/A": B's speed over A's).
---precision mxfp8 also times, on TN/NN shapes, the MXFP8-A path matmul did not choose ("(pass x)" or
-"(regs x)" after mxfp8/bf16): the data to refit kosmos.gemm.MX_A_COLUMNS_BY_CARD.
+--precision mxfp8 times matmul on the operands quantized with blocks along their contracting axes (NT,
+the wgrad: both column-wise copies stored transposed, so a TN; kosmos.mx.quantize_both) and the
+MXFP8-A path matmul did not choose ("(pass x)" or "(regs x)" after mxfp8/bf16): the data to refit
+kosmos.gemm.MX_A_COLUMNS_BY_CARD.
 """
 from __future__ import annotations
 
@@ -76,10 +78,15 @@ def cublas_fn(layout, a, b, out):
 
 
 def mx_copies(layout, a, b):
-    """a and b as MXFP8 (kosmos.mx.quantize_both), each with blocks along its contracting axis."""
+    """(a, b, layout) of the MXFP8 GEMM: a and b quantized (kosmos.mx.quantize_both) with blocks along
+    their contracting axes. NT (a wgrad) takes both column-wise copies stored transposed, as a TN
+    does: its operands K-major, A dequantized in the mainloop like TN's."""
     from kosmos import mx
 
-    return tuple(mx.quantize_both(x)[0 if gemm.contracting_axis(layout, i) == 1 else 1] for i, x in enumerate((a, b)))
+    if layout == "NT":
+        return mx.quantize_both(a, transpose_columns=True)[1], mx.quantize_both(b, transpose_columns=True)[1], "TN"
+    return (*(mx.quantize_both(x)[0 if gemm.contracting_axis(layout, i) == 1 else 1] for i, x in enumerate((a, b))),
+            layout)
 
 
 def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=False, tree_b=None):
@@ -111,18 +118,19 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
                 a, b = sets[i % nsets]
                 gemm.matmul(a, b, s.layout, out=out, stream_k=True)
             fns["sk"] = run_sk
-    if mxfp8:  # matmul on MXFP8 operands: TN/NN A dequantized in the mainloop, B permuted; NT both first
+    if mxfp8:  # matmul on MXFP8 operands: A dequantized in the mainloop (NT as TN), B permuted
         mx_sets = [mx_copies(s.layout, a, b) for a, b in sets]
+        mx_layout = mx_sets[0][2]
 
         def run_mx(i, max_columns=None):
             chosen = gemm.MX_A_MAX_COLUMNS
             gemm.MX_A_MAX_COLUMNS = chosen if max_columns is None else max_columns
             try:
-                gemm.matmul(*mx_sets[i % nsets], s.layout, out=out, split_k=split_k)
+                gemm.matmul(*mx_sets[i % nsets], out=out, split_k=split_k)
             finally:
                 gemm.MX_A_MAX_COLUMNS = chosen
         fns["mxfp8"] = run_mx
-        if (s.layout in gemm.MX_A_LAYOUTS and gemm.arch_path() == "wgmma"  # the path matmul did not take, to refit
+        if (mx_layout in gemm.MX_A_LAYOUTS and gemm.arch_path() == "wgmma"  # the path matmul did not take, to refit
                 and split_k in (1, None)):  # (split-K: always the pass)
             no = gemm.gemm_shape(s.layout, a_shape, b_shape).no                  # MX_A_COLUMNS_BY_CARD
             other, forced = ("pass", 0) if no <= gemm.mx_a_max_columns() else ("regs", 1 << 30)

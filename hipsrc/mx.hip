@@ -1,9 +1,11 @@
 // MXFP8 quantization kernels (kosmos/mx.py's rule, hipsrc/kosmos/mx/quant.h, dequant.h).
 //
 //   kosmos_mx_quantize_bf16: x [rows, cols] bf16 (both multiples of 32) -> the row-wise copy (blocks
-//   along a row: data [rows, cols], scales [rows, cols / 32]) and the column-wise copy (blocks along a
-//   column: data [rows, cols], scales [rows / 32, cols]) in one pass, both from x itself. One CTA of
-//   256 threads per 32 x 256 tile (the last of a band may be narrower).
+//   along a row: data [rows, cols], scales [rows, cols / 32]) and the column-wise copy in one pass,
+//   both from x itself. The column-wise copy is blocked along x's columns (transposed = 0: data
+//   [rows, cols], scales [rows / 32, cols]) or stored transposed, as the row-wise copy of x^T
+//   (transposed = 1: data [cols, rows], scales [cols, rows / 32]; a wgrad's operands K-major, so its
+//   NT GEMM runs as a TN). One CTA of 256 threads per 32 x 256 tile (the last of a band may be narrower).
 #include "kosmos/mx/dequant.h"
 #include "kosmos/mx/mfma_scale.h"
 #include "kosmos/mx/quant.h"
@@ -15,7 +17,7 @@ constexpr int kStrip = 256;  // columns per CTA: a 32 x 256 tile, a thread per r
 
 extern "C" __global__ void __launch_bounds__(kStrip) kosmos_mx_quantize_bf16(
     const u16* __restrict__ x, i64 rows, i64 cols, u8* __restrict__ row_data, u8* __restrict__ row_scales,
-    u8* __restrict__ col_data, u8* __restrict__ col_scales) {
+    u8* __restrict__ col_data, u8* __restrict__ col_scales, i32 transposed) {
   // 8 columns of padding: the row pass's 16-byte reads (a warp = one block of 32 rows) fall on
   // distinct banks; the column pass reads consecutive columns.
   __shared__ __align__(16) u16 tile[kBlock][kStrip + 8];
@@ -44,10 +46,18 @@ extern "C" __global__ void __launch_bounds__(kStrip) kosmos_mx_quantize_bf16(
     u8* dst = row_data + (r0 + r) * cols + c0 + kBlock * b;
     st16(dst, vec16{codes[0], codes[1], codes[2], codes[3]});
     st16(dst + 16, vec16{codes[4], codes[5], codes[6], codes[7]});
-    // column pass: thread t quantizes column t of the 32 rows (a warp writes 32 consecutive bytes a row)
-    col_scales[(r0 / kBlock) * cols + c0 + t] = quantize_block_packed([&](int i) { return bf16_to_f32(tile[i][t]); }, codes);
+    // column pass: thread t quantizes column t of the 32 rows
+    const u8 scale = quantize_block_packed([&](int i) { return bf16_to_f32(tile[i][t]); }, codes);
+    if (transposed) {  // the block is 32 consecutive bytes of x^T's row c0 + t
+      col_scales[(c0 + t) * (rows / kBlock) + r0 / kBlock] = scale;
+      u8* tdst = col_data + (c0 + t) * rows + r0;
+      st16(tdst, vec16{codes[0], codes[1], codes[2], codes[3]});
+      st16(tdst + 16, vec16{codes[4], codes[5], codes[6], codes[7]});
+    } else {  // a warp writes 32 consecutive bytes a row
+      col_scales[(r0 / kBlock) * cols + c0 + t] = scale;
 #pragma unroll
-    for (int i = 0; i < kBlock; ++i) col_data[(r0 + i) * cols + c0 + t] = u8(codes[i / 4] >> (8 * (i % 4)));
+      for (int i = 0; i < kBlock; ++i) col_data[(r0 + i) * cols + c0 + t] = u8(codes[i / 4] >> (8 * (i % 4)));
+    }
   }
 }
 

@@ -111,9 +111,14 @@ def to_device(t: MXTensor) -> DeviceMX:
 
 
 @uses_stream
-def quantize_both(x, stream=None) -> tuple[DeviceMX, DeviceMX]:
+def quantize_both(x, stream=None, *, transpose_columns: bool = False) -> tuple[DeviceMX, DeviceMX]:
     """The row-wise (blocks along a row) and column-wise (blocks along a column) MXFP8 copies of a bf16
-    CuPy matrix, both from x itself, in one kernel pass (hipsrc/mx.hip); rows and cols multiples of 32."""
+    CuPy matrix, both from x itself, in one kernel pass (hipsrc/mx.hip); rows and cols multiples of 32.
+
+    transpose_columns=True stores the column-wise copy transposed: the row-wise copy of x^T ([cols,
+    rows], axis 1; the same codes and scales). A wgrad dW = dY^T X on such copies of dY and X is then
+    matmul(dy_t, x_t, "TN"), whose MXFP8 A Hopper dequantizes in the mainloop (an NT GEMM's MN-major
+    MXFP8 operands are dequantized over HBM first). The fused TP ops gather the untransposed form."""
     import cupy
 
     from .arrays import check_array
@@ -125,11 +130,14 @@ def quantize_both(x, stream=None) -> tuple[DeviceMX, DeviceMX]:
                          f"got {tuple(x.shape)}")
     rows, cols = x.shape
     row = DeviceMX(cupy.empty((rows, cols), np.uint8), cupy.empty((rows, cols // BLOCK), np.uint8), 1)
-    col = DeviceMX(cupy.empty((rows, cols), np.uint8), cupy.empty((rows // BLOCK, cols), np.uint8), 0)
+    if transpose_columns:
+        col = DeviceMX(cupy.empty((cols, rows), np.uint8), cupy.empty((cols, rows // BLOCK), np.uint8), 1)
+    else:
+        col = DeviceMX(cupy.empty((rows, cols), np.uint8), cupy.empty((rows // BLOCK, cols), np.uint8), 0)
     kernel = load_module("mx.hip").get_function("kosmos_mx_quantize_bf16")
     strips = -(-cols // 256)  # the kernel's 32 x 256 tiles (hipsrc/mx.hip kStrip)
-    kernel(((rows // BLOCK) * strips,), (256,),
-           (x, np.int64(rows), np.int64(cols), row.data, row.scales, col.data, col.scales))
+    kernel(((rows // BLOCK) * strips,), (256,), (x, np.int64(rows), np.int64(cols), row.data, row.scales,
+                                                  col.data, col.scales, np.int32(transpose_columns)))
     return row, col
 
 

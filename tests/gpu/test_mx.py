@@ -31,6 +31,14 @@ def test_both_orientations_match_the_reference(shape):
         assert (cupy.asnumpy(got.scales) == want.scales.view(np.uint8)).all(), axis
     again = mx.quantize_both(cupy.asarray(x))
     assert (cupy.asnumpy(again[0].data) == cupy.asnumpy(row.data)).all()
+    # the column-wise copy stored transposed: the row-wise copy of x^T (the row-wise one unchanged)
+    row_t, col_t = mx.quantize_both(cupy.asarray(x), transpose_columns=True)
+    want = mx.quantize(np.ascontiguousarray(x.T), axis=-1)
+    assert col_t.axis == 1 and col_t.shape == (cols, rows)
+    assert (cupy.asnumpy(col_t.data) == want.data.view(np.uint8)).all()
+    assert (cupy.asnumpy(col_t.scales) == want.scales.view(np.uint8)).all()
+    assert (cupy.asnumpy(row_t.data) == cupy.asnumpy(row.data)).all()
+    assert (cupy.asnumpy(row_t.scales) == cupy.asnumpy(row.scales)).all()
 
 
 def test_bad_shapes_are_refused():
@@ -116,6 +124,34 @@ def test_matmul_on_mxfp8_operands_nt():
     with pytest.raises(ValueError, match="contracting axis"):
         wrong = mx.to_device(mx.quantize(a, axis=1 - gemm.contracting_axis("NT", 0)))
         gemm.matmul(wrong, b_mx, "NT")
+
+
+@pytest.mark.parametrize("m,n,k", [(320, 192, 320), (2048, 1536, 512)])
+def test_wgrad_as_tn_on_transposed_column_copies(m, n, k, monkeypatch):
+    """dW = dY^T X from quantize_both(..., transpose_columns=True)'s copies of dY [m, n] and X [m, k]
+    as matmul(dy_t, x_t, "TN"), the register path forced (the MXFP8 A in the mainloop): bitwise our
+    bf16 TN GEMM on the permuted reference-dequantized operands, twice; float64 of dY^T X on the
+    dequantized operands within bf16 rounding; the same values as the NT GEMM on the untransposed
+    column copies (both the dequantized operands' product, summed in another order)."""
+    from kosmos import gemm
+    from kosmos.reference import rel_error
+
+    if gemm.arch_path() != "wgmma":
+        pytest.skip("the MXFP8-A mainloop is Hopper's")
+    monkeypatch.setattr(gemm, "MX_A_MAX_COLUMNS", 1 << 30)
+    rng = np.random.default_rng([m, n, k])
+    dy, x = ((rng.standard_normal(shape) + 0.05).astype(bfloat16) for shape in ((m, n), (m, k)))
+    (_, dy_t), (_, x_t) = (mx.quantize_both(cupy.asarray(v), transpose_columns=True) for v in (dy, x))
+    a, b = (mx.dequantize(mx.quantize(np.ascontiguousarray(v.T), axis=-1)).astype(bfloat16) for v in (dy, x))
+    got = gemm.matmul(dy_t, x_t, "TN", out=poisoned((n, k), bfloat16))
+    again = gemm.matmul(dy_t, x_t, "TN", out=poisoned((n, k), bfloat16))
+    want = gemm.matmul(cupy.asarray(mx.permute_k(a, 1)), cupy.asarray(mx.permute_k(b, 1)), "TN")
+    np.testing.assert_array_equal(_bits(got), _bits(want))
+    np.testing.assert_array_equal(_bits(again), _bits(got))
+    ref = _reference("TN", a, b)
+    assert rel_error(cupy.asnumpy(got), ref) < 1e-2
+    (_, dy_c), (_, x_c) = (mx.quantize_both(cupy.asarray(v)) for v in (dy, x))
+    assert rel_error(cupy.asnumpy(gemm.matmul(dy_c, x_c, "NT")), ref) < 1e-2
 
 
 # (m, n, k): odd tile counts with rows ending inside a tile; more tiles than CTAs (several a CTA);
