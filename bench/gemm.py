@@ -131,9 +131,10 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
                 gemm.MX_A_MAX_COLUMNS = chosen
         fns["mxfp8"] = run_mx
         if (mx_layout in gemm.MX_A_LAYOUTS and gemm.arch_path() == "wgmma"  # the path matmul did not take, to refit
-                and split_k in (1, None)):  # (split-K: always the pass)
-            no = gemm.gemm_shape(s.layout, a_shape, b_shape).no                  # MX_A_COLUMNS_BY_CARD
-            other, forced = ("pass", 0) if no <= gemm.mx_a_max_columns() else ("regs", 1 << 30)
+                and split_k in (1, None)):  # (split-K: always the pass)             MX_A_COLUMNS_BY_CARD
+            mx_shape = gemm.gemm_shape(mx_layout, *(t.data.shape for t in mx_sets[0][:2]))
+            rec["mxfp8_route"] = gemm.mx_route(mx_shape, True, 2, split_k, None, None, True, gemm.mx_a_max_columns())
+            other, forced = ("pass", 0) if rec["mxfp8_route"] != "pass" else ("regs", 1 << 30)
             fns[f"mxfp8 {other}"] = lambda i, forced=forced: run_mx(i, forced)
     if tree_b:  # the full-GPU contenders again with another tree's kernels ("<name> B"), interleaved
         for k in [str(sms)] + (["mxfp8"] if mxfp8 else []):
@@ -260,7 +261,8 @@ def main(argv=None):
                   f"  split {rec['split_k']}  tile {rec['tile_n']}"
                   + "".join(f"  {w} {rec['ours'][w]['tflops']:6.1f}" for w in [f"w{n}" for n in gemm.TILE_WIDTHS] + ["sk"]
                             if w in rec["ours"])
-                  + (f"  mxfp8/bf16 {rec['mxfp8_vs_bf16']:.3f}" if "mxfp8_vs_bf16" in rec else "")
+                  + (f"  mxfp8/bf16 {rec['mxfp8_vs_bf16']:.3f} {rec.get('mxfp8_route', '')}" if "mxfp8_vs_bf16" in rec
+                     else "")
                   + "".join(f"  ({k} {v:.3f})" for k, v in rec.get("mxfp8_other_path_vs_bf16", {}).items())
                   + "".join(f"  B/A {k} {v:.3f}" for k, v in rec.get("b_over_a", {}).items())
                   + f"  {capstr}", flush=True)

@@ -929,7 +929,9 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     result is bitwise ``matmul(permute_k(a'), permute_k(b'), tile_n=...)`` on the dequantized
     operands a', b' (kosmos.mx.permute_k: the same products, summed in another order). Any other
     MXFP8 operand is dequantized exactly to bf16 on the stream first, and the result is bitwise the
-    bf16 GEMM of the dequantized operands.
+    bf16 GEMM of the dequantized operands. A TN GEMM of two MXFP8 operands with ``tile_n`` None whose
+    b has more rows than a may run as (b a^T)^T where that moves fewer bytes (mx_swap_pays: a wgrad
+    on the column-wise copies stored transposed, kosmos.mx.quantize_both).
     """
     import cupy
 
@@ -941,8 +943,13 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     bf16 = _bf16()
     if isinstance(a, mx.DeviceMX) and layout in MX_A_LAYOUTS:
         b_shape = tuple(b.data.shape if isinstance(b, mx.DeviceMX) else b.shape)
-        no = gemm_shape(layout, tuple(a.data.shape), b_shape, epilogue).no
-        if mx_a_path(layout, epilogue, split_k, stream_k, arch_path() == "wgmma", no, mx_a_max_columns()):
+        shape = gemm_shape(layout, tuple(a.data.shape), b_shape, epilogue)
+        out_bytes = np.dtype(out_dtype if out_dtype is not None else getattr(out, "dtype", bf16)).itemsize
+        route = mx_route(shape, isinstance(b, mx.DeviceMX), out_bytes, split_k, stream_k, tile_n,
+                         arch_path() == "wgmma", mx_a_max_columns())
+        if route == "swapped":
+            return _matmul_mx_a_swapped(a, b, out, out_dtype, sm_cap, stream)
+        if route == "regs":
             return _matmul_mx_a(a, b, layout, out, out_dtype, sm_cap, tile_n, stream)
     a, b = (dequantized_operand(t, name, layout, i, stream) for i, (t, name) in enumerate(((a, "a"), (b, "b"))))
     a = check_array(a, "a", dtypes=(bf16,), device=dev, stream=stream)
@@ -980,6 +987,48 @@ def _matmul_mx_a(a, b, layout: str, out, out_dtype, sm_cap: int | None, tile_n: 
     out = output_array(out, shape.out_shape, dt, a=a.data, a_scales=a.scales, b=bp)
     plan = get_plan(shape, dt, sm_cap, 1, tile_n, False, mx_a=True)
     plan(a, bp, out, stream=stream)
+    return out
+
+
+def mx_swap_pays(shape: GemmShape, out_bytes: int) -> bool:
+    """Whether a TN GEMM of two MXFP8 operands runs faster as (b a^T)^T. The register path keeps
+    A's codes and rewrites B over HBM (~3 bytes an element: codes read, bf16 written), so A should
+    be the operand with more rows -- a wgrad's dY^T and X^T (quantize_both(transpose_columns=True))
+    differ by up to 10x -- where the bytes saved outweigh transposing the result (read and written).
+    The caller checks that the swapped GEMM (No = a's rows) takes the register path."""
+    return (shape.layout == "TN" and shape.no > shape.mo
+            and 3 * shape.kr * (shape.no - shape.mo) > 2 * out_bytes * shape.mo * shape.no)
+
+
+def mx_route(shape: GemmShape, b_is_mx: bool, out_bytes: int, split_k: int | None, stream_k: bool | None,
+             tile_n: int | None, wgmma: bool, max_columns: int) -> str:
+    """How matmul runs a GEMM whose a is MXFP8: "regs" (the MxA builder, mx_a_path), "swapped" (the
+    MxA builder on (b a^T)^T, mx_swap_pays; b MXFP8 too, no tile width named) or "pass" (the
+    MXFP8 operands dequantized to bf16 first)."""
+    on_path = functools.partial(mx_a_path, shape.layout, shape.epilogue, split_k, stream_k, wgmma,
+                                max_columns=max_columns)
+    if b_is_mx and tile_n is None and on_path(no=shape.mo) and mx_swap_pays(shape, out_bytes):
+        return "swapped"
+    return "regs" if on_path(no=shape.no) else "pass"
+
+
+def _matmul_mx_a_swapped(a, b, out, out_dtype, sm_cap: int | None, stream: Any):
+    """matmul's TN on two MXFP8 operands as (b a^T)^T (mx_swap_pays): the MxA builder on b's codes
+    and a rewritten, its [b rows, a rows] result transposed into out on the stream."""
+    import cupy
+
+    from . import mx
+
+    a = mx.check_mx(a, "a", axis=1, stream=stream)
+    b = mx.check_mx(b, "b", axis=1, stream=stream)
+    shape = gemm_shape("TN", a.shape, b.shape)
+    if out is not None:
+        out = check_array(out, "out", device=cupy.cuda.Device().id, stream=stream, writable=True)
+        if out_dtype is None:
+            out_dtype = out.dtype
+    dt = resolve_out_dtype(out_dtype, "store")
+    out = output_array(out, shape.out_shape, dt, a=a.data, a_scales=a.scales, b=b.data, b_scales=b.scales)
+    out[...] = _matmul_mx_a(b, a, "TN", None, dt, sm_cap, None, stream).T  # on the current stream (uses_stream)
     return out
 
 

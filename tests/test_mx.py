@@ -194,3 +194,26 @@ def test_mx_a_path_is_taken_where_the_mainloop_can():
     assert gemm.mx_a_max_columns("NVIDIA H200") == 2048
     assert gemm.mx_a_max_columns("gfx950") == gemm.MX_A_COLUMNS_ELSEWHERE
     assert gemm.kernel_name("NN", "store", np.float32, 192, mx_a=True) == "kosmos_gemm_nn_mx_f32_n192"
+
+
+def test_mx_swap_pays_where_b_is_much_taller():
+    """A wgrad as a TN on transposed column copies: dW [768, 4096] over 8,192 tokens swaps (B's rewrite
+    of 4,096 rows against 768 and a transposed 768 x 4,096 result); a square one, a bf16 GEMM's
+    shape with a shorter b, NN, or a short reduction do not."""
+    from kosmos import gemm
+
+    def pays(layout, a, b, out_bytes=2):
+        return gemm.mx_swap_pays(gemm.gemm_shape(layout, a, b), out_bytes)
+
+    assert pays("TN", (768, 8192), (4096, 8192))
+    assert pays("TN", (1280, 32768), (8192, 32768), out_bytes=4)
+    assert not pays("TN", (3584, 8192), (4096, 8192))       # 512 rows saved < the transpose
+    assert not pays("TN", (4096, 8192), (768, 8192))        # b already the shorter
+    assert not pays("TN", (768, 256), (4096, 256))          # short reduction: the transpose dominates
+    assert not pays("NN", (768, 8192), (8192, 4096))
+    route = {s: gemm.mx_route(gemm.gemm_shape("TN", a, b), True, 2, 1, None, None, True, 4096)
+             for s, a, b in (("swap", (768, 8192), (4096, 8192)), ("wide", (13312, 65536), (16384, 65536)),
+                             ("fprop", (8192, 4096), (3584, 4096)))}
+    assert route == {"swap": "swapped", "wide": "pass", "fprop": "regs"}
+    assert gemm.mx_route(gemm.gemm_shape("TN", (768, 8192), (4096, 8192)), True, 2, 1, None, 256, True, 4096) == "regs"
+    assert gemm.mx_route(gemm.gemm_shape("TN", (768, 8192), (4096, 8192)), False, 2, 1, None, None, True, 4096) == "regs"

@@ -126,13 +126,14 @@ def test_matmul_on_mxfp8_operands_nt():
         gemm.matmul(wrong, b_mx, "NT")
 
 
-@pytest.mark.parametrize("m,n,k", [(320, 192, 320), (2048, 1536, 512)])
+@pytest.mark.parametrize("m,n,k", [(320, 192, 320), (2048, 1536, 512), (4096, 256, 2048)])
 def test_wgrad_as_tn_on_transposed_column_copies(m, n, k, monkeypatch):
     """dW = dY^T X from quantize_both(..., transpose_columns=True)'s copies of dY [m, n] and X [m, k]
-    as matmul(dy_t, x_t, "TN"), the register path forced (the MXFP8 A in the mainloop): bitwise our
-    bf16 TN GEMM on the permuted reference-dequantized operands, twice; float64 of dY^T X on the
-    dequantized operands within bf16 rounding; the same values as the NT GEMM on the untransposed
-    column copies (both the dequantized operands' product, summed in another order)."""
+    as matmul(dy_t, x_t, "TN"), the register path forced (an MXFP8 A in the mainloop). The last
+    shape (X^T 8x taller than dY^T) runs as (x_t dy_t^T)^T (gemm.mx_swap_pays). Bitwise our bf16
+    whole-tile TN GEMM on the permuted reference-dequantized operands (transposed where swapped),
+    twice; a tile width named never swaps; float64 of dY^T X on the dequantized operands within
+    bf16 rounding, as is the NT GEMM on the untransposed column copies."""
     from kosmos import gemm
     from kosmos.reference import rel_error
 
@@ -143,13 +144,19 @@ def test_wgrad_as_tn_on_transposed_column_copies(m, n, k, monkeypatch):
     dy, x = ((rng.standard_normal(shape) + 0.05).astype(bfloat16) for shape in ((m, n), (m, k)))
     (_, dy_t), (_, x_t) = (mx.quantize_both(cupy.asarray(v), transpose_columns=True) for v in (dy, x))
     a, b = (mx.dequantize(mx.quantize(np.ascontiguousarray(v.T), axis=-1)).astype(bfloat16) for v in (dy, x))
+    ap, bp = (cupy.asarray(mx.permute_k(v, 1)) for v in (a, b))
+    swapped = gemm.mx_swap_pays(gemm.gemm_shape("TN", a.shape, b.shape), 2)
+    assert swapped == (n < k // 4)
     got = gemm.matmul(dy_t, x_t, "TN", out=poisoned((n, k), bfloat16))
     again = gemm.matmul(dy_t, x_t, "TN", out=poisoned((n, k), bfloat16))
-    want = gemm.matmul(cupy.asarray(mx.permute_k(a, 1)), cupy.asarray(mx.permute_k(b, 1)), "TN")
-    np.testing.assert_array_equal(_bits(got), _bits(want))
+    want = gemm.matmul(bp, ap, "TN", tile_n=256).T if swapped else gemm.matmul(ap, bp, "TN", tile_n=256)
+    np.testing.assert_array_equal(_bits(got), _bits(cupy.ascontiguousarray(want)))
     np.testing.assert_array_equal(_bits(again), _bits(got))
+    named = gemm.matmul(dy_t, x_t, "TN", out=poisoned((n, k), bfloat16), tile_n=256)
+    np.testing.assert_array_equal(_bits(named), _bits(gemm.matmul(ap, bp, "TN", tile_n=256)))
     ref = _reference("TN", a, b)
     assert rel_error(cupy.asnumpy(got), ref) < 1e-2
+    assert rel_error(cupy.asnumpy(named), ref) < 1e-2
     (_, dy_c), (_, x_c) = (mx.quantize_both(cupy.asarray(v)) for v in (dy, x))
     assert rel_error(cupy.asnumpy(gemm.matmul(dy_c, x_c, "NT")), ref) < 1e-2
 
