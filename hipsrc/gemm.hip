@@ -180,6 +180,32 @@ extern "C" __global__ void kosmos_gemm_splitk_reduce_f32(const float* ws, float*
   splitk_reduce(ws, n, splits, stride, [&](i64 v, const float4& a) { *reinterpret_cast<float4*>(out + v) = a; });
 }
 
+// kosmos_gemm_transpose_{b16,b32}: out [cols, rows] = in [rows, cols]^T (matmul's swapped MXFP8 TN,
+// kosmos.gemm.mx_route): 32 x 32 tiles through shared memory (pitch 33: a warp's column reads
+// spread over the banks), 32 x 8 threads, grid (ceil(rows / 32), ceil(cols / 32)).
+template <typename T>
+KOSMOS_DEVICE void transpose_tile(const T* __restrict__ in, T* __restrict__ out, i64 rows, i64 cols) {
+  __shared__ T tile[32][33];
+  const i64 r0 = i64(blockIdx.x) * 32, c0 = i64(blockIdx.y) * 32;
+  for (int j = threadIdx.y; j < 32; j += 8) {
+    const i64 r = r0 + j, c = c0 + threadIdx.x;
+    if (r < rows && c < cols) tile[j][threadIdx.x] = in[r * cols + c];
+  }
+  __syncthreads();
+  for (int j = threadIdx.y; j < 32; j += 8) {
+    const i64 c = c0 + j, r = r0 + threadIdx.x;
+    if (r < rows && c < cols) out[c * rows + r] = tile[threadIdx.x][j];
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kosmos_gemm_transpose_b16(const u16* in, u16* out, i64 rows, i64 cols) {
+  transpose_tile(in, out, rows, cols);
+}
+
+extern "C" __global__ void __launch_bounds__(256) kosmos_gemm_transpose_b32(const u32* in, u32* out, i64 rows, i64 cols) {
+  transpose_tile(in, out, rows, cols);
+}
+
 // What this compile selected: out[0] = kArchPath (1 wgmma, 2 mma.sync, 3 MFMA),
 // out[1] = kSm90aFeatures (1 when __CUDA_ARCH_FEAT_SM90_ALL was defined).
 extern "C" __global__ void kosmos_gemm_arch(int* out) {

@@ -152,6 +152,10 @@ def test_wgrad_as_tn_on_transposed_column_copies(m, n, k, monkeypatch):
     want = gemm.matmul(bp, ap, "TN", tile_n=256).T if swapped else gemm.matmul(ap, bp, "TN", tile_n=256)
     np.testing.assert_array_equal(_bits(got), _bits(cupy.ascontiguousarray(want)))
     np.testing.assert_array_equal(_bits(again), _bits(got))
+    f32 = gemm.matmul(dy_t, x_t, "TN", out=poisoned((n, k), np.float32))  # the 4-byte transpose where swapped
+    want32 = gemm.matmul(bp, ap, "TN", out_dtype=np.float32, tile_n=256).T if swapped else \
+        gemm.matmul(ap, bp, "TN", out_dtype=np.float32, tile_n=256)
+    np.testing.assert_array_equal(_bits(f32), _bits(cupy.ascontiguousarray(want32)))
     named = gemm.matmul(dy_t, x_t, "TN", out=poisoned((n, k), bfloat16), tile_n=256)
     np.testing.assert_array_equal(_bits(named), _bits(gemm.matmul(ap, bp, "TN", tile_n=256)))
     ref = _reference("TN", a, b)
