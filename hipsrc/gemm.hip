@@ -181,20 +181,34 @@ extern "C" __global__ void kosmos_gemm_splitk_reduce_f32(const float* ws, float*
 }
 
 // kosmos_gemm_transpose_{b16,b32}: out [cols, rows] = in [rows, cols]^T (matmul's swapped MXFP8 TN,
-// kosmos.gemm.mx_route): 32 x 32 tiles through shared memory (pitch 33: a warp's column reads
-// spread over the banks), 32 x 8 threads, grid (ceil(rows / 32), ceil(cols / 32)).
+// kosmos.gemm.mx_route); rows and cols multiples of 8, 16-byte aligned bases. 64 x 64 tiles through
+// shared memory, read and written as 16-byte vectors (a padded pitch: the row-wise fill is free of
+// bank conflicts, the column reads 2-way); 256 threads, grid (ceil(rows / 64), ceil(cols / 64)).
 template <typename T>
 KOSMOS_DEVICE void transpose_tile(const T* __restrict__ in, T* __restrict__ out, i64 rows, i64 cols) {
-  __shared__ T tile[32][33];
-  const i64 r0 = i64(blockIdx.x) * 32, c0 = i64(blockIdx.y) * 32;
-  for (int j = threadIdx.y; j < 32; j += 8) {
-    const i64 r = r0 + j, c = c0 + threadIdx.x;
-    if (r < rows && c < cols) tile[j][threadIdx.x] = in[r * cols + c];
+  constexpr int kTile = 64, kVec = 16 / sizeof(T), kPitch = kTile + (sizeof(T) == 2 ? 2 : 1);
+  constexpr int kVecsPerRow = kTile / kVec;
+  __shared__ T tile[kTile][kPitch];
+  const i64 r0 = i64(blockIdx.x) * kTile, c0 = i64(blockIdx.y) * kTile;
+  for (int v = threadIdx.x; v < kTile * kVecsPerRow; v += blockDim.x) {
+    const int r = v / kVecsPerRow, c = v % kVecsPerRow * kVec;
+    if (r0 + r < rows && c0 + c < cols) {
+      const vec16 x = ld16(in + (r0 + r) * cols + c0 + c);
+      const T* e = reinterpret_cast<const T*>(&x);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) tile[r][c + j] = e[j];
+    }
   }
   __syncthreads();
-  for (int j = threadIdx.y; j < 32; j += 8) {
-    const i64 c = c0 + j, r = r0 + threadIdx.x;
-    if (r < rows && c < cols) out[c * rows + r] = tile[threadIdx.x][j];
+  for (int v = threadIdx.x; v < kTile * kVecsPerRow; v += blockDim.x) {
+    const int c = v / kVecsPerRow, r = v % kVecsPerRow * kVec;  // out row c0 + c, its elements r0 + r ...
+    if (c0 + c < cols && r0 + r < rows) {
+      vec16 x;
+      T* e = reinterpret_cast<T*>(&x);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) e[j] = tile[r + j][c];
+      st16(out + (c0 + c) * rows + r0 + r, x);
+    }
   }
 }
 
