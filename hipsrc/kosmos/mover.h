@@ -62,7 +62,7 @@ KOSMOS_DEVICE void cta_copy_rows(const Dst& dst, const Src& src, u32 rows, u32 r
 }
 
 // One row by a group of threads, thread `first` of `stride` (a warp's lanes: the MoE side
-// pushes, at 40 registers a thread: no per-vector row arithmetic). xform(0, v) as above.
+// pushes, at the producer's registers: no per-vector row arithmetic). xform(0, v) as above.
 template <int Unroll, class Xform = KeepVectors>
 KOSMOS_DEVICE void group_copy_row(u8* dst, const u8* src, u32 row_bytes, u32 first, u32 stride,
                                   const Xform& xform = Xform{}) {

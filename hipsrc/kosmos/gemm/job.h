@@ -50,7 +50,7 @@ struct JobRecord {
 
 // Work beside a builder call (run_builder_jobs_beside): side(t) for t in [0, n) threads, warp-
 // aligned (t % kWarpSize is the lane). On Hopper the producer warpgroup's warps 1-3 run it during
-// the call (96 threads, idle while thread 0 issues the TMA loads, at the producer's 40 registers);
+// the call (96 threads, idle while thread 0 issues the TMA loads, at kProducerRegs registers);
 // elsewhere the whole CTA runs it before the jobs. NoSide: nothing.
 struct NoSide {
   KOSMOS_DEVICE void operator()(int) const {}

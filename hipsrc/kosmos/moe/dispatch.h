@@ -255,14 +255,14 @@ KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d, u32 smem_bytes = 0) {
 
 // The dispatch's pushes beside the builder call (gemm::run_builder_jobs_beside): each warp it runs
 // on (the producer warpgroup's idle warps on Hopper; before the jobs elsewhere) claims items from
-// the call's queue, the one the mover CTAs claim from, and copies them with its lanes, Unroll
-// vectors in flight a lane (Hopper's producer warps have 40 registers). Items are a warp's grain:
-// the host sizes item_rows for it (kosmos/moe/dispatch.py SIDE_ITEM_BYTES). It reads the item
-// tables CTA 0 plans (d.item_tables, at d.tables_ready). `on` false: nothing (the portable
+// the call's queue, the one the mover CTAs claim from, and copies them with its lanes, kUnroll
+// vectors in flight a lane (as many as Hopper's producer warps hold: gemm::kProducerRegs). Items
+// are a warp's grain: the host sizes item_rows for it (kosmos/moe/dispatch.py SIDE_ITEM_BYTES). It
+// reads the item tables CTA 0 plans (d.item_tables, at d.tables_ready). `on` false: nothing (the portable
 // builder runs side work before its jobs, so there mover CTAs push and builders build at once:
 // kosmos/moe/forward.py side_pushes).
 struct SideDispatch {
-  static constexpr int kUnroll = 4;
+  static constexpr int kUnroll = 8;
   const DispatchParams& d;
   bool on;
   KOSMOS_DEVICE void operator()(int t) const {
