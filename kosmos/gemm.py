@@ -1030,7 +1030,9 @@ def _matmul_mx_a_swapped(a, b, out, out_dtype, sm_cap: int | None, stream: Any):
     out = output_array(out, shape.out_shape, dt, a=a.data, a_scales=a.scales, b=b.data, b_scales=b.scales)
     out_t = _matmul_mx_a(b, a, "TN", None, dt, sm_cap, None, stream)
     rows, cols = out_t.shape
-    kernel = _module().get_function(f"kosmos_gemm_transpose_b{8 * dt.itemsize}")
+    from .runtime.module import load_module
+
+    kernel = load_module("transpose.hip").get_function(f"kosmos_transpose_b{8 * dt.itemsize}")
     kernel((-(-rows // 64), -(-cols // 64)), (256,), (out_t, out, np.int64(rows), np.int64(cols)))  # cols: a's rows, <= max_columns
     return out
 

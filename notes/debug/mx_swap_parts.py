@@ -10,6 +10,7 @@ import numpy as np
 
 from kosmos import World, gemm, mx
 from kosmos.dtypes import random_bf16
+from kosmos.runtime.module import load_module
 from kosmos.timing import time_calls
 
 SHAPES = {"8B-QKV": (8192, 768, 4096), "70B-QKV": (32768, 1280, 8192)}  # tokens, dW rows, dW cols
@@ -22,7 +23,7 @@ with World() as world:
         out_t = cupy.empty((k, n), dy.dtype)
         bp = mx.kperm_operand(dy_t, axis=1)
         plan = gemm.get_plan(gemm.gemm_shape("TN", x_t.shape, dy_t.shape), out.dtype, None, 1, None, False, mx_a=True)
-        tr = gemm._module().get_function("kosmos_gemm_transpose_b16")
+        tr = load_module("transpose.hip").get_function("kosmos_transpose_b16")
         fns = {
             "swapped": lambda i: gemm.matmul(dy_t, x_t, "TN", out=out),
             "kperm B": lambda i: mx.kperm_operand(dy_t, axis=1),

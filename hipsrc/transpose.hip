@@ -1,0 +1,45 @@
+// kosmos_transpose_{b16,b32}: out [cols, rows] = in [rows, cols]^T (kosmos.gemm's swapped MXFP8 TN,
+// mx_route, transposes its result with it); rows and cols multiples of 8, 16-byte aligned bases.
+// 64 x 64 tiles through shared memory, read and written as 16-byte vectors (a padded pitch: the
+// row-wise fill is free of bank conflicts, the column reads 2-way); 256 threads, grid
+// (ceil(rows / 64), ceil(cols / 64)). Its own file: gemm.hip's kernels all take the builder's
+// dynamic shared memory, and on gfx942 this one's static 8 KB would not fit beside it.
+#include "kosmos/platform.h"
+
+using namespace kosmos;
+
+template <typename T>
+KOSMOS_DEVICE void transpose_tile(const T* __restrict__ in, T* __restrict__ out, i64 rows, i64 cols) {
+  constexpr int kTile = 64, kVec = 16 / sizeof(T), kPitch = kTile + (sizeof(T) == 2 ? 2 : 1);
+  constexpr int kVecsPerRow = kTile / kVec;
+  __shared__ T tile[kTile][kPitch];
+  const i64 r0 = i64(blockIdx.x) * kTile, c0 = i64(blockIdx.y) * kTile;
+  for (int v = threadIdx.x; v < kTile * kVecsPerRow; v += blockDim.x) {
+    const int r = v / kVecsPerRow, c = v % kVecsPerRow * kVec;
+    if (r0 + r < rows && c0 + c < cols) {
+      const vec16 x = ld16(in + (r0 + r) * cols + c0 + c);
+      const T* e = reinterpret_cast<const T*>(&x);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) tile[r][c + j] = e[j];
+    }
+  }
+  __syncthreads();
+  for (int v = threadIdx.x; v < kTile * kVecsPerRow; v += blockDim.x) {
+    const int c = v / kVecsPerRow, r = v % kVecsPerRow * kVec;  // out row c0 + c, its elements r0 + r ...
+    if (c0 + c < cols && r0 + r < rows) {
+      vec16 x;
+      T* e = reinterpret_cast<T*>(&x);
+#pragma unroll
+      for (int j = 0; j < kVec; ++j) e[j] = tile[r + j][c];
+      st16(out + (c0 + c) * rows + r0 + r, x);
+    }
+  }
+}
+
+extern "C" __global__ void __launch_bounds__(256) kosmos_transpose_b16(const u16* in, u16* out, i64 rows, i64 cols) {
+  transpose_tile(in, out, rows, cols);
+}
+
+extern "C" __global__ void __launch_bounds__(256) kosmos_transpose_b32(const u32* in, u32* out, i64 rows, i64 cols) {
+  transpose_tile(in, out, rows, cols);
+}
