@@ -839,6 +839,21 @@ def output_array(out, shape: tuple[int, ...], dt: np.dtype, **inputs):
     return out
 
 
+def checked_output(out, out_dtype: Any, shape: tuple[int, ...], epilogue: str, stream: Any = None,
+                   **inputs) -> tuple[Any, np.dtype]:
+    """matmul's output and its dtype: out checked (this device, writable, ordered on the stream) when
+    given, its dtype out_dtype's default; then output_array (allocated when None, else its dtype,
+    shape and overlap with `inputs` checked)."""
+    import cupy
+
+    if out is not None:
+        out = check_array(out, "out", device=cupy.cuda.Device().id, stream=stream, writable=True)
+        if out_dtype is None:
+            out_dtype = out.dtype
+    dt = resolve_out_dtype(out_dtype, epilogue)
+    return output_array(out, shape, dt, **inputs), dt
+
+
 def contracting_axis(layout: str, operand: int) -> int:
     """The reduction axis of operand 0 (a) or 1 (b) in `layout` (see the module docstring)."""
     if layout not in LAYOUTS:
@@ -957,12 +972,7 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     shape = gemm_shape(layout, a.shape, b.shape, epilogue)
     if epilogue == "accumulate" and out is None:
         raise ValueError(f"epilogue='accumulate' adds into out: pass a float32 out of shape {list(shape.out_shape)}")
-    if out is not None:
-        out = check_array(out, "out", device=dev, stream=stream, writable=True)
-        if out_dtype is None:
-            out_dtype = out.dtype
-    dt = resolve_out_dtype(out_dtype, epilogue)
-    out = output_array(out, shape.out_shape, dt, a=a, b=b)
+    out, dt = checked_output(out, out_dtype, shape.out_shape, epilogue, stream, a=a, b=b)
     gate_up = gate_up_array(gate_up, shape, dev, stream, a=a, b=b, output=out)
     plan = get_plan(shape, dt, sm_cap, split_k, tile_n, stream_k)
     plan(a, b, out, stream=stream, gate_up=gate_up)
@@ -971,20 +981,13 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
 
 def _matmul_mx_a(a, b, layout: str, out, out_dtype, sm_cap: int | None, tile_n: int | None, stream: Any):
     """matmul's MXFP8-A path (mx_a_path): b permuted per slab, then the MxA builder."""
-    import cupy
-
     from . import mx
 
     a = mx.check_mx(a, "a", axis=contracting_axis(layout, 0), stream=stream)
     b_shape = tuple(b.data.shape if isinstance(b, mx.DeviceMX) else b.shape)
     shape = gemm_shape(layout, a.shape, b_shape)
     bp = mx.kperm_operand(b, axis=contracting_axis(layout, 1), stream=stream)
-    if out is not None:
-        out = check_array(out, "out", device=cupy.cuda.Device().id, stream=stream, writable=True)
-        if out_dtype is None:
-            out_dtype = out.dtype
-    dt = resolve_out_dtype(out_dtype, "store")
-    out = output_array(out, shape.out_shape, dt, a=a.data, a_scales=a.scales, b=bp)
+    out, dt = checked_output(out, out_dtype, shape.out_shape, "store", stream, a=a.data, a_scales=a.scales, b=bp)
     plan = get_plan(shape, dt, sm_cap, 1, tile_n, False, mx_a=True)
     plan(a, bp, out, stream=stream)
     return out
@@ -1015,25 +1018,18 @@ def mx_route(shape: GemmShape, b_is_mx: bool, out_bytes: int, split_k: int | Non
 def _matmul_mx_a_swapped(a, b, out, out_dtype, sm_cap: int | None, stream: Any):
     """matmul's TN on two MXFP8 operands as (b a^T)^T (mx_swap_pays): the MxA builder on b's codes
     and a rewritten, its [b rows, a rows] result transposed into out on the stream."""
-    import cupy
-
     from . import mx
+    from .runtime.module import load_module
 
     a = mx.check_mx(a, "a", axis=1, stream=stream)
     b = mx.check_mx(b, "b", axis=1, stream=stream)
     shape = gemm_shape("TN", a.shape, b.shape)
-    if out is not None:
-        out = check_array(out, "out", device=cupy.cuda.Device().id, stream=stream, writable=True)
-        if out_dtype is None:
-            out_dtype = out.dtype
-    dt = resolve_out_dtype(out_dtype, "store")
-    out = output_array(out, shape.out_shape, dt, a=a.data, a_scales=a.scales, b=b.data, b_scales=b.scales)
+    out, dt = checked_output(out, out_dtype, shape.out_shape, "store", stream, a=a.data, a_scales=a.scales,
+                             b=b.data, b_scales=b.scales)
     out_t = _matmul_mx_a(b, a, "TN", None, dt, sm_cap, None, stream)
-    rows, cols = out_t.shape
-    from .runtime.module import load_module
-
+    rows, cols = out_t.shape  # grid y: cols / 64, a's rows (<= max_columns: far under 65,535 x 64)
     kernel = load_module("transpose.hip").get_function(f"kosmos_transpose_b{8 * dt.itemsize}")
-    kernel((-(-rows // 64), -(-cols // 64)), (256,), (out_t, out, np.int64(rows), np.int64(cols)))  # cols: a's rows, <= max_columns
+    kernel((-(-rows // 64), -(-cols // 64)), (256,), (out_t, out, np.int64(rows), np.int64(cols)))
     return out
 
 
