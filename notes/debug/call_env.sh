@@ -12,7 +12,7 @@ source bench/suite_lib.sh
 
 # An A/B of a patch against main in one run: main's hipsrc copied to /tmp/tree_main (tree B, for
 # --tree-b), `patch` applied to this copy (tree A), then both trees' kernels compiled into the
-# cache at once (tree B: the files named; tree A: every file). Exits if the patch does not apply.
+# cache at once (the files named, in both trees; others compile when first loaded). Exits if the patch does not apply.
 #   patch_over_main notes/patches/NAME.patch grouped.hip moe_fused.hip ...
 patch_over_main() {
   local patch=$1; shift
@@ -21,7 +21,7 @@ patch_over_main() {
   git apply "$patch" >> "$LOG" 2>&1 || { echo "patch does not apply" | tee -a "$LOG"; exit 1; }
   KOSMOS_HIPSRC=/tmp/tree_main/hipsrc timeout 200 python3 -m kosmos.runtime.warm --jobs $# "$@" > "$OUT/warm_b.log" 2>&1 &
   local warm_b=$!
-  run "warm A" timeout 200 python3 -m kosmos.runtime.warm --jobs 10
+  run "warm A" timeout 200 python3 -m kosmos.runtime.warm --jobs $# "$@"
   wait $warm_b
   cat "$OUT/warm_b.log" >> "$LOG"
 }
