@@ -72,6 +72,11 @@ KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_mx_bf16_n128, LAYOUT_TN, EpiStoreBf16, KO
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_mx_f32_n128, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_TMA32, MxNarrowTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_mx_bf16_n128, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA, MxNarrowTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_mx_f32_n128, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_TMA32, MxNarrowTile)
+// ... and TN with the result stored transposed (EpiStoreBf16TmaT: kosmos.gemm's swapped MXFP8 TN)
+#define KOSMOS_EPI_TMA_T EpiStoreBf16TmaT(epi, &tmc)
+KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_mx_bf16_t, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA_T, MxTile)
+KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_mx_bf16_n192_t, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA_T, MxMidTile)
+KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_mx_bf16_n128_t, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA_T, MxNarrowTile)
 #endif
 
 // Stream-K (Hopper only; kosmos/gemm.py chooses it): the raster's last tiles cut into K-ranges

@@ -391,7 +391,7 @@ def job_record_dtype(epi: np.dtype) -> np.dtype:
 
 
 def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256, stream_k: bool = False,
-                mx_a: bool = False) -> str:
+                mx_a: bool = False, transposed: bool = False) -> str:
     if epilogue == "swiglu":
         return "kosmos_gemm_tn_swiglu"
     if epilogue == "swiglu_backward":
@@ -400,7 +400,7 @@ def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256, s
         return f"kosmos_gemm_{layout.lower()}_f32_acc"
     suffix = "f32" if np.dtype(out_dtype) == np.float32 else "bf16"
     return (f"kosmos_gemm_{layout.lower()}_{'mx_' if mx_a else ''}{suffix}" + ("" if tile_n == 256 else f"_n{tile_n}")
-            + ("_sk" if stream_k else ""))
+            + ("_sk" if stream_k else "") + ("_t" if transposed else ""))
 
 
 def _bf16():
@@ -713,19 +713,21 @@ def stream_k_record(sk: StreamKSplit, dev: int, sms: int) -> np.void:
 
 
 def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, split_k: int | None = 1,
-             tile_n: int | None = None, stream_k: bool | None = None, mx_a: bool = False) -> GemmPlan:
+             tile_n: int | None = None, stream_k: bool | None = None, mx_a: bool = False,
+             transposed: bool = False) -> GemmPlan:
     """The cached plan for a GEMM; split_k: 1 = none, None = choose_split_k, n = n K-ranges;
     tile_n: 256, 192 or 128, None = choose_tile_n; stream_k: True, False, None = choose_stream_k (only
     when tile_n is None and split_k is 1: a caller who names the tile gets whole tiles, one who asks
     for split_k=None gets choose_split_k's choice). mx_a: A is MXFP8 (mx_a_path says when: whole
-    tiles, no split)."""
+    tiles, no split). transposed (with mx_a, TN, bf16): the plan's out is the result's transpose,
+    [no, mo] (EpiStoreBf16TmaT: the swapped MXFP8 TN's)."""
     import cupy
 
     from .runtime.launch import PersistentLaunch, sm_count
 
     dev = cupy.cuda.Device().id
     # $KOSMOS_HIPSRC: a plan holds its tree's kernels (runtime.source.kernel_tree: an in-process A/B)
-    key = (shape, np.dtype(out_dtype).str, sm_cap, split_k, tile_n, stream_k, mx_a, dev, _extra_options,
+    key = (shape, np.dtype(out_dtype).str, sm_cap, split_k, tile_n, stream_k, mx_a, transposed, dev, _extra_options,
            os.environ.get("KOSMOS_HIPSRC"))
     with _plans_lock:
         plan = _plans.get(key)
@@ -740,6 +742,8 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
         raise ValueError(f"MXFP8 A in the mainloop takes {' or '.join(MX_A_LAYOUTS)}, the store epilogue, whole "
                          f"tiles (no split-K, no stream-K) on Hopper; got {shape.layout}, {shape.epilogue!r}, "
                          f"split_k={split_k}, stream_k={stream_k}")
+    if transposed and not (mx_a and shape.layout == "TN" and np.dtype(out_dtype) == _bf16()):
+        raise ValueError("a transposed result is the MXFP8-A TN GEMM's, in bf16")
     if mx_a:
         split_k, stream_k = 1, False
     # Stream-K first (128 x 256 tiles, no split-K): when asked, or when its wave model wins.
@@ -778,7 +782,7 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
         name = kernel_name(shape.layout, "store", np.float32, tile_n)  # fp32 partials into a workspace
         red = mod.get_function("kosmos_gemm_splitk_reduce_" + ("f32" if np.dtype(out_dtype) == np.float32 else "bf16"))
     else:
-        name = kernel_name(shape.layout, shape.epilogue, out_dtype, tile_n, mx_a=mx_a)
+        name = kernel_name(shape.layout, shape.epilogue, out_dtype, tile_n, mx_a=mx_a, transposed=transposed)
         red = None
     kern = mod.get_function(name)
     grid = grid_size(units, sms, sm_cap)
@@ -1017,7 +1021,8 @@ def mx_route(shape: GemmShape, b_is_mx: bool, out_bytes: int, split_k: int | Non
 
 def _matmul_mx_a_swapped(a, b, out, out_dtype, sm_cap: int | None, stream: Any):
     """matmul's TN on two MXFP8 operands as (b a^T)^T (mx_swap_pays): the MxA builder on b's codes
-    and a rewritten, its [b rows, a rows] result transposed into out on the stream."""
+    and a rewritten, its [b rows, a rows] result stored transposed into out by its epilogue (bf16)
+    or transposed after it on the stream (fp32)."""
     from . import mx
     from .runtime.module import load_module
 
@@ -1026,7 +1031,12 @@ def _matmul_mx_a_swapped(a, b, out, out_dtype, sm_cap: int | None, stream: Any):
     shape = gemm_shape("TN", a.shape, b.shape)
     out, dt = checked_output(out, out_dtype, shape.out_shape, "store", stream, a=a.data, a_scales=a.scales,
                              b=b.data, b_scales=b.scales)
-    out_t = _matmul_mx_a(b, a, "TN", None, dt, sm_cap, None, stream)
+    if dt == _bf16():  # the MxA builder on b's codes, its tiles stored transposed into out
+        swapped = gemm_shape("TN", b.shape, a.shape)
+        get_plan(swapped, dt, sm_cap, 1, None, False, mx_a=True, transposed=True)(
+            b, mx.kperm_operand(a, axis=1, stream=stream), out, stream=stream)
+        return out
+    out_t = _matmul_mx_a(b, a, "TN", None, dt, sm_cap, None, stream)  # fp32: the result, then its transpose
     rows, cols = out_t.shape  # grid y: cols / 64, a's rows (<= max_columns: far under 65,535 x 64)
     kernel = load_module("transpose.hip").get_function(f"kosmos_transpose_b{8 * dt.itemsize}")
     kernel((-(-rows // 64), -(-cols // 64)), (256,), (out_t, out, np.int64(rows), np.int64(cols)))

@@ -227,6 +227,9 @@ def test_tile_width_chooser():
         for dt in (np.float32, None):
             for width in gemm.TILE_WIDTHS:
                 assert gemm.kernel_name(layout, "store", dt or np.dtype("V2"), width) + "," in text
+    for width in gemm.TILE_WIDTHS:  # the swapped MXFP8 TN's transposed stores (bf16 only)
+        assert gemm.kernel_name("TN", "store", gemm._bf16(), width, mx_a=True, transposed=True) + "," in text
+    assert gemm.kernel_name("TN", "store", gemm._bf16(), 192, mx_a=True, transposed=True) == "kosmos_gemm_tn_mx_bf16_n192_t"
     tp = (hipsrc_dir() / "tp.hip").read_text()  # NAME_n192 / NAME_n128 come from the TP_KERNELS macro
     assert "KERNEL(NAME##_n192, MidTile" in tp and "KERNEL(NAME##_n128, NarrowTile" in tp
 

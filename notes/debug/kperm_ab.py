@@ -38,8 +38,8 @@ def main() -> None:
             r = time_calls(world, fns, 5, args.iters)
             moved = rows * cols * (2 + (1 + 1 / 32 if quantized else 2))
             a_ms, b_ms = r["A"].median_ms, r["B"].median_ms
-            print(f"{name:24s} A {a_ms * 1e3:7.1f} us ({moved / a_ms / 1e9:5.0f} GB/s)  B {b_ms * 1e3:7.1f} us "
-                  f"({moved / b_ms / 1e9:5.0f} GB/s)  B/A {b_ms / a_ms:.3f}", flush=True)
+            print(f"{name:24s} A {a_ms * 1e3:7.1f} us ({moved / a_ms / 1e6:5.0f} GB/s)  B {b_ms * 1e3:7.1f} us "
+                  f"({moved / b_ms / 1e6:5.0f} GB/s)  B/A {b_ms / a_ms:.3f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -126,11 +126,12 @@ def test_matmul_on_mxfp8_operands_nt():
         gemm.matmul(wrong, b_mx, "NT")
 
 
-@pytest.mark.parametrize("m,n,k", [(320, 192, 320), (2048, 1536, 512), (4096, 256, 2048)])
+@pytest.mark.parametrize("m,n,k", [(320, 192, 320), (2048, 1536, 512), (4096, 256, 2048), (4096, 192, 1344)])
 def test_wgrad_as_tn_on_transposed_column_copies(m, n, k, monkeypatch):
     """dW = dY^T X from quantize_both(..., transpose_columns=True)'s copies of dY [m, n] and X [m, k]
     as matmul(dy_t, x_t, "TN"), the register path forced (an MXFP8 A in the mainloop). The last
-    shape (X^T 8x taller than dY^T) runs as (x_t dy_t^T)^T (gemm.mx_swap_pays). Bitwise our bf16
+    two shapes (X^T 7-8x taller than dY^T; the last with tiles cut at both edges) run as
+    (x_t dy_t^T)^T (gemm.mx_swap_pays). Bitwise our bf16
     whole-tile TN GEMM on the permuted reference-dequantized operands (transposed where swapped),
     twice; a tile width named never swaps; float64 of dY^T X on the dequantized operands within
     bf16 rounding, as is the NT GEMM on the untransposed column copies."""

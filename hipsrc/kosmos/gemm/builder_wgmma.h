@@ -496,7 +496,15 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
           for (int i = 0; i < 2; ++i) {
             const int r = r0 + 8 * i;
             const int a = 4 * (kN8 * q + jj) + 2 * i;
-            if constexpr (kEB == 2) {  // an n8 block is one 16-byte chunk, 4 bytes a lane
+            if constexpr (Epi::kTransposed) {  // slot row = the subtile's column, 2 bytes a store
+              static_assert(kEB == 2, "the transposed store is bf16's");
+              const u32 v = pack_bf16x2(acc[a], acc[a + 1]);
+#pragma unroll
+              for (int e = 0; e < 2; ++e) {
+                const int c = 8 * jj + 2 * (lane % 4) + e;
+                *reinterpret_cast<u16*>(slot_q + c * 128 + (((r / 8) ^ (c % 8)) * 16) + (r % 8) * 2) = u16(v >> (16 * e));
+              }
+            } else if constexpr (kEB == 2) {  // an n8 block is one 16-byte chunk, 4 bytes a lane
               *reinterpret_cast<u32*>(slot_q + r * 128 + ((jj ^ (r % 8)) * 16) + (lane % 4) * 4) =
                   pack_bf16x2(acc[a], acc[a + 1]);
             } else {  // two chunks, 8 bytes a lane
@@ -510,6 +518,7 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
         (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
         if (tid == 0) {
           if constexpr (Epi::kReduceAdd) tma_reduce_add_2d(epi.map, slot_q, tc.col0 + kBoxCols * q, map_row);
+          else if constexpr (Epi::kTransposed) tma_store_2d(epi.map, slot_q, map_row, tc.col0 + kBoxCols * q);
           else tma_store_2d(epi.map, slot_q, tc.col0 + kBoxCols * q, map_row);
           bulk_commit();
         }

@@ -156,12 +156,31 @@ template <class Store>
 struct EpiTma : Store {
   const TensorMap* map;
   static constexpr bool kTmaStore = true;
+  static constexpr bool kTransposed = false;
   static constexpr int kTmaElemBytes = Store::kElemBytes;
   KOSMOS_DEVICE EpiTma(const Store& e, const TensorMap* m) : Store(e), map(m) {}
   KOSMOS_DEVICE i32 tma_row(const TileCoord& t) const { return t.split * this->mo + t.row0; }
 };
 typedef EpiTma<EpiStoreBf16> EpiStoreBf16Tma;
 typedef EpiTma<EpiStoreF32> EpiStoreF32Tma;
+
+// The result stored transposed: the GEMM's (row, col) at out[col][row] (out [no, mo], row stride
+// ldo; its TMA map that of out itself). kosmos.gemm's swapped MXFP8 TN computes (b a^T) and wants
+// a b^T: this writes it without a transpose pass. The builder stages each 64 x 64 subtile
+// transposed; pair() (the register path) stores element by element.
+struct EpiStoreBf16TmaT : EpiStoreBf16Tma {
+  static constexpr bool kTransposed = true;
+  KOSMOS_DEVICE EpiStoreBf16TmaT(const EpiStoreBf16& e, const TensorMap* m) : EpiStoreBf16Tma(e, m) {}
+  KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float lo0, float lo1, float hi0,
+                          float hi1) const {
+    if (row >= t.row_end) return;
+    const i32 col = t.col0 + lc;
+    const u32 lo = pack_bf16x2(lo0, lo1), hi = pack_bf16x2(hi0, hi1);
+    u16* p = out + row;
+    if (col < no) p[i64(col) * ldo] = u16(lo), p[i64(col + 1) * ldo] = u16(lo >> 16);
+    if (col + t.half < no) p[i64(col + t.half) * ldo] = u16(hi), p[i64(col + t.half + 1) * ldo] = u16(hi >> 16);
+  }
+};
 
 typedef EpiTma<EpiAccumulateF32> EpiAccumulateF32Tma;
 
