@@ -85,22 +85,45 @@ __global__ void __launch_bounds__(160, 1) tma_ring(const KOSMOS_GRID_CONSTANT Te
 """
 
 COLS = 2048  # 4 KB bf16 rows, the Qwen3-30B fwd1 weights' K
-# name: (stages, box rows, boxes a stage, share)
+# name: (stages, box rows, boxes a stage, share, L2 promotion bytes)
 CONFIGS = {
-    "gemm 4 x 5x64": (4, 64, 5, 1),         # the grouped GEMM's ring (tile 192: A 2 boxes + B 3)
-    "gemm 4 x 5x64 share2": (4, 64, 5, 2),  # ... its weight rows read by two CTAs
-    "4 x 2x160": (4, 160, 2, 1),            # same bytes, 2 larger boxes a stage
-    "8 x 1x160": (8, 160, 1, 1),            # 20 KB stages, one box each, twice as many
-    "8 x 2x64": (8, 64, 2, 1),              # 16 KB stages, twice as many
-    "5 x 5x64": (5, 64, 5, 1),              # 200 KB in flight
-    "2 x 5x64": (2, 64, 5, 1),              # 80 KB in flight
+    "gemm 4 x 5x64": (4, 64, 5, 1, 256),         # the grouped GEMM's ring (tile 192: A 2 boxes + B 3)
+    "gemm 4 x 5x64 share2": (4, 64, 5, 2, 256),  # ... its weight rows read by two CTAs
+    "4 x 5x64 promote128": (4, 64, 5, 1, 128),   # L2 fills of 128 B (the map's promotion)
+    "4 x 5x64 promote0": (4, 64, 5, 1, 0),       # no promotion
+    "4 x 2x160": (4, 160, 2, 1, 256),            # same bytes, 2 larger boxes a stage
+    "8 x 1x160": (8, 160, 1, 1, 256),            # 20 KB stages, one box each, twice as many
+    "8 x 2x64": (8, 64, 2, 1, 256),              # 16 KB stages, twice as many
+    "5 x 5x64": (5, 64, 5, 1, 256),              # 200 KB in flight
+    "2 x 5x64": (2, 64, 5, 1, 256),              # 80 KB in flight
 }
 BACK_TO_BACK = 3
 
 
+def encode(ptr: int, rows: int, box_rows: int, promote: int) -> np.void:
+    """kosmos.gemm.encode_tmap's bf16 map of [rows, COLS] (boxes of box_rows x 64, 128-byte
+    swizzle) with the L2 promotion a parameter (the library's is always 256 B)."""
+    from cuda.bindings import driver as cu
+
+    p = cu.CUtensorMapL2promotion
+    res, tm = cu.cuTensorMapEncodeTiled(
+        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, ptr,
+        [cu.cuuint64_t(COLS), cu.cuuint64_t(rows)], [cu.cuuint64_t(COLS * 2)],
+        [cu.cuuint32_t(64), cu.cuuint32_t(box_rows)], [cu.cuuint32_t(1)] * 2,
+        cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
+        {256: p.CU_TENSOR_MAP_L2_PROMOTION_L2_256B, 128: p.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+         0: p.CU_TENSOR_MAP_L2_PROMOTION_NONE}[promote],
+        cu.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE)
+    if res != cu.CUresult.CUDA_SUCCESS:
+        raise RuntimeError(f"cuTensorMapEncodeTiled failed: {res}")
+    rec = np.zeros(1, gemm.TMAP_DTYPE)
+    rec["words"][0] = np.array([int(w) for w in tm.opaque], dtype=np.uint64)
+    return rec[0]
+
+
 def main() -> None:
     backend, arch = current_target()
-    names = [f"tma_ring<{s}, {br}, {nb}>" for s, br, nb, _ in CONFIGS.values()]
+    names = [f"tma_ring<{s}, {br}, {nb}>" for s, br, nb, _, _ in CONFIGS.values()]
     module = cupy.RawModule(code=SOURCE, options=compile_options(backend, arch), name_expressions=sorted(set(names)))
     ldg = cupy.RawModule(code=LDG_SOURCE, options=("-std=c++17",), name_expressions=["read_pattern<0>"])
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
@@ -112,11 +135,11 @@ def main() -> None:
     nbytes = buf.nbytes
     sink = cupy.zeros(1, cupy.uint32)
     runs = {}
-    for (name, (s, br, nb, share)), kname in zip(CONFIGS.items(), names):
+    for (name, (s, br, nb, share, promote)), kname in zip(CONFIGS.items(), names):
         k = module.get_function(kname)
         smem = s * br * 128 * nb + 1024
         k.max_dynamic_shared_size_bytes = smem
-        tmap = gemm.encode_tmap(buf.data.ptr, (COLS, total_rows), (COLS,), 2, box=(64, br))
+        tmap = encode(buf.data.ptr, total_rows, br, promote)
         sets = total_rows // (br * nb)
         grid = ctas - ctas % share
         runs[name] = (lambda k=k, smem=smem, tmap=tmap, sets=sets, share=share, grid=grid:
