@@ -100,6 +100,28 @@ def _mx_operands(layout, m, n, k, seed, spread=0.0):
     return ops
 
 
+@pytest.mark.parametrize("shape", [(192, 352), (96, 4128), (2080, 96), (8224, 64)])
+@pytest.mark.parametrize("axis", [1, 0])
+def test_kperm_operand_is_permute_k(shape, axis):
+    """kosmos.mx.kperm_operand (B of the MXFP8-A GEMM) bit for bit permute_k of the reference
+    dequantization, from an MXFP8 copy (blocks along `axis`) and from bf16: reductions of whole
+    slabs and of a half slab at the end (zero padding), long and short rows, a NaN block, scales
+    over bf16's whole range."""
+    rng = np.random.default_rng([*shape, axis])
+    mags = np.exp2(rng.uniform(-133, 126, size=(shape[0], 1))).astype(np.float32)
+    x = (rng.standard_normal(shape).astype(np.float32) * mags).astype(bfloat16)
+    x[3, 5] = np.nan
+    t = mx.quantize(x, axis=axis)
+    with np.errstate(over="ignore"):
+        want = mx.permute_k(mx.dequantize(t).astype(bfloat16), axis).view(np.uint16)
+    for source, ref in ((mx.to_device(t), want), (cupy.asarray(x), mx.permute_k(x, axis).view(np.uint16))):
+        got = cupy.asnumpy(mx.kperm_operand(source, axis=axis)).view(np.uint16)
+        assert got.shape == ref.shape
+        nan = (ref & 0x7FFF) > 0x7F80
+        assert (((got & 0x7FFF) > 0x7F80) == nan).all()
+        assert (got[~nan] == ref[~nan]).all(), type(source).__name__
+
+
 def _reference(layout, a, b):
     a64, b64 = a.astype(np.float64), b.astype(np.float64)
     return {"TN": lambda: a64 @ b64.T, "NN": lambda: a64 @ b64, "NT": lambda: a64.T @ b64}[layout]()

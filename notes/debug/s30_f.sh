@@ -1,0 +1,19 @@
+#!/usr/bin/env bash
+# notes/patches/kperm_batched.patch (<= 5 min): kperm_operand's kernel with the source kind (MXFP8
+# row / column blocks, bf16) and the permuted axis as template arguments, so a thread's 4 scattered
+# pair loads (and scales) are issued together; main's kernel switched on them between the loads,
+# which kept each load behind the previous pair's conversion (SASS: LDG, branch, convert, LDG ...).
+# Host launch unchanged: --tree-b compares under one grid. Compile-checked (sm_90a SASS: 12 LDG in
+# one run per vector); never run on a GPU. Predicted (H100): kperm 1.2 -> 2-2.5 TB/s (8B-QKV's
+# swapped wgrad dY^T 12 -> ~7 us); bench/gemm.py mxfp8 B/A (B's speed over A's) 0.95-0.98 on the
+# register-path shapes, 1.00 on the pass rows. Also runs test_mx (its new direct kperm test).
+#   KOSMOS_COMMIT=<sha>+kperm_batched bash notes/debug/s30_f.sh
+source notes/debug/call_env.sh s30_f
+T="-q -p no:cacheprovider --timeout=150 --timeout-method=thread -rfE --color=no"
+patch_over_main notes/patches/kperm_batched.patch mx.hip gemm.hip transpose.hip
+run "mx tests np1" timeout 150 python3 -m pytest tests/gpu/test_mx.py $T
+run "kperm A/B" timeout 90 python3 notes/debug/kperm_ab.py --tree-b /tmp/tree_main/hipsrc
+run "gemm mx A/B" timeout 240 python3 bench/gemm.py --quick --precision mxfp8 --caps 132 --reps 15 --tree-b /tmp/tree_main/hipsrc --out $RUNS --tag s30_kperm_batched
+cp "$RUNS"/*.json "$OUT"/ 2>/dev/null
+grep -E "^=====|compiled|^(FAILED|ERROR) |passed|failed|B/A|Error|patch|mxfp8/bf16" "$LOG" | cut -c1-260 | tail -50
+printf '%s\n' "${summary[@]}"
