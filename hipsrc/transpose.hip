@@ -1,5 +1,6 @@
-// kosmos_transpose_{b16,b32}: out [cols, rows] = in [rows, cols]^T (kosmos.gemm's swapped MXFP8 TN,
-// mx_route, transposes its result with it); rows and cols multiples of 8, 16-byte aligned bases.
+// kosmos_transpose_b32: out [cols, rows] = in [rows, cols]^T, fp32 (kosmos.gemm's swapped MXFP8 TN,
+// mx_route, transposes an fp32 result with it; a bf16 one its epilogue stores transposed); rows and
+// cols multiples of 8, 16-byte aligned bases.
 // 64 x 64 tiles through shared memory, read and written as 16-byte vectors (a padded pitch: the
 // row-wise fill is free of bank conflicts, the column reads 2-way); 256 threads, grid
 // (ceil(rows / 64), ceil(cols / 64)). Its own file: gemm.hip's kernels all take the builder's
@@ -34,10 +35,6 @@ KOSMOS_DEVICE void transpose_tile(const T* __restrict__ in, T* __restrict__ out,
       st16(out + (c0 + c) * rows + r0 + r, x);
     }
   }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kosmos_transpose_b16(const u16* in, u16* out, i64 rows, i64 cols) {
-  transpose_tile(in, out, rows, cols);
 }
 
 extern "C" __global__ void __launch_bounds__(256) kosmos_transpose_b32(const u32* in, u32* out, i64 rows, i64 cols) {

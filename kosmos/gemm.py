@@ -1038,7 +1038,7 @@ def _matmul_mx_a_swapped(a, b, out, out_dtype, sm_cap: int | None, stream: Any):
         return out
     out_t = _matmul_mx_a(b, a, "TN", None, dt, sm_cap, None, stream)  # fp32: the result, then its transpose
     rows, cols = out_t.shape  # grid y: cols / 64, a's rows (<= max_columns: far under 65,535 x 64)
-    kernel = load_module("transpose.hip").get_function(f"kosmos_transpose_b{8 * dt.itemsize}")
+    kernel = load_module("transpose.hip").get_function("kosmos_transpose_b32")
     kernel((-(-rows // 64), -(-cols // 64)), (256,), (out_t, out, np.int64(rows), np.int64(cols)))
     return out
 

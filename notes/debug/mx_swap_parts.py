@@ -1,18 +1,16 @@
-"""Where the swapped MXFP8 wgrad's time goes (session 29): per NT shape, the whole
-matmul(dy_t, x_t, "TN") (kosmos.gemm.mx_route "swapped"; bf16: the result stored transposed by the
-epilogue, if this tree has transposed_store.patch), the same as the GEMM then a transpose pass, its
-parts -- B's rewrite (kosmos.mx.kperm_operand of dy_t), the MxA GEMM on the rewritten B, the
-transpose -- and our bf16 NT GEMM of the same shape, interleaved (kosmos.timing.time_calls,
-medians, one GPU).
+"""Where the swapped MXFP8 wgrad's time goes (sessions 29-30): per NT shape, the whole
+matmul(dy_t, x_t, "TN") (kosmos.gemm.mx_route "swapped": the result stored transposed by the MxA
+epilogue), its parts -- B's rewrite (kosmos.mx.kperm_operand of dy_t), the MxA GEMM on the
+rewritten B stored as it is -- and our bf16 NT GEMM of the same shape, interleaved
+(kosmos.timing.time_calls, medians, one GPU). (Session 30 also timed the GEMM followed by a bf16
+transpose pass here, main before the transposed store: notes/mxfp8.md; that kernel is gone.)
 
     python3 notes/debug/mx_swap_parts.py
 """
 import cupy
-import numpy as np
 
 from kosmos import World, gemm, mx
 from kosmos.dtypes import random_bf16
-from kosmos.runtime.module import load_module
 from kosmos.timing import time_calls
 
 SHAPES = {"8B-QKV": (8192, 768, 4096), "70B-QKV": (32768, 1280, 8192)}  # tokens, dW rows, dW cols
@@ -25,17 +23,10 @@ with World() as world:
         out_t = cupy.empty((k, n), dy.dtype)
         bp = mx.kperm_operand(dy_t, axis=1)
         plan = gemm.get_plan(gemm.gemm_shape("TN", x_t.shape, dy_t.shape), out.dtype, None, 1, None, False, mx_a=True)
-        tr = load_module("transpose.hip").get_function("kosmos_transpose_b16")
-        def pass_path(i):  # the swapped GEMM stored as it is, then transposed (main before session 30)
-            plan(x_t, mx.kperm_operand(dy_t, axis=1), out_t)
-            tr((k // 64, -(-n // 64)), (256,), (out_t, out, np.int64(k), np.int64(n)))
-
         fns = {
             "swapped": lambda i: gemm.matmul(dy_t, x_t, "TN", out=out),
-            "swapped, pass": pass_path,
             "kperm B": lambda i: mx.kperm_operand(dy_t, axis=1),
             "MxA GEMM": lambda i: plan(x_t, bp, out_t),
-            "transpose": lambda i: tr((k // 64, -(-n // 64)), (256,), (out_t, out, np.int64(k), np.int64(n))),
             "bf16 NT": lambda i: gemm.matmul(dy, x, "NT", out=out),
         }
         r = time_calls(world, fns, 5, 30)
