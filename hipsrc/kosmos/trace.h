@@ -15,9 +15,19 @@ __device__ kosmos::u64 kosmos_phase_trace[1024 * 32];
 }
 #endif
 
+// Per-unit edges of the Hopper builder's units, in -DKOSMOS_TILE_TRACE builds only
+// (notes/debug/tile_trace.py): kosmos_tile_trace[cta][0] = the CTA's consumers entered the
+// builder, [1 + 2 i] its unit i's first stage landed, [2 + 2 i] unit i's epilogue issued (i < 31).
+#ifdef KOSMOS_TILE_TRACE
+extern "C" {
+__device__ kosmos::u64 kosmos_tile_trace[1024 * 64];
+}
+#endif
+
 namespace kosmos {
 
 constexpr int kPhaseSlots = 32;
+constexpr int kTileTraceSlots = 64;
 
 // The slot of a builder call's job with `after` jobs after it in the call.
 template <int after>
@@ -33,6 +43,18 @@ KOSMOS_DEVICE void phase_mark(int slot, u32 by = 0) {
 #else
   (void)slot;
   (void)by;
+#endif
+}
+
+// slot 0 (unit < 0: entry) or unit's edge (0: first stage landed, 1: epilogue issued), by the
+// first consumer thread.
+KOSMOS_DEVICE void tile_mark(int unit, int edge) {
+#ifdef KOSMOS_TILE_TRACE
+  if (threadIdx.x == 128 && unit < 31)
+    kosmos_tile_trace[blockIdx.x * kTileTraceSlots + (unit < 0 ? 0 : 1 + 2 * unit + edge)] = now_ns();
+#else
+  (void)unit;
+  (void)edge;
 #endif
 }
 

@@ -356,7 +356,8 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
   for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
   u32 s = pos.s, ph = pos.ph;
   i32 stop;
-  for (;;) {
+  tile_mark(-1, 0);
+  for (int unit = 0;; ++unit) {
     mbar_wait(&full[s], ph);
     const i32 t = slot[s];
     if (t < 0) {
@@ -365,6 +366,7 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
       stop = t;
       break;
     }
+    tile_mark(unit, 0);
     // Only the slab count (and, ragged, the reduction rows left) stay live across the mainloop;
     // the tile is placed again for the epilogue: registers the wgmma pipeline needs otherwise.
     i32 nslabs, k_left, busy;  // busy: the slabs this warpgroup multiplies (0: one_warpgroup_rows)
@@ -538,6 +540,7 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
       named_barrier(1, 256);
       if (tid == 0 && cw == 0) epi.done(tc);
     }
+    tile_mark(unit, 1);
   }
   if (Epi::kTmaStore && tid == 0) bulk_wait_all();  // shared memory stays ours until the stores are done
   pos = RingPos{s, ph};
