@@ -9,10 +9,11 @@ are hipsrc/kosmos/trace.h tile_mark, compiled out otherwise), runs bench/moe_gem
 a few times and prints, for the last call, microseconds since the first CTA's consumers entered:
 per unit index the median and last CTA's first-stage-landed and epilogue-issued times, the
 median unit length, and the CTAs' last epilogue (min / median / 90th percentile / max), beside the
-call's event-timed length. Tracing costs two stores a unit; the timeline is for shares, not for
-speed claims.
+call's event-timed length; then (--widths) the part at each tile width, interleaved medians
+(kosmos.timing), to see whether more, smaller units pay. Tracing costs two stores a unit; the
+timeline is for shares, not for speed claims.
 
-    python3 notes/debug/tile_trace.py [--model Qwen3-30B-A3B] [--rows 256] [--part "fwd1 plain"]
+    python3 notes/debug/tile_trace.py [--model Qwen3-30B-A3B] [--rows 256] [--part fwd1] [--tile-n N] [--widths]
 """
 import argparse
 import os
@@ -32,8 +33,10 @@ sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
 import cupy  # noqa: E402
 import numpy as np  # noqa: E402
 
-from kosmos import grouped  # noqa: E402
-from moe_gemm_parts import gemm_parts  # noqa: E402
+import moe as bench_moe  # noqa: E402 - bench/moe.py: share()
+from kosmos import World, grouped  # noqa: E402
+from kosmos.dtypes import random_bf16  # noqa: E402
+from kosmos.timing import time_calls  # noqa: E402
 
 SLOTS = 64  # hipsrc/kosmos/trace.h kTileTraceSlots
 
@@ -42,10 +45,20 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="Qwen3-30B-A3B")
     ap.add_argument("--rows", type=int, default=256, help="rows per expert")
-    ap.add_argument("--part", default="fwd1 plain", help="a part of bench/moe_gemm_parts.py")
+    ap.add_argument("--part", default="fwd1", choices=("fwd1", "fwd2", "dgrad1"),
+                    help="x w1^T (TN), a w2^T (TN) or dpre w1 (NN), as bench/moe_gemm_parts.py's plain ones")
+    ap.add_argument("--tile-n", type=int, default=None, help="256, 192 or 128 (default: the chooser's)")
+    ap.add_argument("--widths", action="store_true", help="also time the part at every tile width")
     args = ap.parse_args()
-    ours, _ = gemm_parts(args.model, args.rows)
-    call = ours[args.part][0]
+    cfg = bench_moe.share(args.model)
+    e, h, i = cfg.experts, cfg.hidden, cfg.intermediate
+    rows = cupy.full((e,), args.rows, cupy.int32)
+    r = e * args.rows
+    a, b, layout = {"fwd1": lambda: (random_bf16((r, h), 1), random_bf16((e, 2 * i, h), 6), "TN"),
+                    "fwd2": lambda: (random_bf16((r, i), 3), random_bf16((e, h, i), 7), "TN"),
+                    "dgrad1": lambda: (random_bf16((r, 2 * i), 4), random_bf16((e, 2 * i, h), 6), "NN")}[args.part]()
+    part = lambda tile_n: lambda _: grouped.grouped_matmul(a, b, rows, layout, tile_n=tile_n)  # noqa: E731
+    call = part(args.tile_n)
     call(0)  # compiles grouped.hip (this tree) and makes the plan
     mod = grouped._module()  # the module the call loaded (this tree's, by $KOSMOS_HIPSRC)
     trace = cupy.ndarray((1024, SLOTS), np.uint64, mod.get_global("kosmos_tile_trace"))
@@ -63,7 +76,7 @@ def main():
     t0 = tr[:, 0].min()
     us = lambda v: (v - t0) / 1e3  # noqa: E731
     units = ((tr[:, 2::2][:, :31] > 0).sum(axis=1))
-    print(f"{args.model} {args.rows} rows per expert, {args.part}: {ms * 1e3:.1f} us by events, {len(ctas)} CTAs, "
+    print(f"{args.model} {args.rows} rows per expert, {args.part} (tile {args.tile_n or 'auto'}): {ms * 1e3:.1f} us by events, {len(ctas)} CTAs, "
           f"units a CTA {units.min()}-{units.max()} (median {np.median(units):.0f})")
     print(f"  entered: median {np.median(us(tr[:, 0])):.1f}, last {us(tr[:, 0]).max():.1f}")
     for i in range(units.max()):
@@ -78,6 +91,10 @@ def main():
     last = np.array([row[2:2 + 2 * n:2].max() for row, n in zip(tr, units) if n > 0])
     print(f"  CTAs' last epilogue: min {us(last).min():.1f}  median {np.median(us(last)):.1f}  "
           f"p90 {np.percentile(us(last), 90):.1f}  max {us(last).max():.1f}")
+    if args.widths:
+        with World() as world:
+            t = time_calls(world, {f"tile {w or 'auto'}": part(w) for w in (None, 256, 192, 128)}, 3, 20)
+        print("  " + "  ".join(f"{k} {v.median_ms * 1e3:.1f} us" for k, v in t.items()))
 
 
 if __name__ == "__main__":
