@@ -10,6 +10,10 @@ a GEMM tile reads its weight rows slab by slab; CTAs take sets round robin; with
 neighbouring CTAs read every set (the two row tiles of an expert reading the same weights).
 Every config reads the same ~1 GB once from DRAM (share 2 twice into SMs); GB/s = unique bytes /
 time. Median of 15 timings of 3 back-to-back launches each (events), configs interleaved.
+Then the grouped GEMM itself (Qwen3-30B fwd1 at 256 and 2,048 rows per expert) beside its load
+stream alone (tma_units: its units, boxes, order and claim queue, no MMA, no epilogue), timed
+by kosmos.timing: if the loads alone are as slow as the GEMM, the stream's shape is the limit;
+if they reach ~3 TB/s, what the GEMM adds between its loads is.
 
     python3 notes/debug/tma_ring.py
 """
@@ -82,6 +86,72 @@ __global__ void __launch_bounds__(160, 1) tma_ring(const KOSMOS_GRID_CONSTANT Te
     if (acc == 0x9E3779B9u) atomicAdd(sink, 1u);
   }
 }
+
+// The grouped TN GEMM's load stream alone: its units (experts x tiles_m x tiles_n, the two row
+// tiles of an n tile next to each other, as schedule.h's raster puts them), claimed from an atomic
+// queue (words[0]; the last CTA out resets both words), each unit k_slabs stages of A's 2 boxes of
+// 64 rows (the unit's 128 token rows) + B's NB boxes of 64 rows (the expert's weight rows of the
+// n tile, a 3-D map), 4 stages; no MMA, no epilogue. A stage with slot -1 stops the consumers.
+template <int NB>
+__global__ void __launch_bounds__(160, 1) tma_units(const KOSMOS_GRID_CONSTANT TensorMap map_a,
+                                                    const KOSMOS_GRID_CONSTANT TensorMap map_b, int experts,
+                                                    int rows_per, int tiles_n, int k_slabs, unsigned* words,
+                                                    unsigned* sink) {
+  constexpr int S = 4, kBox = 64 * 128, kStage = (2 + NB) * kBox;
+  extern __shared__ unsigned char smem_raw[];
+  __shared__ u64 full[S], empty[S];
+  __shared__ int slot[S];
+  unsigned char* base = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < S; ++i) {
+      mbar_init(&full[i], 1);
+      mbar_init(&empty[i], 4);
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+  const int tiles_m = rows_per / 128, units = experts * tiles_m * tiles_n;
+  u32 s = 0, ph = 0;
+  if (warp == 0) {
+    if (lane == 0) {
+      tma_prefetch_desc(&map_a);
+      tma_prefetch_desc(&map_b);
+      for (;;) {
+        const int u = int(atomicAdd(&words[0], 1u));
+        const int e = u / (tiles_m * tiles_n), r = u % (tiles_m * tiles_n), tm = r % tiles_m, tn = r / tiles_m;
+        for (int kb = 0; kb < (u < units ? k_slabs : 1); ++kb) {
+          mbar_wait(&empty[s], ph ^ 1);
+          slot[s] = u < units ? u : -1;
+          if (u < units) {
+            mbar_arrive_expect_tx(&full[s], kStage);
+            unsigned char* st = base + s * kStage;
+            for (int h = 0; h < 2; ++h) tma_load_2d(st + h * kBox, &map_a, kb * 64, e * rows_per + tm * 128 + h * 64, &full[s]);
+            for (int c = 0; c < NB; ++c)
+              tma_load_3d(st + (2 + c) * kBox, &map_b, kb * 64, tn * NB * 64 + c * 64, e, &full[s]);
+          } else {
+            mbar_arrive(&full[s]);
+          }
+          if (++s == S) { s = 0; ph ^= 1; }
+        }
+        if (u >= units) break;
+      }
+      if (atomicAdd(&words[1], 1u) == gridDim.x - 1) words[0] = words[1] = 0u;  // every claim is made
+    }
+  } else {
+    unsigned acc = 0;
+    for (;;) {
+      mbar_wait(&full[s], ph);
+      const int u = slot[s];
+      if (u >= 0) acc ^= reinterpret_cast<const unsigned*>(base + s * kStage)[threadIdx.x];
+      __syncwarp();
+      if (lane == 0) mbar_arrive(&empty[s]);
+      if (++s == S) { s = 0; ph ^= 1; }
+      if (u < 0) break;
+    }
+    if (acc == 0x9E3779B9u) atomicAdd(sink, 1u);
+  }
+}
 """
 
 COLS = 2048  # 4 KB bf16 rows, the Qwen3-30B fwd1 weights' K
@@ -100,16 +170,20 @@ CONFIGS = {
 BACK_TO_BACK = 3
 
 
-def encode(ptr: int, rows: int, box_rows: int, promote: int) -> np.void:
-    """kosmos.gemm.encode_tmap's bf16 map of [rows, COLS] (boxes of box_rows x 64, 128-byte
-    swizzle) with the L2 promotion a parameter (the library's is always 256 B)."""
+def encode(ptr: int, rows: int, box_rows: int, promote: int = 256, dims: tuple[int, ...] = ()) -> np.void:
+    """kosmos.gemm.encode_tmap's bf16 map (boxes of box_rows x 64, 128-byte swizzle) with the L2
+    promotion a parameter (the library's is always 256 B): of [rows, COLS], or of C-contiguous
+    `dims` (innermost first, e.g. (K, N, E) for [E, N, K]; box 1 in the outer dims)."""
     from cuda.bindings import driver as cu
 
+    dims = dims or (COLS, rows)
+    strides = np.cumprod(dims)[:-1] * 2
     p = cu.CUtensorMapL2promotion
     res, tm = cu.cuTensorMapEncodeTiled(
-        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, 2, ptr,
-        [cu.cuuint64_t(COLS), cu.cuuint64_t(rows)], [cu.cuuint64_t(COLS * 2)],
-        [cu.cuuint32_t(64), cu.cuuint32_t(box_rows)], [cu.cuuint32_t(1)] * 2,
+        cu.CUtensorMapDataType.CU_TENSOR_MAP_DATA_TYPE_BFLOAT16, len(dims), ptr,
+        [cu.cuuint64_t(int(d)) for d in dims], [cu.cuuint64_t(int(st)) for st in strides],
+        [cu.cuuint32_t(64), cu.cuuint32_t(box_rows)] + [cu.cuuint32_t(1)] * (len(dims) - 2),
+        [cu.cuuint32_t(1)] * len(dims),
         cu.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE, cu.CUtensorMapSwizzle.CU_TENSOR_MAP_SWIZZLE_128B,
         {256: p.CU_TENSOR_MAP_L2_PROMOTION_L2_256B, 128: p.CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
          0: p.CU_TENSOR_MAP_L2_PROMOTION_NONE}[promote],
@@ -121,10 +195,62 @@ def encode(ptr: int, rows: int, box_rows: int, promote: int) -> np.void:
     return rec[0]
 
 
+def interleaved_ms(runs: dict, iters: int = 17) -> dict:
+    """Median ms of each call over `iters` rounds (the first two dropped), BACK_TO_BACK launches a
+    timing, the calls interleaved round by round."""
+    times = {m: [] for m in runs}
+    for it in range(iters):
+        for m, fn in runs.items():
+            a, b = cupy.cuda.Event(), cupy.cuda.Event()
+            a.record()
+            for _ in range(BACK_TO_BACK):
+                fn()
+            b.record()
+            b.synchronize()
+            if it >= 2:
+                times[m].append(cupy.cuda.get_elapsed_time(a, b) / BACK_TO_BACK)
+    return {m: statistics.median(v) for m, v in times.items()}
+
+
+def grouped_stream(module, ctas: int, sink) -> None:
+    """The grouped GEMM at Qwen3-30B's EP-8 share (16 experts, H 2,048, 2I 1,536: bench/moe.py),
+    fwd1 plain at 256 and 2,048 rows per expert, beside its load stream alone (tma_units, tile 192:
+    3 B boxes) and beside plain-load / TMA-ring streams of the same unique bytes."""
+    from kosmos import World
+    from kosmos.dtypes import random_bf16
+    from kosmos.grouped import grouped_matmul
+    from kosmos.timing import time_calls
+
+    e, h, n = 16, 2048, 1536
+    k = module.get_function("tma_units<3>")
+    smem = 4 * 5 * 64 * 128 + 1024
+    k.max_dynamic_shared_size_bytes = smem
+    words = cupy.zeros(2, cupy.uint32)
+    with World() as world:
+        for rows_per in (256, 2048):
+            x, w = random_bf16((e * rows_per, h), 1), random_bf16((e, n, h), 2)
+            counts = cupy.full((e,), rows_per, cupy.int32)
+            ma = encode(x.data.ptr, e * rows_per, 64, dims=(h, e * rows_per))
+            mb = encode(w.data.ptr, 0, 64, dims=(h, n, e))
+            runs = {
+                "grouped GEMM fwd1 (tile 192)": lambda _: grouped_matmul(x, w, counts, "TN", tile_n=192),
+                "its loads alone (tma_units)": lambda _: k(
+                    (ctas,), (160,), (ma, mb, np.int32(e), np.int32(rows_per), np.int32(n // 192), np.int32(h // 64),
+                                      words, sink), shared_mem=smem),
+            }
+            # kosmos.timing: launches queued behind a blocker, so the host's time per call is not timed
+            ms = {m: v.median_ms for m, v in time_calls(world, runs, 3, 20).items()}
+            unique = x.nbytes + w.nbytes
+            print(f"Qwen3-30B fwd1, {rows_per} rows per expert: {unique / 1e6:.1f} MB read once at least")
+            for m, t in ms.items():
+                print(f"  {m:32s} {t * 1e3:8.1f} us  {unique / t / 1e6:7.0f} GB/s of unique bytes")
+
+
 def main() -> None:
     backend, arch = current_target()
     names = [f"tma_ring<{s}, {br}, {nb}>" for s, br, nb, _, _ in CONFIGS.values()]
-    module = cupy.RawModule(code=SOURCE, options=compile_options(backend, arch), name_expressions=sorted(set(names)))
+    module = cupy.RawModule(code=SOURCE, options=compile_options(backend, arch),
+                            name_expressions=sorted(set(names)) + ["tma_units<3>"])
     ldg = cupy.RawModule(code=LDG_SOURCE, options=("-std=c++17",), name_expressions=["read_pattern<0>"])
     props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
     ctas = props["multiProcessorCount"]
@@ -147,22 +273,11 @@ def main() -> None:
                         shared_mem=smem))
     ldg_k = ldg.get_function("read_pattern<0>")
     runs["ldg stream (hbm_pattern)"] = lambda: ldg_k((ctas,), (384,), (buf, np.int64(total_rows), sink))
-    times = {m: [] for m in runs}
-    for it in range(17):
-        for m, fn in runs.items():
-            a, b = cupy.cuda.Event(), cupy.cuda.Event()
-            a.record()
-            for _ in range(BACK_TO_BACK):
-                fn()
-            b.record()
-            b.synchronize()
-            if it >= 2:
-                times[m].append(cupy.cuda.get_elapsed_time(a, b) / BACK_TO_BACK)
+    ms = interleaved_ms(runs)
     print(f"{props['name'].decode()}, {ctas} CTAs, {nbytes / 2**20:.0f} MiB of 4 KB bf16 rows, each read once from DRAM")
-    for m in runs:
-        t = statistics.median(times[m])
+    for m, t in ms.items():
         print(f"  {m:28s} {t:7.3f} ms  {nbytes / t / 1e6:7.0f} GB/s")
-
+    grouped_stream(module, ctas, sink)
 
 if __name__ == "__main__":
     main()
