@@ -12,7 +12,9 @@ behind the stream blocker, device events around each call, median of --reps afte
 rotated over enough sets that the 60 MiB L2 cannot serve them. Writes
 bench/results/gemm_<gpu>_<date>.json and .png (GPU, commit, timing method recorded); prints a short
 table last. --tree-b HIPSRC: the full-GPU contender (and mxfp8's) again with the kernels of another
-hipsrc tree, interleaved with this tree's (per shape and per group "B/A": B's speed over A's).
+hipsrc tree, interleaved with this tree's (per shape and per group "B/A time": B's time over A's, > 1:
+A faster, as in the other benches; JSON b_time_over_a. Before session 30 this bench printed B's speed
+over A's, JSON b_over_a).
 --precision mxfp8 times matmul on the operands quantized with blocks along their contracting axes (NT,
 the wgrad: both column-wise copies stored transposed, so a TN; kosmos.mx.quantize_both) and the
 MXFP8-A path matmul did not choose ("(pass x)" or "(regs x)" after mxfp8/bf16): the data to refit
@@ -160,8 +162,8 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
         rec["mxfp8_other_path_vs_bf16"] = {k[6:]: v["tflops"] / full for k, v in rec["ours"].items()
                                            if k in ("mxfp8 pass", "mxfp8 regs")}
     if tree_b:
-        rec["b_over_a"] = {k[:-2]: v["tflops"] / rec["ours"][k[:-2]]["tflops"] for k, v in rec["ours"].items()
-                           if k.endswith(" B")}
+        rec["b_time_over_a"] = {k[:-2]: rec["ours"][k[:-2]]["tflops"] / v["tflops"] for k, v in rec["ours"].items()
+                                if k.endswith(" B")}  # same FLOPs: A's speed over B's
     del sets, out, ref, o32, r32
     cupy.get_default_memory_pool().free_all_blocks()
     return rec
@@ -264,7 +266,7 @@ def main(argv=None):
                   + (f"  mxfp8/bf16 {rec['mxfp8_vs_bf16']:.3f} {rec.get('mxfp8_route', '')}" if "mxfp8_vs_bf16" in rec
                      else "")
                   + "".join(f"  ({k} {v:.3f})" for k, v in rec.get("mxfp8_other_path_vs_bf16", {}).items())
-                  + "".join(f"  B/A {k} {v:.3f}" for k, v in rec.get("b_over_a", {}).items())
+                  + "".join(f"  B/A time {k} {v:.3f}" for k, v in rec.get("b_time_over_a", {}).items())
                   + f"  {capstr}", flush=True)
 
     date = _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
@@ -296,8 +298,8 @@ def main(argv=None):
               f"  {('%.3f' % geomean(ret)) if ret else '-'}"
               f"  {geomean([auto_vs_best(r, sms) for r in rs]):.3f}"
               + (f"  mxfp8/bf16 {geomean([r['mxfp8_vs_bf16'] for r in rs]):.3f}" if args.precision == "mxfp8" else "")
-              + "".join(f"  B/A {k} {geomean([r['b_over_a'][k] for r in rs]):.3f}"
-                        for k in (rs[0].get("b_over_a") or {})))
+              + "".join(f"  B/A time {k} {geomean([r['b_time_over_a'][k] for r in rs]):.3f}"
+                        for k in (rs[0].get("b_time_over_a") or {})))
 
 
 if __name__ == "__main__":

@@ -6,8 +6,8 @@
 # handoff a bf16 B buffer would need). SASS: +112 instructions a slab variant (twice A's own
 # conversion work). Question (notes/mxfp8.md, session 30): can the consumers convert B themselves,
 # instead of kperm's HBM rewrite (~10 % of the register-path shapes' time)? If bench/gemm.py's
-# mxfp8 B/A (B's speed over A's) stays <= ~1.03 on the register-path rows, yes; if >= ~1.08, no
-# (the producer warpgroup's idle warps would have to, with fewer issue slots).
+# "B/A time mxfp8" (main's time over the patch's) stays >= ~0.97 on the register-path rows, yes;
+# if <= ~0.93, no (the producer warpgroup's idle warps would have to, with fewer issue slots).
 #   KOSMOS_COMMIT=<sha>+mx_bconv_diag bash notes/debug/s30_h.sh
 source notes/debug/call_env.sh s30_h
 patch_over_main notes/patches/mx_bconv_diag.patch gemm.hip mx.hip transpose.hip
