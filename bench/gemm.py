@@ -38,6 +38,7 @@ import cupy  # noqa: E402
 from kosmos import World, gemm  # noqa: E402
 from kosmos.dtypes import bf16_to_f32, bfloat16, random_bf16  # noqa: E402
 from kosmos.runtime.source import in_kernel_tree  # noqa: E402
+from kosmos.shapes import PaperShape, load_llama3_shapes  # noqa: E402
 from kosmos.timing import check_timeable, device_name, git_commit, time_calls  # noqa: E402
 
 L2_BYTES = 60 * 2**20
@@ -67,8 +68,8 @@ OTHER_SHAPES = {
 }
 
 
-def other_shapes() -> list[gemm.PaperShape]:
-    return [gemm.PaperShape(cls, name, m, n, k, layout) for name, (cls, layout, m, n, k) in OTHER_SHAPES.items()]
+def other_shapes() -> list[PaperShape]:
+    return [PaperShape(cls, name, m, n, k, layout) for name, (cls, layout, m, n, k) in OTHER_SHAPES.items()]
 
 
 def cublas_fn(layout, a, b, out):
@@ -235,7 +236,7 @@ def main(argv=None):
     caps = [int(c) for c in args.caps.split(",") if c]
     if args.define:
         gemm._extra_options = tuple(f"-D{d}" for d in args.define)
-    shapes = (gemm.load_llama3_shapes() if args.set != "other" else []) + (other_shapes() if args.set != "paper" else [])
+    shapes = (load_llama3_shapes() if args.set != "other" else []) + (other_shapes() if args.set != "paper" else [])
     if args.kernels:
         shapes = [s for s in shapes if s.kernel in args.kernels.split(",")]
     if args.shapes:

@@ -37,6 +37,7 @@ from kosmos import World, gemm, mx  # noqa: E402
 from kosmos.collectives import AllGather, ReduceScatter  # noqa: E402
 from kosmos.dtypes import bfloat16, random_bf16  # noqa: E402
 from kosmos.reference import NcclBaseline  # noqa: E402
+from kosmos.shapes import load_llama3_shapes  # noqa: E402
 from kosmos.runtime.source import in_kernel_tree, kernel_tree  # noqa: E402
 from kosmos.timing import check_timeable, device_name, git_commit, time_calls  # noqa: E402
 from kosmos.tp.ops import (AllGatherMatmul, AllGatherMatmulNNNT, BulkAllGatherMatmul,  # noqa: E402
@@ -256,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         check_timeable(world, args.allow_oversubscribed)
         P, say = world.size, (print if world.rank == 0 else (lambda *a, **k: None))
         nccl = NcclBaseline(world) if NcclBaseline.available(world) else None
-        shapes = [s for s in gemm.load_llama3_shapes() if s.kernel in args.kernels.split(",")]
+        shapes = [s for s in load_llama3_shapes() if s.kernel in args.kernels.split(",")]
         if args.quick:
             shapes = [s for s in shapes if s.name in QUICK]
         if args.shapes:

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from kosmos import gemm
+from kosmos.shapes import load_llama3_shapes
 from kosmos.runtime.source import hipsrc_dir
 
 
@@ -148,7 +149,7 @@ def test_kernel_names_and_out_dtype():
 
 
 def test_llama3_shape_table():
-    shapes = gemm.load_llama3_shapes()
+    shapes = load_llama3_shapes()
     by_kernel = {}
     for s in shapes:
         by_kernel.setdefault(s.kernel, []).append(s)

@@ -19,6 +19,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kosmos import World, gemm  # noqa: E402
+from kosmos.shapes import load_llama3_shapes  # noqa: E402
 from kosmos.dtypes import bfloat16, random_bf16  # noqa: E402
 from kosmos.timing import device_name, git_commit, time_calls  # noqa: E402
 
@@ -31,7 +32,7 @@ def main() -> None:
     args = ap.parse_args()
     import cupy
 
-    shapes = {(s.layout, s.name): s for s in gemm.load_llama3_shapes()}
+    shapes = {(s.layout, s.name): s for s in load_llama3_shapes()}
     with World() as world:
         print(f"{device_name()}, commit {git_commit()}, median of {args.iters} after 2 of warm-up, TFLOP/s")
         for key in SHAPES:

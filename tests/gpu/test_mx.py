@@ -9,6 +9,7 @@ cupy = pytest.importorskip("cupy")
 
 from kosmos import mx  # noqa: E402
 from kosmos.dtypes import bfloat16  # noqa: E402
+from kosmos.shapes import PaperShape  # noqa: E402
 
 from .conftest import poisoned  # noqa: E402
 
@@ -90,7 +91,7 @@ def _mx_operands(layout, m, n, k, seed, spread=0.0):
     from kosmos import gemm
 
     rng = np.random.default_rng(seed)
-    a_shape, b_shape, _ = gemm.PaperShape("", "", m, n, k, layout).operand_shapes()
+    a_shape, b_shape, _ = PaperShape("", "", m, n, k, layout).operand_shapes()
     ops = []
     for i, shape in enumerate((a_shape, b_shape)):
         mags = np.exp2(rng.uniform(-spread, spread, size=(shape[0], 1))) if spread else 1.0
