@@ -31,7 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import kosmos  # noqa: E402
 from kosmos.collectives import AllGather, AllToAll, ReduceScatter  # noqa: E402
-from kosmos.dtypes import bfloat16, f32_to_bf16, float32  # noqa: E402
+from kosmos.dtypes import bfloat16, f32_to_bf16  # noqa: E402
 from kosmos.errors import KosmosError, KosmosTimeoutError  # noqa: E402
 from kosmos.reference import reduce_scatter_exact  # noqa: E402
 from kosmos.timing import device_name, git_commit  # noqa: E402

@@ -12,7 +12,6 @@ import os
 import numpy as np
 
 from ..errors import KosmosTimeoutError
-from .source import hipsrc_dir
 
 # WaitCtx in wait.h (checked against the C struct at compile time: kosmos.runtime.mirror)
 WAIT_CTX_DTYPE = np.dtype(
