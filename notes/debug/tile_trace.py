@@ -5,11 +5,11 @@ MMAs (no_mma.patch), yet a TMA ring of the same shape streams the same rows at t
 peak (tma_ring.py): the ~2.0 TB/s is lost elsewhere -- the launch and first loads, gaps between
 units, or a tail of CTAs that stream slower (a unit is ~29 us there; nothing rebalances it). This
 builds grouped.hip with -DKOSMOS_TILE_TRACE (a copy of hipsrc with the define on top; the marks
-are hipsrc/kosmos/trace.h tile_mark, compiled out otherwise), runs bench/moe_gemm_parts.py's part
-a few times and prints, for the last call, microseconds since the first CTA's consumers entered:
-per unit index the median and last CTA's first-stage-landed and epilogue-issued times, the
-median unit length, and the CTAs' last epilogue (min / median / 90th percentile / max), beside the
-call's event-timed length; then (--widths) the part at each tile width, interleaved medians
+are hipsrc/kosmos/trace.h tile_mark, compiled out otherwise), times a plain part of
+bench/moe_gemm_parts.py (kosmos.timing, median of 20), then traces one more call and prints, in
+microseconds since the first CTA's consumers entered: per unit index the median and last CTA's
+first-stage-landed and epilogue-issued times and the median unit length, and the CTAs' last
+epilogue (min / median / 90th percentile / max); then (--widths) the part at each tile width, interleaved medians
 (kosmos.timing), to see whether more, smaller units pay. Tracing costs two stores a unit; the
 timeline is for shares, not for speed claims.
 
@@ -62,21 +62,22 @@ def main():
     call(0)  # compiles grouped.hip (this tree) and makes the plan
     mod = grouped._module()  # the module the call loaded (this tree's, by $KOSMOS_HIPSRC)
     trace = cupy.ndarray((1024, SLOTS), np.uint64, mod.get_global("kosmos_tile_trace"))
-    for _ in range(3):
-        trace.fill(0)
-        a, b = cupy.cuda.Event(), cupy.cuda.Event()
-        a.record()
-        call(0)
-        b.record()
-        b.synchronize()
-    ms = cupy.cuda.get_elapsed_time(a, b)
+    # kosmos.timing (launches queued behind a blocker: the host's time per call is not in the
+    # median); then one more call alone on a cleared trace (the queue hands CTAs different units,
+    # and different counts of them, from call to call)
+    with World() as world:
+        ms = time_calls(world, {"call": call}, 3, 20)["call"].median_ms
+    trace.fill(0)
+    call(0)
+    cupy.cuda.Device().synchronize()
     tr = trace.get().astype(np.int64)
     ctas = np.flatnonzero(tr[:, 0])
     tr = tr[ctas]
     t0 = tr[:, 0].min()
     us = lambda v: (v - t0) / 1e3  # noqa: E731
     units = ((tr[:, 2::2][:, :31] > 0).sum(axis=1))
-    print(f"{args.model} {args.rows} rows per expert, {args.part} (tile {args.tile_n or 'auto'}): {ms * 1e3:.1f} us by events, {len(ctas)} CTAs, "
+    print(f"{args.model} {args.rows} rows per expert, {args.part} (tile {args.tile_n or 'auto'}): "
+          f"{ms * 1e3:.1f} us (median of 20), traced call: {len(ctas)} CTAs, "
           f"units a CTA {units.min()}-{units.max()} (median {np.median(units):.0f})")
     print(f"  entered: median {np.median(us(tr[:, 0])):.1f}, last {us(tr[:, 0]).max():.1f}")
     for i in range(units.max()):
@@ -94,7 +95,7 @@ def main():
     if args.widths:
         with World() as world:
             t = time_calls(world, {f"tile {w or 'auto'}": part(w) for w in (None, 256, 192, 128)}, 3, 20)
-        print("  " + "  ".join(f"{k} {v.median_ms * 1e3:.1f} us" for k, v in t.items()))
+        print("  medians: " + "  ".join(f"{k} {v.median_ms * 1e3:.1f} us" for k, v in t.items()))
 
 
 if __name__ == "__main__":
