@@ -1,9 +1,9 @@
 """What a TMA ring reaches streaming 4 KB rows, beside a plain-load stream of the same bytes.
 
 Session 30 (notes/moe.md): with its MMAs removed (no_mma.patch) the grouped GEMM at 256 rows per
-expert is no faster, so its ~2.0 TB/s of DRAM is what its TMA ring delivers (4 stages of 40 KB a
-CTA: 5 boxes of 64 rows x 128 B, 128-byte swizzle, 256 B L2 promotion), where plain loads of the
-same rows reach ~3.07 TB/s (hbm_pattern.py). This kernel is that ring alone: one producer thread
+expert is no faster, so its ~2.0 TB/s of DRAM is what its load stream delivers (the 192-wide tile:
+5 stages of 40 KB a CTA, 5 boxes of 64 rows x 128 B, 128-byte swizzle, 256 B L2 promotion), where
+plain loads of the same rows reach ~3.07 TB/s (hbm_pattern.py). This kernel is that ring alone: one producer thread
 issues a stage's boxes when the stage is free, 4 consumer warps release each stage as it lands.
 A "set" is `rows` consecutive rows of a bf16 [*, 2048] tensor read 64 columns (128 B) a stage, as
 a GEMM tile reads its weight rows slab by slab; CTAs take sets round robin; with share 2 two
@@ -34,6 +34,7 @@ from kosmos.runtime.source import compile_options  # noqa: E402
 
 SOURCE = r"""
 #include "kosmos/gemm/arch.h"
+#include "kosmos/gemm/schedule.h"
 #include "kosmos/gemm/sm90_wgmma.h"
 using namespace kosmos;
 using namespace kosmos::gemm;
@@ -87,17 +88,21 @@ __global__ void __launch_bounds__(160, 1) tma_ring(const KOSMOS_GRID_CONSTANT Te
   }
 }
 
-// The grouped TN GEMM's load stream alone: its units (experts x tiles_m x tiles_n, the two row
-// tiles of an n tile next to each other, as schedule.h's raster puts them), claimed from an atomic
-// queue (words[0]; the last CTA out resets both words), each unit k_slabs stages of A's 2 boxes of
-// 64 rows (the unit's 128 token rows) + B's NB boxes of 64 rows (the expert's weight rows of the
-// n tile, a 3-D map), 4 stages; no MMA, no epilogue. A stage with slot -1 stops the consumers.
+// The grouped TN GEMM's load stream alone: its units (experts x tiles_m x tiles_n in schedule.h's
+// raster order), claimed from an atomic queue (words[0]; the last CTA out resets both words), each
+// unit k_slabs stages of A's 2 boxes of 64 rows (the unit's 128 token rows) + B's NB boxes of 64
+// rows (the expert's weight rows of the n tile, a 3-D map), in the ring of the builder's tile of
+// that width (TileConfig: its stage count); no MMA, no epilogue. A stage with slot -1 stops the
+// consumers.
 template <int NB>
 __global__ void __launch_bounds__(160, 1) tma_units(const KOSMOS_GRID_CONSTANT TensorMap map_a,
                                                     const KOSMOS_GRID_CONSTANT TensorMap map_b, int experts,
                                                     int rows_per, int tiles_n, int k_slabs, unsigned* words,
                                                     unsigned* sink) {
-  constexpr int S = 4, kBox = 64 * 128, kStage = (2 + NB) * kBox;
+  typedef TileConfig<NB * 64> Cfg;
+  constexpr int S = Cfg::kStages, kBox = 64 * 128, kStage = (2 + NB) * kBox;
+  static_assert(kStage == Cfg::kStageBytes, "the builder's stage: A 128 rows + B NB x 64 rows");
+  static_assert(S <= 5, "the host sizes shared memory for 5 stages (STAGES_192)");
   extern __shared__ unsigned char smem_raw[];
   __shared__ u64 full[S], empty[S];
   __shared__ int slot[S];
@@ -119,7 +124,9 @@ __global__ void __launch_bounds__(160, 1) tma_units(const KOSMOS_GRID_CONSTANT T
       tma_prefetch_desc(&map_b);
       for (;;) {
         const int u = int(atomicAdd(&words[0], 1u));
-        const int e = u / (tiles_m * tiles_n), r = u % (tiles_m * tiles_n), tm = r % tiles_m, tn = r / tiles_m;
+        const int e = u / (tiles_m * tiles_n);
+        int tm = 0, tn = 0;
+        raster(u % (tiles_m * tiles_n), tiles_m, tiles_n, tm, tn);
         for (int kb = 0; kb < (u < units ? k_slabs : 1); ++kb) {
           mbar_wait(&empty[s], ph ^ 1);
           slot[s] = u < units ? u : -1;
@@ -155,16 +162,17 @@ __global__ void __launch_bounds__(160, 1) tma_units(const KOSMOS_GRID_CONSTANT T
 """
 
 COLS = 2048  # 4 KB bf16 rows, the Qwen3-30B fwd1 weights' K
+STAGES_192 = 5  # hipsrc/kosmos/gemm/config.h TileConfig<192>::kStages (tma_units asserts its stage size)
 # name: (stages, box rows, boxes a stage, share, L2 promotion bytes)
 CONFIGS = {
-    "gemm 4 x 5x64": (4, 64, 5, 1, 256),         # the grouped GEMM's ring (tile 192: A 2 boxes + B 3)
-    "gemm 4 x 5x64 share2": (4, 64, 5, 2, 256),  # ... its weight rows read by two CTAs
+    "4 x 5x64": (4, 64, 5, 1, 256),              # the 192-wide tile's boxes (A 2 + B 3), 4 of its 5 stages
+    "4 x 5x64 share2": (4, 64, 5, 2, 256),       # ... every row read by two CTAs
     "4 x 5x64 promote128": (4, 64, 5, 1, 128),   # L2 fills of 128 B (the map's promotion)
     "4 x 5x64 promote0": (4, 64, 5, 1, 0),       # no promotion
     "4 x 2x160": (4, 160, 2, 1, 256),            # same bytes, 2 larger boxes a stage
     "8 x 1x160": (8, 160, 1, 1, 256),            # 20 KB stages, one box each, twice as many
     "8 x 2x64": (8, 64, 2, 1, 256),              # 16 KB stages, twice as many
-    "5 x 5x64": (5, 64, 5, 1, 256),              # 200 KB in flight
+    "5 x 5x64": (5, 64, 5, 1, 256),              # the 192-wide tile's ring: 200 KB in flight
     "2 x 5x64": (2, 64, 5, 1, 256),              # 80 KB in flight
 }
 BACK_TO_BACK = 3
@@ -214,8 +222,8 @@ def interleaved_ms(runs: dict, iters: int = 17) -> dict:
 
 def grouped_stream(module, ctas: int, sink) -> None:
     """The grouped GEMM at Qwen3-30B's EP-8 share (16 experts, H 2,048, 2I 1,536: bench/moe.py),
-    fwd1 plain at 256 and 2,048 rows per expert, beside its load stream alone (tma_units, tile 192:
-    3 B boxes) and beside plain-load / TMA-ring streams of the same unique bytes."""
+    fwd1 plain at 256 and 2,048 rows per expert (tile 192), beside its load stream alone
+    (tma_units<3>: 3 B boxes, the 192-wide tile's STAGES_192 stages)."""
     from kosmos import World
     from kosmos.dtypes import random_bf16
     from kosmos.grouped import grouped_matmul
@@ -223,7 +231,7 @@ def grouped_stream(module, ctas: int, sink) -> None:
 
     e, h, n = 16, 2048, 1536
     k = module.get_function("tma_units<3>")
-    smem = 4 * 5 * 64 * 128 + 1024
+    smem = STAGES_192 * 5 * 64 * 128 + 1024
     k.max_dynamic_shared_size_bytes = smem
     words = cupy.zeros(2, cupy.uint32)
     with World() as world:
