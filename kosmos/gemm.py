@@ -744,6 +744,8 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
                          f"split_k={split_k}, stream_k={stream_k}")
     if transposed and not (mx_a and shape.layout == "TN" and np.dtype(out_dtype) == _bf16()):
         raise ValueError("a transposed result is the MXFP8-A TN GEMM's, in bf16")
+    if transposed and shape.mo % 8:  # out [no, mo]: its TMA map needs 16-byte rows
+        raise ValueError(f"a transposed result needs the GEMM's rows a multiple of 8, got {shape.mo}")
     if mx_a:
         split_k, stream_k = 1, False
     # Stream-K first (128 x 256 tiles, no split-K): when asked, or when its wave model wins.
