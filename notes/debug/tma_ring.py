@@ -40,6 +40,20 @@ using namespace kosmos;
 using namespace kosmos::gemm;
 using namespace kosmos::gemm::sm90;
 
+// A stage is 1024-byte aligned (128-byte swizzle); full: the TMA's bytes (one arrival: the
+// producer's expect_tx), empty: the 4 consumer warps.
+KOSMOS_DEVICE unsigned char* aligned_1024(unsigned char* p) { return p + ((1024 - (smem_addr(p) & 1023)) & 1023); }
+KOSMOS_DEVICE void init_ring(u64* full, u64* empty, int stages) {
+  if (threadIdx.x == 0) {
+    for (int i = 0; i < stages; ++i) {
+      mbar_init(&full[i], 1);
+      mbar_init(&empty[i], 4);
+    }
+    mbar_fence_init();
+  }
+  __syncthreads();
+}
+
 // A stage = NB boxes of BR rows x 64 bf16 (128 B a row).
 template <int S, int BR, int NB>
 __global__ void __launch_bounds__(160, 1) tma_ring(const KOSMOS_GRID_CONSTANT TensorMap map, int sets, int k_slabs,
@@ -47,16 +61,9 @@ __global__ void __launch_bounds__(160, 1) tma_ring(const KOSMOS_GRID_CONSTANT Te
   constexpr int kStage = BR * 128 * NB;
   extern __shared__ unsigned char smem_raw[];
   __shared__ u64 full[S], empty[S];
-  unsigned char* base = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  unsigned char* base = aligned_1024(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < S; ++i) {
-      mbar_init(&full[i], 1);
-      mbar_init(&empty[i], 4);
-    }
-    mbar_fence_init();
-  }
-  __syncthreads();
+  init_ring(full, empty, S);
   const int copies = gridDim.x / share;
   u32 s = 0, ph = 0;
   if (warp == 0) {
@@ -106,16 +113,9 @@ __global__ void __launch_bounds__(160, 1) tma_units(const KOSMOS_GRID_CONSTANT T
   extern __shared__ unsigned char smem_raw[];
   __shared__ u64 full[S], empty[S];
   __shared__ int slot[S];
-  unsigned char* base = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  unsigned char* base = aligned_1024(smem_raw);
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
-  if (threadIdx.x == 0) {
-    for (int i = 0; i < S; ++i) {
-      mbar_init(&full[i], 1);
-      mbar_init(&empty[i], 4);
-    }
-    mbar_fence_init();
-  }
-  __syncthreads();
+  init_ring(full, empty, S);
   const int tiles_m = rows_per / 128, units = experts * tiles_m * tiles_n;
   u32 s = 0, ph = 0;
   if (warp == 0) {
