@@ -9,34 +9,22 @@
 
 using namespace kosmos;
 
-template <typename T>
-KOSMOS_DEVICE void transpose_tile(const T* __restrict__ in, T* __restrict__ out, i64 rows, i64 cols) {
-  constexpr int kTile = 64, kVec = 16 / sizeof(T), kPitch = kTile + (sizeof(T) == 2 ? 2 : 1);
-  constexpr int kVecsPerRow = kTile / kVec;
-  __shared__ T tile[kTile][kPitch];
+extern "C" __global__ void __launch_bounds__(256) kosmos_transpose_b32(const u32* __restrict__ in, u32* __restrict__ out,
+                                                                      i64 rows, i64 cols) {
+  constexpr int kTile = 64, kVec = 4, kPitch = kTile + 1, kVecsPerRow = kTile / kVec;
+  __shared__ u32 tile[kTile][kPitch];
   const i64 r0 = i64(blockIdx.x) * kTile, c0 = i64(blockIdx.y) * kTile;
   for (int v = threadIdx.x; v < kTile * kVecsPerRow; v += blockDim.x) {
     const int r = v / kVecsPerRow, c = v % kVecsPerRow * kVec;
     if (r0 + r < rows && c0 + c < cols) {
       const vec16 x = ld16(in + (r0 + r) * cols + c0 + c);
-      const T* e = reinterpret_cast<const T*>(&x);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) tile[r][c + j] = e[j];
+      tile[r][c] = x.x, tile[r][c + 1] = x.y, tile[r][c + 2] = x.z, tile[r][c + 3] = x.w;
     }
   }
   __syncthreads();
   for (int v = threadIdx.x; v < kTile * kVecsPerRow; v += blockDim.x) {
     const int c = v / kVecsPerRow, r = v % kVecsPerRow * kVec;  // out row c0 + c, its elements r0 + r ...
-    if (c0 + c < cols && r0 + r < rows) {
-      vec16 x;
-      T* e = reinterpret_cast<T*>(&x);
-#pragma unroll
-      for (int j = 0; j < kVec; ++j) e[j] = tile[r + j][c];
-      st16(out + (c0 + c) * rows + r0 + r, x);
-    }
+    if (c0 + c < cols && r0 + r < rows)
+      st16(out + (c0 + c) * rows + r0 + r, vec16{tile[r][c], tile[r + 1][c], tile[r + 2][c], tile[r + 3][c]});
   }
-}
-
-extern "C" __global__ void __launch_bounds__(256) kosmos_transpose_b32(const u32* in, u32* out, i64 rows, i64 cols) {
-  transpose_tile(in, out, rows, cols);
 }
