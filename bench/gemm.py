@@ -17,8 +17,8 @@ A faster, as in the other benches; JSON b_time_over_a. Before session 30 this be
 over A's, JSON b_over_a).
 --precision mxfp8 times matmul on the operands quantized with blocks along their contracting axes (NT,
 the wgrad: both column-wise copies stored transposed, so a TN; kosmos.mx.quantize_both) and the
-MXFP8-A path matmul did not choose ("(pass x)" or "(regs x)" after mxfp8/bf16): the data to refit
-kosmos.gemm.MX_A_COLUMNS_BY_CARD.
+routes matmul did not choose ("(pass x)", "(regs x)", "(swapped x)" after mxfp8/bf16; kosmos.gemm.mx_route):
+the data to refit kosmos.gemm.MX_A_COLUMNS_BY_CARD and mx_swap_pays.
 """
 from __future__ import annotations
 
@@ -92,6 +92,27 @@ def mx_copies(layout, a, b):
             layout)
 
 
+def mx_routes(shape) -> list[str]:
+    """The MXFP8 routes (kosmos.gemm.mx_route) a GEMM of two MXFP8 operands can take whatever the
+    card's column limit: the swap only for a TN whose result can be stored transposed (mo % 8)."""
+    return ["pass", "regs"] + (["swapped"] if shape.layout == "TN" and shape.mo % 8 == 0 else [])
+
+
+def run_mx_route(route, a, b, layout, out):
+    """matmul of MXFP8 a, b forced down one route (bench only: the column limit lifted or zeroed)."""
+    chosen = gemm.MX_A_MAX_COLUMNS
+    gemm.MX_A_MAX_COLUMNS = 0 if route == "pass" else 1 << 30
+    try:
+        if route == "swapped":
+            gemm._matmul_mx_a_swapped(a, b, out, None, None, None)
+        elif route == "regs":
+            gemm._matmul_mx_a(a, b, layout, out, None, None, None, None)
+        else:
+            gemm.matmul(a, b, layout, out=out)
+    finally:
+        gemm.MX_A_MAX_COLUMNS = chosen
+
+
 def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=False, tree_b=None):
     a_shape, b_shape, out_shape = s.operand_shapes()
     set_bytes = 2 * (math.prod(a_shape) + math.prod(b_shape))
@@ -123,22 +144,15 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
             fns["sk"] = run_sk
     if mxfp8:  # matmul on MXFP8 operands: A dequantized in the mainloop (NT as TN), B permuted
         mx_sets = [mx_copies(s.layout, a, b) for a, b in sets]
-        mx_layout = mx_sets[0][2]
-
-        def run_mx(i, max_columns=None):
-            chosen = gemm.MX_A_MAX_COLUMNS
-            gemm.MX_A_MAX_COLUMNS = chosen if max_columns is None else max_columns
-            try:
-                gemm.matmul(*mx_sets[i % nsets], out=out, split_k=split_k)
-            finally:
-                gemm.MX_A_MAX_COLUMNS = chosen
-        fns["mxfp8"] = run_mx
-        if (mx_layout in gemm.MX_A_LAYOUTS and gemm.arch_path() == "wgmma"  # the path matmul did not take, to refit
-                and split_k in (1, None)):  # (split-K: always the pass)             MX_A_COLUMNS_BY_CARD
-            mx_shape = gemm.gemm_shape(mx_layout, *(t.data.shape for t in mx_sets[0][:2]))
+        fns["mxfp8"] = lambda i: gemm.matmul(*mx_sets[i % nsets], out=out, split_k=split_k)
+        a0, b0, mx_layout = mx_sets[0]
+        if (mx_layout in gemm.MX_A_LAYOUTS and gemm.arch_path() == "wgmma"  # the routes matmul did not take,
+                and split_k in (1, None)):  # to refit MX_A_COLUMNS_BY_CARD and mx_swap_pays (split-K: the pass)
+            mx_shape = gemm.gemm_shape(mx_layout, a0.data.shape, b0.data.shape)
             rec["mxfp8_route"] = gemm.mx_route(mx_shape, True, 2, split_k, None, None, True, gemm.mx_a_max_columns())
-            other, forced = ("pass", 0) if rec["mxfp8_route"] != "pass" else ("regs", 1 << 30)
-            fns[f"mxfp8 {other}"] = lambda i, forced=forced: run_mx(i, forced)
+            for route in mx_routes(mx_shape):
+                if route != rec["mxfp8_route"]:
+                    fns[f"mxfp8 {route}"] = lambda i, route=route: run_mx_route(route, *mx_sets[i % nsets], out)
     if tree_b:  # the full-GPU contenders again with another tree's kernels ("<name> B"), interleaved
         for k in [str(sms)] + (["mxfp8"] if mxfp8 else []):
             fns[f"{k} B"] = in_kernel_tree(tree_b, fns[k])
@@ -161,7 +175,7 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
     if mxfp8:
         rec["mxfp8_vs_bf16"] = rec["ours"]["mxfp8"]["tflops"] / full
         rec["mxfp8_other_path_vs_bf16"] = {k[6:]: v["tflops"] / full for k, v in rec["ours"].items()
-                                           if k in ("mxfp8 pass", "mxfp8 regs")}
+                                           if k.startswith("mxfp8 ") and not k.endswith(" B")}
     if tree_b:
         rec["b_time_over_a"] = {k[:-2]: rec["ours"][k[:-2]]["tflops"] / v["tflops"] for k, v in rec["ours"].items()
                                 if k.endswith(" B")}  # same FLOPs: A's speed over B's

@@ -11,7 +11,7 @@
 #   KOSMOS_COMMIT=<sha>+mx_bconv_diag bash notes/debug/s30_h.sh
 source notes/debug/call_env.sh s30_h
 patch_over_main notes/patches/mx_bconv_diag.patch gemm.hip mx.hip transpose.hip
-run "gemm mx A/B" timeout 240 python3 bench/gemm.py --quick --precision mxfp8 --caps 132 --reps 15 --tree-b /tmp/tree_main/hipsrc --out $RUNS --tag s30_bconv_diag
+run "gemm mx A/B" timeout 300 python3 bench/gemm.py --quick --precision mxfp8 --caps 132 --reps 15 --tree-b /tmp/tree_main/hipsrc --out $RUNS --tag s30_bconv_diag
 cp "$RUNS"/*.json "$OUT"/ 2>/dev/null
 grep -E "^=====|compiled|^(FAILED|ERROR) |passed|failed|B/A|Error|patch|mxfp8/bf16" "$LOG" | cut -c1-260 | tail -40
 printf '%s\n' "${summary[@]}"
