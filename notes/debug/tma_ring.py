@@ -104,8 +104,8 @@ __global__ void __launch_bounds__(160, 1) tma_ring(const KOSMOS_GRID_CONSTANT Te
 template <int NB>
 __global__ void __launch_bounds__(160, 1) tma_units(const KOSMOS_GRID_CONSTANT TensorMap map_a,
                                                     const KOSMOS_GRID_CONSTANT TensorMap map_b, int experts,
-                                                    int rows_per, int tiles_n, int k_slabs, unsigned* words,
-                                                    unsigned* sink) {
+                                                    int rows_per, int tiles_n, int k_slabs, int a_boxes, int b_units,
+                                                    unsigned* words, unsigned* sink) {
   typedef TileConfig<NB * 64> Cfg;
   constexpr int S = Cfg::kStages, kBox = 64 * 128, kStage = (2 + NB) * kBox;
   static_assert(kStage == Cfg::kStageBytes, "the builder's stage: A 128 rows + B NB x 64 rows");
@@ -131,10 +131,12 @@ __global__ void __launch_bounds__(160, 1) tma_units(const KOSMOS_GRID_CONSTANT T
           mbar_wait(&empty[s], ph ^ 1);
           slot[s] = u < units ? u : -1;
           if (u < units) {
-            mbar_arrive_expect_tx(&full[s], kStage);
+            const int nb = (b_units == 2 || (b_units == 1 && tm == 0)) ? NB : 0;
+            mbar_arrive_expect_tx(&full[s], (a_boxes + nb) * kBox);
             unsigned char* st = base + s * kStage;
-            for (int h = 0; h < 2; ++h) tma_load_2d(st + h * kBox, &map_a, kb * 64, e * rows_per + tm * 128 + h * 64, &full[s]);
-            for (int c = 0; c < NB; ++c)
+            for (int h = 0; h < a_boxes; ++h)
+              tma_load_2d(st + h * kBox, &map_a, kb * 64, e * rows_per + tm * 128 + h * 64, &full[s]);
+            for (int c = 0; c < nb; ++c)
               tma_load_3d(st + (2 + c) * kBox, &map_b, kb * 64, tn * NB * 64 + c * 64, e, &full[s]);
           } else {
             mbar_arrive(&full[s]);
@@ -167,6 +169,8 @@ STAGES_192 = 5  # hipsrc/kosmos/gemm/config.h TileConfig<192>::kStages (tma_unit
 CONFIGS = {
     "4 x 5x64": (4, 64, 5, 1, 256),              # the 192-wide tile's boxes (A 2 + B 3), 4 of its 5 stages
     "4 x 5x64 share2": (4, 64, 5, 2, 256),       # ... every row read by two CTAs
+    "4 x 5x64 share4": (4, 64, 5, 4, 256),       # ... by four (L2 -> SM traffic 4x the DRAM bytes)
+    "4 x 5x64 share8": (4, 64, 5, 8, 256),       # ... by eight (128 CTAs)
     "4 x 5x64 promote128": (4, 64, 5, 1, 128),   # L2 fills of 128 B (the map's promotion)
     "4 x 5x64 promote0": (4, 64, 5, 1, 0),       # no promotion
     "4 x 2x160": (4, 160, 2, 1, 256),            # same bytes, 2 larger boxes a stage
@@ -220,6 +224,16 @@ def interleaved_ms(runs: dict, iters: int = 17) -> dict:
     return {m: statistics.median(v) for m, v in times.items()}
 
 
+# tma_units variants: (name, A boxes a stage, which units load B)
+UNIT_VARIANTS = [
+    ("its loads alone (tma_units)", 2, 2),
+    ("  B only", 0, 2),
+    ("  A only", 2, 0),
+    ("  A + B on tile row 0 only", 2, 1),
+    ("  B on tile row 0 only", 0, 1),
+]
+
+
 def grouped_stream(module, ctas: int, sink) -> None:
     """The grouped GEMM at Qwen3-30B's EP-8 share (16 experts, H 2,048, 2I 1,536: bench/moe.py),
     fwd1 plain at 256 and 2,048 rows per expert (tile 192), beside its load stream alone
@@ -240,18 +254,21 @@ def grouped_stream(module, ctas: int, sink) -> None:
             counts = cupy.full((e,), rows_per, cupy.int32)
             ma = encode(x.data.ptr, e * rows_per, 64, dims=(h, e * rows_per))
             mb = encode(w.data.ptr, 0, 64, dims=(h, n, e))
-            runs = {
-                "grouped GEMM fwd1 (tile 192)": lambda _: grouped_matmul(x, w, counts, "TN", tile_n=192),
-                "its loads alone (tma_units)": lambda _: k(
+            runs = {"grouped GEMM fwd1 (tile 192)": lambda _: grouped_matmul(x, w, counts, "TN", tile_n=192)}
+            for name, a_boxes, b_units in UNIT_VARIANTS:
+                runs[name] = lambda _, a_boxes=a_boxes, b_units=b_units: k(
                     (ctas,), (160,), (ma, mb, np.int32(e), np.int32(rows_per), np.int32(n // 192), np.int32(h // 64),
-                                      words, sink), shared_mem=smem),
-            }
+                                      np.int32(a_boxes), np.int32(b_units), words, sink), shared_mem=smem)
             # kosmos.timing: launches queued behind a blocker, so the host's time per call is not timed
             ms = {m: v.median_ms for m, v in time_calls(world, runs, 3, 20).items()}
-            unique = x.nbytes + w.nbytes
-            print(f"Qwen3-30B fwd1, {rows_per} rows per expert: {unique / 1e6:.1f} MB read once at least")
+            print(f"Qwen3-30B fwd1, {rows_per} rows per expert: {(x.nbytes + w.nbytes) / 1e6:.1f} MB read once at least")
+            tiles_m, tiles_n = rows_per // 128, n // 192
             for m, t in ms.items():
-                print(f"  {m:32s} {t * 1e3:8.1f} us  {unique / t / 1e6:7.0f} GB/s of unique bytes")
+                a_boxes, b_units = next(((a, b) for v, a, b in UNIT_VARIANTS if v == m), (2, 2))
+                unique = (x.nbytes if a_boxes else 0) + (w.nbytes if b_units else 0)
+                into_sms = e * tiles_n * (tiles_m * a_boxes + {0: 0, 1: 1, 2: tiles_m}[b_units] * 3) * (h // 64) * 64 * 128
+                print(f"  {m:32s} {t * 1e3:8.1f} us  {unique / t / 1e6:7.0f} GB/s of unique bytes,"
+                      f" {into_sms / t / 1e6:7.0f} GB/s into SMs ({into_sms / 1e6:.0f} MB)")
 
 
 def main() -> None:
