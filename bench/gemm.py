@@ -7,9 +7,13 @@ Shape sets: "paper" = kosmos/configs/llama3_shapes.yaml (5 fused kernels x 24 sh
 OTHER_SHAPES below (small M, square, odd M, MoE expert shapes of DeepSeek-V3, Qwen3, Mixtral and
 GPT-OSS), none of them in the paper. For each shape cuBLAS and ours on the full GPU, and ours under
 SM caps (the paper's Figure 2 shapes, 70B MBS4 and 405B MBS8, or every shape with --caps-all; CuPy
-cannot cap cuBLAS), timed through kosmos.timing: the contenders interleaved call by call, queued
-behind the stream blocker, device events around each call, median of --reps after warm-up; inputs
-rotated over enough sets that the 60 MiB L2 cannot serve them. Writes
+cannot cap cuBLAS), timed through kosmos.timing: the contenders interleaved call by call (each
+round in its own order), queued behind the stream blocker, device events around each call, median
+of --reps after warm-up; every call takes the next of enough input sets that the L2 cannot serve
+them, so no call follows one on the same inputs. "control": the chosen kernel's time with its
+width forced over its time chosen -- one kernel timed twice, the noise floor of the ratios (before
+session 31 the round's contenders shared one set in a fixed order and this differed by up to
+1.5x, the automatic contender, right after cuBLAS, the faster: notes/gemm.md). Writes
 bench/results/gemm_<gpu>_<date>.json and .png (GPU, commit, timing method recorded); prints a short
 table last. --tree-b HIPSRC: the full-GPU contender (and mxfp8's) again with the kernels of another
 hipsrc tree, interleaved with this tree's (per shape and per group "B/A time": B's time over A's, > 1:
@@ -24,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import itertools
 import json
 import math
 import sys
@@ -123,28 +128,36 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
     flop = s.flops
     rec = {"kernel": s.kernel, "name": s.name, "layout": s.layout, "M": s.m, "N": s.n, "K": s.k, "sets": nsets}
     cublas = [cublas_fn(s.layout, a, b, ref) for a, b in sets]
-    fns = {"cublas": lambda i: cublas[i % nsets]()}
+    # Every call takes the next input set, whatever the contender: no call follows one on the same
+    # inputs, whose L2 leftovers would speed it (session 31: with the round's set shared by all
+    # contenders, two running the same kernel differed by up to 1.5x; kosmos.timing.round_order).
+    calls = itertools.count()
+
+    def operands(pool=sets):
+        return pool[next(calls) % nsets]
+
+    fns = {"cublas": lambda i: cublas[next(calls) % nsets]()}
     cap_list = [None] + ([c for c in caps if c < sms] if do_caps else [])
     for cap in cap_list:
         def run(i, cap=cap):
-            a, b = sets[i % nsets]
+            a, b = operands()
             gemm.matmul(a, b, s.layout, out=out, sm_cap=cap, split_k=split_k)
         fns[str(sms if cap is None else cap)] = run
     if gemm.arch_path() == "wgmma":  # every tile width forced, to check (and refit) the chooser
         for width in gemm.TILE_WIDTHS:
             def run_w(i, width=width):
-                a, b = sets[i % nsets]
+                a, b = operands()
                 gemm.matmul(a, b, s.layout, out=out, split_k=split_k, tile_n=width)
             fns[f"w{width}"] = run_w
         tm, tn, ks = gemm.tile_counts(gemm.gemm_shape(s.layout, a_shape, b_shape), 256)
         if split_k == 1 and gemm.stream_k_split(tm * tn, sms, ks) is not None:  # stream-K forced
             def run_sk(i):
-                a, b = sets[i % nsets]
+                a, b = operands()
                 gemm.matmul(a, b, s.layout, out=out, stream_k=True)
             fns["sk"] = run_sk
     if mxfp8:  # matmul on MXFP8 operands: A dequantized in the mainloop (NT as TN), B permuted
         mx_sets = [mx_copies(s.layout, a, b) for a, b in sets]
-        fns["mxfp8"] = lambda i: gemm.matmul(*mx_sets[i % nsets], out=out, split_k=split_k)
+        fns["mxfp8"] = lambda i: gemm.matmul(*operands(mx_sets), out=out, split_k=split_k)
         a0, b0, mx_layout = mx_sets[0]
         if (mx_layout in gemm.MX_A_LAYOUTS and gemm.arch_path() == "wgmma"  # the routes matmul did not take,
                 and split_k in (1, None)):  # to refit MX_A_COLUMNS_BY_CARD and mx_swap_pays (split-K: the pass)
@@ -152,7 +165,7 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
             rec["mxfp8_route"] = gemm.mx_route(mx_shape, True, 2, split_k, None, None, True, gemm.mx_a_max_columns())
             for route in mx_routes(mx_shape):
                 if route != rec["mxfp8_route"]:
-                    fns[f"mxfp8 {route}"] = lambda i, route=route: run_mx_route(route, *mx_sets[i % nsets], out)
+                    fns[f"mxfp8 {route}"] = lambda i, route=route: run_mx_route(route, *operands(mx_sets), out)
     if tree_b:  # the full-GPU contenders again with another tree's kernels ("<name> B"), interleaved
         for k in [str(sms)] + (["mxfp8"] if mxfp8 else []):
             fns[f"{k} B"] = in_kernel_tree(tree_b, fns[k])
@@ -165,6 +178,9 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
     gemm.matmul(sets[-1][0], sets[-1][1], s.layout, out=out, split_k=split_k)
     plan = gemm.get_plan(gemm.gemm_shape(s.layout, a_shape, b_shape), bfloat16, None, split_k)
     rec["split_k"], rec["tile_n"] = plan.splits, plan.tile_n
+    twin = f"w{plan.tile_n}"
+    if plan.stream_k is None and plan.splits == 1 and twin in rec["ours"]:  # the same kernel, timed twice
+        rec["control"] = rec["ours"][twin]["ms"] / rec["ours"][str(sms)]["ms"]
     cublas[-1]()
     o32, r32 = bf16_to_f32(out), bf16_to_f32(ref)
     rec["rel_diff_vs_cublas"] = float(cupy.linalg.norm(o32 - r32) / cupy.linalg.norm(r32))
@@ -276,6 +292,7 @@ def main(argv=None):
             print(f"{s.kernel:11s} {s.layout} {s.name:20s} {s.m:6d} {s.n:6d} {s.k:6d}  cuBLAS {rec['cublas']['tflops']:6.1f}"
                   f"  ours {rec['ours'][str(sms)]['tflops']:6.1f}  ratio {rec['ratio']:.3f}  diff {rec['rel_diff_vs_cublas']:.1e}"
                   f"  split {rec['split_k']}  tile {rec['tile_n']}"
+                  + (f"  control {rec['control']:.3f}" if "control" in rec else "")
                   + "".join(f"  {w} {rec['ours'][w]['tflops']:6.1f}" for w in [f"w{n}" for n in gemm.TILE_WIDTHS] + ["sk"]
                             if w in rec["ours"])
                   + (f"  mxfp8/bf16 {rec['mxfp8_vs_bf16']:.3f} {rec.get('mxfp8_route', '')}" if "mxfp8_vs_bf16" in rec
@@ -291,7 +308,8 @@ def main(argv=None):
     doc = {"gpu": gpu, "sms": sms, "world": 1, "commit": commit, "date": date, "path": gemm.arch_path(),
            "defines": args.define, "split_k": args.split_k, "reps": args.reps, "warmup": args.warmup,
            "quick": args.quick, "set": args.set, "precision": args.precision, "tree_b": args.tree_b or None,
-           "timing": "kosmos.timing.time_calls: contenders interleaved, events behind the stream blocker, median",
+           "timing": "kosmos.timing.time_calls: contenders interleaved (each round in its own order), events behind"
+                     " the stream blocker, median; every call on the next input set",
            "results": results}
     (out_dir / f"{stem}.json").write_text(json.dumps(doc, indent=1))
     try:
@@ -315,6 +333,10 @@ def main(argv=None):
               + (f"  mxfp8/bf16 {geomean([r['mxfp8_vs_bf16'] for r in rs]):.3f}" if args.precision == "mxfp8" else "")
               + "".join(f"  B/A time {k} {geomean([r['b_time_over_a'][k] for r in rs]):.3f}"
                         for k in (rs[0].get("b_time_over_a") or {})))
+    control = [r["control"] for r in results if "control" in r]
+    if control:  # how far apart two timings of one kernel land: the noise floor of every ratio above
+        print(f"control: the chosen kernel timed twice (its width forced), time over time, {len(control)} shapes: "
+              f"geomean {geomean(control):.3f}, {min(control):.3f} .. {max(control):.3f}")
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@ time an oversubscribed world unless told to, since ranks sharing a GPU time-slic
 from __future__ import annotations
 
 import ctypes
+import random
 import statistics
 import time
 from dataclasses import dataclass
@@ -100,8 +101,9 @@ def time_call(world: World, fn: Callable[[int], Any], warmup: int = 5, iters: in
 def time_calls(world: World, fns: dict[str, Callable[[int], Any]], warmup: int = 5,
                iters: int = 30, rounds_per_hold: int | None = None, hold: bool = True) -> dict[str, Timing]:
     """Time several contenders, interleaved call by call so that clock and thermal drift over
-    the run falls on all of them alike; collective. No fn may synchronize the stream: the timed
-    calls are queued behind the stream blocker, released once all are issued. rounds_per_hold:
+    the run falls on all of them alike, each round in another order (round_order); collective.
+    No fn may synchronize the stream: the timed calls are queued behind the stream blocker,
+    released once all are issued. fn(i) gets the round's index (warm-up rounds first). rounds_per_hold:
     release (and wait) after this many rounds of every contender and hold again, so the queued
     rounds never overflow the device's launch queue (the host would then block on a launch that
     the held stream never takes). Default: rounds_per_hold_for's, for calls of one launch each;
@@ -125,7 +127,8 @@ def time_calls(world: World, fns: dict[str, Callable[[int], Any]], warmup: int =
         if hold:
             _blocker.hold()
         for i in range(first, min(first + per_hold, iters)):
-            for name, fn in fns.items():
+            for name in round_order(list(fns), i):
+                fn = fns[name]
                 start, stop = events[name][i]
                 t0 = time.perf_counter()
                 start.record()
@@ -146,6 +149,17 @@ def time_calls(world: World, fns: dict[str, Callable[[int], Any]], warmup: int =
         out[name] = Timing(*(world.comm.allreduce(v, op=_max()) for v in (med, lo)), iters,
                            world.comm.allreduce(host_us, op=_max()))
     return out
+
+
+def round_order(names: list[str], i: int) -> list[str]:
+    """Round i's call order: a shuffle seeded by i (the same on every rank), so that no contender
+    always runs right after the same one. A call's time depends on its predecessor (what it left
+    in L2, the clocks it left): in session 31 two contenders running the same kernel differed by
+    up to 1.5x, always in the same direction, while the order was fixed (notes/gemm.md). (A
+    rotation would not do: it keeps each contender's predecessor within a round.)"""
+    order = list(names)
+    random.Random(i).shuffle(order)
+    return order
 
 
 def _max():
