@@ -76,6 +76,9 @@ def bench_case(world, experts, rows_per, n, k, kind, iters, warmup, seed, tree_b
     starts = np.concatenate([[0], np.cumsum(counts)])
     wd = random_bf16((n, k), seed + 2)
     out_d = cupy.empty((total, n), x.dtype)
+    # Each contender reads its own copies (same values): none follows a call that left its
+    # operands in L2 (session 31, notes/gemm.md: up to 1.5x between twins in bench/gemm.py).
+    x_loop, w_loop, x_dense = x.copy(), w.copy(), x.copy()
 
     def ours(i):
         grouped_matmul(x, w, c_dev, "TN", out=out)
@@ -84,15 +87,18 @@ def bench_case(world, experts, rows_per, n, k, kind, iters, warmup, seed, tree_b
         for e in range(experts):
             lo, hi = int(starts[e]), int(starts[e + 1])
             if hi > lo:
-                cupy.matmul(x[lo:hi], w[e].T, out=out_loop[lo:hi])
+                cupy.matmul(x_loop[lo:hi], w_loop[e].T, out=out_loop[lo:hi])
 
     def dense(i):
-        cupy.matmul(x, wd.T, out=out_d)
+        cupy.matmul(x_dense, wd.T, out=out_d)
 
     # The loop queues one launch per expert (cuBLAS may add one): a round of the contenders queues
     # ~2 E + 4 launches, so a hold takes as many rounds as kosmos.timing's queue budget allows.
     per_round = rounds_per_hold_for(1, iters, entries_per_call=2 * experts + 4)
-    fns = {"ours": ours, "loop": loop, "dense": dense, **({"ours B": in_kernel_tree(tree_b, ours)} if tree_b else {})}
+    fns = {"ours": ours, "loop": loop, "dense": dense}
+    if tree_b:  # its own copies too
+        x_b, w_b, out_b = x.copy(), w.copy(), cupy.empty_like(out)
+        fns["ours B"] = in_kernel_tree(tree_b, lambda i: grouped_matmul(x_b, w_b, c_dev, "TN", out=out_b))
     t = {name: (v.median_ms, v.min_ms, v.host_us)
          for name, v in time_calls(world, fns, warmup, iters, rounds_per_hold=per_round).items()}
     # Sanity (not a test): ours against the loop on the same operands.
@@ -109,7 +115,9 @@ def bench_case(world, experts, rows_per, n, k, kind, iters, warmup, seed, tree_b
     rec["vs_loop"] = rec["ours"]["tflops"] / rec["loop"]["tflops"]
     if tree_b:
         rec["b_over_a"] = rec["ours B"]["ms"] / rec["ours"]["ms"]
-    del x, w, out, out_loop, wd, out_d, o32, r32
+    del x, w, out, out_loop, wd, out_d, o32, r32, x_loop, w_loop, x_dense, fns
+    if tree_b:
+        del x_b, w_b, out_b
     cupy.get_default_memory_pool().free_all_blocks()
     return rec
 
