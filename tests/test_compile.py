@@ -123,8 +123,7 @@ def test_host_mirrors_match_the_device_code_amd(clang: str, tmp_path: Path, arch
 
 # LDS per workgroup: gfx942 (MI300) 64 KiB, gfx950 (MI350X/MI355X) 160 KiB.
 LDS_BYTES = {"gfx942": 65536, "gfx950": 163840}
-# The kernels launched with the builder's dynamic shared memory (gemm.shared_mem_bytes()).
-BUILDER_SMEM_FILES = ("gemm.hip", "grouped.hip", "tp.hip", "moe_fused.hip")
+BUILDER_SMEM_FILES = check.BUILDER_SMEM_FILES  # (the sm_90a compile checks their static shared memory)
 
 
 @pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
@@ -244,3 +243,16 @@ def test_spill_stores_are_read_per_function() -> None:
     assert check.spill_stores(log) == {"k_a": 940, "k_b": 0}
     assert check.spill_stores(log.encode()) == {"k_a": 940, "k_b": 0}
     assert check.spill_stores("ptxas info    : Used 8 registers\n") == {}
+
+
+def test_static_shared_memory_is_read_per_entry() -> None:
+    log = ("ptxas info    : Compiling entry function 'k_a' for 'sm_90a'\n"
+           "ptxas info    : Function properties for k_a\n"
+           "ptxas         .     0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads\n"
+           "ptxas info    : Used 168 registers, used 5 barriers, 1552 bytes smem, 1024 bytes cmem[0]\n"
+           "ptxas info    : Compiling entry function 'k_b' for 'sm_90a'\n"
+           "ptxas info    : Used 8 registers, used 0 barriers, 400 bytes cmem[0]\n")
+    assert check.static_smem(log) == {"k_a": 1552}
+    assert check.static_smem(log.encode()) == {"k_a": 1552}
+    # the builder's plan leaves the grouped kernels' 1,552 B room, not a second 514-byte table
+    assert 1552 + check.builder_smem_hopper() <= check.SM90_BLOCK_SMEM < 2066 + check.builder_smem_hopper()

@@ -49,6 +49,12 @@ def compile_nvidia(path: Path, arch: str) -> int:
         lost = serialized_wgmma(log)
         if lost:
             raise RuntimeError(f"{path.name} ({arch}): ptxas serializes the wgmma of " + "; ".join(lost))
+        if arch == "sm_90a" and path.name in BUILDER_SMEM_FILES:
+            over = {fn: n for fn, n in static_smem(log).items() if n + builder_smem_hopper() > SM90_BLOCK_SMEM}
+            if over:
+                raise RuntimeError(f"{path.name} ({arch}): static shared memory beside the builder's "
+                                   f"{builder_smem_hopper()} B passes the {SM90_BLOCK_SMEM} B a block may have "
+                                   "(the kernel would not launch): " + "; ".join(f"{fn} {n} B" for fn, n in over.items()))
         spilled = {fn: n for fn, n in spill_stores(log).items() if n > 0}
         if path.name in NO_SPILL_FILES and spilled:
             raise RuntimeError(f"{path.name} ({arch}): ptxas spills in the builder's own kernels: " +
@@ -85,6 +91,32 @@ def serialized_wgmma(log: str | bytes) -> list[str]:
 # The standalone GEMM kernels are the builder alone, and spill nothing on sm_90a: a spill there is
 # a register-allocation regression of the tile library (the fused kernels' movers may spill).
 NO_SPILL_FILES = ("gemm.hip", "grouped.hip")
+
+
+# The files whose kernels launch with the builder's dynamic shared memory (gemm.shared_mem_bytes()).
+BUILDER_SMEM_FILES = ("gemm.hip", "grouped.hip", "tp.hip", "moe_fused.hip")
+# Shared memory a block may opt in to on sm_90 (227 KiB). The Hopper builder's plan leaves ~1.7 KiB
+# of it for a kernel's static variables (group tables, MoE tallies): a second group-table prefix
+# (+514 B, session 31's first cluster patch) would have made every grouped and MoE kernel fail to launch.
+SM90_BLOCK_SMEM = 232448
+
+
+def builder_smem_hopper() -> int:
+    from ..gemm import DEVICE_CONSTANTS
+
+    return DEVICE_CONSTANTS["kSmemBytesHopper"]
+
+
+def static_smem(log: str | bytes) -> dict[str, int]:
+    """Bytes of static shared memory per entry function in a `ptxas -v` log."""
+    out: dict[str, int] = {}
+    fn = None
+    for line in log_lines(log):
+        if "Compiling entry function '" in line:
+            fn = line.split("'")[1]
+        elif fn is not None and "bytes smem" in line:
+            out[fn] = int(line.split("bytes smem")[0].split(",")[-1].split()[-1])
+    return out
 
 
 def spill_stores(log: str | bytes) -> dict[str, int]:

@@ -2,8 +2,8 @@
 # Session 32's first device call (<= 9 min, any card; written in session 31, never run):
 # 1. notes/patches/grouped_clusters.patch applied: the grouped TN / NN on 2-CTA clusters sharing
 #    each weight slab by TMA multicast (grouped_matmul(cluster=True)). Its GPU tests first
-#    (tests/gpu/test_grouped.py: bitwise the dense oracle on odd tile rows, empty groups, odd SM
-#    caps), then bench/grouped_gemm.py --quick --cluster ("c2 x": ours' time over the clusters'; the
+#    (all of tests/gpu: the patch touches every builder kernel's init; the cluster cases are bitwise
+#    the dense oracle on odd tile rows, empty groups, odd SM caps, a 64-slab reduction), then bench/grouped_gemm.py --quick --cluster ("c2 x": ours' time over the clusters'; the
 #    prediction, notes/moe.md session 31: Qwen3-30B GEMM1 at 256 rows 58.7 -> ~51-52 us, x1.13;
 #    compute-bound 2,048-row cases ~x1.00).
 # 2. bench/gemm.py --set paper --precision mxfp8 with session 31's fixed protocol (every call on
@@ -15,7 +15,7 @@ source notes/debug/call_env.sh s32_a
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
 git apply notes/patches/grouped_clusters.patch >> "$LOG" 2>&1 || { echo "patch does not apply" | tee -a "$LOG"; exit 1; }
 run "warm" timeout 200 python3 -m kosmos.runtime.warm --jobs 4 grouped.hip gemm.hip mx.hip transpose.hip
-run "grouped tests" timeout 240 python3 -m pytest tests/gpu/test_grouped.py -q -x -p no:cacheprovider
+run "gpu tests" timeout 300 python3 -m pytest tests/gpu -q -p no:cacheprovider  # the builder changed for every kernel
 run "grouped quick c2" timeout 150 python3 bench/grouped_gemm.py --quick --cluster --out $RUNS
 run "launch floor" timeout 60 python3 notes/debug/launch_floor.py
 run "gemm paper mx" timeout 200 python3 bench/gemm.py --set paper --precision mxfp8 --caps 132 --reps 12 --out $RUNS --tag s32_protocol
