@@ -25,3 +25,19 @@ patch_over_main() {
   wait $warm_b
   cat "$OUT/warm_b.log" >> "$LOG"
 }
+
+# The MXFP8 kperm A/Bs of session 30 (s30_a.sh, s30_f.sh): `patch` over main (patch_over_main),
+# test_mx with it, the kperm kernel alone (kperm_ab.py) and bench/gemm.py's mxfp8 quick set, each
+# A/B against main's tree; the log's summary lines last (`tail` of them).
+#   kperm_patch_ab notes/patches/NAME.patch TAG TAIL
+kperm_patch_ab() {
+  local patch=$1 tag=$2 tail_lines=$3
+  local T="-q -p no:cacheprovider --timeout=150 --timeout-method=thread -rfE --color=no"
+  patch_over_main "$patch" mx.hip gemm.hip transpose.hip
+  run "mx tests np1" timeout 150 python3 -m pytest tests/gpu/test_mx.py $T
+  run "kperm A/B" timeout 90 python3 notes/debug/kperm_ab.py --tree-b /tmp/tree_main/hipsrc
+  run "gemm mx A/B" timeout 240 python3 bench/gemm.py --quick --precision mxfp8 --caps 132 --reps 15 --tree-b /tmp/tree_main/hipsrc --out $RUNS --tag "$tag"
+  cp "$RUNS"/*.json "$OUT"/ 2>/dev/null
+  grep -E "^=====|compiled|^(FAILED|ERROR) |passed|failed|B/A|Error|patch|mxfp8/bf16" "$LOG" | cut -c1-260 | tail -"$tail_lines"
+  printf '%s\n' "${summary[@]}"
+}

@@ -10,11 +10,4 @@
 # the swapped NT 8B-QKV / 70B-QKV most), the pass and bf16 rows unchanged.
 #   KOSMOS_COMMIT=<sha>+kperm_slabs bash notes/debug/s30_a.sh
 source notes/debug/call_env.sh s30_a
-T="-q -p no:cacheprovider --timeout=150 --timeout-method=thread -rfE --color=no"
-patch_over_main notes/patches/kperm_slabs.patch mx.hip gemm.hip transpose.hip
-run "mx tests np1" timeout 150 python3 -m pytest tests/gpu/test_mx.py $T
-run "kperm A/B" timeout 90 python3 notes/debug/kperm_ab.py --tree-b /tmp/tree_main/hipsrc
-run "gemm mx A/B" timeout 240 python3 bench/gemm.py --quick --precision mxfp8 --caps 132 --reps 15 --tree-b /tmp/tree_main/hipsrc --out $RUNS --tag s30_kperm
-cp "$RUNS"/*.json "$OUT"/ 2>/dev/null
-grep -E "^=====|compiled|^(FAILED|ERROR) |passed|failed|B/A|Error|patch|mxfp8/bf16" "$LOG" | cut -c1-260 | tail -70
-printf '%s\n' "${summary[@]}"
+kperm_patch_ab notes/patches/kperm_slabs.patch s30_kperm 70
