@@ -99,8 +99,8 @@ def mx_copies(layout, a, b):
 
 def mx_routes(shape) -> list[str]:
     """The MXFP8 routes (kosmos.gemm.mx_route) a GEMM of two MXFP8 operands can take whatever the
-    card's column limit: the swap only for a TN whose result can be stored transposed (mo % 8)."""
-    return ["pass", "regs"] + (["swapped"] if shape.layout == "TN" and shape.mo % 8 == 0 else [])
+    card's column limit: the swap only where its swapped form exists (kosmos.gemm.mx_swap_fits)."""
+    return ["pass", "regs"] + (["swapped"] if gemm.mx_swap_fits(shape) else [])
 
 
 def run_mx_route(route, a, b, layout, out):

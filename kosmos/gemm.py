@@ -1009,6 +1009,12 @@ def mx_swap_pays(shape: GemmShape, out_bytes: int) -> bool:
             and 3 * shape.kr * (shape.no - shape.mo) > 2 * out_bytes * shape.mo * shape.no)
 
 
+def mx_swap_fits(shape: GemmShape) -> bool:
+    """Whether a GEMM has a swapped form (b a^T)^T: a TN whose a rows, the swapped GEMM's output
+    columns, are a multiple of 64 as every GEMM's N must be."""
+    return shape.layout == "TN" and shape.mo % 64 == 0
+
+
 def mx_route(shape: GemmShape, b_is_mx: bool, out_bytes: int, split_k: int | None, stream_k: bool | None,
              tile_n: int | None, wgmma: bool, max_columns: int) -> str:
     """How matmul runs a GEMM whose a is MXFP8: "regs" (the MxA builder, mx_a_path), "swapped" (the
@@ -1016,7 +1022,7 @@ def mx_route(shape: GemmShape, b_is_mx: bool, out_bytes: int, split_k: int | Non
     MXFP8 operands dequantized to bf16 first)."""
     on_path = functools.partial(mx_a_path, shape.layout, shape.epilogue, split_k, stream_k, wgmma,
                                 max_columns=max_columns)
-    if b_is_mx and tile_n is None and on_path(no=shape.mo) and mx_swap_pays(shape, out_bytes):
+    if b_is_mx and tile_n is None and mx_swap_fits(shape) and on_path(no=shape.mo) and mx_swap_pays(shape, out_bytes):
         return "swapped"
     return "regs" if on_path(no=shape.no) else "pass"
 

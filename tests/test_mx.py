@@ -216,4 +216,7 @@ def test_mx_swap_pays_where_b_is_much_taller():
                              ("fprop", (8192, 4096), (3584, 4096)))}
     assert route == {"swap": "swapped", "wide": "pass", "fprop": "regs"}
     assert gemm.mx_route(gemm.gemm_shape("TN", (768, 8192), (4096, 8192)), True, 2, 1, None, 256, True, 4096) == "regs"
+    # a's 100 rows would be the swapped GEMM's N (not a multiple of 64): it has no swapped form
+    assert pays("TN", (100, 8192), (4096, 8192))
+    assert gemm.mx_route(gemm.gemm_shape("TN", (100, 8192), (4096, 8192)), True, 2, 1, None, None, True, 4096) == "regs"
     assert gemm.mx_route(gemm.gemm_shape("TN", (768, 8192), (4096, 8192)), False, 2, 1, None, None, True, 4096) == "regs"
