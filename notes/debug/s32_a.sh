@@ -6,10 +6,7 @@
 #    the dense oracle on odd tile rows, empty groups, odd SM caps, a 64-slab reduction), then bench/grouped_gemm.py --quick --cluster ("c2 x": ours' time over the clusters'; the
 #    prediction, notes/moe.md session 31: Qwen3-30B GEMM1 at 256 rows 58.7 -> ~51-52 us, x1.13;
 #    compute-bound 2,048-row cases ~x1.00).
-# 2. bench/gemm.py --set paper --precision mxfp8 with session 31's fixed protocol (every call on
-#    the next input set, rounds in seeded orders): read the "control" line first (one kernel timed
-#    twice; session 31's fixed order gave up to 1.5x on NT shapes), then the NT ratios.
-# 3. notes/debug/launch_floor.py: a launch's fixed cost against a 256-row grouped GEMM.
+# (The paper set and the launch floor run on main in s32_c.sh.)
 #   KOSMOS_COMMIT=<sha>+grouped_clusters bash notes/debug/s32_a.sh
 source notes/debug/call_env.sh s32_a
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
@@ -17,8 +14,7 @@ git apply notes/patches/grouped_clusters.patch >> "$LOG" 2>&1 || { echo "patch d
 run "warm" timeout 200 python3 -m kosmos.runtime.warm --jobs 4 grouped.hip gemm.hip mx.hip transpose.hip
 run "gpu tests" timeout 300 python3 -m pytest tests/gpu -q -p no:cacheprovider  # the builder changed for every kernel
 run "grouped quick c2" timeout 150 python3 bench/grouped_gemm.py --quick --cluster --out $RUNS
-run "launch floor" timeout 60 python3 notes/debug/launch_floor.py
-run "gemm paper mx" timeout 200 python3 bench/gemm.py --set paper --precision mxfp8 --caps 132 --reps 12 --out $RUNS --tag s32_protocol
+
 cp "$RUNS"/*.json "$OUT"/ 2>/dev/null
 grep -vE "^compiling|^ok " "$LOG" | grep -vE "^(ag_|tn_rs|bulk_)" | cut -c1-300 | tail -70
 printf '%s\n' "${summary[@]}"

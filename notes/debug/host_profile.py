@@ -1,0 +1,106 @@
+"""Where the host time of one call goes (session 32): kosmos.timing's host_us is ~60-110 us for a
+plain GEMM (cupy.matmul's ~55-70 us on the same host), ~180-240 us for grouped_matmul and
+~300-400 us for a fused MoE forward (the layer path: 650-900 us) -- more than the device time of
+the small-M grouped GEMMs (37-61 us) and of the 256-row MoE forwards (0.2 ms): eager callers there
+wait on the host, not the GPU.
+
+For each call: the mean host time of `--calls` calls (the device drains every 50, so the launch
+queue never fills and the host never blocks on it), then cProfile over as many, top functions by
+own time and by cumulative time.
+
+    python3 notes/debug/host_profile.py [--calls 400] [--top 22]
+"""
+import argparse
+import cProfile
+import io
+import pstats
+import sys
+import time
+from pathlib import Path
+
+import cupy
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+from kosmos import World, gemm  # noqa: E402
+from kosmos.dtypes import random_bf16  # noqa: E402
+from kosmos.grouped import grouped_matmul  # noqa: E402
+from kosmos.moe import MoELayer, MoEParams  # noqa: E402
+from moe import share, tokens_of  # noqa: E402
+
+EMPTY = cupy.RawKernel(r'extern "C" __global__ void empty_kernel(int* p) { if (p[0] == 12345) p[1] = 1; }',
+                       "empty_kernel")
+
+
+def host_us(fn, calls: int) -> float:
+    total = 0.0
+    for i in range(calls):
+        t0 = time.perf_counter()
+        fn()
+        total += time.perf_counter() - t0
+        if i % 50 == 49:
+            cupy.cuda.get_current_stream().synchronize()
+    cupy.cuda.get_current_stream().synchronize()
+    return total / calls * 1e6
+
+
+def profile(fn, calls: int, top: int) -> str:
+    prof = cProfile.Profile()
+    prof.enable()
+    for i in range(calls):
+        fn()
+        if i % 50 == 49:
+            cupy.cuda.get_current_stream().synchronize()
+    prof.disable()
+    cupy.cuda.get_current_stream().synchronize()
+    s = io.StringIO()
+    st = pstats.Stats(prof, stream=s)
+    st.sort_stats("tottime").print_stats(top)
+    st.sort_stats("cumulative").print_stats(top)
+    return s.getvalue()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=400)
+    ap.add_argument("--top", type=int, default=22)
+    args = ap.parse_args()
+    flag = cupy.zeros(2, cupy.int32)
+    e, h, n = 16, 2048, 1536
+    x, w = random_bf16((e * 256, h), 1), random_bf16((e, n, h), 2)
+    full = cupy.full((e,), 256, cupy.int32)
+    out = cupy.empty((e * 256, n), x.dtype)
+    a, b, o = random_bf16((256, 8192), 3), random_bf16((8192, 8192), 4), cupy.empty((256, 8192), x.dtype)
+    with World() as world:
+        cfg = share("Qwen3-30B-A3B")
+        tokens = tokens_of(cfg, 256)
+        layers = {p: MoELayer(world, cfg, max_tokens=tokens, path=p) for p in ("fused", "device")}
+        params = MoEParams.random(cfg, world, 5)
+        xt = random_bf16((tokens, cfg.hidden), 6)
+        calls = {
+            "empty RawKernel launch": lambda: EMPTY((1,), (32,), (flag,)),
+            "cupy.matmul 256x8192x8192 (out=)": lambda: cupy.matmul(a, b.T, out=o),
+            "kosmos.matmul 256x8192x8192 TN (out=)": lambda: gemm.matmul(a, b, "TN", out=o),
+            "grouped_matmul Qwen3-30B fwd1 256 rows (out=)": lambda: grouped_matmul(x, w, full, "TN", out=out),
+            "grouped_matmul, no out": lambda: grouped_matmul(x, w, full, "TN"),
+            "MoELayer fused forward, Qwen3-30B/EP8 256 rows": lambda: layers["fused"].forward(xt, params),
+            "MoELayer device forward (the layer path)": lambda: layers["device"].forward(xt, params),
+        }
+        for fn in calls.values():  # compile, plan, cache
+            for _ in range(3):
+                fn()
+        cupy.cuda.Device().synchronize()
+        table = []
+        for name, fn in calls.items():
+            us = host_us(fn, args.calls)
+            table.append((name, us))
+            print(f"===== {name}: {us:.1f} us host per call")
+            print(profile(fn, args.calls, args.top))
+        print(f"{cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}: host us per call (mean of {args.calls})")
+        for name, us in table:
+            print(f"  {name:50s} {us:8.1f}")
+
+
+if __name__ == "__main__":
+    main()
