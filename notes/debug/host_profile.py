@@ -40,8 +40,8 @@ def host_us(fn, calls: int) -> float:
         fn()
         total += time.perf_counter() - t0
         if i % 50 == 49:
-            cupy.cuda.get_current_stream().synchronize()
-    cupy.cuda.get_current_stream().synchronize()
+            cupy.cuda.Device().synchronize()
+    cupy.cuda.Device().synchronize()
     return total / calls * 1e6
 
 
@@ -51,9 +51,9 @@ def profile(fn, calls: int, top: int) -> str:
     for i in range(calls):
         fn()
         if i % 50 == 49:
-            cupy.cuda.get_current_stream().synchronize()
+            cupy.cuda.Device().synchronize()
     prof.disable()
-    cupy.cuda.get_current_stream().synchronize()
+    cupy.cuda.Device().synchronize()
     s = io.StringIO()
     st = pstats.Stats(prof, stream=s)
     st.sort_stats("tottime").print_stats(top)
