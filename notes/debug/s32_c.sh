@@ -11,6 +11,7 @@ run "launch floor" timeout 60 python3 notes/debug/launch_floor.py
 run "host profile" timeout 150 python3 notes/debug/host_profile.py
 run "grouped quick" timeout 100 python3 bench/grouped_gemm.py --quick --out $RUNS
 run "gemm paper mx" timeout 240 python3 bench/gemm.py --set paper --precision mxfp8 --caps 132 --reps 12 --out $RUNS --tag s32_paper_mx
+run "gemm other" timeout 100 python3 bench/gemm.py --set other --caps 132 --reps 15 --out $RUNS --tag s32_other
 cp "$RUNS"/*.json "$OUT"/ 2>/dev/null
 grep -vE "^compiling|^ok " "$LOG" | grep -vE "^(ag_|tn_rs|bulk_)" | grep -vE "^ +[0-9]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ +[0-9.]+ " | cut -c1-300 | tail -60
 printf '%s\n' "${summary[@]}"
