@@ -17,7 +17,7 @@ using namespace kosmos::gemm;
            const KOSMOS_GRID_CONSTANT TensorMap tmc, Problem p, EPI epi, u64* words) {                     \
     extern __shared__ __align__(16) u8 kosmos_gemm_smem[];                                                 \
     builder_init(kosmos_gemm_smem);                                                                        \
-    QueueClaim claim{words, work_units(p)};                                                                \
+    GridFirstClaim claim{words, work_units(p)};                                                            \
     run_builder<LAYOUT>(DenseSchedule<TILE>{p}, &tma, &tmb, kosmos_gemm_smem, claim, AlwaysReady{}, MAKE_EPI); \
     queue_exit(words);                                                                                     \
   }

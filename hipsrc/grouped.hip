@@ -27,8 +27,13 @@ KOSMOS_DEVICE void grouped_gemm(const TensorMap& tma, const TensorMap& tmb, cons
   if (blockIdx.x == 0 && threadIdx.x == 0) words[2] = u64(i64(table.bad));
   if (ok) {
     const GroupedSchedule<L, Tile> sched{p, &table};
-    QueueClaim claim{words, sched.units()};
-    run_builder<L>(sched, &tma, &tmb, smem, claim, ready, epi);
+    if constexpr (Ready::kTrivial) {  // every unit ready: the CTA's own first (GridFirstClaim)
+      GridFirstClaim claim{words, sched.units()};
+      run_builder<L>(sched, &tma, &tmb, smem, claim, ready, epi);
+    } else {
+      QueueClaim claim{words, sched.units()};
+      run_builder<L>(sched, &tma, &tmb, smem, claim, ready, epi);
+    }
   }
   queue_exit(words);
 }

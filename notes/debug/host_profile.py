@@ -8,7 +8,10 @@ For each call: the mean host time of `--calls` calls (the device drains every 50
 queue never fills and the host never blocks on it), then cProfile over as many, top functions by
 own time and by cumulative time.
 
-    python3 notes/debug/host_profile.py [--calls 400] [--top 22]
+    python3 notes/debug/host_profile.py [--calls 400] [--profile --top 22] [--uncached]
+
+--uncached: matmul's and grouped_matmul's checked-call caches (kosmos.runtime.call_cache) and the
+plans' argument memos bypassed: the host cost before session 32's caches, for an A/B in one call.
 """
 import argparse
 import cProfile
@@ -23,7 +26,7 @@ import cupy
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from kosmos import World, gemm, graphs  # noqa: E402
+from kosmos import World, gemm, graphs, grouped  # noqa: E402
 from kosmos.dtypes import random_bf16  # noqa: E402
 from kosmos.grouped import grouped_matmul  # noqa: E402
 from kosmos.moe import MoELayer, MoEParams  # noqa: E402
@@ -65,7 +68,12 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=400)
     ap.add_argument("--top", type=int, default=22)
+    ap.add_argument("--profile", action="store_true", help="cProfile each call too")
+    ap.add_argument("--uncached", action="store_true")
     args = ap.parse_args()
+    if args.uncached:
+        gemm._checked_calls.get = grouped._checked_calls.get = lambda key: None
+        gemm.remember = lambda *a, **k: None
     flag = cupy.zeros(2, cupy.int32)
     e, h, n = 16, 2048, 1536
     x, w = random_bf16((e * 256, h), 1), random_bf16((e, n, h), 2)
@@ -104,8 +112,10 @@ def main() -> None:
             us = host_us(fn, args.calls)
             table.append((name, us))
             print(f"===== {name}: {us:.1f} us host per call")
-            print(profile(fn, args.calls, args.top))
-        print(f"{cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}: host us per call (mean of {args.calls})")
+            if args.profile:
+                print(profile(fn, args.calls, args.top))
+        print(f"{cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}: host us per call (mean of {args.calls})"
+              + (", caches bypassed" if args.uncached else ""))
         for name, us in table:
             print(f"  {name:50s} {us:8.1f}")
 

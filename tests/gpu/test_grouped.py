@@ -334,3 +334,22 @@ def test_runs_arrived_gates_each_group_by_row_range():
             ref = ref_group("TN", a, b, lo, hi, e)
             assert np.linalg.norm(got[lo:hi] - ref) / np.linalg.norm(ref) < TOL["bf16"], e
     assert np.isnan(got[total:]).all()
+
+
+def test_a_repeated_call_reads_its_new_counts():
+    """The cached path (kosmos.runtime.call_cache) keeps the plan and argument records of the
+    same arrays, never the counts: a second call with other counts in the same device array
+    computes them, bitwise as a checked call (check=True never takes the cache) does."""
+    rng = np.random.default_rng(92)
+    e, k, n = 3, 128, 256
+    x = cupy.asarray(rand_bf16(rng, (500, k)))
+    w = cupy.asarray(rand_bf16(rng, (e, n, k)))
+    rows = cupy.asarray(np.array([200, 0, 300], np.int32))
+    out = poisoned((500, n), BF16)
+    grouped.grouped_matmul(x, w, rows, "TN", out=out)
+    rows[:] = cupy.asarray(np.array([17, 400, 83], np.int32))
+    got = bits(grouped.grouped_matmul(x, w, rows, "TN", out=out))
+    want = bits(grouped.grouped_matmul(x, w, rows, "TN", out=poisoned((500, n), BF16), check=True))
+    assert (got == want).all()
+    with pytest.raises(TypeError):  # the counts' address, another dtype
+        grouped.grouped_matmul(x, w, rows.view(cupy.float32), "TN", out=out)

@@ -214,6 +214,24 @@ struct QueueClaim {
   }
 };
 
+// QueueClaim whose first unit is the CTA's own (blockIdx.x), taken without the atomic's round trip
+// to L2 before the kernel's first loads; the rest come from the queue, past the grid's first
+// units. Only where every CTA builds from its start and no unit waits on another (the standalone
+// plain and grouped GEMMs): a fused kernel's movers would leave their first units undone.
+struct GridFirstClaim {
+  u64* head;
+  i32 units;
+  bool first = true;
+  KOSMOS_DEVICE i32 operator()() {
+    if (first) {
+      first = false;
+      return i32(blockIdx.x) < units ? i32(blockIdx.x) : -1;
+    }
+    const u64 v = atomic_add_relaxed_dev(head, 1ull) + gridDim.x;
+    return v < u64(units) ? i32(v) : -1;
+  }
+};
+
 // All threads, last thing in the kernel: count this CTA out in words[1]; the last one resets the
 // queue (words[0], words[1]) for the next launch (only the device knows how many tiles a grouped
 // launch had; and a replayed graph's launches must not depend on the host).

@@ -1,0 +1,58 @@
+"""Eager calls checked once: what a call's checks and planning produced, keyed by all they read.
+
+kosmos.matmul and grouped_matmul check their arrays (dtype, contiguity, device, alignment, overlap),
+derive the GEMM's shape, look up its plan and build the kernel's argument records on every call:
+~80 us of host time an eager call on the H200 machine, cupy.matmul's ~40 (notes/debug/host_profile.py,
+session 32). All of it is a pure function of the arrays' addresses, shapes, strides and dtypes, the
+call's options and the device, so a call whose signature was seen before skips to the launch.
+Only CuPy arrays take this path: a foreign array is wrapped, and ordered on the stream, per call.
+"""
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+
+def array_signature(x: Any) -> tuple | None:
+    """What the checks read of a CuPy array (None for None); raises TypeError for anything else."""
+    import cupy
+
+    if x is None:
+        return None
+    if type(x) is not cupy.ndarray:
+        raise TypeError("not a CuPy array")
+    return x.data.ptr, x.shape, x.strides, x.dtype
+
+
+def call_signature(*arrays: Any, **options: Any) -> tuple | None:
+    """The key of a call: its arrays' signatures, its options (hashable values) and the current
+    device; None when an array is not a CuPy array (the call then takes the checked path)."""
+    import cupy
+
+    try:
+        key = tuple(array_signature(x) for x in arrays), tuple(options.items()), cupy.cuda.runtime.getDevice()
+        hash(key)  # an unhashable option: the checked path says what is wrong with it
+    except TypeError:
+        return None
+    return key
+
+
+class CallCache:
+    """Results of checked calls by call_signature, at most `size` of them (then it starts over: a
+    caller cycling through more arrays than that pays the checks again, nothing else)."""
+
+    def __init__(self, size: int = 256):
+        self._entries: dict[tuple, Any] = {}
+        self._size = size
+        self._lock = threading.Lock()
+
+    def get(self, key: tuple | None) -> Any:
+        return None if key is None else self._entries.get(key)
+
+    def put(self, key: tuple | None, value: Any) -> None:
+        if key is None:
+            return
+        with self._lock:
+            if len(self._entries) >= self._size:
+                self._entries.clear()
+            self._entries[key] = value
