@@ -71,9 +71,18 @@ def main() -> None:
     ap.add_argument("--profile", action="store_true", help="cProfile each call too")
     ap.add_argument("--uncached", action="store_true")
     args = ap.parse_args()
+    lookups = {"all": 0, "hits": 0}  # the checked-call caches' lookups during each contender's timing
     if args.uncached:
         gemm._checked_calls.get = grouped._checked_calls.get = lambda key: None
         gemm.remember = lambda *a, **k: None
+    else:
+        for cache in (gemm._checked_calls, grouped._checked_calls):
+            def counted(key, get=cache.get):
+                hit = get(key)
+                lookups["all"] += 1
+                lookups["hits"] += hit is not None
+                return hit
+            cache.get = counted
     flag = cupy.zeros(2, cupy.int32)
     e, h, n = 16, 2048, 1536
     x, w = random_bf16((e * 256, h), 1), random_bf16((e, n, h), 2)
@@ -95,6 +104,13 @@ def main() -> None:
             "MoELayer fused forward, Qwen3-30B/EP8 256 rows": lambda: layers["fused"].forward(xt, params),
             "MoELayer device forward (the layer path)": lambda: layers["device"].forward(xt, params),
         }
+        dy = random_bf16((tokens, cfg.hidden), 7)
+
+        def device_step():  # a training step: the context lives until its backward
+            _, ctx = layers["device"].forward(xt, params)
+            layers["device"].backward(dy, ctx, params)
+
+        calls["MoELayer device forward + backward (a step)"] = device_step
         for fn in calls.values():  # compile, plan, cache
             for _ in range(3):
                 fn()
@@ -109,15 +125,18 @@ def main() -> None:
         calls["the fused forward, a captured graph replayed"] = step.launch
         table = []
         for name, fn in calls.items():
+            lookups.update(all=0, hits=0)
             us = host_us(fn, args.calls)
-            table.append((name, us))
-            print(f"===== {name}: {us:.1f} us host per call")
+            hits = f"{lookups['hits']} of {lookups['all']}" if lookups["all"] else "-"
+            table.append((name, us, hits))
+            print(f"===== {name}: {us:.1f} us host per call; checked-call cache hits {hits}")
             if args.profile:
                 print(profile(fn, args.calls, args.top))
         print(f"{cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}: host us per call (mean of {args.calls})"
               + (", caches bypassed" if args.uncached else ""))
-        for name, us in table:
-            print(f"  {name:50s} {us:8.1f}")
+        print(f"  {'':50s} {'host us':>8s}  cache hits")
+        for name, us, hits in table:
+            print(f"  {name:50s} {us:8.1f}  {hits}")
 
 
 if __name__ == "__main__":
