@@ -197,14 +197,13 @@ class GroupedPlan:
         return gemm.stores_through_tma(self.shape.epilogue, self.uses_tma)
 
     def args(self, a, b, group_rows, out, gate_up=None) -> tuple:
-        key = gemm.args_key(a, b, group_rows, out, gate_up)
-        hit = self._args.get(key)
-        if hit is None:
-            s = self.shape
-            hit = (*kernel_head(s, a, b, out, self._tmaps, self.tile_n, self.uses_tma, gate_up), group_rows,
-                   np.int32(s.groups), np.int32(s.rows), self.words)
-            gemm.remember(self._args, key, hit)
-        return hit
+        key = gemm.args_key(a, b, out, gate_up)
+        head = self._args.get(key)
+        if head is None:  # (the memo holds no array: group_rows is this call's)
+            head = kernel_head(self.shape, a, b, out, self._tmaps, self.tile_n, self.uses_tma, gate_up)
+            gemm.remember(self._args, key, head)
+        s = self.shape
+        return (*head, group_rows, np.int32(s.groups), np.int32(s.rows), self.words)
 
     def __call__(self, a, b, group_rows, out, stream=None, gate_up=None) -> None:
         with self._order.lock:

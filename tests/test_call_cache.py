@@ -1,7 +1,10 @@
 """kosmos.runtime.call_cache's host logic (no GPU): which calls may take the cached path."""
 import numpy as np
+import pytest
 
-from kosmos.runtime.call_cache import CallCache, call_signature
+pytest.importorskip("cupy")
+
+from kosmos.runtime.call_cache import CallCache, call_signature  # noqa: E402
 
 
 def test_only_cupy_arrays_and_hashable_options_get_a_key():

@@ -21,7 +21,7 @@ def array_signature(x: Any) -> tuple | None:
         return None
     if type(x) is not cupy.ndarray:
         raise TypeError("not a CuPy array")
-    return x.data.ptr, x.shape, x.strides, x.dtype
+    return x.data.ptr, x.data.device_id, x.shape, x.strides, x.dtype  # (an address may recur on another GPU)
 
 
 def call_signature(*arrays: Any, **options: Any) -> tuple | None:

@@ -589,30 +589,35 @@ def test_readiness_timeout_aborts_the_grid():
     assert int(done.get()[0]) < plan.ntiles
 
 
-def test_a_repeated_call_skips_its_checks_but_a_changed_one_does_not():
+def test_a_repeated_call_skips_its_checks_but_a_changed_one_does_not(monkeypatch):
     """kosmos.runtime.call_cache: the second call of the same arrays and options launches the
-    plan its first call checked (bitwise the same result, new values read); any array that
-    differs in address, shape, strides or dtype takes the checks again and is refused as ever."""
-    from kosmos.gemm import _checked_calls
-
+    plan its first call checked (bitwise the same result, new values read) without planning
+    again; an array that differs in address, strides or dtype takes the checks and is refused."""
     rng = np.random.default_rng(91)
-    a = cupy.asarray(rand_bf16(rng, (300, 512)))
-    b = cupy.asarray(rand_bf16(rng, (256, 512)))
+    base = cupy.asarray(rand_bf16(rng, (300, 512)))
+    a = base.reshape(-1)[:300 * 256].reshape(300, 256)  # contiguous, at base's address
+    b = cupy.asarray(rand_bf16(rng, (256, 256)))
     out = cupy.empty((300, 256), BF16)
     first = gemm.matmul(a, b, "TN", out=out).copy()
-    n = len(_checked_calls._entries)
+    auto = gemm.matmul(a, b, "TN")  # out=None, first call
+    real_get_plan = gemm.get_plan
+
+    def no_planning(*args, **kwargs):
+        raise AssertionError("a repeated call planned again")
+
+    monkeypatch.setattr(gemm, "get_plan", no_planning)
     out.view(cupy.uint16).fill(0x7FC0)
     gemm.matmul(a, b, "TN", out=out)  # the cached path
-    assert len(_checked_calls._entries) == n
     assert (out.view(cupy.uint16) == first.view(cupy.uint16)).all()
-    a[:] = cupy.asarray(rand_bf16(rng, (300, 512)))  # new values, same array: computed anew
+    assert (gemm.matmul(a, b, "TN").view(cupy.uint16) == auto.view(cupy.uint16)).all()  # cached, allocated
+    a[:] = cupy.asarray(rand_bf16(rng, (300, 256)))  # new values, same array: computed anew
     got = gemm.matmul(a, b, "TN", out=out)
     ref = reference("TN", cupy.asnumpy(a).astype(np.float32), cupy.asnumpy(b).astype(np.float32))
     assert rel_err(cupy.asnumpy(got).astype(np.float32), ref) < TOL["bf16"]
-    assert gemm.matmul(a, b, "TN").shape == (300, 256)  # out=None: allocated, also cached
-    with pytest.raises(ValueError, match="C-contiguous"):  # a's address, other strides
-        gemm.matmul(a[:, :256], b[:, :256], "TN")
-    with pytest.raises(ValueError, match="overlaps"):  # the cached a and b, an out aliasing a
-        gemm.matmul(a, b, "TN", out=a.reshape(-1)[:300 * 256].reshape(300, 256))
-    with pytest.raises(TypeError):  # out's address, another dtype
+    monkeypatch.setattr(gemm, "get_plan", real_get_plan)
+    with pytest.raises(ValueError, match="C-contiguous"):  # a's address and shape, other strides
+        gemm.matmul(base[:, :256], b, "TN", out=out)
+    with pytest.raises(ValueError, match="overlaps"):  # a new out, aliasing a
+        gemm.matmul(a, b, "TN", out=base[100:].reshape(-1)[:300 * 256].reshape(300, 256))
+    with pytest.raises(TypeError):  # out's address and shape, another dtype
         gemm.matmul(a, b, "TN", out=out.view(cupy.uint16))

@@ -336,10 +336,11 @@ def test_runs_arrived_gates_each_group_by_row_range():
     assert np.isnan(got[total:]).all()
 
 
-def test_a_repeated_call_reads_its_new_counts():
+def test_a_repeated_call_reads_its_new_counts(monkeypatch):
     """The cached path (kosmos.runtime.call_cache) keeps the plan and argument records of the
     same arrays, never the counts: a second call with other counts in the same device array
-    computes them, bitwise as a checked call (check=True never takes the cache) does."""
+    launches without planning again and computes them, bitwise as a checked call (check=True
+    never takes the cache) does."""
     rng = np.random.default_rng(92)
     e, k, n = 3, 128, 256
     x = cupy.asarray(rand_bf16(rng, (500, k)))
@@ -348,8 +349,15 @@ def test_a_repeated_call_reads_its_new_counts():
     out = poisoned((500, n), BF16)
     grouped.grouped_matmul(x, w, rows, "TN", out=out)
     rows[:] = cupy.asarray(np.array([17, 400, 83], np.int32))
+    real_get_plan = grouped.get_plan
+
+    def no_planning(*args, **kwargs):
+        raise AssertionError("a repeated call planned again")
+
+    monkeypatch.setattr(grouped, "get_plan", no_planning)
     got = bits(grouped.grouped_matmul(x, w, rows, "TN", out=out))
+    monkeypatch.setattr(grouped, "get_plan", real_get_plan)
     want = bits(grouped.grouped_matmul(x, w, rows, "TN", out=poisoned((500, n), BF16), check=True))
     assert (got == want).all()
-    with pytest.raises(TypeError):  # the counts' address, another dtype
+    with pytest.raises(TypeError):  # the counts' address and shape, another dtype
         grouped.grouped_matmul(x, w, rows.view(cupy.float32), "TN", out=out)
