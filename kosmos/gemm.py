@@ -520,13 +520,12 @@ def operand_tmaps(cache: dict, a, b, out, uses_tma: bool, tma_store: bool,
     mx_a: a is MXFP8 A's codes (tmap_of_codes)."""
     if not uses_tma:
         return ZERO_TMAP, ZERO_TMAP, ZERO_TMAP
-    key = (a.data.ptr, a.shape, b.data.ptr, b.shape, out.data.ptr, out.shape, mx_a)  # a pool reuses addresses
+    key = (*args_key(a, b, out), mx_a)  # a pool reuses addresses
     hit = cache.get(key)
     if hit is None:
         tc = tmap_of(out.reshape(-1, out.shape[-1])) if tma_store else ZERO_TMAP
-        if len(cache) > 32:
-            cache.clear()
-        hit = cache[key] = (tmap_of_codes(a) if mx_a else tmap_of(a), tmap_of(b), tc)
+        hit = (tmap_of_codes(a) if mx_a else tmap_of(a), tmap_of(b), tc)
+        remember(cache, key, hit)
     return hit
 
 

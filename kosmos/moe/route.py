@@ -348,10 +348,9 @@ class LaunchRouting:
             key = (x.data.ptr, t, router_w.data.ptr)
             maps = self._tmaps.get(key)
             if maps is None:
-                if len(self._tmaps) > 32:
-                    self._tmaps.clear()
                 # router_w's map has E rows: the tile's rows past them load as zeros
-                maps = self._tmaps[key] = (gemm.tmap_of(x), gemm.tmap_of(router_w), gemm.tmap_of(out))
+                maps = (gemm.tmap_of(x), gemm.tmap_of(router_w), gemm.tmap_of(out))
+                gemm.remember(self._tmaps, key, maps)
         counts, *sums = self._scratch
         prob_sums, lse_sq = sums if sums else (None, None)
         rec = record(ROUTE_PARAMS_DTYPE, rule=rule_record(cfg, bias_ptr), logits=logits.data.ptr,

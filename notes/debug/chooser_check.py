@@ -16,10 +16,11 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from kosmos import gemm  # noqa: E402
+from kosmos.shapes import PaperShape  # noqa: E402
 
 
 def model_costs(layout: str, m: int, n: int, k: int, ctas: int) -> dict[str, float]:
-    a_shape, b_shape = {"TN": ((m, k), (n, k)), "NN": ((m, k), (k, n)), "NT": ((k, m), (k, n))}[layout]
+    a_shape, b_shape, _ = PaperShape("", "", m, n, k, layout).operand_shapes()
     shape = gemm.gemm_shape(layout, a_shape, b_shape)
     out = {}
     for w in gemm.TILE_WIDTHS:
