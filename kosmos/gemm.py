@@ -158,19 +158,19 @@ def stores_through_tma(epilogue: str, uses_tma: bool) -> bool:
 
 
 TILE_WIDTHS = (256, 192, 128)  # the builder's tile configurations (config.h TileConfig): 128 x BN
-# The standalone bf16 TN GEMM's (hipsrc/gemm.hip) also 224: 3.5 swizzle atoms of an MN-major B, so
-# K-major B only (its map's box 32 rows: b_box_rows).
-TN_TILE_WIDTHS = (256, 224, 192, 128)
+# The standalone bf16 GEMM's (hipsrc/gemm.hip) also 224: a K-major B (TN) in 32-row boxes
+# (b_box_rows), an MN-major one in whole 64-column swizzle atoms, the last half past the tile.
+PLAN_TILE_WIDTHS = (256, 224, 192, 128)
 
 
-def plan_tile_widths(layout: str, mx_a: bool = False) -> tuple[int, ...]:
-    """The tile widths get_plan builds for a layout (MXFP8 A: TILE_WIDTHS)."""
-    return TN_TILE_WIDTHS if layout == "TN" and not mx_a else TILE_WIDTHS
+def plan_tile_widths(mx_a: bool = False) -> tuple[int, ...]:
+    """The tile widths get_plan builds (MXFP8 A: TILE_WIDTHS)."""
+    return TILE_WIDTHS if mx_a else PLAN_TILE_WIDTHS
 
 
-def b_box_rows(tile_n: int) -> int:
+def b_box_rows(tile_n: int, b_k_major: bool) -> int:
     """Rows of B (output columns) in one TMA box of its map: config.h TileConfig::kBoxRowsB."""
-    return 64 if tile_n % 64 == 0 else 32
+    return 32 if tile_n % 64 and b_k_major else 64
 
 
 def tile_columns(no: int, swiglu_f: int, tile_n: int) -> int:
@@ -215,7 +215,7 @@ def check_tile_n(tile_n: int | None, epilogue: str, wgmma: bool, widths: tuple[i
         return
     if tile_n not in widths:
         raise ValueError(f"tile_n must be one of {widths} or None (automatic) here, got {tile_n!r}"
-                         + (" (224 is the bf16 TN GEMM's)" if tile_n == 224 else ""))
+                         + (" (224 is the bf16 GEMM's)" if tile_n == 224 else ""))
     if tile_n != 256 and (epilogue != "store" or not wgmma):
         raise ValueError(f"tile_n={tile_n} is a Hopper (wgmma) tile for the store epilogues; "
                          + (f"epilogue={epilogue!r} runs 256-wide tiles" if epilogue != "store"
@@ -676,7 +676,7 @@ class GemmPlan:
             prob["a_scales"] = scales.data.ptr
         epi = epi_record(out, epi_rows or s.mo, s.swiglu_f or s.no, s.epilogue, gate_up)
         ta, tb, tc = operand_tmaps(self._tmaps, a, b, out, self.uses_tma, self.tma_store, self.mx_a,
-                                   b_box_rows(self.tile_n))
+                                   b_box_rows(self.tile_n, self.shape.layout == "TN"))
         args = (ta, tb, tc, prob, epi, self.words if words is None else words)
         if key is not None:
             remember(self._args, key, args)
@@ -756,7 +756,7 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
              tile_n: int | None = None, stream_k: bool | None = None, mx_a: bool = False,
              transposed: bool = False) -> GemmPlan:
     """The cached plan for a GEMM; split_k: 1 = none, None = choose_split_k, n = n K-ranges;
-    tile_n: plan_tile_widths' (256, 224 (TN), 192, 128), None = choose_tile_n; stream_k: True, False, None = choose_stream_k (only
+    tile_n: plan_tile_widths' (256, 224 (bf16), 192, 128), None = choose_tile_n; stream_k: True, False, None = choose_stream_k (only
     when tile_n is None and split_k is 1: a caller who names the tile gets whole tiles, one who asks
     for split_k=None gets choose_split_k's choice). mx_a: A is MXFP8 (mx_a_path says when: whole
     tiles, no split). transposed (with mx_a, TN, bf16): the plan's out is the result's transpose,
@@ -777,7 +777,7 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     ctas = sms if sm_cap is None else max(1, min(sms, int(sm_cap)))  # the grid before clipping to tiles
     wgmma = _arch_info(dev, _extra_options)[0] == 1
     plain = shape.epilogue == "store"
-    widths = plan_tile_widths(shape.layout, mx_a)
+    widths = plan_tile_widths(mx_a)
     check_tile_n(tile_n, shape.epilogue, wgmma, widths)
     if mx_a and not mx_a_path(shape.layout, shape.epilogue, split_k, stream_k, wgmma):
         raise ValueError(f"MXFP8 A in the mainloop takes {' or '.join(MX_A_LAYOUTS)}, the store epilogue, whole "
@@ -970,7 +970,7 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     ``split_k``: 1 (default) = one work unit per output tile; n > 1 = n K-ranges per tile, fp32
     partials summed in a fixed order by a second kernel (bitwise reproducible); None = choose it
     from a wave model (choose_split_k) when the tiles alone would leave SMs idle. ``tile_n``: the
-    tile width, 256, 224 (bf16 TN only), 192 or 128 (Hopper, store epilogues), None = choose_tile_n's
+    tile width, 256, 224 (bf16 only), 192 or 128 (Hopper, store epilogues), None = choose_tile_n's
     wave model.
     ``stream_k`` (Hopper, store epilogues, 128 x 256 tiles, no split-K): the last one to two waves of
     tiles are cut into 2-4 K-ranges each, summed in range order inside the kernel (fp32 partials in

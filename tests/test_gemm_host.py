@@ -221,26 +221,26 @@ def test_tile_width_chooser():
         gemm.check_tile_n(128, "swiglu", True)
     with pytest.raises(ValueError, match="256-wide"):
         gemm.check_tile_n(128, "store", False)
-    # 224: the bf16 TN GEMM's alone (3.5 swizzle atoms of an MN-major B), B's map in 32-row boxes
-    assert gemm.plan_tile_widths("TN") == (256, 224, 192, 128)
-    assert gemm.plan_tile_widths("NN") == gemm.plan_tile_widths("NT") == gemm.plan_tile_widths("TN", mx_a=True)
-    assert 224 not in gemm.TILE_WIDTHS  # nor the grouped and fused kernels'
-    gemm.check_tile_n(224, "store", True, gemm.plan_tile_widths("TN"))
-    for layout, mx_a in (("NN", False), ("NT", False), ("TN", True)):
-        with pytest.raises(ValueError, match="224 is the bf16 TN GEMM's"):
-            gemm.check_tile_n(224, "store", True, gemm.plan_tile_widths(layout, mx_a))
-    assert [gemm.b_box_rows(w) for w in gemm.TN_TILE_WIDTHS] == [64, 32, 64, 64]
+    # 224: the bf16 GEMM's alone (not MXFP8 A's, the grouped or the fused kernels'); a K-major B's
+    # map in 32-row boxes, an MN-major one's in whole 64-column atoms
+    assert gemm.plan_tile_widths() == (256, 224, 192, 128)
+    assert gemm.plan_tile_widths(mx_a=True) == gemm.TILE_WIDTHS and 224 not in gemm.TILE_WIDTHS
+    gemm.check_tile_n(224, "store", True, gemm.plan_tile_widths())
+    with pytest.raises(ValueError, match="224 is the bf16 GEMM's"):
+        gemm.check_tile_n(224, "store", True, gemm.plan_tile_widths(mx_a=True))
+    assert [gemm.b_box_rows(w, True) for w in gemm.PLAN_TILE_WIDTHS] == [64, 32, 64, 64]
+    assert [gemm.b_box_rows(w, False) for w in gemm.PLAN_TILE_WIDTHS] == [64] * 4
     # DeepSeek-V3's 2,048-row GEMM2 (2048 x 7168 x 2048): 448 tiles of 256 are 3.4 waves on 132
     # SMs, 512 of 224 are 3.9: four waves of 7/8 the work (measured w256 615 TF/s on the H200).
     dsv3 = gemm.gemm_shape("TN", (2048, 2048), (7168, 2048))
-    assert gemm.choose_tiling(dsv3, 132, gemm.plan_tile_widths("TN"), True) == (224, None)
+    assert gemm.choose_tiling(dsv3, 132, gemm.plan_tile_widths(), True) == (224, None)
     assert gemm.choose_tiling(dsv3, 132, gemm.TILE_WIDTHS, True) == (256, None)
     from kosmos.runtime.source import hipsrc_dir
 
     text = (hipsrc_dir() / "gemm.hip").read_text()
     for layout in ("TN", "NN", "NT"):
         for dt in (np.float32, None):
-            for width in gemm.plan_tile_widths(layout):
+            for width in gemm.plan_tile_widths():
                 assert gemm.kernel_name(layout, "store", dt or np.dtype("V2"), width) + "," in text
     for width in gemm.TILE_WIDTHS:  # the swapped MXFP8 TN's transposed stores (bf16 only)
         assert gemm.kernel_name("TN", "store", gemm._bf16(), width, mx_a=True, transposed=True) + "," in text
@@ -259,7 +259,7 @@ def test_tma_store_follows_the_plan_not_the_kernel_name():
 
     bf16 = np.dtype(ml_dtypes.bfloat16)
     s = gemm.gemm_shape("TN", (256, 128), (512, 128))
-    for tile_n in gemm.TN_TILE_WIDTHS:
+    for tile_n in gemm.PLAN_TILE_WIDTHS:
         name = gemm.kernel_name("TN", "store", bf16, tile_n)
         plan = gemm.GemmPlan(s, bf16, name, 1, 1, gemm.tile_counts(s, tile_n), None, None, tile_n=tile_n)
         assert plan.tma_store, name

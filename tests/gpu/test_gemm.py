@@ -77,18 +77,17 @@ CASES = [
 ]
 
 
-def tile_widths(layout: str = "TN"):
-    """The tile widths this GPU's layer builds for a layout (224, 192 and 128 only on the Hopper
-    path; 224 only for TN)."""
-    return gemm.plan_tile_widths(layout) if gemm.arch_path() == "wgmma" else (256,)
+def tile_widths():
+    """The tile widths this GPU's layer builds (224, 192 and 128 only on the Hopper path)."""
+    return gemm.plan_tile_widths() if gemm.arch_path() == "wgmma" else (256,)
 
 
 @pytest.mark.parametrize("tile_n", [256, 224, 192, 128])
 @pytest.mark.parametrize("out_kind", ["bf16", "f32"])
 @pytest.mark.parametrize("layout,m,n,k,cap", CASES)
 def test_matmul_matches_reference(layout, m, n, k, cap, out_kind, tile_n):
-    if tile_n not in tile_widths(layout):
-        pytest.skip("narrow tiles are Hopper-only (224: TN only)")
+    if tile_n not in tile_widths():
+        pytest.skip("narrow tiles are Hopper-only")
     rng = np.random.default_rng([zlib.crc32(layout.encode()), m, n, k])  # not hash(): it varies by process
     sa, sb = operands(layout, m, n, k)
     a_h, b_h = rand_bf16(rng, sa), rand_bf16(rng, sb)
@@ -277,7 +276,7 @@ def test_tile_widths_agree_bitwise(layout):
     256-wide tile is the others' exact oracle. N = 384 and 400: the 224-wide tile's overlapping
     last subtile (columns 160..223 of a tile) inside the output, partly past it and wholly past it;
     5,000 rows: 40 tile rows, several tiles a CTA."""
-    if len(tile_widths(layout)) < 2:
+    if len(tile_widths()) < 2:
         pytest.skip("one tile width on this GPU")
     rng = np.random.default_rng(11)
     for m, n, k in ((517, 384, 640), (5000, 400, 192)):
@@ -285,7 +284,7 @@ def test_tile_widths_agree_bitwise(layout):
         a, b = cupy.asarray(rand_bf16(rng, sa)), cupy.asarray(rand_bf16(rng, sb))
         for dt, view in ((np.float32, cupy.uint32), (BF16, cupy.uint16)):
             wide = gemm.matmul(a, b, layout, tile_n=256, out_dtype=dt)
-            for width in tile_widths(layout)[1:]:
+            for width in tile_widths()[1:]:
                 narrow = nan_buffer(wide.shape, dt)[1]
                 gemm.matmul(a, b, layout, tile_n=width, out=narrow)
                 assert (wide.view(view) == narrow.view(view)).all(), f"{m} x {n} x {k} tile_n={width} {dt}"

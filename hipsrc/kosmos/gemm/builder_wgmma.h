@@ -306,7 +306,7 @@ KOSMOS_DEVICE bool produce(const Job& job, u8* smem_raw, RingPos& pos) {
           else tma_load_2d(sa + h * kBoxBytes, tma, mn, k, &full[s]);
         }
       }
-      static_assert(BK || Cfg::kBoxRowsB == 64, "an MN-major B is loaded in whole 64-column swizzle atoms");
+      static_assert(Cfg::kTileN % 64 == 0 || Cfg::kBKMajor == BK, "the 224-wide tile's B boxes are the layout's");
 #pragma unroll
       for (int c = 0; c < Cfg::kBoxesB; ++c) {
         const i32 col = b_chunk_col<kN, Cfg::kBoxRowsB>(p, tc.tn, c);
