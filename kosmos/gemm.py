@@ -158,9 +158,10 @@ def stores_through_tma(epilogue: str, uses_tma: bool) -> bool:
 
 
 TILE_WIDTHS = (256, 192, 128)  # the builder's tile configurations (config.h TileConfig): 128 x BN
-# The standalone bf16 GEMM's (hipsrc/gemm.hip) also 224: a K-major B (TN) in 32-row boxes
-# (b_box_rows), an MN-major one in whole 64-column swizzle atoms, the last half past the tile.
-PLAN_TILE_WIDTHS = (256, 224, 192, 128)
+# The standalone and grouped bf16 GEMMs' (hipsrc/gemm.hip, grouped.hip) also 224 and 160: a K-major
+# B (TN) in 32-row boxes (b_box_rows), an MN-major one in whole 64-column swizzle atoms, the last
+# half past the tile.
+PLAN_TILE_WIDTHS = (256, 224, 192, 160, 128)
 
 
 def plan_tile_widths(mx_a: bool = False) -> tuple[int, ...]:
@@ -189,9 +190,9 @@ def tile_counts(shape: GemmShape, tile_n: int = 256) -> tuple[int, int, int]:
 # Per-FLOP speed of each tile width relative to 128 x 256 (narrower tiles reuse each operand byte
 # less): the chooser's constants. Measured on the H200 with every width forced (bench/gemm.py
 # w256 / w192 / w128, medians over the shapes of more than 1,000 tiles): 192 0.965 (session 14,
-# 96 shapes), 128 0.79-0.87 (sessions 4-14; notes/gemm.md). 224: interpolated between 256 and 192,
-# not yet measured (session 33).
-TILE_EFFICIENCY = {256: 1.0, 224: 0.985, 192: 0.965, 128: 0.82}
+# 96 shapes), 128 0.79-0.87 (sessions 4-14; notes/gemm.md). 224 and 160: interpolated, not yet
+# measured (session 33).
+TILE_EFFICIENCY = {256: 1.0, 224: 0.985, 192: 0.965, 160: 0.90, 128: 0.82}
 
 
 def whole_tile_seconds(tiles: int, ctas: int, k_slabs: int, tile_n: int = 256) -> float:
@@ -215,7 +216,7 @@ def check_tile_n(tile_n: int | None, epilogue: str, wgmma: bool, widths: tuple[i
         return
     if tile_n not in widths:
         raise ValueError(f"tile_n must be one of {widths} or None (automatic) here, got {tile_n!r}"
-                         + (" (224 is the bf16 GEMM's)" if tile_n == 224 else ""))
+                         + (" (224 and 160 are the bf16 GEMM's)" if tile_n in (224, 160) else ""))
     if tile_n != 256 and (epilogue != "store" or not wgmma):
         raise ValueError(f"tile_n={tile_n} is a Hopper (wgmma) tile for the store epilogues; "
                          + (f"epilogue={epilogue!r} runs 256-wide tiles" if epilogue != "store"
@@ -756,7 +757,7 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
              tile_n: int | None = None, stream_k: bool | None = None, mx_a: bool = False,
              transposed: bool = False) -> GemmPlan:
     """The cached plan for a GEMM; split_k: 1 = none, None = choose_split_k, n = n K-ranges;
-    tile_n: plan_tile_widths' (256, 224 (bf16), 192, 128), None = choose_tile_n; stream_k: True, False, None = choose_stream_k (only
+    tile_n: plan_tile_widths' (256, 224 and 160 (bf16), 192, 128), None = choose_tile_n; stream_k: True, False, None = choose_stream_k (only
     when tile_n is None and split_k is 1: a caller who names the tile gets whole tiles, one who asks
     for split_k=None gets choose_split_k's choice). mx_a: A is MXFP8 (mx_a_path says when: whole
     tiles, no split). transposed (with mx_a, TN, bf16): the plan's out is the result's transpose,
@@ -970,7 +971,7 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     ``split_k``: 1 (default) = one work unit per output tile; n > 1 = n K-ranges per tile, fp32
     partials summed in a fixed order by a second kernel (bitwise reproducible); None = choose it
     from a wave model (choose_split_k) when the tiles alone would leave SMs idle. ``tile_n``: the
-    tile width, 256, 224 (bf16 only), 192 or 128 (Hopper, store epilogues), None = choose_tile_n's
+    tile width, 256, 224, 192, 160 or 128 (224 and 160: bf16 only) (Hopper, store epilogues), None = choose_tile_n's
     wave model.
     ``stream_k`` (Hopper, store epilogues, 128 x 256 tiles, no split-K): the last one to two waves of
     tiles are cut into 2-4 K-ranges each, summed in range order inside the kernel (fp32 partials in

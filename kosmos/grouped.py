@@ -262,7 +262,7 @@ def grouped_matmul(a, b, group_rows, layout: str = "TN", out=None, out_dtype=Non
                    epilogue: str = "store", gate_up=None, check: bool = False, tile_n: int | None = None,
                    stream=None):
     """Grouped GEMM over ragged groups in one launch; see the module docstring. Returns ``out``.
-    ``tile_n``: 256, 224, 192 or 128 (Hopper, store epilogues); None = gemm.choose_tile_n on the tiles
+    ``tile_n``: 256, 224, 192, 160 or 128 (Hopper, store epilogues); None = gemm.choose_tile_n on the tiles
     every packed row would give."""
     import cupy
 

@@ -221,20 +221,25 @@ def test_tile_width_chooser():
         gemm.check_tile_n(128, "swiglu", True)
     with pytest.raises(ValueError, match="256-wide"):
         gemm.check_tile_n(128, "store", False)
-    # 224: the bf16 GEMM's alone (not MXFP8 A's, the grouped or the fused kernels'); a K-major B's
-    # map in 32-row boxes, an MN-major one's in whole 64-column atoms
-    assert gemm.plan_tile_widths() == (256, 224, 192, 128)
-    assert gemm.plan_tile_widths(mx_a=True) == gemm.TILE_WIDTHS and 224 not in gemm.TILE_WIDTHS
-    gemm.check_tile_n(224, "store", True, gemm.plan_tile_widths())
-    with pytest.raises(ValueError, match="224 is the bf16 GEMM's"):
-        gemm.check_tile_n(224, "store", True, gemm.plan_tile_widths(mx_a=True))
-    assert [gemm.b_box_rows(w, True) for w in gemm.PLAN_TILE_WIDTHS] == [64, 32, 64, 64]
-    assert [gemm.b_box_rows(w, False) for w in gemm.PLAN_TILE_WIDTHS] == [64] * 4
+    # 224 and 160: the bf16 GEMMs' (dense and grouped), not MXFP8 A's nor the fused kernels'; a
+    # K-major B's map in 32-row boxes, an MN-major one's in whole 64-column atoms
+    assert gemm.plan_tile_widths() == (256, 224, 192, 160, 128)
+    assert gemm.plan_tile_widths(mx_a=True) == gemm.TILE_WIDTHS == (256, 192, 128)
+    for width in (224, 160):
+        gemm.check_tile_n(width, "store", True, gemm.plan_tile_widths())
+        with pytest.raises(ValueError, match="224 and 160 are the bf16 GEMM's"):
+            gemm.check_tile_n(width, "store", True, gemm.plan_tile_widths(mx_a=True))
+    assert [gemm.b_box_rows(w, True) for w in gemm.PLAN_TILE_WIDTHS] == [64, 32, 64, 32, 64]
+    assert [gemm.b_box_rows(w, False) for w in gemm.PLAN_TILE_WIDTHS] == [64] * 5
     # DeepSeek-V3's 2,048-row GEMM2 (2048 x 7168 x 2048): 448 tiles of 256 are 3.4 waves on 132
     # SMs, 512 of 224 are 3.9: four waves of 7/8 the work (measured w256 615 TF/s on the H200).
     dsv3 = gemm.gemm_shape("TN", (2048, 2048), (7168, 2048))
     assert gemm.choose_tiling(dsv3, 132, gemm.plan_tile_widths(), True) == (224, None)
     assert gemm.choose_tiling(dsv3, 132, gemm.TILE_WIDTHS, True) == (256, None)
+    # 1000 x 5120^2: 216 tiles of 192 (1.6 waves), 256 of 160 (1.9): two waves of 5/6 the work
+    small_m = gemm.gemm_shape("TN", (1000, 5120), (5120, 5120))
+    assert gemm.choose_tiling(small_m, 132, gemm.plan_tile_widths(), True) == (160, None)
+    assert gemm.choose_tiling(small_m, 132, gemm.TILE_WIDTHS, True) == (192, None)
     from kosmos.runtime.source import hipsrc_dir
 
     text = (hipsrc_dir() / "gemm.hip").read_text()

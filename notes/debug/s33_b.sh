@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Session 33 (<= 9.5 min, any card; the H200 for the bench's numbers): GPU tests of everything that
-# calls matmul / grouped_matmul (session 32's untested cache commits; the new 128 x 224 tile, dense
+# calls matmul / grouped_matmul (session 32's untested cache commits; the new 128 x 224 and 128 x 160 tiles, dense
 # and grouped, against the reference and bitwise against 256), bench/gemm.py on every shape of both
-# sets with w224 forced beside the other widths (refits TILE_EFFICIENCY[224], interpolated at
-# 0.985), the grouped quick set (the chooser may take 224 there), then s32_e's hit-rate
+# sets with w224 and w160 forced beside the other widths (refits TILE_EFFICIENCY[224] and [160], interpolated at
+# 0.985 and 0.90), the grouped quick set (the chooser may take them there), then s32_e's hit-rate
 # check (host_profile.py with a device-path MoE training step holding its context to the backward).
 # Prediction: w224 ~x1.12 over w256 on dsv3-gemm2-2048 (448 -> 512 tiles, 4 waves either way) and
 # 70B-QKV-MBS1 TN; per-FLOP speed of 224 0.97-0.99 of 256 on shapes of > 1,000 tiles.
