@@ -49,6 +49,10 @@ class CallCache:
     def get(self, key: tuple | None) -> Any:
         return None if key is None else self._entries.get(key)
 
+    def clear(self) -> None:
+        with self._lock:
+            self._entries.clear()
+
     def put(self, key: tuple | None, value: Any) -> None:
         if key is None:
             return
