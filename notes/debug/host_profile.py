@@ -10,8 +10,9 @@ own time and by cumulative time.
 
     python3 notes/debug/host_profile.py [--calls 400] [--profile --top 22] [--uncached]
 
---uncached: matmul's and grouped_matmul's checked-call caches (kosmos.runtime.call_cache) and the
-plans' argument memos bypassed: the host cost before session 32's caches, for an A/B in one call.
+--uncached: matmul's and grouped_matmul's checked-call caches (kosmos.runtime.call_cache), the
+plans' argument memos and MoEForward's (session 33) bypassed: the host cost before those caches (the
+layer's held buffers stay), for an A/B in one call.
 """
 import argparse
 import cProfile
@@ -72,17 +73,23 @@ def main() -> None:
     ap.add_argument("--uncached", action="store_true")
     args = ap.parse_args()
     lookups = {"all": 0, "hits": 0}  # the checked-call caches' lookups during each contender's timing
-    if args.uncached:
-        gemm._checked_calls.get = grouped._checked_calls.get = lambda key: None
-        gemm.remember = lambda *a, **k: None
-    else:
-        for cache in (gemm._checked_calls, grouped._checked_calls):
+
+    def bypass_or_count(caches):
+        for cache in caches:
+            if args.uncached:
+                cache.get = lambda key: None
+                continue
+
             def counted(key, get=cache.get):
                 hit = get(key)
                 lookups["all"] += 1
                 lookups["hits"] += hit is not None
                 return hit
             cache.get = counted
+
+    bypass_or_count((gemm._checked_calls, grouped._checked_calls))
+    if args.uncached:
+        gemm.remember = lambda *a, **k: None
     flag = cupy.zeros(2, cupy.int32)
     e, h, n = 16, 2048, 1536
     x, w = random_bf16((e * 256, h), 1), random_bf16((e, n, h), 2)
@@ -93,6 +100,7 @@ def main() -> None:
         cfg = share("Qwen3-30B-A3B")
         tokens = tokens_of(cfg, 256)
         layers = {p: MoELayer(world, cfg, max_tokens=tokens, path=p) for p in ("fused", "device")}
+        bypass_or_count((layers["fused"]._forward._heads_memo,))  # session 33's MoEForward memo
         params = MoEParams.random(cfg, world, 5)
         xt = random_bf16((tokens, cfg.hidden), 6)
         calls = {
@@ -110,7 +118,12 @@ def main() -> None:
             _, ctx = layers["device"].forward(xt, params)
             layers["device"].backward(dy, ctx, params)
 
+        def fused_step():
+            _, ctx = layers["fused"].forward(xt, params)
+            layers["fused"].backward(dy, ctx, params)
+
         calls["MoELayer device forward + backward (a step)"] = device_step
+        calls["MoELayer fused forward + backward (a step)"] = fused_step
         for fn in calls.values():  # compile, plan, cache
             for _ in range(3):
                 fn()

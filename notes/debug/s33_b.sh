@@ -11,7 +11,7 @@
 source notes/debug/call_env.sh s33_b
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
 run "warm" timeout 200 python3 -m kosmos.runtime.warm --jobs 8 gemm.hip grouped.hip mx.hip transpose.hip moe_fused.hip moe_route.hip moe_dispatch.hip moe_combine.hip moe_backward.hip timing.hip symmetric.hip
-run "gpu tests" timeout 240 python3 -m pytest tests/gpu/test_gemm.py tests/gpu/test_grouped.py tests/gpu/test_mx.py tests/gpu/test_interop.py tests/gpu/test_moe_layer.py -q -p no:cacheprovider -rfE
+run "gpu tests" timeout 240 python3 -m pytest tests/gpu/test_gemm.py tests/gpu/test_grouped.py tests/gpu/test_mx.py tests/gpu/test_interop.py tests/gpu/test_moe_layer.py tests/gpu/test_moe_forward.py -q -p no:cacheprovider -rfE
 run "gemm both" timeout 220 python3 bench/gemm.py --set both --caps 132 --reps 10 --out $RUNS --tag s33_w224
 cp "$RUNS"/*.json "$OUT"/ 2>/dev/null
 run "grouped quick" timeout 100 python3 bench/grouped_gemm.py --quick --out $RUNS

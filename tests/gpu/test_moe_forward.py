@@ -171,6 +171,30 @@ def test_forward_is_bitwise_the_separate_launches(world, width, crews):
         case.close()
 
 
+def test_a_repeated_call_takes_its_arguments_from_the_memo(world, monkeypatch):
+    """A call whose arrays' signatures were seen before skips the checks and the GEMMs' records
+    (MoEForward._heads' memo): the same bits as the checked call that made them."""
+    case = Case(world, "small")
+    try:
+        x, rt = case.tokens(40)
+        mlp = case.shared_mlp(x.shape[0])
+        kept = cupy.empty((case.cap, 2 * case.f), bfloat16)
+        out = cupy.empty((x.shape[0], case.h), bfloat16)
+        first = case.fwd(x, rt, case.w1, case.w2, gate_up=kept, shared=mlp, out=out)[0].copy()
+
+        def missed(*args, **kwargs):
+            raise AssertionError("the memo missed a call it has seen")  # every rank alike: no launch waits
+
+        for name in ("_gemm_heads", "_shared_heads"):
+            monkeypatch.setattr(type(case.fwd), name, missed)
+        _nan(out)
+        again, _ = case.fwd(x, rt, case.w1, case.w2, gate_up=kept, shared=mlp, out=out)
+        case.disp.check_status()
+        assert (_bits(again) == _bits(first)).all(), "the memo's call differs from the checked one"
+    finally:
+        case.close()
+
+
 def test_a_refused_input_stops_every_rank(world):
     case = Case(world, "small")
     try:
