@@ -12,7 +12,7 @@ own time and by cumulative time.
 
 --uncached: matmul's and grouped_matmul's checked-call caches (kosmos.runtime.call_cache), the
 plans' argument memos and MoEForward's (session 33) bypassed: the host cost before those caches (the
-layer's held buffers stay), for an A/B in one call.
+layer's held buffers stay), for an A/B in one call; --uncached-moe: only MoEForward's memo.
 """
 import argparse
 import cProfile
@@ -71,12 +71,13 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=22)
     ap.add_argument("--profile", action="store_true", help="cProfile each call too")
     ap.add_argument("--uncached", action="store_true")
+    ap.add_argument("--uncached-moe", action="store_true", help="only MoEForward's memo bypassed")
     args = ap.parse_args()
     lookups = {"all": 0, "hits": 0}  # the checked-call caches' lookups during each contender's timing
 
-    def bypass_or_count(caches):
+    def bypass_or_count(caches, bypass=args.uncached):
         for cache in caches:
-            if args.uncached:
+            if bypass:
                 cache.get = lambda key: None
                 continue
 
@@ -100,7 +101,7 @@ def main() -> None:
         cfg = share("Qwen3-30B-A3B")
         tokens = tokens_of(cfg, 256)
         layers = {p: MoELayer(world, cfg, max_tokens=tokens, path=p) for p in ("fused", "device")}
-        bypass_or_count((layers["fused"]._forward._heads_memo,))  # session 33's MoEForward memo
+        bypass_or_count((layers["fused"]._forward._heads_memo,), args.uncached or args.uncached_moe)  # session 33's
         params = MoEParams.random(cfg, world, 5)
         xt = random_bf16((tokens, cfg.hidden), 6)
         calls = {
@@ -146,7 +147,7 @@ def main() -> None:
             if args.profile:
                 print(profile(fn, args.calls, args.top))
         print(f"{cupy.cuda.runtime.getDeviceProperties(0)['name'].decode()}: host us per call (mean of {args.calls})"
-              + (", caches bypassed" if args.uncached else ""))
+              + (", caches bypassed" if args.uncached else ", MoEForward's memo bypassed" if args.uncached_moe else ""))
         print(f"  {'':50s} {'host us':>8s}  cache hits")
         for name, us, hits in table:
             print(f"  {name:50s} {us:8.1f}  {hits}")
