@@ -144,7 +144,7 @@ def bench_shape(world, s, caps, reps, warmup, do_caps, sms, split_k=1, mxfp8=Fal
             gemm.matmul(a, b, s.layout, out=out, sm_cap=cap, split_k=split_k)
         fns[str(sms if cap is None else cap)] = run
     if gemm.arch_path() == "wgmma":  # every tile width forced, to check (and refit) the chooser
-        for width in gemm.PLAN_TILE_WIDTHS:
+        for width in gemm.TILE_WIDTHS:
             def run_w(i, width=width):
                 a, b = operands()
                 gemm.matmul(a, b, s.layout, out=out, split_k=split_k, tile_n=width)
@@ -293,7 +293,7 @@ def main(argv=None):
                   f"  ours {rec['ours'][str(sms)]['tflops']:6.1f}  ratio {rec['ratio']:.3f}  diff {rec['rel_diff_vs_cublas']:.1e}"
                   f"  split {rec['split_k']}  tile {rec['tile_n']}"
                   + (f"  control {rec['control']:.3f}" if "control" in rec else "")
-                  + "".join(f"  {w} {rec['ours'][w]['tflops']:6.1f}" for w in [f"w{n}" for n in gemm.PLAN_TILE_WIDTHS] + ["sk"]
+                  + "".join(f"  {w} {rec['ours'][w]['tflops']:6.1f}" for w in [f"w{n}" for n in gemm.TILE_WIDTHS] + ["sk"]
                             if w in rec["ours"])
                   + (f"  mxfp8/bf16 {rec['mxfp8_vs_bf16']:.3f} {rec.get('mxfp8_route', '')}" if "mxfp8_vs_bf16" in rec
                      else "")

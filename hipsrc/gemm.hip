@@ -41,7 +41,7 @@ KOSMOS_GEMM_KERNEL(kosmos_gemm_tn_f32_acc, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_AC
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nn_f32_acc, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_ACC)
 KOSMOS_GEMM_KERNEL(kosmos_gemm_nt_f32_acc, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_ACC)
 
-// 128x128, 128x160, 128x192 and 128x224 tiles (Hopper only; the host picks them for grids of few tiles, see kosmos/gemm.py).
+// 128x128 and 128x192 tiles (Hopper only; the host picks them for grids of few tiles, see kosmos/gemm.py).
 #if KOSMOS_GEMM_WGMMA
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_bf16_n128, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_f32_n128, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_TMA32, NarrowTile)
@@ -49,18 +49,6 @@ KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_bf16_n128, LAYOUT_NN, EpiStoreBf16, KOSMO
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_f32_n128, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_TMA32, NarrowTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_bf16_n128, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA, NarrowTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_f32_n128, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32, NarrowTile)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_bf16_n224, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA, WideTile)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_f32_n224, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_TMA32, WideTile)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_bf16_n224, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA, WideTileMN)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_f32_n224, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_TMA32, WideTileMN)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_bf16_n224, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA, WideTileMN)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_f32_n224, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32, WideTileMN)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_bf16_n160, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA, SlimTile)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_f32_n160, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_TMA32, SlimTile)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_bf16_n160, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA, SlimTileMN)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_f32_n160, LAYOUT_NN, EpiStoreF32, KOSMOS_EPI_TMA32, SlimTileMN)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_bf16_n160, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA, SlimTileMN)
-KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_f32_n160, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32, SlimTileMN)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_bf16_n192, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA, MidTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_f32_n192, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_TMA32, MidTile)
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nn_bf16_n192, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA, MidTile)

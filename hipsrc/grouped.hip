@@ -59,18 +59,15 @@ KOSMOS_GROUPED_KERNEL(kosmos_grouped_nn_swiglu_bwd, LAYOUT_NN, EpiSwiGLUBackward
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_nt_bf16, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_nt_f32, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32)
 
-// 128x224, 128x192, 128x160 and 128x128 tiles (Hopper only): more tiles for few, short groups. TILE_K:
-// the configuration for a K-major B (TN), TILE_MN for an MN-major one (NN, NT): 224's and 160's differ.
+// 128x192 and 128x128 tiles (Hopper only): more tiles for few, short groups.
 #if KOSMOS_GEMM_WGMMA
-#define KOSMOS_GROUPED_NARROW(SUFFIX, TILE_K, TILE_MN)                                                              \
-  KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_tn_bf16_##SUFFIX, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA, TILE_K)      \
-  KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nn_bf16_##SUFFIX, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA, TILE_MN)     \
-  KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nt_bf16_##SUFFIX, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA, TILE_MN)     \
-  KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nt_f32_##SUFFIX, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32, TILE_MN)
-KOSMOS_GROUPED_NARROW(n224, WideTile, WideTileMN)
-KOSMOS_GROUPED_NARROW(n192, MidTile, MidTile)
-KOSMOS_GROUPED_NARROW(n160, SlimTile, SlimTileMN)
-KOSMOS_GROUPED_NARROW(n128, NarrowTile, NarrowTile)
+#define KOSMOS_GROUPED_NARROW(SUFFIX, TILE)                                                                       \
+  KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_tn_bf16_##SUFFIX, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA, TILE)      \
+  KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nn_bf16_##SUFFIX, LAYOUT_NN, EpiStoreBf16, KOSMOS_EPI_TMA, TILE)      \
+  KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nt_bf16_##SUFFIX, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA, TILE)      \
+  KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nt_f32_##SUFFIX, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32, TILE)
+KOSMOS_GROUPED_NARROW(n192, MidTile)
+KOSMOS_GROUPED_NARROW(n128, NarrowTile)
 #endif
 
 // The readiness hook MoE movers release rows through (RunsArrived), exercised standalone: group e

@@ -157,21 +157,7 @@ def stores_through_tma(epilogue: str, uses_tma: bool) -> bool:
     return uses_tma and epilogue in STORE_EPILOGUES
 
 
-TILE_WIDTHS = (256, 192, 128)  # the builder's tile configurations (config.h TileConfig): 128 x BN
-# The standalone and grouped bf16 GEMMs' (hipsrc/gemm.hip, grouped.hip) also 224 and 160: a K-major
-# B (TN) in 32-row boxes (b_box_rows), an MN-major one in whole 64-column swizzle atoms, the last
-# half past the tile.
-PLAN_TILE_WIDTHS = (256, 224, 192, 160, 128)
-
-
-def plan_tile_widths(mx_a: bool = False) -> tuple[int, ...]:
-    """The tile widths get_plan builds (MXFP8 A: TILE_WIDTHS)."""
-    return TILE_WIDTHS if mx_a else PLAN_TILE_WIDTHS
-
-
-def b_box_rows(tile_n: int, b_k_major: bool) -> int:
-    """Rows of B (output columns) in one TMA box of its map: config.h TileConfig::kBoxRowsB."""
-    return 32 if tile_n % 64 and b_k_major else 64
+TILE_WIDTHS = (256, 192, 128)  # the standalone GEMM's tile configurations (config.h TileConfig): 128 x BN
 
 
 def tile_columns(no: int, swiglu_f: int, tile_n: int) -> int:
@@ -190,9 +176,8 @@ def tile_counts(shape: GemmShape, tile_n: int = 256) -> tuple[int, int, int]:
 # Per-FLOP speed of each tile width relative to 128 x 256 (narrower tiles reuse each operand byte
 # less): the chooser's constants. Measured on the H200 with every width forced (bench/gemm.py
 # w256 / w192 / w128, medians over the shapes of more than 1,000 tiles): 192 0.965 (session 14,
-# 96 shapes), 128 0.79-0.87 (sessions 4-14; notes/gemm.md). 224 and 160: interpolated, not yet
-# measured (session 33).
-TILE_EFFICIENCY = {256: 1.0, 224: 0.985, 192: 0.965, 160: 0.90, 128: 0.82}
+# 96 shapes), 128 0.79-0.87 (sessions 4-14; notes/gemm.md).
+TILE_EFFICIENCY = {256: 1.0, 192: 0.965, 128: 0.82}
 
 
 def whole_tile_seconds(tiles: int, ctas: int, k_slabs: int, tile_n: int = 256) -> float:
@@ -215,8 +200,7 @@ def check_tile_n(tile_n: int | None, epilogue: str, wgmma: bool, widths: tuple[i
     if tile_n is None:
         return
     if tile_n not in widths:
-        raise ValueError(f"tile_n must be one of {widths} or None (automatic) here, got {tile_n!r}"
-                         + (" (224 and 160 are the bf16 GEMM's)" if tile_n in (224, 160) else ""))
+        raise ValueError(f"tile_n must be one of {widths} or None (automatic), got {tile_n!r}")
     if tile_n != 256 and (epilogue != "store" or not wgmma):
         raise ValueError(f"tile_n={tile_n} is a Hopper (wgmma) tile for the store epilogues; "
                          + (f"epilogue={epilogue!r} runs 256-wide tiles" if epilogue != "store"
@@ -479,9 +463,9 @@ def _module():
 
 def encode_tmap(ptr: int, dims: tuple[int, ...], strides_elems: tuple[int, ...], elem_bytes: int = 2,
                 box: tuple[int, int] | None = None) -> np.void:
-    """A TMA descriptor of bf16 (elem_bytes 2) or fp32 (4) boxes of 128 bytes x `box`[1] rows (64
-    unless named; 64 or 32 columns; x1... in further dims) with 128-byte swizzle, or of uint8 (1:
-    MXFP8 codes) boxes of `box` = (columns, rows) unswizzled; zero fill out of bounds.
+    """A TMA descriptor of bf16 (elem_bytes 2) or fp32 (4) boxes of 64 rows x 128 bytes (64 or 32
+    columns; x1... in further dims) with 128-byte swizzle, or of uint8 (1: MXFP8 codes) boxes of
+    `box` = (columns, rows) unswizzled; zero fill out of bounds.
 
     dims: innermost first (columns, rows[, groups]); strides_elems: of every dim but the first."""
     from cuda.bindings import driver as cu
@@ -511,13 +495,12 @@ def encode_tmap(ptr: int, dims: tuple[int, ...], strides_elems: tuple[int, ...],
     return rec[0]
 
 
-def tmap_of(arr, box_rows: int = 64) -> np.void:
-    """The TMA map of a C-contiguous 2-D or 3-D bf16 or fp32 CuPy array (its dims innermost first),
-    boxes of 128 bytes x box_rows."""
+def tmap_of(arr) -> np.void:
+    """The TMA map of a C-contiguous 2-D or 3-D bf16 or fp32 CuPy array (its dims innermost first)."""
     size = arr.dtype.itemsize
     dims = tuple(int(d) for d in arr.shape[::-1])
     strides = tuple(int(st) // size for st in arr.strides[::-1][1:])
-    return encode_tmap(arr.data.ptr, dims, strides, size, box=(128 // size, box_rows))
+    return encode_tmap(arr.data.ptr, dims, strides, size)
 
 
 ZERO_TMAP = np.zeros(1, TMAP_DTYPE)[0]
@@ -531,18 +514,17 @@ def tmap_of_codes(codes) -> np.void:
 
 
 def operand_tmaps(cache: dict, a, b, out, uses_tma: bool, tma_store: bool,
-                  mx_a: bool = False, b_rows: int = 64) -> tuple[np.void, np.void, np.void]:
+                  mx_a: bool = False) -> tuple[np.void, np.void, np.void]:
     """(a, b, out) TMA maps for a plan, cached by the arrays' addresses (the output's map only when
     the kernel stores through TMA; a 3-D output is mapped as its 2-D rows); zeros off Hopper.
-    mx_a: a is MXFP8 A's codes (tmap_of_codes); b_rows: b's box rows (b_box_rows of the plan's
-    tile; one cache holds one plan's maps)."""
+    mx_a: a is MXFP8 A's codes (tmap_of_codes)."""
     if not uses_tma:
         return ZERO_TMAP, ZERO_TMAP, ZERO_TMAP
     key = (*args_key(a, b, out), mx_a)  # a pool reuses addresses
     hit = cache.get(key)
     if hit is None:
         tc = tmap_of(out.reshape(-1, out.shape[-1])) if tma_store else ZERO_TMAP
-        hit = (tmap_of_codes(a) if mx_a else tmap_of(a), tmap_of(b, b_rows), tc)
+        hit = (tmap_of_codes(a) if mx_a else tmap_of(a), tmap_of(b), tc)
         remember(cache, key, hit)
     return hit
 
@@ -676,8 +658,7 @@ class GemmPlan:
         if scales is not None:
             prob["a_scales"] = scales.data.ptr
         epi = epi_record(out, epi_rows or s.mo, s.swiglu_f or s.no, s.epilogue, gate_up)
-        ta, tb, tc = operand_tmaps(self._tmaps, a, b, out, self.uses_tma, self.tma_store, self.mx_a,
-                                   b_box_rows(self.tile_n, self.shape.layout == "TN"))
+        ta, tb, tc = operand_tmaps(self._tmaps, a, b, out, self.uses_tma, self.tma_store, self.mx_a)
         args = (ta, tb, tc, prob, epi, self.words if words is None else words)
         if key is not None:
             remember(self._args, key, args)
@@ -757,7 +738,7 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
              tile_n: int | None = None, stream_k: bool | None = None, mx_a: bool = False,
              transposed: bool = False) -> GemmPlan:
     """The cached plan for a GEMM; split_k: 1 = none, None = choose_split_k, n = n K-ranges;
-    tile_n: plan_tile_widths' (256, 224 and 160 (bf16), 192, 128), None = choose_tile_n; stream_k: True, False, None = choose_stream_k (only
+    tile_n: 256, 192 or 128, None = choose_tile_n; stream_k: True, False, None = choose_stream_k (only
     when tile_n is None and split_k is 1: a caller who names the tile gets whole tiles, one who asks
     for split_k=None gets choose_split_k's choice). mx_a: A is MXFP8 (mx_a_path says when: whole
     tiles, no split). transposed (with mx_a, TN, bf16): the plan's out is the result's transpose,
@@ -778,8 +759,7 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     ctas = sms if sm_cap is None else max(1, min(sms, int(sm_cap)))  # the grid before clipping to tiles
     wgmma = _arch_info(dev, _extra_options)[0] == 1
     plain = shape.epilogue == "store"
-    widths = plan_tile_widths(mx_a)
-    check_tile_n(tile_n, shape.epilogue, wgmma, widths)
+    check_tile_n(tile_n, shape.epilogue, wgmma)
     if mx_a and not mx_a_path(shape.layout, shape.epilogue, split_k, stream_k, wgmma):
         raise ValueError(f"MXFP8 A in the mainloop takes {' or '.join(MX_A_LAYOUTS)}, the store epilogue, whole "
                          f"tiles (no split-K, no stream-K) on Hopper; got {shape.layout}, {shape.epilogue!r}, "
@@ -805,8 +785,8 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
             raise ValueError(f"stream_k=True: a reduction of {k_slabs} slabs of 64 is too short to cut into "
                              f"K-ranges of {MIN_SLABS_PER_RANGE} or more")
     elif tile_n is None:
-        tile_n, sk = choose_tiling(shape, ctas, widths if wgmma and plain else (256,),
-                                   stream_k is None and split_k == 1 and sk_ok)
+        widths = TILE_WIDTHS if wgmma and plain else (256,)
+        tile_n, sk = choose_tiling(shape, ctas, widths, stream_k is None and split_k == 1 and sk_ok)
     if sk is not None:
         tile_n, split_k = 256, 1
     tiles = tile_counts(shape, tile_n)
@@ -971,8 +951,7 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     ``split_k``: 1 (default) = one work unit per output tile; n > 1 = n K-ranges per tile, fp32
     partials summed in a fixed order by a second kernel (bitwise reproducible); None = choose it
     from a wave model (choose_split_k) when the tiles alone would leave SMs idle. ``tile_n``: the
-    tile width, 256, 224, 192, 160 or 128 (224 and 160: bf16 only) (Hopper, store epilogues), None = choose_tile_n's
-    wave model.
+    tile width, 256, 192 or 128 (Hopper, store epilogues), None = choose_tile_n's wave model.
     ``stream_k`` (Hopper, store epilogues, 128 x 256 tiles, no split-K): the last one to two waves of
     tiles are cut into 2-4 K-ranges each, summed in range order inside the kernel (fp32 partials in
     one workspace per device that every stream-K plan shares, ~100 MB on the H200, made at the

@@ -124,7 +124,7 @@ def grouped_shape(layout: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...
                         swiglu_f=f, epilogue=epilogue)
 
 
-TILE_WIDTHS = gemm.PLAN_TILE_WIDTHS  # the grouped kernels' tile configurations (hipsrc/grouped.hip): the GEMM's
+TILE_WIDTHS = gemm.TILE_WIDTHS  # the grouped kernels' tile configurations (hipsrc/grouped.hip): the GEMM's
 
 
 def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256) -> str:
@@ -170,8 +170,7 @@ def kernel_head(shape: GroupedShape, a, b, out, tmaps: dict, tile_n: int, uses_t
                                b.shape[1] * b.shape[2] if b.ndim == 3 else 0)
     epi = gemm.epi_record(out, out.size // out.shape[-1], shape.swiglu_f or shape.no, shape.epilogue, gate_up)
     tma_store = gemm.stores_through_tma(shape.epilogue, uses_tma)
-    return (*gemm.operand_tmaps(tmaps, a, b, out, uses_tma, tma_store, b_rows=gemm.b_box_rows(tile_n, shape.layout == "TN")),
-            prob, epi)
+    return (*gemm.operand_tmaps(tmaps, a, b, out, uses_tma, tma_store), prob, epi)
 
 
 @dataclass
@@ -262,7 +261,7 @@ def grouped_matmul(a, b, group_rows, layout: str = "TN", out=None, out_dtype=Non
                    epilogue: str = "store", gate_up=None, check: bool = False, tile_n: int | None = None,
                    stream=None):
     """Grouped GEMM over ragged groups in one launch; see the module docstring. Returns ``out``.
-    ``tile_n``: 256, 224, 192, 160 or 128 (Hopper, store epilogues); None = gemm.choose_tile_n on the tiles
+    ``tile_n``: 256, 192 or 128 (Hopper, store epilogues); None = gemm.choose_tile_n on the tiles
     every packed row would give."""
     import cupy
 

@@ -221,31 +221,12 @@ def test_tile_width_chooser():
         gemm.check_tile_n(128, "swiglu", True)
     with pytest.raises(ValueError, match="256-wide"):
         gemm.check_tile_n(128, "store", False)
-    # 224 and 160: the bf16 GEMMs' (dense and grouped), not MXFP8 A's nor the fused kernels'; a
-    # K-major B's map in 32-row boxes, an MN-major one's in whole 64-column atoms
-    assert gemm.plan_tile_widths() == (256, 224, 192, 160, 128)
-    assert gemm.plan_tile_widths(mx_a=True) == gemm.TILE_WIDTHS == (256, 192, 128)
-    for width in (224, 160):
-        gemm.check_tile_n(width, "store", True, gemm.plan_tile_widths())
-        with pytest.raises(ValueError, match="224 and 160 are the bf16 GEMM's"):
-            gemm.check_tile_n(width, "store", True, gemm.plan_tile_widths(mx_a=True))
-    assert [gemm.b_box_rows(w, True) for w in gemm.PLAN_TILE_WIDTHS] == [64, 32, 64, 32, 64]
-    assert [gemm.b_box_rows(w, False) for w in gemm.PLAN_TILE_WIDTHS] == [64] * 5
-    # DeepSeek-V3's 2,048-row GEMM2 (2048 x 7168 x 2048): 448 tiles of 256 are 3.4 waves on 132
-    # SMs, 512 of 224 are 3.9: four waves of 7/8 the work (measured w256 615 TF/s on the H200).
-    dsv3 = gemm.gemm_shape("TN", (2048, 2048), (7168, 2048))
-    assert gemm.choose_tiling(dsv3, 132, gemm.plan_tile_widths(), True) == (224, None)
-    assert gemm.choose_tiling(dsv3, 132, gemm.TILE_WIDTHS, True) == (256, None)
-    # 1000 x 5120^2: 216 tiles of 192 (1.6 waves), 256 of 160 (1.9): two waves of 5/6 the work
-    small_m = gemm.gemm_shape("TN", (1000, 5120), (5120, 5120))
-    assert gemm.choose_tiling(small_m, 132, gemm.plan_tile_widths(), True) == (160, None)
-    assert gemm.choose_tiling(small_m, 132, gemm.TILE_WIDTHS, True) == (192, None)
     from kosmos.runtime.source import hipsrc_dir
 
     text = (hipsrc_dir() / "gemm.hip").read_text()
     for layout in ("TN", "NN", "NT"):
         for dt in (np.float32, None):
-            for width in gemm.plan_tile_widths():
+            for width in gemm.TILE_WIDTHS:
                 assert gemm.kernel_name(layout, "store", dt or np.dtype("V2"), width) + "," in text
     for width in gemm.TILE_WIDTHS:  # the swapped MXFP8 TN's transposed stores (bf16 only)
         assert gemm.kernel_name("TN", "store", gemm._bf16(), width, mx_a=True, transposed=True) + "," in text
@@ -264,7 +245,7 @@ def test_tma_store_follows_the_plan_not_the_kernel_name():
 
     bf16 = np.dtype(ml_dtypes.bfloat16)
     s = gemm.gemm_shape("TN", (256, 128), (512, 128))
-    for tile_n in gemm.PLAN_TILE_WIDTHS:
+    for tile_n in gemm.TILE_WIDTHS:
         name = gemm.kernel_name("TN", "store", bf16, tile_n)
         plan = gemm.GemmPlan(s, bf16, name, 1, 1, gemm.tile_counts(s, tile_n), None, None, tile_n=tile_n)
         assert plan.tma_store, name

@@ -23,7 +23,7 @@ def model_costs(layout: str, m: int, n: int, k: int, ctas: int) -> dict[str, flo
     a_shape, b_shape, _ = PaperShape("", "", m, n, k, layout).operand_shapes()
     shape = gemm.gemm_shape(layout, a_shape, b_shape)
     out = {}
-    for w in gemm.PLAN_TILE_WIDTHS:
+    for w in gemm.TILE_WIDTHS:
         tm, tn, ks = gemm.tile_counts(shape, w)
         out[f"w{w}"] = gemm.whole_tile_seconds(tm * tn, ctas, ks, w)
     tm, tn, ks = gemm.tile_counts(shape, 256)

@@ -306,17 +306,15 @@ KOSMOS_DEVICE bool produce(const Job& job, u8* smem_raw, RingPos& pos) {
           else tma_load_2d(sa + h * kBoxBytes, tma, mn, k, &full[s]);
         }
       }
-      static_assert(Cfg::kTileN % 64 == 0 || Cfg::kBKMajor == BK, "the 224-wide tile's B boxes are the layout's");
 #pragma unroll
       for (int c = 0; c < Cfg::kBoxesB; ++c) {
-        const i32 col = b_chunk_col<kN, Cfg::kBoxRowsB>(p, tc.tn, c);
-        u8* sbc = sb + c * Cfg::kBoxBytesB;
+        const i32 col = b_chunk_col<kN>(p, tc.tn, c);
         if constexpr (Sched::kGroupedB) {
-          if (BK) tma_load_3d(sbc, tmb, k, col, tc.group, &full[s]);
-          else tma_load_3d(sbc, tmb, col, k, tc.group, &full[s]);
+          if (BK) tma_load_3d(sb + c * kBoxBytes, tmb, k, col, tc.group, &full[s]);
+          else tma_load_3d(sb + c * kBoxBytes, tmb, col, k, tc.group, &full[s]);
         } else {
-          if (BK) tma_load_2d(sbc, tmb, k, col, &full[s]);
-          else tma_load_2d(sbc, tmb, col, k, &full[s]);
+          if (BK) tma_load_2d(sb + c * kBoxBytes, tmb, k, col, &full[s]);
+          else tma_load_2d(sb + c * kBoxBytes, tmb, col, k, &full[s]);
         }
       }
       ring_advance<Cfg::kStages>(s, ph);
@@ -425,7 +423,6 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
           // The group's last slab: TMA loaded 64 rows, the rows past the group's end belong to the
           // next group. Zero them in both operands (0 x Inf would be NaN) before any wgmma reads.
           const i32 valid = k_left - i * kTileK;
-          static_assert(Cfg::kBoxBytesB == kBoxBytes, "ragged K zeroes whole 64 x 64 boxes");
           if (valid < kTileK) {
             const i32 chunks = (kTileK - valid) * 8;  // 16-byte chunks per 64x64 box
             const int ctid = tid + 128 * cw;
@@ -479,25 +476,19 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
       // bank conflicts.
       constexpr int kEB = Epi::kTmaElemBytes;
       constexpr int kBoxCols = 128 / kEB, kN8 = kBoxCols / 8;  // columns and n8 blocks per subtile
-      // A width that is no multiple of the subtile's (bf16 224: 3.5) ends in a subtile that
-      // overlaps the one before it (columns 160..223): the shared columns are stored twice with
-      // the same values, so no narrower map is needed -- but never added twice.
-      constexpr int kSubtiles = (kN + kBoxCols - 1) / kBoxCols;
-      static_assert(kN % kBoxCols == 0 || !Epi::kReduceAdd, "an adding epilogue stores each column once");
       constexpr int kSlots = Cfg::kEpiSlots;
       u8* ebuf = epi_smem + cw * kSlots * kBoxBytes;
       const int r0 = warp * 16 + lane / 4;
       const i32 map_row = epi.tma_row(tc) + cw * 64;
 #pragma unroll
-      for (int q = 0; q < kSubtiles; ++q) {
-        const int col_q = q * kBoxCols < kN - kBoxCols ? q * kBoxCols : kN - kBoxCols;  // the subtile's first column
+      for (int q = 0; q < kN / kBoxCols; ++q) {
         u8* slot_q = ebuf + (q % kSlots) * kBoxBytes;
         // the store that last used this slot has read it: the one before the newest, except with
         // one slot and at a tile's first subtile after an odd count of them (bf16 192 columns: 3),
         // whose last store used slot 0 too (it matters where two epilogues meet with no mainloop
         // between: an empty group's zero tile)
         if (tid == 0) {
-          if (kSlots == 1 || (q == 0 && kSubtiles % 2 == 1)) bulk_wait_read_all();
+          if (kSlots == 1 || (q == 0 && (kN / kBoxCols) % 2 == 1)) bulk_wait_read_all();
           else bulk_wait_read_but_one();
         }
         (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
@@ -506,7 +497,7 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
 #pragma unroll
           for (int i = 0; i < 2; ++i) {
             const int r = r0 + 8 * i;
-            const int a = 4 * (col_q / 8 + jj) + 2 * i;
+            const int a = 4 * (kN8 * q + jj) + 2 * i;
             if constexpr (Epi::kTransposed) {  // slot row = the subtile's column, 2 bytes a store
               static_assert(kEB == 2, "the transposed store is bf16's");
               const u32 v = pack_bf16x2(acc[a], acc[a + 1]);
@@ -528,9 +519,9 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
         fence_proxy_async_shared();
         (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
         if (tid == 0) {
-          if constexpr (Epi::kReduceAdd) tma_reduce_add_2d(epi.map, slot_q, tc.col0 + col_q, map_row);
-          else if constexpr (Epi::kTransposed) tma_store_2d(epi.map, slot_q, map_row, tc.col0 + col_q);
-          else tma_store_2d(epi.map, slot_q, tc.col0 + col_q, map_row);
+          if constexpr (Epi::kReduceAdd) tma_reduce_add_2d(epi.map, slot_q, tc.col0 + kBoxCols * q, map_row);
+          else if constexpr (Epi::kTransposed) tma_store_2d(epi.map, slot_q, map_row, tc.col0 + kBoxCols * q);
+          else tma_store_2d(epi.map, slot_q, tc.col0 + kBoxCols * q, map_row);
           bulk_commit();
         }
       }

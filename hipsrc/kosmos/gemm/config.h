@@ -45,12 +45,9 @@ static_assert(kSmemBytesPortable >= (kTileM + kTileN) * (kTileK + 8) * 2 + 128, 
 // A builder tile configuration: 128 x BN output tiles, 64-deep stages, as many stages as fit the
 // same shared-memory plan (kSmemBytes), so every configuration runs in the same grid as movers.
 // BN = 256 (the constants above: one consumer warpgroup per 64-row half) is the default and the
-// only one of the portable layers and of SwiGLU; BN = 224, 192, 160 and 128 (Hopper) give 8/7, 4/3,
-// 8/5 and 2 times the tiles, for grids of few tiles (small M, narrow N) where whole waves matter more
-// than per-tile efficiency. A K-major B (TN) of 224 or 160 rows is loaded in 32-row boxes
-// (kBoxRowsB: the host's map of B has that box); an MN-major one (NN, NT: BKMajor false) in whole
-// 64-column swizzle atoms, the last one half past the tile (the wgmma reads 3.5 or 2.5 of them; the
-// TMA fills zeros past the matrix).
+// only one of the portable layers and of SwiGLU; BN = 192 and 128 (Hopper) give 4/3 and 2 times the
+// tiles, for grids of few tiles (small M, narrow N) where whole waves matter more than per-tile
+// efficiency.
 // The stages and the TMA-store epilogue's staging share kRingBytes + kEpiBytes: as many stages as
 // leave one 8 KB staging slot per consumer warpgroup (two for MXFP8 A; at most kMaxStages), then
 // two slots where they fit, else one; the staging at the region's end. So bf16 256: 4 stages of
@@ -66,18 +63,14 @@ static_assert(kSmemBytesPortable >= (kTileM + kTileN) * (kTileK + 8) * 2 + 128, 
 constexpr int kMaxStages = 6;
 constexpr int kRingBytes = kStages * kStageBytes;  // the stages' share of kSmemBytes
 constexpr int kStageBytesAMx = kTileM * kTileK;    // 128 rows x 64 E4M3 codes
-template <int BN, bool MxA = false, bool BKMajor = true>
+template <int BN, bool MxA = false>
 struct TileConfig {
-  static_assert(BN == 128 || BN == 160 || BN == 192 || BN == 224 || BN == 256, "tile widths: 128, 160, 192, 224, 256");
-  static_assert(BN % 64 == 0 || !MxA, "the 224- and 160-wide tiles are bf16's");
+  static_assert(BN == 128 || BN == 192 || BN == 256, "tile widths: 128, 192 or 256");
   static constexpr int kTileN = BN;
   static constexpr bool kMxA = MxA;
-  static constexpr bool kBKMajor = BKMajor;  // the layout B has (only 224 and 160 tell them apart)
-  static constexpr int kBoxRowsB = BN % 64 == 0 || !BKMajor ? 64 : 32;  // B's rows (output columns) a TMA box
-  static constexpr int kBoxesB = (BN + kBoxRowsB - 1) / kBoxRowsB;
-  static constexpr int kBoxBytesB = kBoxRowsB * kTileK * 2;
+  static constexpr int kBoxesB = BN / 64;
   static constexpr int kStageBytesA = MxA ? kStageBytesAMx : kosmos::gemm::kStageBytesA;
-  static constexpr int kStageBytesB = kBoxesB * kBoxBytesB;
+  static constexpr int kStageBytesB = kBoxesB * kBoxBytes;
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
   static constexpr int kPlanBytes = kRingBytes + kEpiBytes;
   static constexpr int kStagesFit = (kPlanBytes - 2 * (MxA ? 2 : 1) * kBoxBytes) / kStageBytes;
@@ -88,11 +81,7 @@ struct TileConfig {
   static_assert(kStages * kStageBytes <= kEpiOffset && kEpiOffset % 1024 == 0, "the stages must fit the plan");
 };
 typedef TileConfig<kTileN> DefaultTile;
-typedef TileConfig<224> WideTile;    // Hopper only, TN
-typedef TileConfig<224, false, false> WideTileMN;  // Hopper only, NN and NT
 typedef TileConfig<192> MidTile;     // Hopper only
-typedef TileConfig<160> SlimTile;    // Hopper only, TN
-typedef TileConfig<160, false, false> SlimTileMN;  // Hopper only, NN and NT
 typedef TileConfig<128> NarrowTile;  // Hopper only
 typedef TileConfig<256, true> MxTile;  // Hopper only, as the two below
 typedef TileConfig<192, true> MxMidTile;
@@ -140,12 +129,12 @@ KOSMOS_DEVICE i32 k_splits_of(const Problem& p) { return p.k_splits > 1 ? p.k_sp
 // Work units in the queue: every output tile, k_splits times.
 KOSMOS_DEVICE i32 work_units(const Problem& p) { return p.tiles_m * p.tiles_n * k_splits_of(p); }
 
-// The output column (No index) where kChunk-column chunk c (0..BN/kChunk-1) of tile column tn
-// starts. Without SwiGLU the chunks are contiguous. With SwiGLU (64-column chunks), chunks 0,1 are
-// gate columns and chunks 2,3 the matching up columns, so a thread holds gate and up of one output column.
-template <int BN = kTileN, int kChunk = 64>
+// The output column (No index) where 64-column chunk c (0..BN/64-1) of tile column tn starts.
+// Without SwiGLU the chunks are contiguous. With SwiGLU, chunks 0,1 are gate columns and
+// chunks 2,3 the matching up columns, so a thread holds gate and up of one output column.
+template <int BN = kTileN>
 KOSMOS_DEVICE i32 b_chunk_col(const Problem& p, i32 tn, i32 c) {
-  if (p.swiglu_f == 0) return tn * BN + kChunk * c;  // SwiGLU tiles are 256 wide (host-checked)
+  if (p.swiglu_f == 0) return tn * BN + 64 * c;  // SwiGLU tiles are 256 wide (host-checked)
   const i32 base = tn * (kTileN / 2) + 64 * (c & 1);
   return c < 2 ? base : p.swiglu_f + base;
 }

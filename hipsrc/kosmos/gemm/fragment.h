@@ -1,6 +1,6 @@
 // The Hopper layer's register epilogue walk over a warpgroup's wgmma accumulator fragment:
 // which rows and columns each thread holds, handed to an epilogue (epilogue.h) a pair or, for
-// kQuadStores epilogues, four n8 blocks of two rows at a time (and pairs for a remainder). Its own header so the CPU harness
+// kQuadStores epilogues, four n8 blocks of two rows at a time. Its own header so the CPU harness
 // (tests/host/epilogue_main.cpp) runs the same walk with a warp's lanes as threads.
 #pragma once
 #include "epilogue.h"
@@ -18,9 +18,8 @@ template <int kN, int J = 0, class Epi>
 KOSMOS_DEVICE void fragment_pairs(const Epi& epi, const TileCoord& tc, i32 row0, i32 lc0, const float* acc) {
   constexpr int kHi = kN / 16;  // n8 blocks from the lower half to the upper one
   if constexpr (J < kHi) {
-    // four blocks of both rows at once, as 16-byte runs; a remainder (224 columns: 14 = 3 x 4 + 2)
-    // a pair at a time
-    if constexpr (Epi::kQuadStores && J + 4 <= kHi) {
+    if constexpr (Epi::kQuadStores) {  // four blocks of both rows at once, as 16-byte runs
+      static_assert(kHi % 4 == 0, "kQuadStores takes four n8 blocks at a time");
       float lo[2][8], hi[2][8];
 #pragma unroll
       for (int i = 0; i < 2; ++i) {
