@@ -36,7 +36,7 @@ import numpy as np
 
 from .arrays import check_array, refuse_overlap
 from .dtypes import dtype_name
-from .runtime.call_cache import CallCache, call_signature
+from .runtime.call_cache import CallCache, call_signature, remember
 from .runtime.streams import DeviceOrder, device_order, uses_stream
 
 LAYOUTS = ("TN", "NN", "NT")
@@ -533,14 +533,6 @@ def args_key(*arrays) -> tuple:
     """A plan's argument records are a function of its arrays' addresses and shapes (the plan fixes
     the rest): their key in the plan's cache (None entries stand for absent arrays)."""
     return tuple(None if x is None else (x.data.ptr, x.shape) for x in arrays)
-
-
-def remember(cache: dict, key: tuple, value: Any, size: int = 32) -> None:
-    """cache[key] = value, starting the cache over past `size` entries (a pool reuses addresses,
-    so a steady caller keeps hitting)."""
-    if len(cache) >= size:
-        cache.clear()
-    cache[key] = value
 
 
 def problem_record(a, b, mo: int, no: int, kr: int, tiles: tuple[int, int, int], swiglu_f: int = 0,

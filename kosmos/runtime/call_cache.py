@@ -37,6 +37,14 @@ def call_signature(*arrays: Any, **options: Any) -> tuple | None:
     return key
 
 
+def remember(cache: dict, key: Any, value: Any, size: int = 32) -> None:
+    """cache[key] = value, starting the cache over past `size` entries (a pool reuses addresses,
+    so a steady caller keeps hitting): the one bound of every memo of kernel arguments here."""
+    if len(cache) >= size:
+        cache.clear()
+    cache[key] = value
+
+
 class CallCache:
     """Results of checked calls by call_signature, at most `size` of them (then it starts over: a
     caller cycling through more arrays than that pays the checks again, nothing else)."""
@@ -57,6 +65,4 @@ class CallCache:
         if key is None:
             return
         with self._lock:
-            if len(self._entries) >= self._size:
-                self._entries.clear()
-            self._entries[key] = value
+            remember(self._entries, key, value, self._size)

@@ -168,9 +168,8 @@ class _FusedOp(SymmetricPlan):
         key = tuple(a.data.ptr for a in operands)
         args = self._args.get(key)
         if args is None:
-            if len(self._args) >= 16:
-                self._args.clear()
-            args = self._args[key] = build()
+            args = build()
+            gemm.remember(self._args, key, args, size=16)
         self._set_epoch(args, self._next_call(stream)[0])
         self.launch(args, stream=stream)
 
