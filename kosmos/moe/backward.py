@@ -47,6 +47,7 @@ import numpy as np
 
 from ..arrays import check_array, refuse_overlap
 from ..dtypes import bfloat16, float32
+from ..runtime.call_cache import CallCache, call_signature
 from ..runtime.streams import uses_stream
 from .combine import MoECombine
 from .dispatch import MoEDispatch
@@ -120,6 +121,8 @@ class MoEBackward(ExpertsLaunch):
     crew_per_16 = 1  # a sixteenth of the grid combines at world > 1 (ExpertsLaunch._crews)
 
     def __init__(self, dispatch: MoEDispatch, combine: MoECombine, wgrad_dtype: Any = float32):
+        import cupy
+
         wdt = np.dtype(wgrad_dtype)
         if wdt not in (np.dtype(float32), np.dtype(bfloat16)):
             raise TypeError(f"wgrad_dtype must be float32 or bfloat16, got {wdt}")
@@ -128,57 +131,129 @@ class MoEBackward(ExpertsLaunch):
         super().__init__(dispatch, combine, "kosmos_moe_backward_" + ("f32" if wdt == np.dtype(float32) else "bf16"), 10)
         self.wgrad_dtype = wdt
         self.epilogues = (gemm.SWIGLU_EPI_DTYPE, gemm.EPI_DTYPE, gemm.EPI_DTYPE, gemm.EPI_DTYPE)
-        self._d_pre = self._d_xe = None   # [capacity, 2I], [capacity, H] bf16: dgrad2's and dgrad1's outputs
-        self._d_pre_s = None              # [T, 2 Fs] bf16: the shared MLP's d[gate, up]
-        self._d_logits = None             # [T, E_pad] bf16: the router's d logits
+        # the launch's own buffers (_held), bf16 unless said: "d_pre" [capacity, 2I] and "d_xe"
+        # [capacity, H], dgrad2's and dgrad1's outputs; "d_pre_s" [max tokens, 2 Fs], the shared MLP's
+        # d[gate, up]; "d_logits" [max tokens, E_pad], the router's; "router_dx" [max tokens, H] fp32,
+        # the router's dx (the fold's addend)
+        self._buffers: dict[str, Any] = {}
         self._tmaps: tuple[dict, ...] = tuple({} for _ in range(10))
+        self._heads_memo = CallCache(size=8)  # _checked_heads' results by _call_key
+        self._ones = cupy.ones(combine.max_tokens * combine.top_k, np.float32)
         self._shared_jobs = DeviceRecord(SHARED_BACKWARD_DTYPE)
         self._router_jobs = DeviceRecord(ROUTER_BACKWARD_DTYPE)
 
     @uses_stream
     def __call__(self, dy: Any, routing: DeviceRouting, x_e: Any, a: Any, gate_up: Any, w1: Any, w2: Any, *,
                  extra: Any = None, shared: SharedMLP | None = None, router: RouterBackward | None = None,
-                 x: Any = None, out: Any = None, dw1: Any = None, dw2: Any = None, movers: int | None = None,
-                 crew: int | None = None, check: bool = False, stream: Any = None) -> BackwardGrads:
+                 x: Any = None, out: Any = None, dw1: Any = None, dw2: Any = None, dw1_shared: Any = None,
+                 dw2_shared: Any = None, d_router_w: Any = None, movers: int | None = None, crew: int | None = None,
+                 check: bool = False, stream: Any = None) -> BackwardGrads:
         """BackwardGrads (see the module docstring). dy: [T, H] bf16, the gradient of the forward's
         output; routing: the forward's; x_e, a, gate_up: the forward's saved expert rows; w1
         [E/P, 2I, H] and w2 [E/P, H, I] bf16; extra: fp32 [T, H] added to dx before its rounding
         (the shared MLP's dx is added into it: allocated, zeroed, when None; not with `router`,
-        whose dx the launch stores there first); shared: the forward's SharedMLP (gate_up
-        required); router: the router's backward (RouterBackward), its d w from this plan's
+        whose dx the launch stores in a buffer of its own first); shared: the forward's SharedMLP
+        (gate_up required); router: the router's backward (RouterBackward), its d w from this plan's
         combine buffer, which must still hold the forward's expert outputs (and, after a forward
         whose combine left this rank's own rows in place, as MoEForward's does, from router.own_y =
         MoEForward.y_experts through router.own_runs = the combine's own_runs); x: the forward's tokens
-        [T, H] bf16, with shared or router; out, dw1, dw2: outputs to write (allocated when None).
+        [T, H] bf16, with shared or router. Outputs to write, allocated when None: out (dx), dw1,
+        dw2, with `shared` dw1_shared [2 Fs, H] and dw2_shared [H, Fs] (wgrad_dtype), with `router`
+        d_router_w [E_pad, H] fp32 (router_w's rows; the result is its first E). Given, they are
+        not written after a failed dispatch (allocated, d_router_w comes back NaN then).
         movers / crew as MoEForward's. A rank whose arguments are refused still launches (moving
-        nothing, so no peer waits for it) and raises."""
+        nothing, so no peer waits for it) and raises.
+
+        A call that passes every output it writes (MoELayer's does) is checked once per signature
+        of its arrays (_heads: kosmos.runtime.call_cache, as MoEForward's)."""
         disp, comb = self.dispatch, self.combine
-        refusal = heads = d_shared = d_router_w = None
+        refusal = heads = None
         try:
-            dy, start, order, weights, k = disp._checked(dy, routing, True, stream)
             movers, crew = self._crews(movers, crew)
-            heads, dw1, dw2 = self._gemm_heads(x_e, a, gate_up, w1, w2, dw1, dw2, stream)
-            extra, out, t = comb.checked_outputs(routing, extra, out, stream)
-            if x is not None and shared is None and router is None:
-                raise ValueError("x goes with shared or router (their backward reads the forward's tokens)")
-            router_rec, extra, d_router_w = self._router_record(dy, routing, router, x, extra, stream)
-            shared_rec, extra, d_shared = self._shared_record(dy, shared, x, extra, out, stream)
+            key = self._call_key(dy, routing, x_e, a, gate_up, w1, w2, extra, shared, router, x,
+                                 out, dw1, dw2, dw1_shared, dw2_shared, d_router_w)
+            hit = self._heads_memo.get(key)
+            dispatch_args = (dy, routing.start, routing.order, routing.weights) if hit is not None else None
+            if hit is None:
+                heads, shared_rec, router_rec, k, t, grads, extra, dispatch_args = self._checked_heads(
+                    dy, routing, x_e, a, gate_up, w1, w2, extra, shared, router, x, out, dw1, dw2, dw1_shared,
+                    dw2_shared, d_router_w, stream)
+                # no caller's array in the memo (it would pin them): the router's dx buffer is the launch's
+                self._heads_memo.put(key, (heads, shared_rec, router_rec, k, t, extra if router is not None else None))
+            else:
+                heads, shared_rec, router_rec, k, t, scratch = hit
+                extra = scratch if router is not None else extra
+                e = self.dispatch.experts
+                grads = BackwardGrads(out, dw1, dw2, *((dw1_shared, dw2_shared) if shared is not None else ()),
+                                      **({"d_router_w": d_router_w[:e]} if router is not None else {}))
             # the slots are the last call's until this call joins the GPU's order (plan._join)
             disp._join(stream)
             heads = (*heads, self._shared_jobs.put(shared_rec, stream), self._router_jobs.put(router_rec, stream))
+            out = grads.dx
         except (TypeError, ValueError) as e:
             refusal = e
 
         def records():
-            import cupy
-
-            ones = cupy.ones(routing.weights.shape, np.float32)  # dY was weighted on its way out
-            return (disp._params(dy, start, order, weights, k, False, stream, side=self.side_pushes(movers)),
-                    comb._params(self._d_xe, disp, routing.slot, ones, extra, out, t, stream, scope=1,
-                                 own_in_place=True))
+            ones = self._ones[:t * k].reshape(t, k)  # dY was weighted on its way out: the fold's weights are 1
+            return (disp._params(*dispatch_args, k, False, stream, side=self.side_pushes(movers)),
+                    comb._params(self._held("d_xe", (disp.capacity_rows, disp.row_bytes // 2), bfloat16), disp,
+                                 routing.slot, ones, extra, out, t, stream, scope=1, own_in_place=True))
 
         self._run(refusal, heads, records, movers, crew, check, stream)
-        return BackwardGrads(out, dw1, dw2, *(d_shared or (None, None)), d_router_w)
+        return grads
+
+    def _call_key(self, dy: Any, routing: Any, x_e: Any, a: Any, gate_up: Any, w1: Any, w2: Any, extra: Any,
+                  shared: Any, router: Any, x: Any, *outputs: Any) -> tuple | None:
+        """The memo key of a call (kosmos.runtime.call_cache.call_signature of every array it reads or
+        writes, and what else its checks read), or None where a call must take the checked path:
+        an output it writes left to allocate, no token (the outputs are zeroed), a shared MLP's dx
+        summed into a zeroed buffer of its own, the router's pair counts computed per call
+        (router.start None under token dropping), or an argument of the wrong kind (the checks say
+        what is wrong)."""
+        out, dw1, dw2, dw1_s, dw2_s, dwr = outputs
+        writes = [out, dw1, dw2] + ([dw1_s, dw2_s] if shared is not None else []) + ([dwr] if router is not None else [])
+        if (any(w is None for w in writes) or (shared is not None and router is None and extra is None)
+                or getattr(dy, "shape", (0,))[0] == 0):  # no token: the outputs are zeroed per call
+            return None
+        if (not isinstance(routing, DeviceRouting) or shared is not None and not isinstance(shared, SharedMLP)
+                or router is not None and (not isinstance(router, RouterBackward)
+                                           or router.start is None and routing.kept is not None)):
+            return None
+        r = routing
+        mlp = (shared.w1, shared.w2, shared.h, shared.gate_up) if shared is not None else ()
+        rb = ((router.logits, router.router_w, router.status, router.start, router.own_y, router.own_runs)
+              if router is not None else ())
+        return call_signature(dy, r.experts, r.weights, r.order, r.slot, r.start, r.kept, x_e, a, gate_up, w1, w2,
+                              extra, x, *outputs, *mlp, *rb, shared=shared is not None,
+                              router=router.cfg if router is not None else None,
+                              own_in_place=self.combine.own_rows_in_place)
+
+    def _checked_heads(self, dy: Any, routing: DeviceRouting, x_e: Any, a: Any, gate_up: Any, w1: Any, w2: Any,
+                       extra: Any, shared: Any, router: Any, x: Any, out: Any, dw1: Any, dw2: Any, dw1_shared: Any,
+                       dw2_shared: Any, d_router_w: Any, stream: Any) -> tuple:
+        """(the four grouped GEMMs' kernel arguments, the shared MLP's and the router's job records,
+        top_k, T, the BackwardGrads, the fold's fp32 addend or None, the dispatch's dy, start, order
+        and weights): the call checked."""
+        dy, start, order, weights, k = self.dispatch._checked(dy, routing, True, stream)
+        heads, dw1, dw2 = self._gemm_heads(x_e, a, gate_up, w1, w2, dw1, dw2, stream)
+        extra, out, t = self.combine.checked_outputs(routing, extra, out, stream)
+        if x is not None and shared is None and router is None:
+            raise ValueError("x goes with shared or router (their backward reads the forward's tokens)")
+        router_rec, extra, d_router_w = self._router_record(dy, routing, router, x, extra, d_router_w, stream)
+        shared_rec, extra, d_shared = self._shared_record(dy, shared, x, extra, out, dw1_shared, dw2_shared, stream)
+        grads = BackwardGrads(out, dw1, dw2, *(d_shared or (None, None)), d_router_w)
+        return heads, shared_rec, router_rec, k, t, grads, extra, (dy, start, order, weights)
+
+    def _held(self, name: str, shape: tuple[int, int], dtype: Any, rows: int | None = None) -> Any:
+        """The launch's own buffer `name` (allocated at `shape`, again when that changes: then the
+        memo starts over, its records point into the old one), or its first `rows` rows."""
+        import cupy
+
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape != shape or buf.dtype != np.dtype(dtype):
+            buf = self._buffers[name] = cupy.empty(shape, dtype)
+            self._heads_memo.clear()
+        return buf if rows is None else buf[:rows]
 
     def _null_heads(self, stream: Any) -> tuple:
         return (*super()._null_heads(stream), self._shared_jobs.put(np.zeros((), SHARED_BACKWARD_DTYPE)[()], stream),
@@ -193,9 +268,10 @@ class MoEBackward(ExpertsLaunch):
         return x
 
     def _router_record(self, dy: Any, routing: DeviceRouting, router: RouterBackward | None, x: Any, extra: Any,
-                       stream: Any) -> tuple[np.void, Any, Any]:
-        """The router's backward record (empty without it, or without tokens), `extra` (allocated
-        for the router's dx) and dWr [E, H] fp32 (None without it); checked."""
+                       d_router_w: Any, stream: Any) -> tuple[np.void, Any, Any]:
+        """The router's backward record (empty without it, or without tokens), `extra` (the launch's
+        buffer for the router's dx) and dWr [E, H] fp32 (None without it; the first E rows of
+        d_router_w [E_pad, H], allocated NaN when None); checked."""
         import cupy
 
         from .. import gemm
@@ -234,11 +310,21 @@ class MoEBackward(ExpertsLaunch):
                     or own_runs.shape != (3, disp.e_loc)):
                 raise ValueError(f"router.own_y must be [>= {disp.capacity_rows}, {hid}] bf16 and router.own_runs "
                                  f"[3, {disp.e_loc}] int32, got {tuple(own_y.shape)} and {tuple(own_runs.shape)}")
+        if d_router_w is None:  # NaN unless the launch's dispatch went through
+            d_router_w = cupy.full((e_pad, hid), np.nan, np.float32)
+        else:
+            d_router_w = check_array(d_router_w, "d_router_w", dtypes=(np.dtype(np.float32),), device=dev,
+                                     stream=stream, writable=True)
+            if d_router_w.shape != (e_pad, hid):
+                raise ValueError(f"d_router_w must be [{e_pad}, {hid}] fp32 (router_w's rows), got "
+                                 f"{tuple(d_router_w.shape)}")
         if t == 0:  # no token, no gradient
-            return rec[()], extra, cupy.zeros((e, hid), np.float32)
+            d_router_w.fill(0)
+            return rec[()], extra, d_router_w[:e]
         logits = check_array(router.logits, "router.logits", dtypes=(np.dtype(np.float32),), device=dev,
                              stream=stream)
         x = self._tokens(x, dy, stream)
+        refuse_overlap("d_router_w", d_router_w, dy=dy, x=x, router_w=wr, logits=logits)
         if logits.ndim != 2 or logits.shape[0] != t or logits.shape[1] < e:
             raise ValueError(f"router.logits must be the forward's [{t}, >= {e}] fp32, got {tuple(logits.shape)}")
         start = router.start
@@ -247,11 +333,10 @@ class MoEBackward(ExpertsLaunch):
         start = check_array(start, "router.start", dtypes=(np.dtype(np.int32),), device=dev, stream=stream)
         if start.shape != (e + 1,):
             raise ValueError(f"router.start must be [{e + 1}] int32, got {tuple(start.shape)}")
-        if self._d_logits is None or self._d_logits.shape != (t, e_pad):
-            self._d_logits = cupy.empty((t, e_pad), bfloat16)
-        d_logits, tma, tm = self._d_logits, gemm.arch_path() == "wgmma", self._tmaps
-        extra = cupy.empty((t, hid), np.float32)  # every element stored by the router's dx job
-        d_router_w = cupy.full((e_pad, hid), np.nan, np.float32)  # NaN unless the launch's dispatch went through
+        rows = self.combine.max_tokens
+        d_logits = self._held("d_logits", (rows, e_pad), bfloat16, t)
+        extra = self._held("router_dx", (rows, hid), np.float32, t)  # every element stored by the router's dx job
+        tma, tm = gemm.arch_path() == "wgmma", self._tmaps
         rec["grads"] = router_grads_record(
             cfg, logits=logits, chosen=routing.experts, start=start, hidden=hid, comb=self.combine.comb.local,
             slot=routing.slot, dy=dy, status=status, d_logits=d_logits, own_y=own_y, own_runs=own_runs)
@@ -259,11 +344,12 @@ class MoEBackward(ExpertsLaunch):
         rec["dx"] = gemm.job_record(gemm.gemm_shape("NN", d_logits.shape, wr.shape), d_logits, wr, extra, tm[9], tma)
         return rec[()], extra, d_router_w[:e]
 
-    def _shared_record(self, dy: Any, shared: SharedMLP | None, x: Any, extra: Any, out: Any,
+    def _shared_record(self, dy: Any, shared: SharedMLP | None, x: Any, extra: Any, out: Any, dsw1: Any, dsw2: Any,
                        stream: Any) -> tuple[np.void, Any, tuple | None]:
         """The shared MLP's four job records (empty jobs without it, or without tokens), `extra`
         (allocated, zeroed, where the MLP's dx needs it; checked writable and apart from what the
-        launch reads and writes, since its dgrad1 adds into it), and (dW1_s, dW2_s) or None; checked."""
+        launch reads and writes, since its dgrad1 adds into it), and (dW1_s, dW2_s) or None (dsw1,
+        dsw2, allocated when None); checked."""
         import cupy
 
         from .. import gemm
@@ -281,24 +367,32 @@ class MoEBackward(ExpertsLaunch):
             raise ValueError(f"shared.w1 must be [2 Fs, {hid}] and shared.w2 [{hid}, Fs] bf16, got "
                              f"{tuple(w1.shape)} and {tuple(w2.shape)}")
         fs = int(w2.shape[1])
+        x = self._tokens(x, dy, stream) if t else x
+        grads = []
+        for name, g, shape in (("dw1_shared", dsw1, (2 * fs, hid)), ("dw2_shared", dsw2, (hid, fs))):
+            if g is None:
+                g = cupy.empty(shape, wdt)  # every element written
+            else:
+                g = check_array(g, name, device=dev, stream=stream, writable=True)
+                gemm.output_array(g, shape, wdt, dy=dy, x=x, shared_w1=w1, shared_w2=w2)
+            grads.append(g)
+        dsw1, dsw2 = grads
         if t == 0:  # zeros: no token, no gradient
-            return rec[()], extra, (cupy.zeros((2 * fs, hid), wdt), cupy.zeros((hid, fs), wdt))
-        dsw1, dsw2 = cupy.empty((2 * fs, hid), wdt), cupy.empty((hid, fs), wdt)  # every element written
-        x = self._tokens(x, dy, stream)
+            dsw1.view(np.uint16).fill(0)
+            dsw2.view(np.uint16).fill(0)
+            return rec[()], extra, (dsw1, dsw2)
         h = check_array(shared.h, "shared.h", dtypes=(bfloat16,), device=dev, stream=stream)
         if tuple(h.shape) != (t, fs):
             raise ValueError(f"shared.h must be the forward's [{t}, {fs}] bf16, got {tuple(h.shape)}")
         s_a = gemm.gemm_shape("NN", dy.shape, w2.shape, "swiglu_backward")       # d_pre_s [T, 2 Fs]
-        if self._d_pre_s is None or self._d_pre_s.shape != s_a.out_shape:
-            self._d_pre_s = cupy.empty(s_a.out_shape, bfloat16)
-        gate_up = gemm.gate_up_array(shared.gate_up, s_a, dev, stream, a=dy, b=w2, output=self._d_pre_s)
+        d_pre = self._held("d_pre_s", (self.combine.max_tokens, s_a.out_shape[1]), bfloat16, t)
+        gate_up = gemm.gate_up_array(shared.gate_up, s_a, dev, stream, a=dy, b=w2, output=d_pre)
         if extra is None:
             extra = cupy.zeros((t, hid), np.float32)
         else:
             extra = check_array(extra, "extra", device=dev, stream=stream, writable=True)
             refuse_overlap("extra", extra, dy=dy, x=x, shared_w1=w1, shared_w2=w2, shared_h=h, gate_up=gate_up,
                            dx=out)
-        d_pre = self._d_pre_s
         tma, tm = gemm.arch_path() == "wgmma", self._tmaps
         jobs = (("dgrad2", s_a, dy, w2, d_pre, gate_up),
                 ("wgrad2", gemm.gemm_shape("NT", dy.shape, h.shape), dy, h, dsw2, None),
@@ -311,8 +405,6 @@ class MoEBackward(ExpertsLaunch):
     def _gemm_heads(self, x_e: Any, a: Any, gate_up: Any, w1: Any, w2: Any, dw1: Any, dw2: Any,
                     stream: Any) -> tuple:
         """(the four GEMMs' kernel arguments (maps, problem, epilogue), dW1, dW2), checked."""
-        import cupy
-
         from .. import gemm, grouped
 
         disp, dev = self.dispatch, self.world.device_id
@@ -328,22 +420,20 @@ class MoEBackward(ExpertsLaunch):
             raise ValueError(f"a must be the forward's [{cap}, I] bf16 with w2 [{g}, {hid}, I]; got a {tuple(a.shape)}, "
                              f"w2 {tuple(w2.shape)}")
         s_a = grouped.grouped_shape("NN", d_ye.shape, w2.shape, g, "swiglu_backward")     # d_pre [cap, 2I]
-        if self._d_pre is None or self._d_pre.shape != s_a.out_shape:
-            self._d_pre = cupy.empty(s_a.out_shape, bfloat16)
-        gate_up = gemm.gate_up_array(gate_up, s_a, dev, stream, a=d_ye, b=w2, output=self._d_pre)
+        d_pre = self._held("d_pre", s_a.out_shape, bfloat16)
+        gate_up = gemm.gate_up_array(gate_up, s_a, dev, stream, a=d_ye, b=w2, output=d_pre)
         s_b = grouped.grouped_shape("NT", d_ye.shape, a.shape, g)                          # dW2 [E/P, H, I]
-        s_c = grouped.grouped_shape("NN", self._d_pre.shape, w1.shape, g)                  # dX_e [cap, H]
-        s_d = grouped.grouped_shape("NT", self._d_pre.shape, x_e.shape, g)                 # dW1 [E/P, 2I, H]
+        s_c = grouped.grouped_shape("NN", d_pre.shape, w1.shape, g)                        # dX_e [cap, H]
+        s_d = grouped.grouped_shape("NT", d_pre.shape, x_e.shape, g)                       # dW1 [E/P, 2I, H]
         if s_c.out_shape != (cap, hid):
-            raise ValueError(f"w1 must be [{g}, {self._d_pre.shape[1]}, {hid}] bf16, got {tuple(w1.shape)}")
-        if self._d_xe is None:
-            self._d_xe = cupy.empty((cap, hid), bfloat16)
+            raise ValueError(f"w1 must be [{g}, {d_pre.shape[1]}, {hid}] bf16, got {tuple(w1.shape)}")
+        d_xe = self._held("d_xe", (cap, hid), bfloat16)
         dw2 = gemm.output_array(dw2, s_b.out_shape, self.wgrad_dtype, a=d_ye, b=a)
-        dw1 = gemm.output_array(dw1, s_d.out_shape, self.wgrad_dtype, a=self._d_pre, b=x_e)
+        dw1 = gemm.output_array(dw1, s_d.out_shape, self.wgrad_dtype, a=d_pre, b=x_e)
         tma = gemm.arch_path() == "wgmma"
         t = self._tmaps
-        heads = (*grouped.kernel_head(s_a, d_ye, w2, self._d_pre, t[0], 256, tma, gate_up),
+        heads = (*grouped.kernel_head(s_a, d_ye, w2, d_pre, t[0], 256, tma, gate_up),
                  *grouped.kernel_head(s_b, d_ye, a, dw2, t[1], 256, tma),
-                 *grouped.kernel_head(s_c, self._d_pre, w1, self._d_xe, t[2], 256, tma),
-                 *grouped.kernel_head(s_d, self._d_pre, x_e, dw1, t[3], 256, tma))
+                 *grouped.kernel_head(s_c, d_pre, w1, d_xe, t[2], 256, tma),
+                 *grouped.kernel_head(s_d, d_pre, x_e, dw1, t[3], 256, tma))
         return heads, dw1, dw2

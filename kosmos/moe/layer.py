@@ -193,10 +193,12 @@ def launch_buffer_bytes(cfg: MoEConfig, capacity_rows: int, tokens: int, router_
     """Bytes path "fused"'s launches hold from their first call to close() (bf16): the forward's h
     [capacity, I] and expert outputs [capacity, H] (kosmos/moe/forward.py); each backward's (one per
     wgrad dtype used) d[gate, up] [capacity, 2I], dX rows [capacity, H], the shared MLP's
-    d[gate, up] [T, 2 Fs] and the router's d logits [T, router_cols] (kosmos/moe/backward.py)."""
+    d[gate, up] [T, 2 Fs], the router's d logits [T, router_cols] and the router's dx [T, H] fp32
+    (the fold's addend; kosmos/moe/backward.py)."""
     i, h = cfg.intermediate, cfg.hidden
     forward = capacity_rows * (i + h) * 2
-    backward = capacity_rows * (2 * i + h) * 2 + tokens * 2 * cfg.shared_width * 2 + tokens * router_cols * 2
+    backward = (capacity_rows * (2 * i + h) * 2 + tokens * 2 * cfg.shared_width * 2 + tokens * router_cols * 2
+                + tokens * h * 4)
     return int(forward + backwards * backward)
 
 
@@ -586,12 +588,13 @@ class MoELayer:
             else:
                 d_back, dw1, dw2 = self._routed_backward_exchanged(dy, ctx, params, wdt)
         if device:
-            nan_word = np.uint32(0x7FC00000 if wdt == float32 else 0x7FC07FC0)  # one fp32 or two bf16 NaNs
+            nan_word = {np.dtype(float32): np.uint32(0x7FC00000), np.dtype(bfloat16): np.uint32(0x7FC07FC0)}
             # NaN after a failed dispatch, in place (a where + astype was 3 passes over GBs); the fused
-            # launch's shared MLP jobs did not run then either (its dWr comes back NaN by itself)
-            fused = (d_sw1, d_sw2) if self.path == "fused" and cfg.shared else ()
-            for dw in (dw1, dw2, *fused):
-                bwd("kosmos_moe_nan_if_failed")((264,), (256,), (status, dw, np.uint64(dw.nbytes // 4), nan_word))
+            # launch's shared MLP and router jobs did not run then either
+            fused = () if self.path != "fused" else (d_router_w, d_sw1, d_sw2) if cfg.shared else (d_router_w,)
+            for dw in (dw1, dw2, *fused):  # one fp32 or two bf16 NaNs a word
+                bwd("kosmos_moe_nan_if_failed")((264,), (256,), (status, dw, np.uint64(dw.nbytes // 4),
+                                                                 nan_word[dw.dtype]))
         else:
             acc = extra
             if t:
@@ -601,17 +604,27 @@ class MoELayer:
 
     def _fused_backward(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype, status: Any) -> tuple:
         """(dx, dW1, dW2, dW1_s, dW2_s, dWr) of path "fused": MoEBackward, the router's backward and
-        the shared MLP's jobs included."""
+        the shared MLP's jobs included. Every output is allocated here and passed in, so a call
+        like an earlier one (CuPy's pool hands a steady caller the same blocks) skips MoEBackward's
+        checks (its argument memo)."""
+        import cupy
+
+        cfg, t = self.cfg, int(dy.shape[0])
         if wdt not in self._backwards:
             self._backwards[wdt] = MoEBackward(self._dispatch_bwd, self._combine, wdt)
+        outputs = {"out": cupy.empty((t, cfg.hidden), bfloat16), "dw1": cupy.empty(params.w1.shape, wdt),
+                   "dw2": cupy.empty(params.w2.shape, wdt),
+                   "d_router_w": cupy.empty((self._router_pad, cfg.hidden), float32)}  # NaN-filled if failed
         shared = {}
-        if self.cfg.shared:
+        if cfg.shared:
             h_s, gate_up_s = ctx.shared or (None, None)  # () when this rank has no tokens
-            shared = {"shared": SharedMLP(params.shared_w1, params.shared_w2, h_s, gate_up_s)}
+            shared = {"shared": SharedMLP(params.shared_w1, params.shared_w2, h_s, gate_up_s),
+                      "dw1_shared": cupy.empty(params.shared_w1.shape, wdt),
+                      "dw2_shared": cupy.empty(params.shared_w2.shape, wdt)}
         router = RouterBackward(self.cfg, ctx.logits, self._padded_router_w(params), status, self._aux_starts(ctx),
                                 own_y=ctx.y_experts, own_runs=self._combine.own_runs)
         g = self._backwards[wdt](dy, ctx.routing, ctx.x_experts, ctx.h, ctx.gate_up, params.w1, params.w2,
-                                 router=router, x=ctx.x, movers=self.movers, crew=self.crew, **shared)
+                                 router=router, x=ctx.x, movers=self.movers, crew=self.crew, **outputs, **shared)
         return g.dx, g.dw1, g.dw2, g.dw1_shared, g.dw2_shared, g.d_router_w
 
     def _routed_backward_device(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype) -> tuple:

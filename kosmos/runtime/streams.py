@@ -40,12 +40,12 @@ class DeviceOrder:
         import cupy
 
         s = cupy.cuda.get_current_stream() if stream is None else stream
-        if not capturable and _capturing(s):
+        if not capturable and capturing(s):
             raise KosmosError(f"{who} takes its call epoch from the host: it cannot be captured in a CUDA graph "
                               f"(kosmos.graphs says what can)")
         last = self._last
         if last is not None and last.ptr != s.ptr:
-            if _capturing(s) or _capturing(last):
+            if capturing(s) or capturing(last):
                 raise KosmosError("a captured kosmos call must follow this device's (or plan's) previous kosmos "
                                   "calls on the capture stream, and no other stream may issue kosmos calls during "
                                   "a capture: make one eager call on the capture stream first (kosmos.graphs)")
@@ -88,7 +88,7 @@ def recording_joins(stream: Any, orders: list[DeviceOrder]) -> Iterator[list[Dev
         del _recording[stream.ptr]
 
 
-def _capturing(s: Any) -> bool:
+def capturing(s: Any) -> bool:
     """Is stream s capturing a CUDA graph (never on HIP: CuPy captures on CUDA only)."""
     import cupy
 

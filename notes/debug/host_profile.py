@@ -11,8 +11,9 @@ own time and by cumulative time.
     python3 notes/debug/host_profile.py [--calls 400] [--profile --top 22] [--uncached]
 
 --uncached: matmul's and grouped_matmul's checked-call caches (kosmos.runtime.call_cache), the
-plans' argument memos and MoEForward's (session 33) bypassed: the host cost before those caches (the
-layer's held buffers stay), for an A/B in one call; --uncached-moe: only MoEForward's memo.
+plans' argument memos, MoEForward's (session 33) and MoEBackward's (session 34) bypassed: the host
+cost before those caches (the layer's held buffers stay), for an A/B in one call; --uncached-moe:
+only MoEForward's and MoEBackward's memos. --only NAME: the calls whose names contain NAME.
 """
 import argparse
 import cProfile
@@ -71,7 +72,8 @@ def main() -> None:
     ap.add_argument("--top", type=int, default=22)
     ap.add_argument("--profile", action="store_true", help="cProfile each call too")
     ap.add_argument("--uncached", action="store_true")
-    ap.add_argument("--uncached-moe", action="store_true", help="only MoEForward's memo bypassed")
+    ap.add_argument("--uncached-moe", action="store_true", help="only MoEForward's and MoEBackward's memos bypassed")
+    ap.add_argument("--only", default="", help="only the calls whose names contain this")
     args = ap.parse_args()
     lookups = {"all": 0, "hits": 0}  # the checked-call caches' lookups during each contender's timing
 
@@ -102,6 +104,15 @@ def main() -> None:
         tokens = tokens_of(cfg, 256)
         layers = {p: MoELayer(world, cfg, max_tokens=tokens, path=p) for p in ("fused", "device")}
         bypass_or_count((layers["fused"]._forward._heads_memo,), args.uncached or args.uncached_moe)  # session 33's
+        if args.uncached or args.uncached_moe:  # session 34's: MoEBackward's memo (built at its first call)
+            from kosmos.moe import backward as moe_backward
+
+            init = moe_backward.MoEBackward.__init__
+
+            def uncached_init(self, *a, **k):
+                init(self, *a, **k)
+                self._heads_memo.get = lambda key: None
+            moe_backward.MoEBackward.__init__ = uncached_init
         params = MoEParams.random(cfg, world, 5)
         xt = random_bf16((tokens, cfg.hidden), 6)
         calls = {
@@ -137,6 +148,7 @@ def main() -> None:
             layers["fused"].forward(xt, params)
         stream.synchronize()
         calls["the fused forward, a captured graph replayed"] = step.launch
+        calls = {k: v for k, v in calls.items() if args.only in k}
         table = []
         for name, fn in calls.items():
             lookups.update(all=0, hits=0)

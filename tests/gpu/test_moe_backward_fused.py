@@ -318,3 +318,42 @@ def test_backward_with_the_router_is_bitwise_the_separate_launches(world):
             assert kinds[0] == "ValueError" and all(k == "KosmosError" for k in kinds[1:]), (c, kinds)
     finally:
         case.close()
+
+
+def test_a_repeated_call_takes_its_arguments_from_the_memo(world, monkeypatch):
+    """A call that passes every output, with the router's backward, whose arrays' signatures were
+    seen before skips the checks and the records (MoEBackward's memo; its device records are not
+    put again either): the same bits as the checked call that made them (and the outputs it was
+    given, dWr the first E rows of its [E_pad, H])."""
+    case = Case(world, "small", np.float32)
+    h, e = case.h, case.cfg.experts
+    wr = cupy.zeros((64, h), bfloat16)
+    wr[:e] = cupy.asarray((rank_input(97, 0, (e, h), np.float32) * 0.1).astype(bfloat16))
+    comb = case.comb.comb.local
+    try:
+        rt, x_e, a, kept, dy, rows = case.forward(120)
+        x, t = case.x, dy.shape[0]
+        outs = {"out": cupy.empty((t, h), bfloat16), "dw1": cupy.empty((case.e_loc, 2 * case.f, h), np.float32),
+                "dw2": cupy.empty((case.e_loc, h, case.f), np.float32), "d_router_w": cupy.empty((64, h), np.float32)}
+        router = RouterBackward(case.cfg, case.logits, wr, case.disp.status)
+        saved = comb.copy()  # what the router's backward reads
+        first = case.bwd(dy, rt, x_e, a, kept, case.w1, case.w2, x=x, router=router, check=True, **outs)
+        first = [_bits(g) for g in (*first[:3], first.d_router_w)]
+        # a copying combine (the launch's left this rank's own rows out of the buffer), then the
+        # buffer as the first call found it
+        case.separate(rt, x_e, a, kept, dy, None)
+        comb[...] = saved
+
+        def missed(*args, **kwargs):
+            raise AssertionError("the memo missed a call it has seen")  # every rank alike: no launch waits
+
+        if t:  # (a rank without tokens takes the checked path: its outputs are zeroed per call)
+            monkeypatch.setattr(MoEBackward, "_checked_heads", missed)
+        for g in outs.values():
+            _nan(g)
+        again = case.bwd(dy, rt, x_e, a, kept, case.w1, case.w2, x=x, router=router, check=True, **outs)
+        assert again.dx is outs["out"] and again.dw1 is outs["dw1"] and again.d_router_w.shape == (e, h)
+        for name, g, w in zip(("dx", "dW1", "dW2", "dWr"), (*again[:3], again.d_router_w), first):
+            assert (_bits(g) == w).all(), f"{name}: the memo's call differs from the checked one"
+    finally:
+        case.close()

@@ -129,3 +129,38 @@ def test_device_record_puts_its_bytes_in_stream_order(world):
         rec.put(np.zeros((), np.dtype([("p", np.uint64)]))[()])
     with pytest.raises(ValueError):
         DeviceRecord(np.dtype((np.uint8, (8 * WORDS + 8,))))
+
+
+def test_device_record_repeats_and_captured_puts_leave_the_right_bytes(world):
+    """A put of the bytes the slot holds launches nothing; the slot still holds them after any mix of
+    repeated and new values, and after a captured put's replay rewrote it behind the record's back
+    (from a capture on, every put launches)."""
+    from kosmos.runtime.records import DeviceRecord
+
+    dt = np.dtype([("w", np.uint64, (8,))])
+    rec = DeviceRecord(dt)
+    rng = np.random.default_rng(world.rank + 7)
+    a, b = (np.zeros((), dt) for _ in range(2))
+    a["w"], b["w"] = (rng.integers(1, 2**63, 8, dtype=np.uint64) for _ in range(2))
+
+    def holds(v):
+        cupy.cuda.Device().synchronize()
+        return cupy.asnumpy(rec.slot).tobytes() == v.tobytes()
+
+    for v in (a, a, b, b, a, a):
+        rec.put(v[()])
+        assert holds(v)
+    stream = cupy.cuda.Stream(non_blocking=True)
+    with stream:
+        stream.begin_capture()
+        rec.put(b[()], stream)
+        graph = stream.end_capture()
+    rec.put(a[()], stream)
+    stream.synchronize()
+    assert holds(a)
+    graph.launch(stream)  # the captured put: b
+    stream.synchronize()
+    assert holds(b)
+    rec.put(a[()], stream)  # the record last put a itself, but the replay changed the slot
+    stream.synchronize()
+    assert holds(a)
