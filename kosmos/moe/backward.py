@@ -165,7 +165,7 @@ class MoEBackward(ExpertsLaunch):
         nothing, so no peer waits for it) and raises.
 
         A call that passes every output it writes (MoELayer's does) is checked once per signature
-        of its arrays (_heads: kosmos.runtime.call_cache, as MoEForward's)."""
+        of its arrays (its memo: kosmos.runtime.call_cache, as MoEForward's)."""
         disp, comb = self.dispatch, self.combine
         refusal = heads = None
         try:
