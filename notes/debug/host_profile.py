@@ -136,19 +136,20 @@ def main() -> None:
 
         calls["MoELayer device forward + backward (a step)"] = device_step
         calls["MoELayer fused forward + backward (a step)"] = fused_step
+        replayed = "the fused forward, a captured graph replayed"
+        calls = {k: v for k, v in calls.items() if args.only in k}
         for fn in calls.values():  # compile, plan, cache
             for _ in range(3):
                 fn()
         cupy.cuda.Device().synchronize()
-        # the remedy kosmos.graphs offers eager callers: the fused forward captured once, replayed
-        stream = cupy.cuda.Stream(non_blocking=True)
-        with stream:
-            layers["fused"].forward(xt, params)
-        with graphs.capture(stream, world) as step:
-            layers["fused"].forward(xt, params)
-        stream.synchronize()
-        calls["the fused forward, a captured graph replayed"] = step.launch
-        calls = {k: v for k, v in calls.items() if args.only in k}
+        if args.only in replayed:  # the remedy kosmos.graphs offers eager callers: captured once, replayed
+            stream = cupy.cuda.Stream(non_blocking=True)
+            with stream:
+                layers["fused"].forward(xt, params)
+            with graphs.capture(stream, world) as step:
+                layers["fused"].forward(xt, params)
+            stream.synchronize()
+            calls[replayed] = step.launch
         table = []
         for name, fn in calls.items():
             lookups.update(all=0, hits=0)
