@@ -47,7 +47,7 @@ import numpy as np
 
 from ..arrays import check_array, refuse_overlap
 from ..dtypes import bfloat16, float32
-from ..runtime.call_cache import CallCache, call_signature
+from ..runtime.call_cache import CallCache, HeldBuffers, call_signature
 from ..runtime.streams import uses_stream
 from .combine import MoECombine
 from .dispatch import MoEDispatch
@@ -131,13 +131,13 @@ class MoEBackward(ExpertsLaunch):
         super().__init__(dispatch, combine, "kosmos_moe_backward_" + ("f32" if wdt == np.dtype(float32) else "bf16"), 10)
         self.wgrad_dtype = wdt
         self.epilogues = (gemm.SWIGLU_EPI_DTYPE, gemm.EPI_DTYPE, gemm.EPI_DTYPE, gemm.EPI_DTYPE)
-        # the launch's own buffers (_held), bf16 unless said: "d_pre" [capacity, 2I] and "d_xe"
-        # [capacity, H], dgrad2's and dgrad1's outputs; "d_pre_s" [max tokens, 2 Fs], the shared MLP's
-        # d[gate, up]; "d_logits" [max tokens, E_pad], the router's; "router_dx" [max tokens, H] fp32,
-        # the router's dx (the fold's addend)
-        self._buffers: dict[str, Any] = {}
         self._tmaps: tuple[dict, ...] = tuple({} for _ in range(10))
         self._heads_memo = CallCache(size=8)  # _checked_heads' results by _call_key
+        # the launch's own buffers, bf16 unless said: "d_pre" [capacity, 2I] and "d_xe" [capacity, H],
+        # dgrad2's and dgrad1's outputs; "d_pre_s" [max tokens, 2 Fs], the shared MLP's d[gate, up];
+        # "d_logits" [max tokens, E_pad], the router's; "router_dx" [max tokens, H] fp32, the router's
+        # dx (the fold's addend). A new one clears the memo: its records point into the old.
+        self._held = HeldBuffers(on_new=self._heads_memo.clear)
         self._ones = cupy.ones(combine.max_tokens * combine.top_k, np.float32)
         self._shared_jobs = DeviceRecord(SHARED_BACKWARD_DTYPE)
         self._router_jobs = DeviceRecord(ROUTER_BACKWARD_DTYPE)
@@ -243,17 +243,6 @@ class MoEBackward(ExpertsLaunch):
         shared_rec, extra, d_shared = self._shared_record(dy, shared, x, extra, out, dw1_shared, dw2_shared, stream)
         grads = BackwardGrads(out, dw1, dw2, *(d_shared or (None, None)), d_router_w)
         return heads, shared_rec, router_rec, k, t, grads, extra, (dy, start, order, weights)
-
-    def _held(self, name: str, shape: tuple[int, int], dtype: Any, rows: int | None = None) -> Any:
-        """The launch's own buffer `name` (allocated at `shape`, again when that changes: then the
-        memo starts over, its records point into the old one), or its first `rows` rows."""
-        import cupy
-
-        buf = self._buffers.get(name)
-        if buf is None or buf.shape != shape or buf.dtype != np.dtype(dtype):
-            buf = self._buffers[name] = cupy.empty(shape, dtype)
-            self._heads_memo.clear()
-        return buf if rows is None else buf[:rows]
 
     def _null_heads(self, stream: Any) -> tuple:
         return (*super()._null_heads(stream), self._shared_jobs.put(np.zeros((), SHARED_BACKWARD_DTYPE)[()], stream),

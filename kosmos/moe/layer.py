@@ -55,6 +55,7 @@ from ..collectives import AllToAll
 from ..dtypes import bf16_to_f32, bfloat16, copy_into, f32_to_bf16, float32, random_bf16
 from ..exchange import agree_args, all_ok
 from ..reference import NcclBaseline
+from ..runtime.call_cache import HeldBuffers
 from ..runtime.streams import uses_stream
 from ..world import World
 from .config import MoEConfig
@@ -274,7 +275,10 @@ class MoELayer:
             self._dispatch = AllToAll(world, self.capacity_rows, (h,), bfloat16)
             self._combine = AllToAll(world, max_tokens * k, (h,), bfloat16)
         self._router_pad = -(-cfg.experts // 64) * 64  # the router GEMM's output columns (tile multiple)
-        self._held: dict[str, Any] = {}  # the device paths' forward buffers (_held_buffer)
+        # the device paths' forward buffers (bf16), kept from call to call: only the last forward's
+        # context is valid (its arena and combine buffer are reused), so one set serves every
+        # forward, and the stable addresses let the kernels' argument memos hit
+        self._held = HeldBuffers()
 
     def close(self) -> None:
         for plan in (self._dispatch, self._combine, getattr(self, "_dispatch_bwd", None), getattr(self, "_nccl", None)):
@@ -465,46 +469,34 @@ class MoELayer:
     def _shared(self, x: Any, params: MoEParams, held: bool = False) -> tuple[Any, tuple]:
         """The shared MLP's output in fp32 (added to the fold before its one rounding), or None,
         and what its backward reads: (h, gate_up); held (the device path): those two in the
-        layer's buffers (_held_buffer)."""
+        layer's buffers (self._held)."""
         import cupy
 
         t, sw = int(x.shape[0]), self.cfg.shared_width
         if not self.cfg.shared or t == 0:
             return None, ()
         if held:
-            gate_up = self._held_buffer("shared_gate_up", (self.max_tokens, 2 * sw), t)
-            h = self._held_buffer("shared_h", (self.max_tokens, sw), t)
+            gate_up = self._held("shared_gate_up", (self.max_tokens, 2 * sw), bfloat16, t)
+            h = self._held("shared_h", (self.max_tokens, sw), bfloat16, t)
         else:
             gate_up, h = cupy.empty((t, 2 * sw), bfloat16), None
         h = gemm.matmul(x, params.shared_w1, "TN", epilogue="swiglu", gate_up=gate_up, out=h)
         # whole tiles, as the fused launch's jobs: the same bits
         return gemm.matmul(h, params.shared_w2, "TN", out_dtype=float32, stream_k=False), (h, gate_up)
 
-    def _held_buffer(self, name: str, shape: tuple[int, int], rows: int | None = None) -> Any:
-        """A bf16 buffer of the device paths' forward that the layer keeps from call to call (its
-        first `rows` rows, default all): only the last forward's context is valid (its arena and
-        combine buffer are reused), so one set serves every forward, and the stable addresses let
-        the kernels' argument memos (kosmos.runtime.call_cache) hit."""
-        import cupy
-
-        buf = self._held.get(name)
-        if buf is None or buf.shape != shape:
-            buf = self._held[name] = cupy.empty(shape, bfloat16)
-        return buf if rows is None else buf[:rows]
-
     def _forward_device(self, x: Any, params: MoEParams, r: DeviceRouting | None) -> tuple[Any, MoEContext]:
         """Dispatch, expert GEMMs on the arena, combine + fold: no host round trip. GEMM1's epilogue
         keeps the pre-activations [gate, up] for the backward (which then recomputes nothing).
         r None (path "fused"): the launch routes x first."""
         cfg, t, cap = self.cfg, int(x.shape[0]), self.capacity_rows
-        gate_up = self._held_buffer("gate_up", (cap, 2 * cfg.intermediate))
+        gate_up = self._held("gate_up", (cap, 2 * cfg.intermediate), bfloat16)
         if self.path == "fused":  # the shared MLP inside the launch
             router = {} if r is not None else {"router_w": params.router_w, "bias": params.bias}
             shared, kept = None, ()
             if cfg.shared and t:
                 sw = cfg.shared_width
-                kept = (self._held_buffer("shared_h", (self.max_tokens, sw), t),
-                        self._held_buffer("shared_gate_up", (self.max_tokens, 2 * sw), t))
+                kept = (self._held("shared_h", (self.max_tokens, sw), bfloat16, t),
+                        self._held("shared_gate_up", (self.max_tokens, 2 * sw), bfloat16, t))
                 shared = SharedMLP(params.shared_w1, params.shared_w2, *kept)
             y, hmid = self._forward(x, self._routing if r is None else r, params.w1, params.w2, gate_up=gate_up,
                                      shared=shared, movers=self.movers, crew=self.crew, **router)
@@ -517,8 +509,9 @@ class MoELayer:
             arena, group_rows, _ = self._dispatch(x, r)
             x_e = arena.view(bfloat16)  # [capacity, H]: rows past the counts are not read
             hmid = grouped.grouped_matmul(x_e, params.w1, group_rows, "TN", epilogue="swiglu", gate_up=gate_up,
-                                          out=self._held_buffer("h", (cap, cfg.intermediate)))
-            y_e = grouped.grouped_matmul(hmid, params.w2, group_rows, "TN", out=self._held_buffer("y_e", (cap, cfg.hidden)))
+                                          out=self._held("h", (cap, cfg.intermediate), bfloat16))
+            y_e = grouped.grouped_matmul(hmid, params.w2, group_rows, "TN",
+                                         out=self._held("y_e", (cap, cfg.hidden), bfloat16))
             y = self._combine(y_e, self._dispatch, r, shared=shared, own_in_place=True)
         # x_e is the dispatch arena, y_e (path fused) the launch's: valid until the next forward
         return y, MoEContext(r, None, None, group_rows, None, x_e, hmid, gate_up=gate_up, shared=kept, y_experts=y_e)

@@ -10,7 +10,9 @@ Only CuPy arrays take this path: a foreign array is wrapped, and ordered on the 
 from __future__ import annotations
 
 import threading
-from typing import Any
+from typing import Any, Callable
+
+import numpy as np
 
 
 def array_signature(x: Any) -> tuple | None:
@@ -66,3 +68,28 @@ class CallCache:
             return
         with self._lock:
             remember(self._entries, key, value, self._size)
+
+
+class HeldBuffers:
+    """Device buffers an object keeps from call to call, by name: stable addresses, so the memos of
+    its kernels' arguments keep hitting. A buffer is allocated again only when its shape or dtype
+    changes, and then on_new() runs (a memo whose entries point into the old buffer starts over)."""
+
+    def __init__(self, on_new: Callable[[], None] | None = None):
+        self._buffers: dict[str, Any] = {}
+        self._on_new = on_new
+
+    def __call__(self, name: str, shape: tuple[int, ...], dtype: Any, rows: int | None = None) -> Any:
+        """Buffer `name` of `shape` and `dtype`, or its first `rows` rows."""
+        import cupy
+
+        buf = self._buffers.get(name)
+        if buf is None or buf.shape != tuple(shape) or buf.dtype != np.dtype(dtype):
+            buf = self._buffers[name] = cupy.empty(shape, dtype)
+            if self._on_new is not None:
+                self._on_new()
+        return buf if rows is None else buf[:rows]
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self._buffers.values())
