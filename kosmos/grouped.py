@@ -34,7 +34,7 @@ import numpy as np
 from . import gemm
 from .arrays import check_array
 from .gemm import LAYOUTS
-from .runtime.call_cache import CallCache, call_signature
+from .runtime.call_cache import CallCache, call_signature, remember
 from .runtime.streams import DeviceOrder, uses_stream
 
 EPILOGUES = ("store", "swiglu", "swiglu_backward")  # (no "accumulate" here yet: kosmos.matmul has it)
@@ -201,7 +201,7 @@ class GroupedPlan:
         head = self._args.get(key)
         if head is None:  # (the memo holds no array: group_rows is this call's)
             head = kernel_head(self.shape, a, b, out, self._tmaps, self.tile_n, self.uses_tma, gate_up)
-            gemm.remember(self._args, key, head)
+            remember(self._args, key, head)
         s = self.shape
         return (*head, group_rows, np.int32(s.groups), np.int32(s.rows), self.words)
 

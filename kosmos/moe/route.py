@@ -30,6 +30,7 @@ import numpy as np
 
 from ..arrays import check_array
 from ..runtime.mirror import StructMirror, address, record
+from ..runtime.call_cache import remember
 from ..runtime.streams import uses_stream
 from .config import MoEConfig
 
@@ -350,7 +351,7 @@ class LaunchRouting:
             if maps is None:
                 # router_w's map has E rows: the tile's rows past them load as zeros
                 maps = (gemm.tmap_of(x), gemm.tmap_of(router_w), gemm.tmap_of(out))
-                gemm.remember(self._tmaps, key, maps)
+                remember(self._tmaps, key, maps)
         counts, *sums = self._scratch
         prob_sums, lse_sq = sums if sums else (None, None)
         rec = record(ROUTE_PARAMS_DTYPE, rule=rule_record(cfg, bias_ptr), logits=logits.data.ptr,

@@ -42,6 +42,7 @@ from ..errors import KosmosError
 from ..exchange import agree, collectively, comparable
 from ..plan import SymmetricPlan
 from ..runtime import PersistentLaunch, load_module, sm_count
+from ..runtime.call_cache import remember
 from ..runtime.streams import uses_stream
 from ..timing import device_name
 from ..world import World
@@ -169,7 +170,7 @@ class _FusedOp(SymmetricPlan):
         args = self._args.get(key)
         if args is None:
             args = build()
-            gemm.remember(self._args, key, args, size=16)
+            remember(self._args, key, args, size=16)
         self._set_epoch(args, self._next_call(stream)[0])
         self.launch(args, stream=stream)
 
