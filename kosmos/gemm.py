@@ -845,17 +845,19 @@ def _side_copy_matmul(a, b, out, src, dst, cursor, stream=None) -> None:
         launch(plan.args(a, b, out) + (side[()],), stream=stream)
 
 
-def output_array(out, shape: tuple[int, ...], dt: np.dtype, **inputs):
-    """The GEMM's output: allocated when None, else checked (dtype, shape, no overlap with an input)."""
+def output_array(out, shape: tuple[int, ...], dt: np.dtype, *, name: str = "out", stream: Any = None, **inputs):
+    """A kernel's output: allocated when None, else checked (this device, writable, C-contiguous and
+    aligned, ordered on the stream; dtype, shape, no overlap with an input)."""
     import cupy
 
     if out is None:
         return cupy.empty(shape, dtype=dt)
+    out = check_array(out, name, device=cupy.cuda.Device().id, stream=stream, writable=True)
     if out.dtype != dt:
-        raise TypeError(f"out has dtype {dtype_name(out.dtype)}; this GEMM writes {dtype_name(dt)}")
+        raise TypeError(f"{name} has dtype {dtype_name(out.dtype)}; this kernel writes {dtype_name(dt)}")
     if tuple(out.shape) != shape:
-        raise ValueError(f"out has shape {tuple(out.shape)}, expected {shape}")
-    refuse_overlap("out", out, **inputs)
+        raise ValueError(f"{name} has shape {tuple(out.shape)}, expected {shape}")
+    refuse_overlap(name, out, **inputs)
     return out
 
 
@@ -871,7 +873,7 @@ def checked_output(out, out_dtype: Any, shape: tuple[int, ...], epilogue: str, s
         if out_dtype is None:
             out_dtype = out.dtype
     dt = resolve_out_dtype(out_dtype, epilogue)
-    return output_array(out, shape, dt, **inputs), dt
+    return output_array(out, shape, dt, stream=stream, **inputs), dt
 
 
 def contracting_axis(layout: str, operand: int) -> int:

@@ -289,7 +289,7 @@ def grouped_matmul(a, b, group_rows, layout: str = "TN", out=None, out_dtype=Non
         if out_dtype is None:
             out_dtype = out.dtype
     dt = resolve_out_dtype(layout, out_dtype, epilogue)
-    out = gemm.output_array(out, shape.out_shape, dt, a=a, b=b, group_rows=group_rows)
+    out = gemm.output_array(out, shape.out_shape, dt, stream=stream, a=a, b=b, group_rows=group_rows)
     gate_up = gemm.gate_up_array(gate_up, shape, dev, stream, a=a, b=b, output=out, group_rows=group_rows)
     plan = get_plan(shape, dt, sm_cap, tile_n)
     plan(a, b, group_rows, out, stream=stream, gate_up=gate_up)

@@ -136,21 +136,26 @@ def test_backward_is_bitwise_the_separate_launches(world, width, wgrad, crews):
 
 
 def test_backward_refuses_bad_arguments_on_every_rank(world):
-    """A w1 of the wrong shape on rank 0: rank 0 raises ValueError, every other rank KosmosError
-    (nothing moved), and the next call is right again."""
+    """A w1 of the wrong shape, or a strided dw1 to write, on rank 0: rank 0 raises ValueError, every
+    other rank KosmosError (nothing moved), and the next call is right again."""
     from kosmos.errors import KosmosError
 
     case = Case(world, "small", np.float32)
     try:
         rt, x_e, a, kept, dy, rows = case.forward(60)
-        bad_w1 = cupy.ascontiguousarray(case.w1[:, :, :64]) if world.rank == 0 else case.w1
-        err = None
-        try:
-            case.bwd(dy, rt, x_e, a, kept, bad_w1, case.w2, check=True)
-        except (ValueError, KosmosError) as e:
-            err = e
-        kinds = world.comm.allgather(type(err).__name__ if err is not None else None)
-        assert kinds[0] == "ValueError" and all(k == "KosmosError" for k in kinds[1:]), kinds
+        strided = cupy.empty((*case.w1.shape[:2], 2 * case.w1.shape[2]), np.float32)[:, :, ::2]
+        for what, kw in (("w1 [.., .., 64]", dict(w1=cupy.ascontiguousarray(case.w1[:, :, :64]))),
+                         ("strided dw1", dict(dw1=strided))):
+            args = dict(w1=case.w1, dw1=None)
+            if world.rank == 0:
+                args.update(kw)
+            err = None
+            try:
+                case.bwd(dy, rt, x_e, a, kept, args["w1"], case.w2, dw1=args["dw1"], check=True)
+            except (ValueError, KosmosError) as e:
+                err = e
+            kinds = world.comm.allgather(type(err).__name__ if err is not None else None)
+            assert kinds[0] == "ValueError" and all(k == "KosmosError" for k in kinds[1:]), (what, kinds)
         want = case.separate(rt, x_e, a, kept, dy, None)
         got = case.bwd(dy, rt, x_e, a, kept, case.w1, case.w2, check=True)
         bad = [n for n, g, w in zip(("dx", "dW1", "dW2"), got, want) if not (_bits(g) == _bits(w)).all()]
