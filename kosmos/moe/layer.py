@@ -289,15 +289,18 @@ class MoELayer:
         """Bytes on this rank: `symmetric_heaps`, held from the build to close() (the dispatch
         arenas of capacity_rows rows, the combine buffer, their flags; the baseline's NCCL buffers
         are NCCL's and not counted); `routing`, path "fused"'s routing buffers (logits and plan for
-        max_tokens, held from the build); `forward_context`, what one forward at max_tokens keeps for its
+        max_tokens, held from the build) and, where E is not a multiple of 64, the router weight's
+        zero-padded copy [E_pad, H] bf16 the backward reads (every path: held from its first backward);
+        `forward_context`, what one forward at max_tokens keeps for its
         backward (the host paths': from CuPy's pool, until the context is dropped; the device paths':
         held by the layer from the first forward, every forward's in the same buffers; the dispatch
         arena it also points into is in the heaps); `launch_buffers`, path "fused"'s launches' outputs, held from their
         first call to close() (launch_buffer_bytes; one backward's, or one per wgrad dtype used)."""
         heaps = sum(plan.heap.nbytes for plan in (self._dispatch, self._combine, getattr(self, "_dispatch_bwd", None))
                     if getattr(plan, "heap", None) is not None)
+        padded_router_w = (self._router_pad * self.cfg.hidden * 2) if self._router_pad != self.cfg.experts else 0
         return {"symmetric_heaps": int(heaps),
-                "routing": self._routing.nbytes if getattr(self, "_routing", None) is not None else 0,
+                "routing": (self._routing.nbytes if getattr(self, "_routing", None) is not None else 0) + padded_router_w,
                 "forward_context": context_bytes(self.cfg, self.capacity_rows, self.max_tokens, self._router_pad,
                                                  expert_rows_copied=self.path in ("serial", "baseline"),
                                                  expert_outputs_kept=self.path == "device"),
@@ -457,13 +460,12 @@ class MoELayer:
 
     def _padded_router_w(self, params: MoEParams) -> Any:
         """router_w [E, H] with zero rows up to the GEMM's 64-row multiple (their logits are zero and
-        never read); router_w itself when E is a multiple of 64 (DeepSeek-V3, Qwen3: no copy)."""
-        import cupy
-
+        never read): router_w itself when E is a multiple of 64 (DeepSeek-V3, Qwen3: no copy), else a
+        copy into a held buffer (one address from call to call: the backward's memo keeps hitting)."""
         if self._router_pad == self.cfg.experts:
             return params.router_w
-        wr = cupy.zeros((self._router_pad, self.cfg.hidden), np.uint16)
-        wr[:self.cfg.experts] = _u16(params.router_w)
+        wr = self._held("router_w_padded", (self._router_pad, self.cfg.hidden), np.uint16, zeroed=True)
+        wr[:self.cfg.experts] = _u16(params.router_w)  # the weights may have changed in place since the last call
         return wr.view(bfloat16)
 
     def _shared(self, x: Any, params: MoEParams, held: bool = False) -> tuple[Any, tuple]:

@@ -79,13 +79,15 @@ class HeldBuffers:
         self._buffers: dict[str, Any] = {}
         self._on_new = on_new
 
-    def __call__(self, name: str, shape: tuple[int, ...], dtype: Any, rows: int | None = None) -> Any:
-        """Buffer `name` of `shape` and `dtype`, or its first `rows` rows."""
+    def __call__(self, name: str, shape: tuple[int, ...], dtype: Any, rows: int | None = None,
+                 zeroed: bool = False) -> Any:
+        """Buffer `name` of `shape` and `dtype`, or its first `rows` rows; zeroed: allocated zero (what
+        the caller never writes stays zero)."""
         import cupy
 
         buf = self._buffers.get(name)
         if buf is None or buf.shape != tuple(shape) or buf.dtype != np.dtype(dtype):
-            buf = self._buffers[name] = cupy.empty(shape, dtype)
+            buf = self._buffers[name] = (cupy.zeros if zeroed else cupy.empty)(shape, dtype)
             if self._on_new is not None:
                 self._on_new()
         return buf if rows is None else buf[:rows]
