@@ -108,15 +108,14 @@ def main() -> None:
         tokens = tokens_of(cfg, 256)
         layers = {p: MoELayer(world, cfg, max_tokens=tokens, path=p) for p in ("fused", "device")}
         bypass_or_count((layers["fused"]._forward._heads_memo,), args.uncached or args.uncached_moe)  # session 33's
-        if args.uncached or args.uncached_moe:  # session 34's: MoEBackward's memo (built at its first call)
-            from kosmos.moe import backward as moe_backward
+        from kosmos.moe import backward as moe_backward  # session 34's memo: MoEBackward's (built at its first call)
 
-            init = moe_backward.MoEBackward.__init__
+        init = moe_backward.MoEBackward.__init__
 
-            def uncached_init(self, *a, **k):
-                init(self, *a, **k)
-                self._heads_memo.get = lambda key: None
-            moe_backward.MoEBackward.__init__ = uncached_init
+        def bypassed_or_counted_init(self, *a, **k):
+            init(self, *a, **k)
+            bypass_or_count((self._heads_memo,), args.uncached or args.uncached_moe)
+        moe_backward.MoEBackward.__init__ = bypassed_or_counted_init
         params = MoEParams.random(cfg, world, 5)
         xt = random_bf16((tokens, cfg.hidden), 6)
         calls = {
