@@ -52,7 +52,7 @@ import numpy as np
 from .. import gemm, grouped
 from ..arrays import check_array
 from ..collectives import AllToAll
-from ..dtypes import bf16_to_f32, bfloat16, copy_into, f32_to_bf16, float32, random_bf16
+from ..dtypes import bf16_to_f32, bfloat16, copy_into, dtype_name, f32_to_bf16, float32, random_bf16
 from ..exchange import agree_args, all_ok
 from ..reference import NcclBaseline
 from ..runtime.call_cache import HeldBuffers
@@ -290,7 +290,8 @@ class MoELayer:
         arenas of capacity_rows rows, the combine buffer, their flags; the baseline's NCCL buffers
         are NCCL's and not counted); `routing`, path "fused"'s routing buffers (logits and plan for
         max_tokens, held from the build) and, where E is not a multiple of 64, the router weight's
-        zero-padded copy [E_pad, H] bf16 the backward reads (every path: held from its first backward);
+        zero-padded copy [E_pad, H] bf16 the backward reads (every path: held from its first backward)
+        and path "fused"'s dWr rows [E_pad, H] fp32 (held from its first backward given `out`);
         `forward_context`, what one forward at max_tokens keeps for its
         backward (the host paths': from CuPy's pool, until the context is dropped; the device paths':
         held by the layer from the first forward, every forward's in the same buffers; the dispatch
@@ -298,7 +299,9 @@ class MoELayer:
         first call to close() (launch_buffer_bytes; one backward's, or one per wgrad dtype used)."""
         heaps = sum(plan.heap.nbytes for plan in (self._dispatch, self._combine, getattr(self, "_dispatch_bwd", None))
                     if getattr(plan, "heap", None) is not None)
-        padded_router_w = (self._router_pad * self.cfg.hidden * 2) if self._router_pad != self.cfg.experts else 0
+        padded_router_w = 0
+        if self._router_pad != self.cfg.experts:
+            padded_router_w = self._router_pad * self.cfg.hidden * (2 + 4 * (self.path == "fused"))
         return {"symmetric_heaps": int(heaps),
                 "routing": (self._routing.nbytes if getattr(self, "_routing", None) is not None else 0) + padded_router_w,
                 "forward_context": context_bytes(self.cfg, self.capacity_rows, self.max_tokens, self._router_pad,
@@ -521,12 +524,15 @@ class MoELayer:
     # ---- the backward ----
     @uses_stream
     def backward(self, dy: Any, ctx: MoEContext, params: MoEParams, *, wgrad_dtype: Any = float32,
-                 stream: Any = None) -> MoEGradients:
+                 out: MoEGradients | None = None, stream: Any = None) -> MoEGradients:
         """Gradients of sum(dy * y) + aux + z for the forward that made `ctx` (device and fused
         paths: call it before the next forward, once: ctx holds the forward's dispatch arena and
         combine buffer). wgrad_dtype: the experts' weight gradients (routed and shared) in float32
         (for an fp32 master-weight optimiser) or bfloat16 (the same accumulators rounded once: half
-        the bytes); the router's stays float32.
+        the bytes); the router's stays float32. out: an MoEGradients of the caller's buffers (dx
+        [T, H] bf16, d_router_w [E, H] fp32, the weights' in wgrad_dtype, the shared pair None
+        without a shared expert), overwritten and returned: no allocation a step, and path "fused"'s
+        argument memo sees the same addresses every step.
 
         Device paths, separate launches: the dY rows to the experts' owners, each weighted by its
         routing weight as it is pushed (MoEDispatch, its own arena); wgrad2 (grouped NT) and dgrad2
@@ -557,6 +563,9 @@ class MoELayer:
             wdt = np.dtype(wgrad_dtype)
             if wdt not in (np.dtype(float32), np.dtype(bfloat16)):
                 raise TypeError(f"wgrad_dtype must be float32 or bfloat16, got {wdt}")
+            if out is not None:
+                weights = {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}  # (asdict copies)
+                out = self._checked_gradients(out, t, wdt, stream, dy=dy, x=ctx.x, **weights)
         except Exception as e:  # noqa: BLE001 - a refusal on one rank reaches every rank
             err = e
         all_ok(self.world.comm, err)
@@ -572,7 +581,7 @@ class MoELayer:
         #    experts' weight gradients and dX rows; 4. the rows back to their tokens, summed (weights 1: dY was
         #    weighted), plus the rest, rounded once. Path "fused": all in one launch.
         if self.path == "fused":
-            dx, dw1, dw2, d_sw1, d_sw2, d_router_w = self._fused_backward(dy, ctx, params, wdt, status)
+            dx, dw1, dw2, d_sw1, d_sw2, d_router_w = self._fused_backward(dy, ctx, params, wdt, status, out)
         else:
             extra, d_router_w = self._router_gradients(ctx, dy, status, params)
             d_sw1, d_sw2 = self._shared_backward(dy, ctx, params, wdt, extra)
@@ -595,27 +604,62 @@ class MoELayer:
             if t:
                 acc = acc + _pair_rows(d_back, r, t).sum(axis=1)
             dx = f32_to_bf16(acc)
-        return MoEGradients(dx, d_router_w, dw1, dw2, d_sw1, d_sw2)
+        grads = MoEGradients(dx, d_router_w, dw1, dw2, d_sw1, d_sw2)
+        if out is None:
+            return grads
+        for f in dataclasses.fields(MoEGradients):  # what a path computed elsewhere (path fused: d_router_w
+            got, given = getattr(grads, f.name), getattr(out, f.name)  # when E is not a multiple of 64)
+            if got is not None and got is not given:
+                copy_into(given, got)
+        return out
 
-    def _fused_backward(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype, status: Any) -> tuple:
+    def _checked_gradients(self, out: MoEGradients, t: int, wdt: np.dtype, stream: Any, **inputs: Any) -> MoEGradients:
+        """backward's `out`, checked: each buffer this rank's, writable, contiguous, of its shape and
+        dtype (see backward), disjoint from the inputs and from the others."""
+        if not isinstance(out, MoEGradients):
+            raise TypeError(f"out must be an MoEGradients, got {type(out).__name__}")
+        cfg, h, i = self.cfg, self.cfg.hidden, self.cfg.intermediate
+        want = {"dx": ((t, h), bfloat16), "d_router_w": ((cfg.experts, h), float32),
+                "dw1": ((self.e_loc, 2 * i, h), wdt), "dw2": ((self.e_loc, h, i), wdt)}
+        if cfg.shared:
+            want.update(d_shared_w1=((2 * cfg.shared_width, h), wdt), d_shared_w2=((h, cfg.shared_width), wdt))
+        checked: dict[str, Any] = {"d_shared_w1": None, "d_shared_w2": None}
+        for name, (shape, dt) in want.items():
+            if getattr(out, name) is None:
+                raise ValueError(f"out.{name} is missing (a {list(shape)} {dtype_name(np.dtype(dt))} buffer)")
+            checked[name] = gemm.output_array(getattr(out, name), shape, np.dtype(dt), name=f"out.{name}",
+                                              stream=stream, **inputs, **checked)
+        if not cfg.shared and (out.d_shared_w1 is not None or out.d_shared_w2 is not None):
+            raise ValueError("out.d_shared_w1 / d_shared_w2 given, but the config has no shared expert")
+        return MoEGradients(**checked)
+
+    def _fused_backward(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype, status: Any,
+                        out: MoEGradients | None) -> tuple:
         """(dx, dW1, dW2, dW1_s, dW2_s, dWr) of path "fused": MoEBackward, the router's backward and
-        the shared MLP's jobs included. Every output is allocated here and passed in, so a call
-        like an earlier one (CuPy's pool hands a steady caller the same blocks) skips MoEBackward's
-        checks (its argument memo)."""
+        the shared MLP's jobs included. Every output is passed in -- the caller's `out`, else
+        allocated here -- so a call like an earlier one (the same buffers, or CuPy's pool handing a
+        steady caller the same blocks) skips MoEBackward's checks (its argument memo). dWr is the
+        first E rows of an [E_pad, H] buffer: out.d_router_w itself where E_pad = E, else a held one
+        (backward copies its rows into out's)."""
         import cupy
 
         cfg, t = self.cfg, int(dy.shape[0])
         if wdt not in self._backwards:
             self._backwards[wdt] = MoEBackward(self._dispatch_bwd, self._combine, wdt)
-        outputs = {"out": cupy.empty((t, cfg.hidden), bfloat16), "dw1": cupy.empty(params.w1.shape, wdt),
-                   "dw2": cupy.empty(params.w2.shape, wdt),
-                   "d_router_w": cupy.empty((self._router_pad, cfg.hidden), float32)}  # NaN-filled if failed
+        padded = (self._router_pad, cfg.hidden)
+        if out is None:
+            out = MoEGradients(cupy.empty((t, cfg.hidden), bfloat16), cupy.empty(padded, float32),
+                               cupy.empty(params.w1.shape, wdt), cupy.empty(params.w2.shape, wdt),
+                               *((cupy.empty(params.shared_w1.shape, wdt), cupy.empty(params.shared_w2.shape, wdt))
+                                 if cfg.shared else ()))
+        elif self._router_pad != cfg.experts:
+            out = dataclasses.replace(out, d_router_w=self._held("d_router_w_padded", padded, float32))
+        outputs = {"out": out.dx, "dw1": out.dw1, "dw2": out.dw2, "d_router_w": out.d_router_w}  # dWr NaN if failed
         shared = {}
         if cfg.shared:
             h_s, gate_up_s = ctx.shared or (None, None)  # () when this rank has no tokens
             shared = {"shared": SharedMLP(params.shared_w1, params.shared_w2, h_s, gate_up_s),
-                      "dw1_shared": cupy.empty(params.shared_w1.shape, wdt),
-                      "dw2_shared": cupy.empty(params.shared_w2.shape, wdt)}
+                      "dw1_shared": out.d_shared_w1, "dw2_shared": out.d_shared_w2}
         router = RouterBackward(self.cfg, ctx.logits, self._padded_router_w(params), status, self._aux_starts(ctx),
                                 own_y=ctx.y_experts, own_runs=self._combine.own_runs)
         g = self._backwards[wdt](dy, ctx.routing, ctx.x_experts, ctx.h, ctx.gate_up, params.w1, params.w2,

@@ -137,8 +137,16 @@ def main() -> None:
             _, ctx = layers["fused"].forward(xt, params)
             layers["fused"].backward(dy, ctx, params)
 
+        grads = None
+
+        def fused_step_into():  # the same, the gradients into the caller's buffers (backward's out=)
+            nonlocal grads
+            _, ctx = layers["fused"].forward(xt, params)
+            grads = layers["fused"].backward(dy, ctx, params, out=grads)
+
         calls["MoELayer device forward + backward (a step)"] = device_step
         calls["MoELayer fused forward + backward (a step)"] = fused_step
+        calls["MoELayer fused forward + backward (a step, out=)"] = fused_step_into
         replayed = "the fused forward, a captured graph replayed"
         calls = {k: v for k, v in calls.items() if args.only in k}
         for fn in calls.values():  # compile, plan, cache

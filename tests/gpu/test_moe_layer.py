@@ -18,7 +18,7 @@ cupy = pytest.importorskip("cupy")
 
 from kosmos.dtypes import bfloat16  # noqa: E402
 from kosmos.errors import KosmosError  # noqa: E402
-from kosmos.moe import MoEConfig, MoELayer, MoEParams, expert_tensors, reference  # noqa: E402
+from kosmos.moe import MoEConfig, MoEGradients, MoELayer, MoEParams, expert_tensors, reference  # noqa: E402
 from kosmos.reference import NcclBaseline  # noqa: E402
 
 from .conftest import rank_input  # noqa: E402
@@ -239,6 +239,53 @@ def test_fused_is_bitwise_the_device_path(world, name):
             layer.close()
     for name_, a, b in zip(("y", "losses", *fields), *outs):
         assert a == b, f"{name_} differs between the fused and the device paths"
+
+
+@pytest.mark.parametrize("path", ["fused", "device", "serial"])
+@pytest.mark.parametrize("wgrad", [np.float32, bfloat16])
+def test_backward_into_the_callers_buffers(world, path, wgrad):
+    """backward(out=...) writes the caller's NaN-poisoned buffers and returns them: bitwise the
+    gradients of a call without out (the same forward run again), on every step of a loop over the
+    same buffers (path fused: its memo's hits; 16 experts, so dWr goes through the padded rows);
+    a wrong buffer on rank 0 is refused there (ValueError) and everywhere else (KosmosError)."""
+    cfg = TINY["deepseek-like"]
+    P, r = world.size, world.rank
+    if cfg.experts % P:
+        pytest.skip(f"{cfg.experts} experts do not divide over {P} ranks")
+    fields = ("dx", "d_router_w", "dw1", "dw2", "d_shared_w1", "d_shared_w2")
+    layer = MoELayer(world, cfg, max_tokens=400 + 37 * P, path=path)
+    try:
+        params = MoEParams.random(cfg, world, 21)
+        x = cupy.asarray(rank_input(21, r, (tokens_of(r, P, 400), cfg.hidden), np.float32).astype(bfloat16))
+        dy = cupy.asarray(rank_input(22, r, x.shape, np.float32).astype(bfloat16))
+        _, ctx = layer.forward(x, params, check=True)
+        want = layer.backward(dy, ctx, params, wgrad_dtype=wgrad)
+        want = {f: cupy.asnumpy(getattr(want, f)).tobytes() for f in fields}
+        shapes = {"dx": (x.shape, bfloat16), "d_router_w": ((cfg.experts, cfg.hidden), np.float32),
+                  "dw1": (params.w1.shape, wgrad), "dw2": (params.w2.shape, wgrad),
+                  "d_shared_w1": (params.shared_w1.shape, wgrad), "d_shared_w2": (params.shared_w2.shape, wgrad)}
+        out = MoEGradients(**{f: cupy.empty(sh, dt) for f, (sh, dt) in shapes.items()})
+        for step in range(3):
+            for f in fields:  # NaN in both dtypes: 0x7FC0 bf16 pairs read as an fp32 NaN
+                getattr(out, f).view(np.uint16).fill(0x7FC0)
+            _, ctx = layer.forward(x, params, check=True)
+            got = layer.backward(dy, ctx, params, wgrad_dtype=wgrad, out=out)
+            assert got is out, "backward(out=) returns the buffers it was given"
+            bad = [f for f in fields if cupy.asnumpy(getattr(out, f)).tobytes() != want[f]]
+            everyone = world.comm.allgather(bad)
+            assert not any(everyone), f"step {step}: not bitwise the call without out: {everyone}"
+        _, ctx = layer.forward(x, params, check=True)
+        wrong = dataclasses.replace(out, dw1=out.dw2) if r == 0 else out
+        err = None
+        try:
+            layer.backward(dy, ctx, params, wgrad_dtype=wgrad, out=wrong)
+        except (ValueError, KosmosError) as e:
+            err = e
+        kinds = world.comm.allgather(type(err).__name__ if err is not None else None)
+        assert kinds[0] == "ValueError" and all(k == "KosmosError" for k in kinds[1:]), kinds
+        assert "out.dw1" in str(err) or r != 0, err
+    finally:
+        layer.close()
 
 
 def backward_case(world, cfg, seed, zero_dy=False, path="device"):
