@@ -845,14 +845,16 @@ def _side_copy_matmul(a, b, out, src, dst, cursor, stream=None) -> None:
         launch(plan.args(a, b, out) + (side[()],), stream=stream)
 
 
-def output_array(out, shape: tuple[int, ...], dt: np.dtype, *, name: str = "out", stream: Any = None, **inputs):
-    """A kernel's output: allocated when None, else checked (this device, writable, C-contiguous and
-    aligned, ordered on the stream; dtype, shape, no overlap with an input)."""
+def output_array(out, shape: tuple[int, ...], dt: np.dtype, *, name: str = "out", device: int | None = None,
+                 stream: Any = None, **inputs):
+    """A kernel's output: allocated when None, else checked (on `device`, default the current one;
+    writable, C-contiguous and aligned, ordered on the stream; dtype, shape, no overlap with an input)."""
     import cupy
 
     if out is None:
         return cupy.empty(shape, dtype=dt)
-    out = check_array(out, name, device=cupy.cuda.Device().id, stream=stream, writable=True)
+    device = cupy.cuda.Device().id if device is None else device
+    out = check_array(out, name, device=device, stream=stream, writable=True)
     if out.dtype != dt:
         raise TypeError(f"{name} has dtype {dtype_name(out.dtype)}; this kernel writes {dtype_name(dt)}")
     if tuple(out.shape) != shape:

@@ -359,7 +359,7 @@ class MoEBackward(ExpertsLaunch):
         x = self._tokens(x, dy, stream) if t else x
         grads = []
         for name, g, shape in (("dw1_shared", dsw1, (2 * fs, hid)), ("dw2_shared", dsw2, (hid, fs))):
-            grads.append(gemm.output_array(g, shape, wdt, name=name, stream=stream, dy=dy, x=x, shared_w1=w1,
+            grads.append(gemm.output_array(g, shape, wdt, name=name, device=dev, stream=stream, dy=dy, x=x, shared_w1=w1,
                                            shared_w2=w2))  # every element written
         dsw1, dsw2 = grads
         if t == 0:  # zeros: no token, no gradient
@@ -413,8 +413,8 @@ class MoEBackward(ExpertsLaunch):
         if s_c.out_shape != (cap, hid):
             raise ValueError(f"w1 must be [{g}, {d_pre.shape[1]}, {hid}] bf16, got {tuple(w1.shape)}")
         d_xe = self._held("d_xe", (cap, hid), bfloat16)
-        dw2 = gemm.output_array(dw2, s_b.out_shape, self.wgrad_dtype, name="dw2", stream=stream, a=d_ye, b=a)
-        dw1 = gemm.output_array(dw1, s_d.out_shape, self.wgrad_dtype, name="dw1", stream=stream, a=d_pre, b=x_e)
+        dw2 = gemm.output_array(dw2, s_b.out_shape, self.wgrad_dtype, name="dw2", device=dev, stream=stream, a=d_ye, b=a)
+        dw1 = gemm.output_array(dw1, s_d.out_shape, self.wgrad_dtype, name="dw1", device=dev, stream=stream, a=d_pre, b=x_e)
         tma = gemm.arch_path() == "wgmma"
         t = self._tmaps
         heads = (*grouped.kernel_head(s_a, d_ye, w2, d_pre, t[0], 256, tma, gate_up),

@@ -290,8 +290,10 @@ class MoELayer:
         arenas of capacity_rows rows, the combine buffer, their flags; the baseline's NCCL buffers
         are NCCL's and not counted); `routing`, path "fused"'s routing buffers (logits and plan for
         max_tokens, held from the build) and, where E is not a multiple of 64, the router weight's
-        zero-padded copy [E_pad, H] bf16 the backward reads (every path: held from its first backward)
-        and path "fused"'s dWr rows [E_pad, H] fp32 (held from its first backward given `out`);
+        zero-padded copy [E_pad, H] bf16 (every path: held from the first call that reads it; refilled
+        by each, so calls of one layer on two streams at once must not change the weights between
+        them) and path "fused"'s dWr rows [E_pad, H] fp32 (held from its first backward given `out`:
+        counted whether or not one is);
         `forward_context`, what one forward at max_tokens keeps for its
         backward (the host paths': from CuPy's pool, until the context is dropped; the device paths':
         held by the layer from the first forward, every forward's in the same buffers; the dispatch
@@ -464,7 +466,8 @@ class MoELayer:
     def _padded_router_w(self, params: MoEParams) -> Any:
         """router_w [E, H] with zero rows up to the GEMM's 64-row multiple (their logits are zero and
         never read): router_w itself when E is a multiple of 64 (DeepSeek-V3, Qwen3: no copy), else a
-        copy into a held buffer (one address from call to call: the backward's memo keeps hitting)."""
+        copy into a held buffer (one address from call to call: the backward's memo keeps hitting;
+        see memory())."""
         if self._router_pad == self.cfg.experts:
             return params.router_w
         wr = self._held("router_w_padded", (self._router_pad, self.cfg.hidden), np.uint16, zeroed=True)
@@ -563,9 +566,10 @@ class MoELayer:
             wdt = np.dtype(wgrad_dtype)
             if wdt not in (np.dtype(float32), np.dtype(bfloat16)):
                 raise TypeError(f"wgrad_dtype must be float32 or bfloat16, got {wdt}")
+            into = None  # out, checked (CuPy views of the caller's buffers)
             if out is not None:
                 weights = {f.name: getattr(params, f.name) for f in dataclasses.fields(params)}  # (asdict copies)
-                out = self._checked_gradients(out, t, wdt, stream, dy=dy, x=ctx.x, **weights)
+                into = self._checked_gradients(out, t, wdt, stream, dy=dy, x=ctx.x, **weights)
         except Exception as e:  # noqa: BLE001 - a refusal on one rank reaches every rank
             err = e
         all_ok(self.world.comm, err)
@@ -581,7 +585,7 @@ class MoELayer:
         #    experts' weight gradients and dX rows; 4. the rows back to their tokens, summed (weights 1: dY was
         #    weighted), plus the rest, rounded once. Path "fused": all in one launch.
         if self.path == "fused":
-            dx, dw1, dw2, d_sw1, d_sw2, d_router_w = self._fused_backward(dy, ctx, params, wdt, status, out)
+            dx, dw1, dw2, d_sw1, d_sw2, d_router_w = self._fused_backward(dy, ctx, params, wdt, status, into)
         else:
             extra, d_router_w = self._router_gradients(ctx, dy, status, params)
             d_sw1, d_sw2 = self._shared_backward(dy, ctx, params, wdt, extra)
@@ -605,11 +609,11 @@ class MoELayer:
                 acc = acc + _pair_rows(d_back, r, t).sum(axis=1)
             dx = f32_to_bf16(acc)
         grads = MoEGradients(dx, d_router_w, dw1, dw2, d_sw1, d_sw2)
-        if out is None:
+        if into is None:
             return grads
         for f in dataclasses.fields(MoEGradients):  # what a path computed elsewhere (path fused: d_router_w
-            got, given = getattr(grads, f.name), getattr(out, f.name)  # when E is not a multiple of 64)
-            if got is not None and got is not given:
+            got, given = getattr(grads, f.name), getattr(into, f.name)  # when E is not a multiple of 64)
+            if got is not None and got.data.ptr != given.data.ptr:
                 copy_into(given, got)
         return out
 
@@ -628,7 +632,7 @@ class MoELayer:
             if getattr(out, name) is None:
                 raise ValueError(f"out.{name} is missing (a {list(shape)} {dtype_name(np.dtype(dt))} buffer)")
             checked[name] = gemm.output_array(getattr(out, name), shape, np.dtype(dt), name=f"out.{name}",
-                                              stream=stream, **inputs, **checked)
+                                              device=self.world.device_id, stream=stream, **inputs, **checked)
         if not cfg.shared and (out.d_shared_w1 is not None or out.d_shared_w2 is not None):
             raise ValueError("out.d_shared_w1 / d_shared_w2 given, but the config has no shared expert")
         return MoEGradients(**checked)

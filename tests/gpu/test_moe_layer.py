@@ -242,21 +242,23 @@ def test_fused_is_bitwise_the_device_path(world, name):
 
 
 @pytest.mark.parametrize("path", ["fused", "device", "serial"])
-@pytest.mark.parametrize("wgrad", [np.float32, bfloat16])
-def test_backward_into_the_callers_buffers(world, path, wgrad):
+@pytest.mark.parametrize("wgrad,experts", [(np.float32, 16), (bfloat16, 16), (np.float32, 64)])
+def test_backward_into_the_callers_buffers(world, path, wgrad, experts):
     """backward(out=...) writes the caller's NaN-poisoned buffers and returns them: bitwise the
     gradients of a call without out (the same forward run again), on every step of a loop over the
-    same buffers (path fused: its memo's hits; 16 experts, so dWr goes through the padded rows);
-    a wrong buffer on rank 0 is refused there (ValueError) and everywhere else (KosmosError)."""
-    cfg = TINY["deepseek-like"]
+    same buffers (path fused: its memo's hits). 16 experts: dWr through the padded rows; 64: dWr
+    the launch's own output, and (world > 1) the last rank without tokens. A wrong buffer on rank 0
+    is refused there (ValueError) and everywhere else (KosmosError)."""
+    cfg = dataclasses.replace(TINY["deepseek-like"], experts=experts)
     P, r = world.size, world.rank
     if cfg.experts % P:
         pytest.skip(f"{cfg.experts} experts do not divide over {P} ranks")
+    base = 400 if experts == 16 else 120  # under 200: tokens_of gives the last rank none
     fields = ("dx", "d_router_w", "dw1", "dw2", "d_shared_w1", "d_shared_w2")
-    layer = MoELayer(world, cfg, max_tokens=400 + 37 * P, path=path)
+    layer = MoELayer(world, cfg, max_tokens=base + 37 * P, path=path)
     try:
         params = MoEParams.random(cfg, world, 21)
-        x = cupy.asarray(rank_input(21, r, (tokens_of(r, P, 400), cfg.hidden), np.float32).astype(bfloat16))
+        x = cupy.asarray(rank_input(21, r, (tokens_of(r, P, base), cfg.hidden), np.float32).astype(bfloat16))
         dy = cupy.asarray(rank_input(22, r, x.shape, np.float32).astype(bfloat16))
         _, ctx = layer.forward(x, params, check=True)
         want = layer.backward(dy, ctx, params, wgrad_dtype=wgrad)
