@@ -123,7 +123,7 @@ def run_kosmos(args) -> list[float]:
         student = local(init(cfg, 1, args.scale))
         opt = Adam(student, args.lr, cupy)
         layer = MoELayer(world, cfg, max_tokens=args.tokens, path=args.path)
-        losses = []
+        losses, g = [], None
         if r == 0:
             print(f"MoE block, {P} rank(s), MoELayer path {args.path!r}: E {cfg.experts}, top-{cfg.top_k}, "
                   f"H {cfg.hidden}, I {cfg.intermediate}, 1 shared expert, {args.tokens} tokens a rank a step",
@@ -136,7 +136,7 @@ def run_kosmos(args) -> list[float]:
                 y, ctx = layer.forward(x, sp)
                 mse, dy = loss_and_dy(bf16_to_f32(y), bf16_to_f32(target), cupy)
                 aux = float(cupy.asnumpy(ctx.routing.losses)[0])
-                g = layer.backward(f32_to_bf16(dy.astype(cupy.float32)), ctx, sp)
+                g = layer.backward(f32_to_bf16(dy.astype(cupy.float32)), ctx, sp, out=g)  # last step's buffers
                 grads = {"router_w": g.d_router_w, "w1": g.dw1, "w2": g.dw2, "shared_w1": g.d_shared_w1,
                          "shared_w2": g.d_shared_w2}
                 for n in REPLICATED:  # replicated parameters: the ranks' gradients summed (host MPI: small)

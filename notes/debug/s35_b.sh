@@ -15,7 +15,8 @@ rm -f /tmp/kosmos_moe_r*.log
 run "moe np2" timeout 200 $MPIRUN -np 2 bash -c \
   'exec python3 -m mpi4py -m pytest tests/gpu/test_moe_backward_fused.py tests/gpu/test_moe_layer.py -k "fused or memo or refuses or callers_buffers" '"$T"' > /tmp/kosmos_moe_r$OMPI_COMM_WORLD_RANK.log 2>&1'
 for f in /tmp/kosmos_moe_r*.log; do echo "----- $f" >> "$LOG"; tail -n 30 "$f" >> "$LOG"; done
+run "moe_train np1" timeout 90 python3 launch/examples/moe_train.py --steps 40 --log 10
 run "bench grouped" timeout 150 python3 bench/grouped_gemm.py --quick --out $RUNS --tag s35_pp
 cp "$RUNS"/*.json "$OUT"/ 2>/dev/null
-grep -E "^=====|passed|failed|Error|^-----|geomean|pp|w128" "$LOG" | cut -c1-300 | tail -45
+grep -E "^=====|passed|failed|Error|^-----|geomean|pp|w128|^step|match|loss" "$LOG" | cut -c1-300 | tail -45
 printf '%s\n' "${summary[@]}"
