@@ -1,25 +1,29 @@
 #!/usr/bin/env bash
-# Session 35's one-call plan when device time is short (<= 9.5 min, any card): the GPU-untested code
-# on main first (MoE memo, out=, held router copy, DeviceRecord puts: the MoE tests in full at
-# world 1), then the ping-pong patch's tests and speed (issue 11), the fused step's host time and
-# the MoE training example. s34_d.sh + s35_b.sh do all this and more in two calls.
-#   KOSMOS_COMMIT=<sha> bash notes/debug/s35_a.sh
+# Session 35's one-call plan when device time is short (any card), cut to the time left:
+#   full  (<= 9.5 min): the new MoE tests of main's GPU-untested code (memo, out=, held router copy,
+#         DeviceRecord puts), the fused step's host time, the training example, the ping-pong
+#         patch's tests and speed (issue 11), then the rest of the MoE tests on main's tree;
+#   short (<= 7 min): no example, no rest;  minimal (<= 5.5 min): also no host profile, no warm of
+#         the patched tree. s34_d.sh + s35_b.sh do all of it and more in two calls.
+#   KOSMOS_COMMIT=<sha> bash notes/debug/s35_a.sh [full|short|minimal]
+MODE=${1:-full}
 source notes/debug/call_env.sh s35_a
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
 T="-q -p no:cacheprovider --timeout=150 --timeout-method=thread -rfE --color=no"
 MODS="gemm.hip grouped.hip moe_fused.hip moe_backward.hip records.hip moe_dispatch.hip moe_combine.hip moe_route.hip"
-run "warm" timeout 100 python3 -m kosmos.runtime.warm --jobs 8 $MODS
-run "moe new tests" timeout -s INT 110 python3 -m pytest tests/gpu/test_moe_backward_fused.py tests/gpu/test_moe_layer.py tests/gpu/test_runtime.py -k "callers_buffers or memo or refuses or device_record or memory or fused_is_bitwise" $T
-run "host (main)" timeout 35 python3 notes/debug/host_profile.py --calls 120 --only "fused forward"
-run "moe_train np1" timeout 40 python3 launch/examples/moe_train.py --steps 30 --log 10
+NEW="callers_buffers or memo or refuses or device_record or memory or fused_is_bitwise"
+run "warm" timeout 90 python3 -m kosmos.runtime.warm --jobs 8 $MODS
+run "moe new tests" timeout -s INT 100 python3 -m pytest tests/gpu/test_moe_backward_fused.py tests/gpu/test_moe_layer.py tests/gpu/test_runtime.py -k "$NEW" $T
+[ "$MODE" != minimal ] && run "host (main)" timeout 35 python3 notes/debug/host_profile.py --calls 120 --only "fused forward"
+[ "$MODE" = full ] && run "moe_train np1" timeout 40 python3 launch/examples/moe_train.py --steps 30 --log 10
 git apply notes/patches/pingpong.patch >> "$LOG" 2>&1 || echo "pingpong.patch does not apply" >> "$LOG"
-run "warm pp" timeout 60 python3 -m kosmos.runtime.warm --jobs 2 gemm.hip grouped.hip
-run "pp tests" timeout 60 python3 -m pytest tests/gpu/test_gemm.py tests/gpu/test_grouped.py -k "pingpong or agree_bitwise" $T
-run "bench gemm" timeout 55 python3 bench/gemm.py --set other --shapes dsv3-gemm2-2048,gptoss-gemm1-2048,smallM-256,square-8192 --caps 132 --reps 8 --out $RUNS --tag s35_pp
-# the rest of the MoE tests on main's tree (its kernels cached by the first warm), as far as the
-# call's time goes (SIGINT: pytest reports what ran)
-git apply -R notes/patches/pingpong.patch >> "$LOG" 2>&1 || echo "pingpong.patch does not reverse" >> "$LOG"
-run "moe rest" timeout -s INT 90 python3 -m pytest tests/gpu/test_moe_backward_fused.py tests/gpu/test_moe_layer.py -k "not (callers_buffers or memo or refuses or device_record or memory or fused_is_bitwise)" $T
+[ "$MODE" != minimal ] && run "warm pp" timeout 60 python3 -m kosmos.runtime.warm --jobs 2 gemm.hip grouped.hip
+run "pp tests" timeout 100 python3 -m pytest tests/gpu/test_gemm.py tests/gpu/test_grouped.py -k "pingpong or agree_bitwise" $T
+run "bench gemm" timeout 50 python3 bench/gemm.py --set other --shapes dsv3-gemm2-2048,gptoss-gemm1-2048,smallM-256,square-8192 --caps 132 --reps 8 --out $RUNS --tag s35_pp
+if [ "$MODE" = full ]; then  # main's tree again (its kernels cached by the first warm); SIGINT: pytest reports a cut run
+  git apply -R notes/patches/pingpong.patch >> "$LOG" 2>&1 || echo "pingpong.patch does not reverse" >> "$LOG"
+  run "moe rest" timeout -s INT 90 python3 -m pytest tests/gpu/test_moe_backward_fused.py tests/gpu/test_moe_layer.py -k "not ($NEW)" $T
+fi
 cp "$RUNS"/*.json "$OUT"/ 2>/dev/null
 grep -E "^=====|passed|failed|Error|^(small|experts|square)|^  MoELayer|host us|^step|loss" "$LOG" | cut -c1-300 | tail -45
 printf '%s\n' "${summary[@]}"
