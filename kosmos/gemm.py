@@ -34,7 +34,7 @@ from typing import Any
 
 import numpy as np
 
-from .arrays import check_array, refuse_overlap
+from .arrays import as_cupy, check_array, refuse_overlap
 from .dtypes import dtype_name
 from .runtime.call_cache import CallCache, call_signature, remember
 from .runtime.streams import DeviceOrder, device_order, uses_stream
@@ -865,13 +865,11 @@ def output_array(out, shape: tuple[int, ...], dt: np.dtype, *, name: str = "out"
 
 def checked_output(out, out_dtype: Any, shape: tuple[int, ...], epilogue: str, stream: Any = None,
                    **inputs) -> tuple[Any, np.dtype]:
-    """matmul's output and its dtype: out checked (this device, writable, ordered on the stream) when
-    given, its dtype out_dtype's default; then output_array (allocated when None, else its dtype,
-    shape and overlap with `inputs` checked)."""
-    import cupy
-
+    """matmul's output and its dtype: out_dtype's default is a given out's dtype; then output_array
+    (allocated when None, else checked: device, writability, layout, dtype, shape, overlap with
+    `inputs`)."""
     if out is not None:
-        out = check_array(out, "out", device=cupy.cuda.Device().id, stream=stream, writable=True)
+        out = as_cupy(out, "out", stream=stream, writable=True)  # (a foreign array: its dtype as CuPy's)
         if out_dtype is None:
             out_dtype = out.dtype
     dt = resolve_out_dtype(out_dtype, epilogue)
