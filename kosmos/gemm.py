@@ -831,7 +831,7 @@ def _side_copy_matmul(a, b, out, src, dst, cursor, stream=None) -> None:
     bf16 = _bf16()
     a, b = check_array(a, "a", dtypes=(bf16,)), check_array(b, "b", dtypes=(bf16,))
     shape = gemm_shape("TN", a.shape, b.shape)
-    out = output_array(check_array(out, "out", dtypes=(bf16,), writable=True), shape.out_shape, bf16, a=a, b=b)
+    out = output_array(out, shape.out_shape, bf16, stream=stream, a=a, b=b)
     src, dst = check_array(src, "src"), check_array(dst, "dst", writable=True)
     if src.nbytes != dst.nbytes or src.nbytes % 16:
         raise ValueError(f"src and dst must have the same size, a multiple of 16 bytes; got {src.nbytes}, {dst.nbytes}")

@@ -293,7 +293,8 @@ class MoELayer:
         zero-padded copy [E_pad, H] bf16 (every path: held from the first call that reads it; refilled
         by each, so calls of one layer on two streams at once must not change the weights between
         them) and path "fused"'s dWr rows [E_pad, H] fp32 (held from its first backward given `out`:
-        counted whether or not one is);
+        counted whether or not one is) and, under token dropping with an aux loss, the aux loss's
+        pair counts [E + 1] int32 (every backward's, held from the first);
         `forward_context`, what one forward at max_tokens keeps for its
         backward (the host paths': from CuPy's pool, until the context is dropped; the device paths':
         held by the layer from the first forward, every forward's in the same buffers; the dispatch
@@ -301,11 +302,13 @@ class MoELayer:
         first call to close() (launch_buffer_bytes; one backward's, or one per wgrad dtype used)."""
         heaps = sum(plan.heap.nbytes for plan in (self._dispatch, self._combine, getattr(self, "_dispatch_bwd", None))
                     if getattr(plan, "heap", None) is not None)
-        padded_router_w = 0
+        routing_held = 0  # the layer's HeldBuffers under "routing"
         if self._router_pad != self.cfg.experts:
-            padded_router_w = self._router_pad * self.cfg.hidden * (2 + 4 * (self.path == "fused"))
+            routing_held = self._router_pad * self.cfg.hidden * (2 + 4 * (self.path == "fused"))
+        if self.cfg.capacity_factor and self.cfg.aux_loss_coef:
+            routing_held += 4 * (self.cfg.experts + 1)
         return {"symmetric_heaps": int(heaps),
-                "routing": (self._routing.nbytes if getattr(self, "_routing", None) is not None else 0) + padded_router_w,
+                "routing": (self._routing.nbytes if getattr(self, "_routing", None) is not None else 0) + routing_held,
                 "forward_context": context_bytes(self.cfg, self.capacity_rows, self.max_tokens, self._router_pad,
                                                  expert_rows_copied=self.path in ("serial", "baseline"),
                                                  expert_outputs_kept=self.path == "device"),
@@ -763,9 +766,11 @@ class MoELayer:
 
     def _aux_starts(self, ctx: MoEContext) -> Any:
         """The aux loss's chosen pairs per expert as an [E + 1] prefix: the routing's own unless it
-        dropped pairs (then counted apart; without an aux loss nothing reads them)."""
-        r = ctx.routing
-        return r.start if r.kept is None or not self.cfg.aux_loss_coef else pair_starts(r.experts, self.cfg.experts)
+        dropped pairs (then counted apart, into a held buffer; without an aux loss nothing reads them)."""
+        r, e = ctx.routing, self.cfg.experts
+        if r.kept is None or not self.cfg.aux_loss_coef:
+            return r.start
+        return pair_starts(r.experts, e, out=self._held("aux_starts", (e + 1,), np.int32))
 
     def _shared_backward(self, dy: Any, ctx: MoEContext, params: MoEParams, wdt: np.dtype, extra: Any) -> tuple:
         """(dW1, dW2) of the shared MLP (None without it), as the routed experts' (the forward's h

@@ -30,16 +30,18 @@ ROUTER_GRADS_DTYPE = np.dtype(
 MIRRORS = [StructMirror("kosmos::moe::RouterGrads", ROUTER_GRADS_DTYPE)]
 
 
-def pair_starts(chosen: Any, experts: int) -> Any:
+def pair_starts(chosen: Any, experts: int, out: Any = None) -> Any:
     """[E + 1] int32: the pairs of each expert among `chosen` [T, k], as a prefix (the aux loss's
-    frac; a routing's own `start` where no pair was dropped). On the device, no host sync."""
+    frac; a routing's own `start` where no pair was dropped). On the device, no host sync; into
+    `out` when given (a held buffer: the fused backward's memo is keyed by its address)."""
     import cupy
 
     counts = cupy.zeros((experts,), cupy.int32)
     if chosen.size:  # a scatter-add, not cupy.bincount (which reads the max to the host)
         cupy.add.at(counts, chosen.ravel(), 1)
-    start = cupy.zeros((experts + 1,), cupy.int32)
-    start[1:] = cupy.cumsum(counts, dtype=cupy.int32)
+    start = cupy.empty((experts + 1,), cupy.int32) if out is None else out
+    start[0] = 0
+    cupy.cumsum(counts, dtype=cupy.int32, out=start[1:])
     return start
 
 
