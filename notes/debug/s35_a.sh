@@ -11,7 +11,7 @@ source notes/debug/call_env.sh s35_a
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
 T="-q -p no:cacheprovider --timeout=150 --timeout-method=thread -rfE --color=no"
 MODS="gemm.hip grouped.hip moe_fused.hip moe_backward.hip records.hip moe_dispatch.hip moe_combine.hip moe_route.hip"
-NEW="callers_buffers or memo or refuses or device_record or memory or fused_is_bitwise"
+NEW="callers_buffers or memo or refuses or device_record or memory or fused_is_bitwise or capacity"
 run "warm" timeout 90 python3 -m kosmos.runtime.warm --jobs 8 $MODS
 run "moe new tests" timeout -s INT 100 python3 -m pytest tests/gpu/test_moe_backward_fused.py tests/gpu/test_moe_layer.py tests/gpu/test_runtime.py -k "$NEW" $T
 [ "$MODE" != minimal ] && run "host (main)" timeout 35 python3 notes/debug/host_profile.py --calls 120 --only "fused forward"

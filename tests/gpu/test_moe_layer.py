@@ -30,14 +30,47 @@ TINY = {
                                name="tiny-deepseek"),  # two shared experts: one MLP of width 384
     "top1-shared": MoEConfig(experts=8, top_k=1, hidden=192, intermediate=128, score="sigmoid", normalize=False,
                              shared=1, shared_intermediate=64, name="tiny-llama4"),
-    # token dropping: each rank sends each expert at most ceil(0.8 T k / E) pairs
+    # token dropping: each rank sends each expert at most ceil(0.8 T k / E) pairs; with an aux loss,
+    # whose counts are the chosen pairs, dropped ones included (not the routing's own kept counts)
     "capacity": MoEConfig(experts=8, top_k=2, hidden=128, intermediate=128, capacity_factor=0.8,
-                          name="tiny-capacity"),
+                          aux_loss_coef=0.01, name="tiny-capacity"),
 }
 
 
 def tokens_of(rank: int, size: int, base: int) -> int:
     return 0 if (size > 1 and rank == size - 1 and base < 200) else base + 37 * rank
+
+
+def step_inputs(world, cfg, seed, base):
+    """(params, x, dy) on this rank: tokens_of(rank, size, base) tokens; seeds seed (params, x), seed + 1 (dy)."""
+    r, P = world.rank, world.size
+    params = MoEParams.random(cfg, world, seed)
+    x = cupy.asarray(rank_input(seed, r, (tokens_of(r, P, base), cfg.hidden), np.float32).astype(bfloat16))
+    dy = cupy.asarray(rank_input(seed + 1, r, x.shape, np.float32).astype(bfloat16))
+    return params, x, dy
+
+
+GRADIENTS = ("dx", "d_router_w", "dw1", "dw2", "d_shared_w1", "d_shared_w2")
+
+
+def gradient_buffers(cfg, params, x, wgrad):
+    """An MoEGradients of new buffers for backward(out=): dx bf16, d_router_w fp32, the rest `wgrad`."""
+    shapes = {"dx": (x.shape, bfloat16), "d_router_w": ((cfg.experts, cfg.hidden), np.float32),
+              "dw1": (params.w1.shape, wgrad), "dw2": (params.w2.shape, wgrad)}
+    if cfg.shared:
+        shapes.update(d_shared_w1=(params.shared_w1.shape, wgrad), d_shared_w2=(params.shared_w2.shape, wgrad))
+    return MoEGradients(**{f: cupy.empty(sh, dt) for f, (sh, dt) in shapes.items()})
+
+
+def poison(grads):
+    """NaN in every buffer of an MoEGradients, in both dtypes (0x7FC0 bf16 pairs read as an fp32 NaN)."""
+    for f in GRADIENTS:
+        if getattr(grads, f) is not None:
+            getattr(grads, f).view(np.uint16).fill(0x7FC0)
+
+
+def bits(grads):
+    return {f: None if getattr(grads, f) is None else cupy.asnumpy(getattr(grads, f)).tobytes() for f in GRADIENTS}
 
 
 def host(a):
@@ -219,26 +252,24 @@ def test_fused_is_bitwise_the_device_path(world, name):
     and movers wait for tile rows; "losses": aux and z losses; "capacity": token dropping;
     "empty-rank": the last rank has no tokens (world > 1)."""
     cfg = {"big": BIG, "losses": LOSSES, "empty-rank": TINY["deepseek-like"]}.get(name) or TINY[name]
-    P, r = world.size, world.rank
+    P = world.size
     if cfg.experts % P:
         pytest.skip(f"{cfg.experts} experts do not divide over {P} ranks")
     base = {"big": 4096, "empty-rank": 120}.get(name, 400)
     outs = []
-    fields = ("dx", "dw1", "dw2", "d_router_w", "d_shared_w1", "d_shared_w2")
     for path in ("device", "fused"):
         layer = MoELayer(world, cfg, max_tokens=base + 37 * P, path=path)
         try:
-            params = MoEParams.random(cfg, world, 13)
-            x = cupy.asarray(rank_input(13, r, (tokens_of(r, P, base), cfg.hidden), np.float32).astype(bfloat16))
-            dy = cupy.asarray(rank_input(14, r, x.shape, np.float32).astype(bfloat16))
+            params, x, dy = step_inputs(world, cfg, 13, base)
             y, ctx = layer.forward(x, params, check=True)
             g = layer.backward(dy, ctx, params)
-            outs.append([None if a is None else cupy.asnumpy(a).tobytes()
-                         for a in (y, ctx.routing.losses, *(getattr(g, f) for f in fields))])
+            losses = ctx.routing.losses
+            outs.append({"y": cupy.asnumpy(y).tobytes(), **bits(g),
+                         "losses": None if losses is None else cupy.asnumpy(losses).tobytes()})
         finally:
             layer.close()
-    for name_, a, b in zip(("y", "losses", *fields), *outs):
-        assert a == b, f"{name_} differs between the fused and the device paths"
+    for name_ in outs[0]:
+        assert outs[0][name_] == outs[1][name_], f"{name_} differs between the fused and the device paths"
 
 
 @pytest.mark.parametrize("path", ["fused", "device", "serial"])
@@ -254,26 +285,18 @@ def test_backward_into_the_callers_buffers(world, path, wgrad, experts):
     if cfg.experts % P:
         pytest.skip(f"{cfg.experts} experts do not divide over {P} ranks")
     base = 400 if experts == 16 else 120  # under 200: tokens_of gives the last rank none
-    fields = ("dx", "d_router_w", "dw1", "dw2", "d_shared_w1", "d_shared_w2")
     layer = MoELayer(world, cfg, max_tokens=base + 37 * P, path=path)
     try:
-        params = MoEParams.random(cfg, world, 21)
-        x = cupy.asarray(rank_input(21, r, (tokens_of(r, P, base), cfg.hidden), np.float32).astype(bfloat16))
-        dy = cupy.asarray(rank_input(22, r, x.shape, np.float32).astype(bfloat16))
+        params, x, dy = step_inputs(world, cfg, 21, base)
         _, ctx = layer.forward(x, params, check=True)
-        want = layer.backward(dy, ctx, params, wgrad_dtype=wgrad)
-        want = {f: cupy.asnumpy(getattr(want, f)).tobytes() for f in fields}
-        shapes = {"dx": (x.shape, bfloat16), "d_router_w": ((cfg.experts, cfg.hidden), np.float32),
-                  "dw1": (params.w1.shape, wgrad), "dw2": (params.w2.shape, wgrad),
-                  "d_shared_w1": (params.shared_w1.shape, wgrad), "d_shared_w2": (params.shared_w2.shape, wgrad)}
-        out = MoEGradients(**{f: cupy.empty(sh, dt) for f, (sh, dt) in shapes.items()})
+        want = bits(layer.backward(dy, ctx, params, wgrad_dtype=wgrad))
+        out = gradient_buffers(cfg, params, x, wgrad)
         for step in range(3):
-            for f in fields:  # NaN in both dtypes: 0x7FC0 bf16 pairs read as an fp32 NaN
-                getattr(out, f).view(np.uint16).fill(0x7FC0)
+            poison(out)
             _, ctx = layer.forward(x, params, check=True)
             got = layer.backward(dy, ctx, params, wgrad_dtype=wgrad, out=out)
             assert got is out, "backward(out=) returns the buffers it was given"
-            bad = [f for f in fields if cupy.asnumpy(getattr(out, f)).tobytes() != want[f]]
+            bad = [f for f, b in bits(out).items() if b != want[f]]
             everyone = world.comm.allgather(bad)
             assert not any(everyone), f"step {step}: not bitwise the call without out: {everyone}"
         _, ctx = layer.forward(x, params, check=True)
@@ -286,6 +309,39 @@ def test_backward_into_the_callers_buffers(world, path, wgrad, experts):
         kinds = world.comm.allgather(type(err).__name__ if err is not None else None)
         assert kinds[0] == "ValueError" and all(k == "KosmosError" for k in kinds[1:]), kinds
         assert "out.dw1" in str(err) or r != 0, err
+    finally:
+        layer.close()
+
+
+@pytest.mark.parametrize("name", ["deepseek-like", "capacity"])
+def test_a_training_loop_hits_the_fused_backwards_memo(world, name, monkeypatch):
+    """Path fused, a loop of steps over the same inputs and gradient buffers: from the second step
+    on, the backward takes its kernel arguments from its memo (MoEBackward._checked_heads patched
+    to fail), with the same bits. "deepseek-like": 16 experts, so the router weight goes through the
+    layer's padded copy; "capacity": token dropping with an aux loss, whose pair counts the layer
+    computes apart. Either, built anew per call, would make every step miss."""
+    from kosmos.moe.backward import MoEBackward
+
+    cfg, P = TINY[name], world.size
+    if cfg.experts % P:
+        pytest.skip(f"{cfg.experts} experts do not divide over {P} ranks")
+    layer = MoELayer(world, cfg, max_tokens=400 + 37 * P, path="fused")
+    try:
+        params, x, dy = step_inputs(world, cfg, 31, 400)
+        out = gradient_buffers(cfg, params, x, np.float32)
+        _, ctx = layer.forward(x, params, check=True)
+        want = bits(layer.backward(dy, ctx, params, out=out))
+
+        def missed(*args, **kwargs):
+            raise AssertionError("the fused backward's memo missed a step it has seen")  # every rank alike
+
+        monkeypatch.setattr(MoEBackward, "_checked_heads", missed)
+        for step in range(2):
+            poison(out)
+            _, ctx = layer.forward(x, params, check=True)
+            got = bits(layer.backward(dy, ctx, params, out=out))
+            bad = world.comm.allgather([f for f in GRADIENTS if got[f] != want[f]])
+            assert not any(bad), f"step {step + 2}: not bitwise the first step: {bad}"
     finally:
         layer.close()
 
