@@ -10,6 +10,13 @@ RUNS=/tmp/kosmos_$1_runs; mkdir -p "$RUNS"
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none -x KOSMOS_COMMIT -x PYTHONPATH -x PYTHONUNBUFFERED -x KOSMOS_WAIT_BUDGET_S"
 source bench/suite_lib.sh
 
+# The ping-pong tiles (notes/patches/pingpong.patch) on this tree unless it has them (branch
+# pingpong); exits the call if the patch does not apply.
+apply_pingpong() {
+  grep -q PingPongTile hipsrc/kosmos/gemm/config.h || git apply notes/patches/pingpong.patch >> "$LOG" 2>&1 \
+    || { echo "pingpong.patch does not apply" | tee -a "$LOG"; exit 1; }
+}
+
 # An A/B of a patch against main in one run: main's hipsrc copied to /tmp/tree_main (tree B, for
 # --tree-b), `patch` applied to this copy (tree A), then both trees' kernels compiled into the
 # cache at once (the files named, in both trees; others compile when first loaded). Exits if the patch does not apply.

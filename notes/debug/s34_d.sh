@@ -6,8 +6,7 @@
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s34_d.sh
 source notes/debug/call_env.sh s34_d
 # main holds the ping-pong tiles as notes/patches/pingpong.patch (branch pingpong has them applied)
-grep -q PingPongTile hipsrc/kosmos/gemm/config.h || git apply notes/patches/pingpong.patch >> "$LOG" 2>&1 \
-  || { echo "pingpong.patch does not apply" | tee -a "$LOG"; exit 1; }
+apply_pingpong
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
 T="-q -p no:cacheprovider --timeout=150 --timeout-method=thread -rfE --color=no"
 run "warm" timeout 150 python3 -m kosmos.runtime.warm --jobs 8 gemm.hip grouped.hip moe_fused.hip moe_backward.hip records.hip moe_dispatch.hip moe_combine.hip moe_route.hip
