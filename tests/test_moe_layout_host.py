@@ -98,7 +98,8 @@ def test_launch_buffer_bytes_counts_the_fused_launches_outputs():
     cap, t, pad = 1000, 300, 64
     cfg = MoEConfig(experts=8, top_k=2, hidden=128, intermediate=192, name="t")
     forward = cap * (192 + 128) * 2                                    # h, expert outputs
-    backward = cap * (2 * 192 + 128) * 2 + t * pad * 2 + t * 128 * 4   # d[gate, up], dX rows, d logits, router dx
+    backward = cap * (2 * 192 + 128) * 2 + t * pad * 2 + t * 128 * 4 + t * 2 * 4  # d[gate, up], dX rows,
+    # d logits, router dx, the fold's unit weights
     assert launch_buffer_bytes(cfg, cap, t, pad) == forward + backward
     assert launch_buffer_bytes(cfg, cap, t, pad, backwards=2) == forward + 2 * backward
     shared = MoEConfig(experts=8, top_k=2, hidden=128, intermediate=192, shared=1, shared_intermediate=64, name="s")

@@ -213,7 +213,7 @@ class MoEBackward(ExpertsLaunch):
         out, dw1, dw2, dw1_s, dw2_s, dwr = outputs
         writes = [out, dw1, dw2] + ([dw1_s, dw2_s] if shared is not None else []) + ([dwr] if router is not None else [])
         if (any(w is None for w in writes) or (shared is not None and router is None and extra is None)
-                or getattr(dy, "shape", (0,))[0] == 0):  # no token: the outputs are zeroed per call
+                or len(getattr(dy, "shape", ())) != 2 or dy.shape[0] == 0):  # no token: the outputs are zeroed per call
             return None
         if (not isinstance(routing, DeviceRouting) or shared is not None and not isinstance(shared, SharedMLP)
                 or router is not None and (not isinstance(router, RouterBackward)

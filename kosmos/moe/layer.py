@@ -194,12 +194,12 @@ def launch_buffer_bytes(cfg: MoEConfig, capacity_rows: int, tokens: int, router_
     """Bytes path "fused"'s launches hold from their first call to close() (bf16): the forward's h
     [capacity, I] and expert outputs [capacity, H] (kosmos/moe/forward.py); each backward's (one per
     wgrad dtype used) d[gate, up] [capacity, 2I], dX rows [capacity, H], the shared MLP's
-    d[gate, up] [T, 2 Fs], the router's d logits [T, router_cols] and the router's dx [T, H] fp32
-    (the fold's addend; kosmos/moe/backward.py)."""
+    d[gate, up] [T, 2 Fs], the router's d logits [T, router_cols], the router's dx [T, H] fp32
+    (the fold's addend) and the fold's unit weights [T, k] fp32 (kosmos/moe/backward.py)."""
     i, h = cfg.intermediate, cfg.hidden
     forward = capacity_rows * (i + h) * 2
     backward = (capacity_rows * (2 * i + h) * 2 + tokens * 2 * cfg.shared_width * 2 + tokens * router_cols * 2
-                + tokens * h * 4)
+                + tokens * h * 4 + tokens * cfg.top_k * 4)
     return int(forward + backwards * backward)
 
 

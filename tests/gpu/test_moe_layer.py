@@ -69,6 +69,18 @@ def poison(grads):
             getattr(grads, f).view(np.uint16).fill(0x7FC0)
 
 
+def on_every_rank(world, call):
+    """call()'s result, once every rank has made it: an exception on any rank fails every rank's
+    test (naming it) instead of leaving the others in the test's next collective."""
+    try:
+        result, error = call(), None
+    except Exception as e:  # noqa: BLE001 -- reported on every rank below
+        result, error = None, f"{type(e).__name__}: {e}"
+    errors = world.comm.allgather(error)
+    assert not any(errors), f"raised, by rank: {errors}"
+    return result
+
+
 def bits(grads):
     return {f: None if getattr(grads, f) is None else cupy.asnumpy(getattr(grads, f)).tobytes() for f in GRADIENTS}
 
@@ -294,7 +306,7 @@ def test_backward_into_the_callers_buffers(world, path, wgrad, experts):
         for step in range(3):
             poison(out)
             _, ctx = layer.forward(x, params, check=True)
-            got = layer.backward(dy, ctx, params, wgrad_dtype=wgrad, out=out)
+            got = on_every_rank(world, lambda: layer.backward(dy, ctx, params, wgrad_dtype=wgrad, out=out))
             assert got is out, "backward(out=) returns the buffers it was given"
             bad = [f for f, b in bits(out).items() if b != want[f]]
             everyone = world.comm.allgather(bad)
@@ -317,9 +329,11 @@ def test_backward_into_the_callers_buffers(world, path, wgrad, experts):
 def test_a_training_loop_hits_the_fused_backwards_memo(world, name, monkeypatch):
     """Path fused, a loop of steps over the same inputs and gradient buffers: from the second step
     on, the backward takes its kernel arguments from its memo (MoEBackward._checked_heads patched
-    to fail), with the same bits. "deepseek-like": 16 experts, so the router weight goes through the
-    layer's padded copy; "capacity": token dropping with an aux loss, whose pair counts the layer
-    computes apart. Either, built anew per call, would make every step miss."""
+    to fail), with the same bits; then, new tokens and router weights written into the same arrays
+    (a hit still), the bits of a fresh layer on them. "deepseek-like": 16 experts, so the router
+    weight goes through the layer's padded copy; "capacity": token dropping with an aux loss, whose
+    pair counts the layer computes apart. Either, built anew per call, would make every step miss;
+    either, filled only when allocated, would be stale after the weights change."""
     from kosmos.moe.backward import MoEBackward
 
     cfg, P = TINY[name], world.size
@@ -332,18 +346,33 @@ def test_a_training_loop_hits_the_fused_backwards_memo(world, name, monkeypatch)
         _, ctx = layer.forward(x, params, check=True)
         want = bits(layer.backward(dy, ctx, params, out=out))
 
-        def missed(*args, **kwargs):
-            raise AssertionError("the fused backward's memo missed a step it has seen")  # every rank alike
+        def missed(*args, **kwargs):  # a refusal: the rank still launches (moving nothing), no peer waits
+            raise ValueError("the fused backward's memo missed a step it has seen")
 
         monkeypatch.setattr(MoEBackward, "_checked_heads", missed)
         for step in range(2):
             poison(out)
             _, ctx = layer.forward(x, params, check=True)
-            got = bits(layer.backward(dy, ctx, params, out=out))
+            got = bits(on_every_rank(world, lambda: layer.backward(dy, ctx, params, out=out)))
             bad = world.comm.allgather([f for f in GRADIENTS if got[f] != want[f]])
             assert not any(bad), f"step {step + 2}: not bitwise the first step: {bad}"
+        new_params, new_x, _ = step_inputs(world, cfg, 41, 400)
+        x.view(np.uint16)[...] = new_x.view(np.uint16)
+        params.router_w.view(np.uint16)[...] = new_params.router_w.view(np.uint16)
+        poison(out)
+        _, ctx = layer.forward(x, params, check=True)
+        got = bits(on_every_rank(world, lambda: layer.backward(dy, ctx, params, out=out)))
     finally:
         layer.close()
+    monkeypatch.undo()
+    fresh = MoELayer(world, cfg, max_tokens=400 + 37 * P, path="fused")
+    try:
+        _, ctx = fresh.forward(x, params, check=True)
+        want = bits(fresh.backward(dy, ctx, params))
+    finally:
+        fresh.close()
+    bad = world.comm.allgather([f for f in GRADIENTS if got[f] != want[f]])
+    assert not any(bad), f"new values in the same arrays: not bitwise a fresh layer's: {bad}"
 
 
 def backward_case(world, cfg, seed, zero_dy=False, path="device"):
@@ -593,7 +622,7 @@ def test_memory_counts_the_fused_launches_buffers(world, name):
             fwd = layer._forward
             held = fwd._h.nbytes + fwd._y_e.nbytes
             for b in layer._backwards.values():
-                held += b._held.nbytes
+                held += b._held.nbytes + b._ones.nbytes
             if wdt == np.float32:
                 assert held == said, (held, said)
         assert held == layer.memory()["launch_buffers"], (held, layer.memory())
