@@ -329,7 +329,7 @@ def test_backward_into_the_callers_buffers(world, path, wgrad, experts):
 def test_a_training_loop_hits_the_fused_backwards_memo(world, name, monkeypatch):
     """Path fused, a loop of steps over the same inputs and gradient buffers: from the second step
     on, the backward takes its kernel arguments from its memo (MoEBackward._checked_heads patched
-    to fail), with the same bits; then, new tokens and router weights written into the same arrays
+    to fail) and skips the checks of `out` (MoELayer._checked_gradients, likewise), with the same bits; then, new tokens and router weights written into the same arrays
     (a hit still), the bits of a fresh layer on them. "deepseek-like": 16 experts, so the router
     weight goes through the layer's padded copy; "capacity": token dropping with an aux loss, whose
     pair counts the layer computes apart. Either, built anew per call, would make every step miss;
@@ -350,6 +350,7 @@ def test_a_training_loop_hits_the_fused_backwards_memo(world, name, monkeypatch)
             raise ValueError("the fused backward's memo missed a step it has seen")
 
         monkeypatch.setattr(MoEBackward, "_checked_heads", missed)
+        monkeypatch.setattr(MoELayer, "_checked_gradients", missed)
         for step in range(2):
             poison(out)
             _, ctx = layer.forward(x, params, check=True)
