@@ -1,9 +1,13 @@
 #!/usr/bin/env bash
-# Session 36's check of main after the ping-pong 128 landed (021ecbe: every kernel recompiles with
-# the new builder_wgmma.h) and out='s checks memo (9bfe395): the GEMM and grouped GPU tests, the MoE
-# tests of the memos, the host profile, then TP and MXFP8 at world 1 (the cooperative tiles they
-# keep went through the builder's refactor).   KOSMOS_COMMIT=<sha> bash notes/debug/s36_d.sh
+# Session 36's check of the ping-pong 128 as the 128-wide bf16 tile (notes/patches/pingpong128.patch
+# = commit 021ecbe, branch pingpong-128; reverted on main until this passes: every kernel recompiles
+# with its builder_wgmma.h) and of out='s checks memo (9bfe395, on main): the GEMM and grouped GPU
+# tests, the MoE tests of the memos, the host profile, then TP and MXFP8 at world 1 (the
+# cooperative tiles they keep went through the builder's refactor).
+#   KOSMOS_COMMIT=<sha> bash notes/debug/s36_d.sh
 source notes/debug/call_env.sh s36_d
+grep -q PingPongTile hipsrc/kosmos/gemm/config.h || git apply notes/patches/pingpong128.patch >> "$LOG" 2>&1 \
+  || { echo "pingpong128.patch does not apply" | tee -a "$LOG"; exit 1; }
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
 T="-q -p no:cacheprovider --timeout=150 --timeout-method=thread -rfE --color=no -x"
 run "warm" timeout 170 python3 -m kosmos.runtime.warm --jobs 12 gemm.hip grouped.hip tp.hip moe_fused.hip moe_backward.hip records.hip moe_dispatch.hip moe_combine.hip moe_route.hip mx.hip transpose.hip
