@@ -11,7 +11,8 @@ own time and by cumulative time.
     python3 notes/debug/host_profile.py [--calls 400] [--profile --top 22] [--uncached]
 
 --uncached: matmul's and grouped_matmul's checked-call caches (kosmos.runtime.call_cache), the
-plans' argument memos, MoEForward's (session 33) and MoEBackward's (session 34) bypassed: the host
+plans' argument memos, MoEForward's (session 33), MoEBackward's (session 34) and MoELayer's checks of
+backward's out (session 36) bypassed: the host
 cost before those caches (the layer's held buffers stay), for an A/B in one call; --uncached-moe:
 only MoEForward's and MoEBackward's memos. --only NAME: the calls whose names contain NAME.
 """
@@ -108,6 +109,7 @@ def main() -> None:
         tokens = tokens_of(cfg, 256)
         layers = {p: MoELayer(world, cfg, max_tokens=tokens, path=p) for p in ("fused", "device")}
         bypass_or_count((layers["fused"]._forward._heads_memo,), args.uncached or args.uncached_moe)  # session 33's
+        bypass_or_count((layers["fused"]._checked_outs,), args.uncached or args.uncached_moe)  # session 36's (out=)
         from kosmos.moe import backward as moe_backward  # session 34's memo: MoEBackward's (built at its first call)
 
         init = moe_backward.MoEBackward.__init__
