@@ -14,7 +14,7 @@ own time and by cumulative time.
 plans' argument memos, MoEForward's (session 33), MoEBackward's (session 34) and MoELayer's checks of
 backward's out (session 36) bypassed: the host
 cost before those caches (the layer's held buffers stay), for an A/B in one call; --uncached-moe:
-only MoEForward's and MoEBackward's memos. --only NAME: the calls whose names contain NAME.
+only the MoE memos (MoEForward's, MoEBackward's, the out checks'). --only NAME: the calls whose names contain NAME.
 """
 import argparse
 import cProfile
