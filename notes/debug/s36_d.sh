@@ -13,6 +13,7 @@ T="-q -p no:cacheprovider --timeout=150 --timeout-method=thread -rfE --color=no 
 run "warm" timeout 170 python3 -m kosmos.runtime.warm --jobs 12 gemm.hip grouped.hip tp.hip moe_fused.hip moe_backward.hip records.hip moe_dispatch.hip moe_combine.hip moe_route.hip mx.hip transpose.hip
 run "gemm+grouped" timeout -s INT 80 python3 -m pytest tests/gpu/test_gemm.py tests/gpu/test_grouped.py $T
 run "moe" timeout -s INT 80 python3 -m pytest tests/gpu/test_moe_backward_fused.py tests/gpu/test_moe_layer.py -k "fused_is_bitwise or callers_buffers or memo or training_loop or refuses" $T
+run "host, MoE memos bypassed" timeout 35 python3 notes/debug/host_profile.py --calls 120 --only "fused forward" --uncached-moe
 run "host" timeout 35 python3 notes/debug/host_profile.py --calls 120 --only "fused forward"
 run "tp np1" timeout -s INT 90 python3 -m pytest tests/gpu/test_tp.py $T
 run "mx np1" timeout -s INT 70 python3 -m pytest tests/gpu/test_mx.py tests/gpu/test_tp_mx.py $T
