@@ -10,11 +10,13 @@ RUNS=/tmp/kosmos_$1_runs; mkdir -p "$RUNS"
 MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none -x KOSMOS_COMMIT -x PYTHONPATH -x PYTHONUNBUFFERED -x KOSMOS_WAIT_BUDGET_S"
 source bench/suite_lib.sh
 
-# The ping-pong tiles (notes/patches/pingpong.patch) on this tree unless it has them (branch
-# pingpong); exits the call if the patch does not apply.
+# The ping-pong tiles on this tree unless it has them (a branch or main with them): `patch`, default
+# notes/patches/pingpong.patch (the flag version; pingpong128.patch: the landed form); exits the
+# call if the patch does not apply.   apply_pingpong [patch]
 apply_pingpong() {
-  grep -q PingPongTile hipsrc/kosmos/gemm/config.h || git apply notes/patches/pingpong.patch >> "$LOG" 2>&1 \
-    || { echo "pingpong.patch does not apply" | tee -a "$LOG"; exit 1; }
+  local patch=${1:-notes/patches/pingpong.patch}
+  grep -q PingPongTile hipsrc/kosmos/gemm/config.h || git apply "$patch" >> "$LOG" 2>&1 \
+    || { echo "$patch does not apply" | tee -a "$LOG"; exit 1; }
 }
 
 # An A/B of a patch against main in one run: main's hipsrc copied to /tmp/tree_main (tree B, for

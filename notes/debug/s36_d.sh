@@ -6,8 +6,7 @@
 # cooperative tiles they keep went through the builder's refactor).
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s36_d.sh
 source notes/debug/call_env.sh s36_d
-grep -q PingPongTile hipsrc/kosmos/gemm/config.h || git apply notes/patches/pingpong128.patch >> "$LOG" 2>&1 \
-  || { echo "pingpong128.patch does not apply" | tee -a "$LOG"; exit 1; }
+apply_pingpong notes/patches/pingpong128.patch
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
 T="-q -p no:cacheprovider --timeout=150 --timeout-method=thread -rfE --color=no -x"
 run "warm" timeout 170 python3 -m kosmos.runtime.warm --jobs 12 gemm.hip grouped.hip tp.hip moe_fused.hip moe_backward.hip records.hip moe_dispatch.hip moe_combine.hip moe_route.hip mx.hip transpose.hip

@@ -5,8 +5,7 @@
 # chooser, then chooser_check.py on it (where the automatic tiling trails the best forced one, with
 # the wave model's costs beside the measured times).   KOSMOS_COMMIT=<sha> bash notes/debug/s36_f.sh
 source notes/debug/call_env.sh s36_f
-grep -q PingPongTile hipsrc/kosmos/gemm/config.h || git apply notes/patches/pingpong128.patch >> "$LOG" 2>&1 \
-  || { echo "pingpong128.patch does not apply" | tee -a "$LOG"; exit 1; }
+apply_pingpong notes/patches/pingpong128.patch
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
 run "warm" timeout 90 python3 -m kosmos.runtime.warm --jobs 2 gemm.hip timing.hip
 run "bench gemm both" timeout 420 python3 bench/gemm.py --set both --caps 132 --reps 8 --out $RUNS --tag s36_refit
