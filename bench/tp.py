@@ -5,6 +5,7 @@
     mpirun -np 8 python3 bench/tp.py --ablate                                 # role policies, queue orders
     mpirun -np 8 python3 bench/tp.py --precision mxfp8                        # MXFP8 operands
     python3 bench/tp.py --quick --tree-b /tmp/tree_main/hipsrc                # A/B of a kernel change
+    python3 bench/tp.py --quick --tile-n 128 --tree-b /tmp/tree_b/hipsrc      # ... of one tile width
 
 Shapes: kosmos/configs/llama3_shapes.yaml (the paper's Tables C.3-C.12, M tokens in total, TP 8
 widths); each rank holds M / world tokens. Per shape and kernel: the fused op (one launch), the
@@ -250,8 +251,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--precision", default="bf16", choices=("bf16", "mxfp8"))
     ap.add_argument("--tree-b", default="", help="a hipsrc tree: the shipped fused op again, built with that "
                     "tree's kernels ('fused B'), interleaved (an A/B of a kernel change; 'B/A' = its time over fused's)")
+    ap.add_argument("--tile-n", type=int, default=0, choices=(0, *gemm.TILE_WIDTHS),
+                    help="every GEMM (the fused ops' and the plain one) on 128 x this tile, whole tiles, not "
+                    "the chooser's tiling (Hopper; 0: the chooser's): a tile width's A/B or the chooser's refit")
     args = ap.parse_args(argv)
     import cupy
+
+    if args.tile_n:  # the one place the fused ops and kosmos.matmul take their tiling from
+        gemm.choose_tiling = lambda shape, ctas, widths, stream_k_ok: (args.tile_n, None)
 
     with World() as world:
         check_timeable(world, args.allow_oversubscribed)
@@ -285,6 +292,7 @@ def main(argv: list[str] | None = None) -> int:
                         contenders["fused B"] = in_kernel_tree(args.tree_b, case_b.fused)
                 t = time_calls(world, contenders, args.warmup, args.iters)
                 row = {"kernel": s.kernel, "shape": s.name, "m": m, "n": n, "k": k, "variant": label,
+                       "tile_n": case.op.tile_n, "stream_k": case.op.stream_k is not None,
                        "precision": args.precision, "link_bytes_per_rank": case.link_bytes, "crew": case.op.describe(), **{f"{a}_ms": b.median_ms for a, b in t.items()},
                        **{f"{a}_host_us": b.host_us for a, b in t.items()}}
                 rows.append(row)
@@ -299,11 +307,12 @@ def main(argv: list[str] | None = None) -> int:
                 del case, case_b
                 cupy.get_default_memory_pool().free_all_blocks()
         result = {"gpu": device_name(), "world_size": P, "oversubscribed": world.oversubscribed,
-                  "precision": args.precision, "tree_b": args.tree_b or None,
+                  "precision": args.precision, "tree_b": args.tree_b or None, "forced_tile_n": args.tile_n or None,
                   "commit": git_commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "rows": rows}
         if world.rank == 0 and rows:
             args.out.mkdir(parents=True, exist_ok=True)
-            stem = f"tp_w{P}" + ("_ablate" if args.ablate else "") + ("_mxfp8" if args.precision == "mxfp8" else "")
+            stem = (f"tp_w{P}" + ("_ablate" if args.ablate else "") + ("_mxfp8" if args.precision == "mxfp8" else "")
+                    + (f"_tile{args.tile_n}" if args.tile_n else ""))
             (args.out / f"{stem}.json").write_text(json.dumps(result, indent=1))
             summarize(result, args.out / f"{stem}.png")
         if nccl:
