@@ -36,8 +36,10 @@ spec.loader.exec_module(bench_gemm)
 
 # The short-K experts and small-M shapes (issue 11's gaps) and paper shapes where stream-K was chosen
 # or lost (notes/gemm.md sessions 28-31).
+# The last four: where notes/patches/sk_tail_split.patch (stream_k_split searching both) changes the choice.
 DEFAULT = ("dsv3-gemm2-2048,gptoss-gemm1-2048,qwen3-gemm2-2048,dsv3-wgrad-2048,dsv3-gemm1-2048,smallM-256,"
-           "smallM-1000,smallM-256-NN,oddM-3001,TN:405B-Down-MBS8,NT:8B-QKV-MBS8,NN:70B-OProj-MBS4")
+           "smallM-1000,smallM-256-NN,oddM-3001,TN:405B-Down-MBS8,NT:8B-QKV-MBS8,NN:70B-OProj-MBS4,"
+           "NT:8B-FC1-MBS1,TN:70B-QKV-MBS1,NN:8B-Down-MBS1,NT:70B-QKV-MBS4")
 
 
 def shapes_named(names: str) -> list[PaperShape]:
