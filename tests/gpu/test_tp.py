@@ -189,6 +189,32 @@ def test_every_tile_width_gives_the_same_answer(world, width, monkeypatch):
         np.testing.assert_array_equal(got, want, err_msg=f"op {i} at tile_n={width}")
 
 
+@pytest.mark.parametrize("width", [192, 128])
+@pytest.mark.parametrize("layout", ["TN", "NN"])
+def test_two_way_builders_on_every_tile_width(world, width, layout, monkeypatch):
+    """AG+GEMM with two-way movers (a builder CTA leaves the builder between tiles to gather, and
+    comes back) on each Hopper tile width, bitwise the default op on 128 x 256 tiles: the builder's
+    ring and, on the 128-wide ping-pong tile, its hand-over between the consumer warpgroups must
+    survive the exits. 6 tile rows a rank, 1.75-3.5 tile columns."""
+    from kosmos import gemm
+
+    if gemm.arch_path() != "wgmma":
+        pytest.skip("the narrow tiles are Hopper-only")
+    m, n, k = 768, 448, 320  # TN: x [m, k], out [P m, n]; NN: x [m, n], out [P m, k]
+    r = world.rank
+    x = cupy.asarray(arr(("ttx", layout), r, (m, k if layout == "TN" else n)))
+    w = cupy.asarray(arr(("ttw", layout), 0, (n, k), 0.1))
+    base = bits(AllGatherMatmul(world, m, n, k, layout=layout)(x, w))
+    monkeypatch.setattr(gemm, "choose_tile_n", lambda tiles, ctas: width)
+    op = AllGatherMatmul(world, m, n, k, layout=layout, policy="two_way")
+    assert op.tile_n == width
+    for call in range(2):  # the second call on the ring the first left
+        out = poisoned(op.out_shape, bfloat16)
+        op(x, w, out)
+        world.synchronize()
+        np.testing.assert_array_equal(bits(out), base, err_msg=f"two-way at tile_n={width}, call {call}")
+
+
 ABLATIONS = [dict(policy="fixed"), dict(policy="two_way"), dict(ag_order="chunk_major"), dict(ag_order="naive"),
              dict(mover_threads=128), dict(movers=1), dict(sm_cap=33)]
 
