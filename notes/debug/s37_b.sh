@@ -19,5 +19,7 @@ run "tp np1" timeout -s INT 100 python3 -m pytest tests/gpu/test_tp.py $T
 run "tp np2" timeout -s INT 120 $MPIRUN -np 2 python3 -m pytest tests/gpu/test_tp.py -k "width or switches or back_to_back" $T
 run "tp A/B at 128" timeout 200 python3 bench/tp.py --quick --tile-n 128 --iters 20 --tree-b /tmp/tree_b/hipsrc --out $RUNS
 cp "$RUNS"/*.json "$OUT"/ 2>/dev/null
-grep -E "^=====|passed|failed|FAILED|Error|B/A|does not apply" "$LOG" | cut -c1-250 | tail -40
+# 9bfe395's question (from s36_d.sh): does backward(out=) now cost no more host time than without?
+run "host" timeout 35 python3 notes/debug/host_profile.py --calls 120 --only "fused forward"
+grep -E "^=====|passed|failed|FAILED|Error|B/A|does not apply|^  MoELayer" "$LOG" | cut -c1-250 | tail -40
 printf '%s\n' "${summary[@]}"
