@@ -2,7 +2,7 @@
 # Session 36's check of the ping-pong 128 as the 128-wide bf16 tile (notes/patches/pingpong128.patch
 # = commit 021ecbe, branch pingpong-128; reverted on main until this passes: every kernel recompiles
 # with its builder_wgmma.h) and of out='s checks memo (9bfe395, on main): the GEMM and grouped GPU
-# tests, the MoE tests of the memos, the host profile, then TP and MXFP8 at world 1 (the
+# tests, the MoE tests of the memos, then TP and MXFP8 at world 1 (the
 # cooperative tiles they keep went through the builder's refactor). (Session 37 dropped its two host
 # profiles: device time was short; they are in s37_b.sh's tail.)
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s36_d.sh
