@@ -59,7 +59,7 @@ KOSMOS_GROUPED_KERNEL(kosmos_grouped_nn_swiglu_bwd, LAYOUT_NN, EpiSwiGLUBackward
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_nt_bf16, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA)
 KOSMOS_GROUPED_KERNEL(kosmos_grouped_nt_f32, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32)
 
-// 128x192 and 128x128 tiles (Hopper only): more tiles for few, short groups.
+// 128x192 and 128x128 tiles (Hopper only): more tiles for few, short groups; the 128-wide ping-pong.
 #if KOSMOS_GEMM_WGMMA
 #define KOSMOS_GROUPED_NARROW(SUFFIX, TILE)                                                                       \
   KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_tn_bf16_##SUFFIX, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA, TILE)      \
@@ -67,7 +67,7 @@ KOSMOS_GROUPED_KERNEL(kosmos_grouped_nt_f32, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_
   KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nt_bf16_##SUFFIX, LAYOUT_NT, EpiStoreBf16, KOSMOS_EPI_TMA, TILE)      \
   KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nt_f32_##SUFFIX, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32, TILE)
 KOSMOS_GROUPED_NARROW(n192, MidTile)
-KOSMOS_GROUPED_NARROW(n128, NarrowTile)
+KOSMOS_GROUPED_NARROW(n128, PingPongTile)  // a warpgroup a 128 x 128 tile (builder_wgmma.h consume_pingpong)
 #endif
 
 // The readiness hook MoE movers release rows through (RunsArrived), exercised standalone: group e

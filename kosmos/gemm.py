@@ -157,7 +157,10 @@ def stores_through_tma(epilogue: str, uses_tma: bool) -> bool:
     return uses_tma and epilogue in STORE_EPILOGUES
 
 
-TILE_WIDTHS = (256, 192, 128)  # the standalone GEMM's tile configurations (config.h TileConfig): 128 x BN
+# The standalone GEMM's tile configurations (config.h TileConfig): 128 x BN. With bf16 operands the
+# 128-wide one is ping-pong (config.h PingPongTile: a consumer warpgroup a tile, one's epilogue under
+# the other's mainloop); MXFP8 operands and the fused TP kernels keep the cooperative 128 x 128.
+TILE_WIDTHS = (256, 192, 128)
 
 
 def tile_columns(no: int, swiglu_f: int, tile_n: int) -> int:
@@ -176,7 +179,9 @@ def tile_counts(shape: GemmShape, tile_n: int = 256) -> tuple[int, int, int]:
 # Per-FLOP speed of each tile width relative to 128 x 256 (narrower tiles reuse each operand byte
 # less): the chooser's constants. Measured on the H200 with every width forced (bench/gemm.py
 # w256 / w192 / w128, medians over the shapes of more than 1,000 tiles): 192 0.965 (session 14,
-# 96 shapes), 128 0.79-0.87 (sessions 4-14; notes/gemm.md).
+# 96 shapes), 128 0.79-0.87 (sessions 4-14, cooperative; notes/gemm.md). The ping-pong 128 (session 36,
+# H100) runs 0.80-0.87 of w256 on the big shapes, ~1.04 of the cooperative one: left at 0.82 until an
+# H200 run refits the chooser (it still takes stream-K at 256 x 8192^2, where ping-pong was 8-15 % faster).
 TILE_EFFICIENCY = {256: 1.0, 192: 0.965, 128: 0.82}
 
 

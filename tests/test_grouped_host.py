@@ -66,7 +66,7 @@ def test_every_grouped_kernel_exists_in_the_source():
     assert grouped.kernel_name("NT", "store", np.float32) in text
     assert grouped.kernel_name("TN", "swiglu", None) in text
     assert grouped.kernel_name("NN", "swiglu_backward", None) in text
-    for width, tile in ((192, "MidTile"), (128, "NarrowTile")):  # the narrow ones from KOSMOS_GROUPED_NARROW
+    for width, tile in ((192, "MidTile"), (128, "PingPongTile")):  # the narrow ones from KOSMOS_GROUPED_NARROW
         assert f"KOSMOS_GROUPED_NARROW(n{width}, {tile})" in text
         for layout, dt in [(lo, None) for lo in grouped.LAYOUTS] + [("NT", np.float32)]:
             name = grouped.kernel_name(layout, "store", dt, width)

@@ -289,6 +289,28 @@ def test_tile_widths_agree_bitwise(layout):
                 assert (wide.view(view) == narrow.view(view)).all(), f"{m} x {n} x {k} tile_n={width} {dt}"
 
 
+@pytest.mark.parametrize("layout", ["TN", "NN", "NT"])
+def test_pingpong_128_tiles_agree_bitwise_on_few_ctas(layout):
+    """The 128-wide tiles (ping-pong with bf16 operands: a consumer warpgroup a tile, the two taking
+    turns) reduce in the 256-wide tile's order: bitwise its result in both output dtypes, twice,
+    nothing written past the output; on the whole GPU and on 3 CTAs (every CTA takes many tiles,
+    odd and even counts of them), with 1 and many slabs a tile and a last tile row of 2 rows."""
+    if gemm.arch_path() != "wgmma":
+        pytest.skip("the 128-wide tiles are Hopper-only")
+    rng = np.random.default_rng(12)
+    for m, n, k, cap in ((517, 384, 640, None), (5000, 448, 192, 3), (1000, 1280, 4096, None), (130, 128, 64, 3)):
+        sa, sb = operands(layout, m, n, k)
+        a, b = cupy.asarray(rand_bf16(rng, sa)), cupy.asarray(rand_bf16(rng, sb))
+        for dt, view in ((np.float32, cupy.uint32), (BF16, cupy.uint16)):
+            wide = gemm.matmul(a, b, layout, tile_n=256, out_dtype=dt)
+            for run in range(2):
+                whole, pp = nan_buffer(wide.shape, dt)
+                gemm.matmul(a, b, layout, tile_n=128, out=pp, sm_cap=cap)
+                where = f"{layout} {m} x {n} x {k} cap {cap} {dt} run {run}"
+                assert (wide.view(view) == pp.view(view)).all(), where
+                assert np.isnan(whole[wide.shape[0]:].get().astype(np.float32)).all(), f"{where}: guard rows written"
+
+
 def test_automatic_tile_width():
     """Few tiles -> 128-wide (Hopper): 256 x 8192 output = 64 tiles of 256 but 128 of 128 on 132 SMs."""
     shape = gemm.gemm_shape("TN", (256, 1024), (8192, 1024))

@@ -38,10 +38,16 @@ constexpr int kEntryRegs = 168;  // 65536 / 384 rounded down to a multiple of 8
 // The ring's bookkeeping, in the kSmemBytes plan after the stages and the epilogue staging.
 struct PipelineState {
   u64 full[kMaxStages];   // TMA bytes of the stage landed (count 1 + tx)
-  u64 empty[kMaxStages];  // the consumers' 8 warps are done reading it
+  u64 empty[kMaxStages];  // the consumers' 8 warps are done reading it (ping-pong: the owner's 4, 2 arrivals each)
   i32 slot[kMaxStages];   // the unit the stage belongs to, or -1 / -2
   u32 stage, phase;     // the ring position between calls: both sides end a call at the same one
   i32 aborted;         // a readiness hook failed: the kernel is on its way out
+  // Ping-pong (consume_pingpong): where a consumer warpgroup's unit left the ring -- the next
+  // unit's first stage and its phase -- and the stop it met there (0: none), for the other's turn.
+  struct Handoff {
+    u32 s, ph;
+    i32 stop;
+  } handoff[2];
 };
 static_assert(sizeof(PipelineState) <= 256, "the pipeline state must fit the 256 bytes kSmemBytes keeps for it");
 
@@ -61,7 +67,7 @@ KOSMOS_DEVICE void builder_init_arch(u8* smem_raw) {
   if (threadIdx.x == 0) {
     for (int i = 0; i < kMaxStages; ++i) {  // every tile configuration's ring
       sm90::mbar_init(&ps->full[i], 1);
-      sm90::mbar_init(&ps->empty[i], 8);  // one arrival per consumer warp
+      sm90::mbar_init(&ps->empty[i], 8);  // one arrival per consumer warp (ping-pong: two per owner warp)
     }
     ps->stage = ps->phase = 0;
     ps->aborted = 0;
@@ -240,7 +246,91 @@ KOSMOS_DEVICE void mx_nan_rows(float* acc, u32 seen0, u32 seen1) {
 // (session 17, notes/gemm.md): skewed grouped GEMMs +1.5-3.6 %, a 320-row GEMM +12 %.
 template <class Cfg, class Sched>
 KOSMOS_DEVICE bool one_warpgroup_rows(const TileCoord& tc) {
-  return !Cfg::kMxA && !Sched::kRaggedK && tc.row_end - tc.row0 <= 64;
+  return !Cfg::kMxA && !Cfg::kPingPong && !Sched::kRaggedK && tc.row_end - tc.row0 <= 64;
+}
+
+// A ragged group's last slab (kRaggedK): TMA loaded 64 rows, the rows past the group's end belong
+// to the next group. Zero them in both operands (0 x Inf would be NaN) before any wgmma reads:
+// `threads` consumer threads (ctid 0..threads-1), then their named barrier `bar`.
+template <class Cfg>
+KOSMOS_DEVICE void zero_rows_past(u8* stage, i32 valid, int ctid, int threads, u32 bar) {
+  using namespace sm90;
+  const i32 chunks = (kTileK - valid) * 8;  // 16-byte chunks per 64x64 box
+  for (i32 c = ctid; c < (2 + Cfg::kBoxesB) * chunks; c += threads) {
+    const i32 box = c / chunks, r = valid + (c % chunks) / 8;
+    st16(stage + box * kBoxBytes + r * 128 + (c % 8) * 16, vec16{0u, 0u, 0u, 0u});
+  }
+  fence_proxy_async_shared();
+  named_barrier(bar, threads);
+}
+
+// The TMA-store epilogue of one consumer warpgroup: kHalves m64 x kN accumulator fragments (kN / 2
+// floats a thread each: the cooperative tile's one, a ping-pong tile's two, rows 64 h on) stored
+// through shared memory in subtiles of 64 rows x 128 bytes (64 bf16 or 32 fp32 columns) and
+// kSlots 8 KB slots at ebuf: with two, subtile q is written into slot q % 2 while the TMA store of
+// subtile q-1 still reads the other slot; with one (the 192-wide tile's 5th stage took the other),
+// after it has read it. The slots hold the TMA's 128-byte swizzle (16-byte chunk ^= row % 8),
+// which also keeps the fragment's 8-row stores free of bank conflicts. `bar`: the warpgroup's
+// named barrier; map_row: the output map's row of the fragments' first row.
+template <int kN, int kHalves, int kSlots, class Epi>
+KOSMOS_DEVICE void store_through_tma(const Epi& epi, const TileCoord& tc, const float* acc, u8* ebuf, i32 map_row,
+                                     int tid, int warp, int lane, u32 bar) {
+  using namespace sm90;
+  constexpr int kEB = Epi::kTmaElemBytes;
+  constexpr int kBoxCols = 128 / kEB, kN8 = kBoxCols / 8;  // columns and n8 blocks per subtile
+  constexpr int kSub = kN / kBoxCols;                      // subtiles per fragment
+  const int r0 = warp * 16 + lane / 4;
+#pragma unroll
+  for (int h = 0; h < kHalves; ++h) {
+#pragma unroll
+    for (int q = 0; q < kSub; ++q) {
+      const int g = h * kSub + q;
+      u8* slot_q = ebuf + (g % kSlots) * kBoxBytes;
+      // the store that last used this slot has read it: the one before the newest, except with
+      // one slot and at a tile's first subtile after an odd count of them (bf16 192 columns: 3),
+      // whose last store used slot 0 too (it matters where two epilogues meet with no mainloop
+      // between: an empty group's zero tile)
+      if (tid == 0) {
+        if (kSlots == 1 || (g == 0 && (kHalves * kSub) % 2 == 1)) bulk_wait_read_all();
+        else bulk_wait_read_but_one();
+      }
+      named_barrier(bar, 128);
+#pragma unroll
+      for (int jj = 0; jj < kN8; ++jj) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+          const int r = r0 + 8 * i;
+          const int a = h * (kN / 2) + 4 * (kN8 * q + jj) + 2 * i;
+          if constexpr (Epi::kTransposed) {  // slot row = the subtile's column, 2 bytes a store
+            static_assert(kEB == 2, "the transposed store is bf16's");
+            const u32 v = pack_bf16x2(acc[a], acc[a + 1]);
+#pragma unroll
+            for (int e = 0; e < 2; ++e) {
+              const int c = 8 * jj + 2 * (lane % 4) + e;
+              *reinterpret_cast<u16*>(slot_q + c * 128 + (((r / 8) ^ (c % 8)) * 16) + (r % 8) * 2) = u16(v >> (16 * e));
+            }
+          } else if constexpr (kEB == 2) {  // an n8 block is one 16-byte chunk, 4 bytes a lane
+            *reinterpret_cast<u32*>(slot_q + r * 128 + ((jj ^ (r % 8)) * 16) + (lane % 4) * 4) =
+                pack_bf16x2(acc[a], acc[a + 1]);
+          } else {  // two chunks, 8 bytes a lane
+            const int chunk = 2 * jj + (lane % 4) / 2;
+            *reinterpret_cast<float2*>(slot_q + r * 128 + ((chunk ^ (r % 8)) * 16) + (lane % 2) * 8) =
+                make_float2(acc[a], acc[a + 1]);
+          }
+        }
+      }
+      fence_proxy_async_shared();
+      named_barrier(bar, 128);
+      if (tid == 0) {
+        const i32 row = map_row + 64 * h, col = tc.col0 + kBoxCols * q;
+        if constexpr (Epi::kReduceAdd) tma_reduce_add_2d(epi.map, slot_q, col, row);
+        else if constexpr (Epi::kTransposed) tma_store_2d(epi.map, slot_q, row, col);
+        else tma_store_2d(epi.map, slot_q, col, row);
+        bulk_commit();
+      }
+    }
+  }
+  if (Epi::kHasDone && tid == 0) bulk_wait_all();
 }
 
 // The producer's half of a call, thread 0 alone: claims units, runs the readiness hook, issues
@@ -420,19 +510,8 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
         if (i > 0) mbar_wait(&full[s], ph);
         u8* stage = base + s * Cfg::kStageBytes;
         if constexpr (Sched::kRaggedK) {
-          // The group's last slab: TMA loaded 64 rows, the rows past the group's end belong to the
-          // next group. Zero them in both operands (0 x Inf would be NaN) before any wgmma reads.
           const i32 valid = k_left - i * kTileK;
-          if (valid < kTileK) {
-            const i32 chunks = (kTileK - valid) * 8;  // 16-byte chunks per 64x64 box
-            const int ctid = tid + 128 * cw;
-            for (i32 c = ctid; c < (2 + Cfg::kBoxesB) * chunks; c += 256) {
-              const i32 box = c / chunks, r = valid + (c % chunks) / 8;
-              st16(stage + box * kBoxBytes + r * 128 + (c % 8) * 16, vec16{0u, 0u, 0u, 0u});
-            }
-            fence_proxy_async_shared();
-            named_barrier(1, 256);
-          }
+          if (valid < kTileK) zero_rows_past<Cfg>(stage, valid, tid + 128 * cw, 256, 1);
         }
         const u32 a0 = smem_addr(stage + cw * kBoxBytes);
         const u32 b0 = smem_addr(stage + Cfg::kStageBytesA);
@@ -468,64 +547,8 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
     if constexpr (Epi::kTmaStore) {
       if (!Sched::kMaskedRows || !tc.masked) {
         stored = true;
-      // Through shared memory, in subtiles of 64 rows x 128 bytes per warpgroup (64 bf16 or 32
-      // fp32 columns) and Cfg::kEpiSlots 8 KB slots: with two, subtile q is written into slot q%2
-      // while the TMA store of subtile q-1 still reads the other slot; with one (the 192-wide
-      // tile's 5th stage took the other), after it has read it. The slots hold the TMA's 128-byte
-      // swizzle (16-byte chunk ^= row % 8), which also keeps the fragment's 8-row stores free of
-      // bank conflicts.
-      constexpr int kEB = Epi::kTmaElemBytes;
-      constexpr int kBoxCols = 128 / kEB, kN8 = kBoxCols / 8;  // columns and n8 blocks per subtile
-      constexpr int kSlots = Cfg::kEpiSlots;
-      u8* ebuf = epi_smem + cw * kSlots * kBoxBytes;
-      const int r0 = warp * 16 + lane / 4;
-      const i32 map_row = epi.tma_row(tc) + cw * 64;
-#pragma unroll
-      for (int q = 0; q < kN / kBoxCols; ++q) {
-        u8* slot_q = ebuf + (q % kSlots) * kBoxBytes;
-        // the store that last used this slot has read it: the one before the newest, except with
-        // one slot and at a tile's first subtile after an odd count of them (bf16 192 columns: 3),
-        // whose last store used slot 0 too (it matters where two epilogues meet with no mainloop
-        // between: an empty group's zero tile)
-        if (tid == 0) {
-          if (kSlots == 1 || (q == 0 && (kN / kBoxCols) % 2 == 1)) bulk_wait_read_all();
-          else bulk_wait_read_but_one();
-        }
-        (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
-#pragma unroll
-        for (int jj = 0; jj < kN8; ++jj) {
-#pragma unroll
-          for (int i = 0; i < 2; ++i) {
-            const int r = r0 + 8 * i;
-            const int a = 4 * (kN8 * q + jj) + 2 * i;
-            if constexpr (Epi::kTransposed) {  // slot row = the subtile's column, 2 bytes a store
-              static_assert(kEB == 2, "the transposed store is bf16's");
-              const u32 v = pack_bf16x2(acc[a], acc[a + 1]);
-#pragma unroll
-              for (int e = 0; e < 2; ++e) {
-                const int c = 8 * jj + 2 * (lane % 4) + e;
-                *reinterpret_cast<u16*>(slot_q + c * 128 + (((r / 8) ^ (c % 8)) * 16) + (r % 8) * 2) = u16(v >> (16 * e));
-              }
-            } else if constexpr (kEB == 2) {  // an n8 block is one 16-byte chunk, 4 bytes a lane
-              *reinterpret_cast<u32*>(slot_q + r * 128 + ((jj ^ (r % 8)) * 16) + (lane % 4) * 4) =
-                  pack_bf16x2(acc[a], acc[a + 1]);
-            } else {  // two chunks, 8 bytes a lane
-              const int chunk = 2 * jj + (lane % 4) / 2;
-              *reinterpret_cast<float2*>(slot_q + r * 128 + ((chunk ^ (r % 8)) * 16) + (lane % 2) * 8) =
-                  make_float2(acc[a], acc[a + 1]);
-            }
-          }
-        }
-        fence_proxy_async_shared();
-        (cw == 0 ? named_barrier(2, 128) : named_barrier(3, 128));
-        if (tid == 0) {
-          if constexpr (Epi::kReduceAdd) tma_reduce_add_2d(epi.map, slot_q, tc.col0 + kBoxCols * q, map_row);
-          else if constexpr (Epi::kTransposed) tma_store_2d(epi.map, slot_q, map_row, tc.col0 + kBoxCols * q);
-          else tma_store_2d(epi.map, slot_q, tc.col0 + kBoxCols * q, map_row);
-          bulk_commit();
-        }
-      }
-      if (Epi::kHasDone && tid == 0) bulk_wait_all();
+        store_through_tma<kN, 1, Cfg::kEpiSlots>(epi, tc, acc, epi_smem + cw * Cfg::kEpiSlots * kBoxBytes,
+                                                 epi.tma_row(tc) + cw * 64, tid, warp, lane, 2 + cw);
       }
     }
     bool from_registers = !stored;
@@ -543,6 +566,153 @@ KOSMOS_DEVICE bool consume(const Job& job, u8* smem_raw, RingPos& pos) {
     tile_mark(unit, 1);
   }
   if (Epi::kTmaStore && tid == 0) bulk_wait_all();  // shared memory stays ours until the stores are done
+  pos = RingPos{s, ph};
+  return stop == -1;
+}
+
+// ---- ping-pong consumers (TileConfig::kPingPong) ----
+// Each consumer warpgroup owns whole 128 x 128 tiles: unit j of a builder job is warpgroup j % 2's.
+// A warpgroup's turn starts where the other's unit left the ring and hands the ring on once its own
+// unit's last stage has landed, so the other's mainloop runs under this one's drain and epilogue
+// (the producer fills the ring in unit order: the tensor cores pass from one to the other). The
+// hand-over also keeps every mbarrier parity wait at most one phase ahead of its barrier, which a
+// warpgroup that skipped the other's stages by count alone could not know. Named barrier 5 + w:
+// warpgroup w's turn (w bar.syncs, the other bar.arrives, 256 threads).
+KOSMOS_DEVICE void pingpong_pass(PipelineState* ps, int cw, int tid, u32 s, u32 ph, i32 stop) {
+  if (tid == 0) ps->handoff[cw] = PipelineState::Handoff{s, ph, stop};
+  __syncwarp();
+  sm90::named_barrier_arrive(5 + (1 - cw), 256);
+}
+KOSMOS_DEVICE void pingpong_take(const PipelineState* ps, int cw, u32& s, u32& ph, i32& stop) {
+  __syncwarp();  // (bar.sync is .aligned; thread-0 sections come before: stores, epi.done)
+  sm90::named_barrier(5 + cw, 256);
+  const PipelineState::Handoff h = ps->handoff[1 - cw];
+  s = h.s;
+  ph = h.ph;
+  stop = h.stop;
+}
+
+// consume() for ping-pong tiles: a consumer warpgroup's units of a job, until one of the two meets
+// the stop slot (the one whose turn it is releases that stage, for both). Stages are released by
+// the owner's 4 warps, 2 arrivals each (the empty barriers count 8: one init for every
+// configuration). Not with stream-K (partials in the cooperative fragment's order), MXFP8 A or
+// SwiGLU (256-wide tiles); the ragged-K zeroing is the owner's 128 threads'.
+template <class Job>
+KOSMOS_DEVICE bool consume_pingpong(const Job& job, u8* smem_raw, RingPos& pos) {
+  using namespace sm90;
+  constexpr int L = Job::kLayout;
+  typedef typename Job::Sched Sched;
+  typedef typename Job::Epi Epi;
+  typedef typename Sched::Tile Cfg;
+  static_assert(Cfg::kPingPong && !Sched::kStreamK, "ping-pong: its tile configuration, no stream-K");
+  const Sched& sched = job.sched;
+  const Epi& epi = job.epi;
+  constexpr int kN = Cfg::kTileN;
+  constexpr bool AK = LayoutTraits<L>::kAKMajor;
+  constexpr bool BK = LayoutTraits<L>::kBKMajor;
+  u8* base = stage_base(smem_raw);
+  PipelineState* ps = pipeline_of(smem_raw);
+  u64* full = ps->full;
+  u64* empty = ps->empty;
+  const i32* slot = ps->slot;
+  const int wg = threadIdx.x / 128;
+  const int cw = wg - 1;
+  const int tid = threadIdx.x - 128 * wg;
+  const int warp = tid / 32, lane = tid % 32;
+  u8* ebuf = base + Cfg::kEpiOffset + cw * Cfg::kEpiSlots * kBoxBytes;
+  float acc[Cfg::kAcc];  // rows 0-63 of the tile in acc[0, kN / 2), rows 64-127 after them
+#pragma unroll
+  for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
+  u32 s = pos.s, ph = pos.ph;
+  i32 stop = 0;
+  tile_mark(-1, 0);
+  if (cw == 1) pingpong_take(ps, cw, s, ph, stop);  // unit 0 of the job is warpgroup 0's
+  for (int unit = 0; stop == 0; ++unit) {
+    mbar_wait(&full[s], ph);
+    const i32 t = slot[s];
+    if (t < 0) {
+      if (lane == 0) mbar_arrive(&empty[s], 2u);
+      ring_advance<Cfg::kStages>(s, ph);
+      pingpong_pass(ps, cw, tid, s, ph, t);
+      stop = t;
+      break;
+    }
+    tile_mark(unit, 0);
+    i32 nslabs, k_left;
+    {
+      const TileCoord t0 = sched.tile(t);
+      nslabs = t0.kb1 - t0.kb0;
+      k_left = t0.k_end - (t0.k_off + t0.kb0 * kTileK);
+    }
+    if constexpr (Sched::kRaggedK) {  // (see consume: zeroed on every unit, not in a branch)
+#pragma unroll
+      for (int i = 0; i < Cfg::kAcc; ++i) acc[i] = 0.f;
+      if (nslabs == 0) {  // a unit with nothing to reduce carries one stage
+        if (lane == 0) mbar_arrive(&empty[s], 2u);
+        ring_advance<Cfg::kStages>(s, ph);
+      }
+    }
+    int prev = -1;
+    for (i32 i = 0; i < nslabs; ++i) {
+      if (i > 0) mbar_wait(&full[s], ph);
+      u8* stage = base + s * Cfg::kStageBytes;
+      if constexpr (Sched::kRaggedK) {
+        const i32 valid = k_left - i * kTileK;
+        if (valid < kTileK) zero_rows_past<Cfg>(stage, valid, tid, 128, 2 + cw);
+      }
+      const u32 a0 = smem_addr(stage);
+      const u32 b0 = smem_addr(stage + Cfg::kStageBytesA);
+      wgmma_fence();
+#pragma unroll
+      for (int kk = 0; kk < kTileK / 16; ++kk) {
+        const u64 db = BK ? make_desc(b0 + kk * 32, 16, 1024) : make_desc(b0 + kk * 2048, kBoxBytes, 1024);
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {  // the tile's two 64-row halves: A's two boxes
+          const u32 ah = a0 + h * kBoxBytes;
+          const u64 da = AK ? make_desc(ah + kk * 32, 16, 1024) : make_desc(ah + kk * 2048, kBoxBytes, 1024);
+          wgmma_tile<kN, AK ? 0 : 1, BK ? 0 : 1>(acc + h * (kN / 2), da, db, (i > 0 || kk > 0) ? 1u : 0u);
+        }
+      }
+      wgmma_commit();
+      wgmma_wait<1>();
+      fence_regs<Cfg::kAcc>(acc);
+      if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev], 2u);
+      prev = int(s);
+      ring_advance<Cfg::kStages>(s, ph);
+    }
+    pingpong_pass(ps, cw, tid, s, ph, 0);  // every stage of the unit has landed: the other's turn
+    wgmma_wait<0>();
+    fence_regs<Cfg::kAcc>(acc);
+    if (prev >= 0 && lane == 0) mbar_arrive(&empty[prev], 2u);
+    const TileCoord tc = sched.tile(t);
+    bool stored = false;
+    if constexpr (Epi::kTmaStore) {
+      if (!Sched::kMaskedRows || !tc.masked) {
+        stored = true;
+        store_through_tma<kN, 2, Cfg::kEpiSlots>(epi, tc, acc, ebuf, epi.tma_row(tc), tid, warp, lane, 2 + cw);
+      }
+    }
+    bool from_registers = !stored;
+    if constexpr (Epi::kQuadStores) from_registers = __all_sync(0xffffffffu, from_registers);
+    if (from_registers) {
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        fragment_pairs<kN>(epi, tc, tc.row0 + h * 64 + warp * 16 + lane / 4, 2 * (lane % 4), acc + h * (kN / 2));
+      }
+    }
+    if (Epi::kHasDone) {
+      named_barrier(2 + cw, 128);
+      if (tid == 0) epi.done(tc);
+    }
+    tile_mark(unit, 1);
+    pingpong_take(ps, cw, s, ph, stop);
+  }
+  if (Epi::kTmaStore && tid == 0) bulk_wait_all();  // shared memory stays ours until the stores are done
+  // Both warpgroups leave the job together: else the one that met the stop could start the next
+  // ping-pong job of the call (its unit 0, a pass) before the other has taken this job's stop
+  // from handoff[] (a second arrival on its barrier: a hang, or a stop read as a unit).
+  __syncwarp();
+  named_barrier(1, 256);
   pos = RingPos{s, ph};
   return stop == -1;
 }
@@ -594,7 +764,11 @@ KOSMOS_DEVICE bool produce_jobs(u8* smem, RingPos& pos, const Job& job, const Re
 }
 template <class Job, class... Rest>
 KOSMOS_DEVICE bool consume_jobs(u8* smem, RingPos& pos, const Job& job, const Rest&... rest) {
-  const bool ok = !job.on || consume(job, smem, pos);
+  bool ok = true;
+  if (job.on) {
+    if constexpr (Job::Sched::Tile::kPingPong) ok = consume_pingpong(job, smem, pos);
+    else ok = consume(job, smem, pos);
+  }
   phase_mark(job_slot<int(sizeof...(Rest))>(), 128);  // the first consumer thread
   if (!ok) return false;
   if constexpr (sizeof...(Rest) > 0) return consume_jobs(smem, pos, rest...);

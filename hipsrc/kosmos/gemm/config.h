@@ -63,11 +63,16 @@ static_assert(kSmemBytesPortable >= (kTileM + kTileN) * (kTileK + 8) * 2 + 128, 
 constexpr int kMaxStages = 6;
 constexpr int kRingBytes = kStages * kStageBytes;  // the stages' share of kSmemBytes
 constexpr int kStageBytesAMx = kTileM * kTileK;    // 128 rows x 64 E4M3 codes
-template <int BN, bool MxA = false>
+// PingPong (Hopper, BN = 128 only): each consumer warpgroup owns whole 128 x 128 tiles, the two
+// taking a builder call's units in turn, so one's epilogue runs under the other's mainloop
+// (builder_wgmma.h consume_pingpong); the stages and staging are the 128-wide tile's.
+template <int BN, bool MxA = false, bool PingPong = false>
 struct TileConfig {
   static_assert(BN == 128 || BN == 192 || BN == 256, "tile widths: 128, 192 or 256");
+  static_assert(!PingPong || (BN == 128 && !MxA), "ping-pong tiles: 128 x 128, bf16 operands");
   static constexpr int kTileN = BN;
   static constexpr bool kMxA = MxA;
+  static constexpr bool kPingPong = PingPong;
   static constexpr int kBoxesB = BN / 64;
   static constexpr int kStageBytesA = MxA ? kStageBytesAMx : kosmos::gemm::kStageBytesA;
   static constexpr int kStageBytesB = kBoxesB * kBoxBytes;
@@ -77,12 +82,14 @@ struct TileConfig {
   static constexpr int kStages = kStagesFit < kMaxStages ? kStagesFit : kMaxStages;
   static constexpr int kEpiSlots = kStages * kStageBytes + 4 * kBoxBytes <= kPlanBytes ? 2 : 1;  // per warpgroup
   static constexpr int kEpiOffset = kPlanBytes - 2 * kEpiSlots * kBoxBytes;  // the staging
-  static constexpr int kAcc = BN / 2;  // fp32 accumulators per consumer thread (m64 x BN per warpgroup)
+  // fp32 accumulators per consumer thread: m64 x BN per warpgroup (ping-pong: m128 x BN)
+  static constexpr int kAcc = PingPong ? BN : BN / 2;
   static_assert(kStages * kStageBytes <= kEpiOffset && kEpiOffset % 1024 == 0, "the stages must fit the plan");
 };
 typedef TileConfig<kTileN> DefaultTile;
 typedef TileConfig<192> MidTile;     // Hopper only
 typedef TileConfig<128> NarrowTile;  // Hopper only
+typedef TileConfig<128, false, true> PingPongTile;  // Hopper only
 typedef TileConfig<256, true> MxTile;  // Hopper only, as the two below
 typedef TileConfig<192, true> MxMidTile;
 typedef TileConfig<128, true> MxNarrowTile;

@@ -33,6 +33,10 @@ KOSMOS_DEVICE void mbar_arrive_expect_tx(u64* bar, u32 bytes) {
 KOSMOS_DEVICE void mbar_arrive(u64* bar) {
   asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0];" ::"r"(smem_addr(bar)) : "memory");
 }
+// `count` arrivals at once (a ping-pong warpgroup's 4 warps release a stage the 8 consumer warps share)
+KOSMOS_DEVICE void mbar_arrive(u64* bar, u32 count) {
+  asm volatile("mbarrier.arrive.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(smem_addr(bar)), "r"(count) : "memory");
+}
 KOSMOS_DEVICE bool mbar_try_wait(u64* bar, u32 parity) {
   u32 ok;
   asm volatile(
@@ -117,7 +121,8 @@ KOSMOS_DEVICE void fence_proxy_async_global() { asm volatile("fence.proxy.async.
 template <int N> KOSMOS_DEVICE void setmaxnreg_inc() { asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;" ::"n"(N)); }
 template <int N> KOSMOS_DEVICE void setmaxnreg_dec() { asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;" ::"n"(N)); }
 
-// Named barrier among `count` threads (the builder: 1 both consumer warpgroups, 2 / 3 each, 4 the producer's).
+// Named barrier among `count` threads (the builder: 1 both consumer warpgroups, 2 / 3 each, 4 the
+// producer's; 5 / 6 a ping-pong warpgroup's turn).
 KOSMOS_DEVICE void named_barrier(u32 id, u32 count) { asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(count) : "memory"); }
 // Arrive at a named barrier without waiting (the other side bar.syncs with the same count).
 KOSMOS_DEVICE void named_barrier_arrive(u32 id, u32 count) {
