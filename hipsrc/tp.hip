@@ -144,11 +144,12 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const AgP
 }
 
 // Every kernel comes in the default 128x256 tile and, on Hopper, 128x192 and 128x128 ones
-// (NAME_n192, NAME_n128) that the host picks as the plain GEMM does (kosmos/tp/ops.py _set_gemm).
+// (NAME_n192, NAME_n128) that the host picks as the plain GEMM does (kosmos/tp/ops.py _set_gemm); the
+// 128-wide one ping-pong, as the plain GEMM's (builder_wgmma.h consume_pingpong).
 #if KOSMOS_GEMM_WGMMA
 #define TP_KERNELS(KERNEL, NAME, ...)                                                                   \
   KERNEL(NAME, DefaultTile, __VA_ARGS__) KERNEL(NAME##_n192, MidTile, __VA_ARGS__)                     \
-  KERNEL(NAME##_n128, NarrowTile, __VA_ARGS__)
+  KERNEL(NAME##_n128, PingPongTile, __VA_ARGS__)
 #else
 #define TP_KERNELS(KERNEL, NAME, ...) KERNEL(NAME, DefaultTile, __VA_ARGS__)
 #endif

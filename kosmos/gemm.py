@@ -159,7 +159,7 @@ def stores_through_tma(epilogue: str, uses_tma: bool) -> bool:
 
 # The standalone GEMM's tile configurations (config.h TileConfig): 128 x BN. With bf16 operands the
 # 128-wide one is ping-pong (config.h PingPongTile: a consumer warpgroup a tile, one's epilogue under
-# the other's mainloop); MXFP8 operands and the fused TP kernels keep the cooperative 128 x 128.
+# the other's mainloop), in the fused TP kernels too; MXFP8 operands keep the cooperative 128 x 128.
 TILE_WIDTHS = (256, 192, 128)
 
 

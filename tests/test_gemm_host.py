@@ -232,7 +232,7 @@ def test_tile_width_chooser():
         assert gemm.kernel_name("TN", "store", gemm._bf16(), width, mx_a=True, transposed=True) + "," in text
     assert gemm.kernel_name("TN", "store", gemm._bf16(), 192, mx_a=True, transposed=True) == "kosmos_gemm_tn_mx_bf16_n192_t"
     tp = (hipsrc_dir() / "tp.hip").read_text()  # NAME_n192 / NAME_n128 come from the TP_KERNELS macro
-    assert "KERNEL(NAME##_n192, MidTile" in tp and "KERNEL(NAME##_n128, NarrowTile" in tp
+    assert "KERNEL(NAME##_n192, MidTile" in tp and "KERNEL(NAME##_n128, PingPongTile" in tp
 
 
 def test_tma_store_follows_the_plan_not_the_kernel_name():

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 37: the fused TP kernels' 128-wide tile as ping-pong (notes/patches/tp_pingpong.patch, over
-# pingpong128.patch; its spills on sm_90a are the cooperative tile's: 204-212 B in the AG kernels'
-# movers, none in the RS ones). Tree A = pp128 + tp ping-pong, tree B = pp128 alone (/tmp/tree_b).
+# pingpong128.patch; on sm_90a the AG kernels spill 212-220 B (stores) / 384-392 B (loads) against
+# the cooperative tile's 204-212 / 228-236, the RS and AG+NN(+NT) kernels nothing). Tree A = pp128 + tp ping-pong, tree B = pp128 alone (/tmp/tree_b).
 # test_tp at world 1 (its every-width test forces 128) and at np 2 (oversubscribed: correctness only),
 # then bench/tp.py --quick with every GEMM forced to 128 x 128, A/B interleaved (world 1: the builder's
 # share; B/A > 1 = ping-pong faster).

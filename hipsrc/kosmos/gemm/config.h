@@ -88,8 +88,7 @@ struct TileConfig {
 };
 typedef TileConfig<kTileN> DefaultTile;
 typedef TileConfig<192> MidTile;     // Hopper only
-typedef TileConfig<128> NarrowTile;  // Hopper only
-typedef TileConfig<128, false, true> PingPongTile;  // Hopper only
+typedef TileConfig<128, false, true> PingPongTile;  // Hopper only: THE 128-wide bf16 tile (dense, grouped, TP)
 typedef TileConfig<256, true> MxTile;  // Hopper only, as the two below
 typedef TileConfig<192, true> MxMidTile;
 typedef TileConfig<128, true> MxNarrowTile;

@@ -26,7 +26,8 @@
 //                    have the ring's stage count and stage size (static_assert). False when a hook aborted (the
 //                    jobs after it are skipped).
 // Returns true when claim() ran dry, false when a readiness hook aborted (then the CTA must not
-// call it again). Between calls the CTA may use its registers and the static shared memory for
+// call it again). The builder owns named barriers 1-6 (0 is __syncthreads): code beside it (side
+// work on the producer's warps) or between its calls must not use them. Between calls the CTA may use its registers and the static shared memory for
 // something else; the dynamic shared memory holds the pipeline, which lives for the whole kernel,
 // but its first lendable_bytes(smem) bytes (the stages) may be lent out between two calls:
 //   kosmos::gemm::lendable_bytes(smem)     the bytes from smem on that hold no pipeline state
