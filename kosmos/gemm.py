@@ -311,17 +311,20 @@ class StreamKSplit:
 
 
 def stream_k_split(ntiles: int, ctas: int, k_slabs: int) -> StreamKSplit | None:
-    """All but the last one to two waves' worth of tiles whole; the rest cut into the number of
-    K-ranges (2 to 4, each non-empty and at least MIN_SLABS_PER_RANGE deep) the wave model likes
-    best; None when no cut is possible."""
-    full = max(0, (ntiles // ctas - 1) * ctas)
+    """Whole waves of tiles, then the rest cut into K-ranges (2 to 4, each at least
+    MIN_SLABS_PER_RANGE deep): the last one to two waves' worth, or only the last partial wave
+    (fewer fp32 partials for the same waves where its ranges fill the grid), whichever the wave
+    model likes best; None when no cut is possible."""
+    waves = ntiles // ctas
     best = None
-    for ranges in range(2, MAX_RANGES + 1):
-        split = StreamKSplit(full, ntiles - full, ranges, k_slabs)
-        if k_slabs - (ranges - 1) * split.per < MIN_SLABS_PER_RANGE:  # the last range, the shortest
-            continue
-        if best is None or split.seconds(ctas) < best.seconds(ctas):
-            best = split
+    fulls = {max(0, (waves - 1) * ctas)} | ({waves * ctas} if ntiles % ctas else set())
+    for full in sorted(fulls):
+        for ranges in range(2, MAX_RANGES + 1):
+            split = StreamKSplit(full, ntiles - full, ranges, k_slabs)
+            if k_slabs - (ranges - 1) * split.per < MIN_SLABS_PER_RANGE:  # the last range, the shortest
+                continue
+            if best is None or split.seconds(ctas) < best.seconds(ctas):
+                best = split
     return best
 
 
@@ -951,8 +954,9 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
     partials summed in a fixed order by a second kernel (bitwise reproducible); None = choose it
     from a wave model (choose_split_k) when the tiles alone would leave SMs idle. ``tile_n``: the
     tile width, 256, 192 or 128 (Hopper, store epilogues), None = choose_tile_n's wave model.
-    ``stream_k`` (Hopper, store epilogues, 128 x 256 tiles, no split-K): the last one to two waves of
-    tiles are cut into 2-4 K-ranges each, summed in range order inside the kernel (fp32 partials in
+    ``stream_k`` (Hopper, store epilogues, 128 x 256 tiles, no split-K): the last partial wave of
+    tiles, or the last one to two waves (stream_k_split: the wave model's pick), are cut into 2-4
+    K-ranges each, summed in range order inside the kernel (fp32 partials in
     one workspace per device that every stream-K plan shares, ~100 MB on the H200, made at the
     first; stream-K calls then run one after another on the device); True, False, None (default)
     = choose_stream_k's wave model, when ``tile_n`` is None and ``split_k`` is 1 (it takes stream-K

@@ -204,10 +204,11 @@ def test_tile_width_chooser():
     assert gemm.choose_tile_n({256: 192, 192: 256, 128: 384}, 132) == 192
     assert gemm.choose_tile_n({256: 64}, 132) == 256  # the only width allowed
     # choose_tiling (get_plan's automatic choice and the fused ops'): stream-K where it is allowed and
-    # choose_stream_k takes it (NT 8B-FC1-MBS1: measured 1.07x whole tiles), else choose_tile_n.
+    # choose_stream_k takes it (NT 8B-FC1-MBS1: measured 1.07x whole tiles), else choose_tile_n. Its
+    # 448 tiles: 3 whole waves, the last 52 tiles in 2 K-ranges (104 units: one round on 132 CTAs).
     nt = gemm.gemm_shape("NT", (8192, 3584), (8192, 4096))
     tile_n, sk = gemm.choose_tiling(nt, 132, gemm.TILE_WIDTHS, True)
-    assert tile_n == 256 and sk == gemm.stream_k_split(448, 132, 128) and sk.full == 264
+    assert tile_n == 256 and sk == gemm.stream_k_split(448, 132, 128) and (sk.full, sk.ranges) == (396, 2)
     assert gemm.choose_tiling(nt, 132, gemm.TILE_WIDTHS, False) == (256, None)
     qkv = gemm.gemm_shape("TN", (8192, 4096), (768, 4096))
     assert gemm.choose_tiling(qkv, 132, gemm.TILE_WIDTHS, True) == (192, None)  # 192 beats stream-K there
