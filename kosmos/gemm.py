@@ -277,6 +277,11 @@ def choose_split_k(ntiles: int, grid: int, k_slabs: int, out_elems: int) -> int:
 PARTIAL_BYTES = DEVICE_CONSTANTS["kStreamKPartialBytes"]
 MIN_SLABS_PER_RANGE = 8
 MAX_RANGES = 4
+# A split whose units all run at once (one round) hides none of its fix-ups: measured 0.37-0.39
+# slab-times a partial on the H200 (session 32) and 0.53-0.57 on the H100 (sessions 36-37), at
+# 256 x 8192 x 8192 TN and NN, against the 0.10 of the bandwidth term on grids of several rounds
+# (notes/debug/chooser_check.py's fit, notes/gemm.md session 37).
+ONE_ROUND_PARTIAL_SLABS = 0.4
 
 
 @dataclass(frozen=True)
@@ -304,10 +309,14 @@ class StreamKSplit:
         return self.full + j, r * self.per, min(r * self.per + self.per, self.k_slabs), r
 
     def seconds(self, ctas: int) -> float:
-        """The wave model: whole-tile waves, the ranges' waves, the partials' round trip."""
+        """The wave model: whole-tile waves, the ranges' waves, the partials' round trip (in one
+        round, every range at once, each finisher waits out its partials: ONE_ROUND_PARTIAL_SLABS)."""
         t = self.full // ctas * self.k_slabs * SLAB_SECONDS
         t += -(-self.tail * self.ranges // ctas) * self.per * SLAB_SECONDS
-        return t + 2 * self.tail * (self.ranges - 1) * PARTIAL_BYTES / REDUCE_BYTES_PER_S
+        partials = self.tail * (self.ranges - 1)
+        if self.units <= ctas:
+            return t + partials * ONE_ROUND_PARTIAL_SLABS * SLAB_SECONDS
+        return t + 2 * partials * PARTIAL_BYTES / REDUCE_BYTES_PER_S
 
 
 def stream_k_split(ntiles: int, ctas: int, k_slabs: int) -> StreamKSplit | None:
