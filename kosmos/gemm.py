@@ -280,7 +280,9 @@ MAX_RANGES = 4
 # A split whose units all run at once (one round) hides none of its fix-ups: measured 0.37-0.39
 # slab-times a partial on the H200 (session 32) and 0.53-0.57 on the H100 (sessions 36-37), at
 # 256 x 8192 x 8192 TN and NN, against the 0.10 of the bandwidth term on grids of several rounds
-# (notes/debug/chooser_check.py's fit, notes/gemm.md session 37).
+# (notes/debug/chooser_check.py's fit, notes/gemm.md session 37). Only choose_stream_k charges it:
+# stream_k_split's bandwidth term ranks a grid's splits as measured (there 2 ranges in one round
+# 531.6 TF/s, 4 in two rounds 425.9, H100), which this charge alone would invert.
 ONE_ROUND_PARTIAL_SLABS = 0.4
 
 
@@ -308,15 +310,17 @@ class StreamKSplit:
         r, j = divmod(u - self.full, self.tail)
         return self.full + j, r * self.per, min(r * self.per + self.per, self.k_slabs), r
 
+    @property
+    def partials(self) -> int:
+        return self.tail * (self.ranges - 1)
+
     def seconds(self, ctas: int) -> float:
-        """The wave model: whole-tile waves, the ranges' waves, the partials' round trip (in one
-        round, every range at once, each finisher waits out its partials: ONE_ROUND_PARTIAL_SLABS)."""
+        """The wave model: whole-tile waves, the ranges' waves, the partials' round trip. (It ranks
+        the splits of a grid against each other; against whole tiles, choose_stream_k also charges a
+        one-round split's exposed fix-ups.)"""
         t = self.full // ctas * self.k_slabs * SLAB_SECONDS
         t += -(-self.tail * self.ranges // ctas) * self.per * SLAB_SECONDS
-        partials = self.tail * (self.ranges - 1)
-        if self.units <= ctas:
-            return t + partials * ONE_ROUND_PARTIAL_SLABS * SLAB_SECONDS
-        return t + 2 * partials * PARTIAL_BYTES / REDUCE_BYTES_PER_S
+        return t + 2 * self.partials * PARTIAL_BYTES / REDUCE_BYTES_PER_S
 
 
 def stream_k_split(ntiles: int, ctas: int, k_slabs: int) -> StreamKSplit | None:
@@ -350,7 +354,10 @@ def choose_stream_k(tiles: dict[int, int], ctas: int, k_slabs: int) -> bool:
     if split is None or tiles[256] % ctas == 0:
         return False
     whole = min(whole_tile_seconds(n, ctas, k_slabs, w) for w, n in tiles.items())
-    return split.seconds(ctas) < STREAM_K_MARGIN * whole
+    t = split.seconds(ctas)
+    if split.units <= ctas:  # one round: each finisher waits out its partials (ONE_ROUND_PARTIAL_SLABS)
+        t = max(t, split.per * SLAB_SECONDS + split.partials * ONE_ROUND_PARTIAL_SLABS * SLAB_SECONDS)
+    return t < STREAM_K_MARGIN * whole
 
 
 def choose_tiling(shape: GemmShape, ctas: int, widths: tuple[int, ...],
