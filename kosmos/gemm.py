@@ -179,9 +179,9 @@ def tile_counts(shape: GemmShape, tile_n: int = 256) -> tuple[int, int, int]:
 # Per-FLOP speed of each tile width relative to 128 x 256 (narrower tiles reuse each operand byte
 # less): the chooser's constants. Measured on the H200 with every width forced (bench/gemm.py
 # w256 / w192 / w128, medians over the shapes of more than 1,000 tiles): 192 0.965 (session 14,
-# 96 shapes), 128 0.79-0.87 (sessions 4-14, cooperative; notes/gemm.md). The ping-pong 128 (session 36,
-# H100) runs 0.80-0.87 of w256 on the big shapes, ~1.04 of the cooperative one: left at 0.82 until an
-# H200 run refits the chooser (it still takes stream-K at 256 x 8192^2, where ping-pong was 8-15 % faster).
+# 96 shapes), 128 0.79-0.87 (sessions 4-14, cooperative; notes/gemm.md). The ping-pong 128 that
+# replaced it: 0.813 (H100, session 37, 96 shapes; notes/debug/chooser_check.py's fit), so 0.82
+# stays until an H200 run says otherwise; 192 fits 0.983 on the H200 (session 32), 0.931 on the H100.
 TILE_EFFICIENCY = {256: 1.0, 192: 0.965, 128: 0.82}
 
 
