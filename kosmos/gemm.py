@@ -888,15 +888,16 @@ def output_array(out, shape: tuple[int, ...], dt: np.dtype, *, name: str = "out"
 
 
 def checked_output(out, out_dtype: Any, shape: tuple[int, ...], epilogue: str, stream: Any = None,
-                   **inputs) -> tuple[Any, np.dtype]:
-    """matmul's output and its dtype: out_dtype's default is a given out's dtype; then output_array
+                   resolve: Any = None, **inputs) -> tuple[Any, np.dtype]:
+    """matmul's (and grouped_matmul's) output and its dtype: out_dtype's default is a given out's
+    dtype, resolved by `resolve(out_dtype, epilogue)` (default resolve_out_dtype); then output_array
     (allocated when None, else checked: device, writability, layout, dtype, shape, overlap with
     `inputs`)."""
     if out is not None:
         out = as_cupy(out, "out", stream=stream, writable=True)  # (a foreign array: its dtype as CuPy's)
         if out_dtype is None:
             out_dtype = out.dtype
-    dt = resolve_out_dtype(out_dtype, epilogue)
+    dt = (resolve or resolve_out_dtype)(out_dtype, epilogue)
     return output_array(out, shape, dt, stream=stream, **inputs), dt
 
 

@@ -24,6 +24,7 @@ a MoE layer validates its routing on the device).
 """
 from __future__ import annotations
 
+import functools
 import os
 import threading
 from dataclasses import dataclass, field
@@ -32,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from . import gemm
-from .arrays import as_cupy, check_array
+from .arrays import check_array
 from .gemm import LAYOUTS
 from .runtime.call_cache import CallCache, call_signature, remember
 from .runtime.streams import DeviceOrder, uses_stream
@@ -284,12 +285,8 @@ def grouped_matmul(a, b, group_rows, layout: str = "TN", out=None, out_dtype=Non
     if group_rows.ndim != 1:
         raise ValueError(f"group_rows must be 1-D (one count per group), got shape {tuple(group_rows.shape)}")
     shape = grouped_shape(layout, a.shape, b.shape, int(group_rows.shape[0]), epilogue)
-    if out is not None:
-        out = as_cupy(out, "out", stream=stream, writable=True)  # (its dtype; output_array checks the rest)
-        if out_dtype is None:
-            out_dtype = out.dtype
-    dt = resolve_out_dtype(layout, out_dtype, epilogue)
-    out = gemm.output_array(out, shape.out_shape, dt, device=dev, stream=stream, a=a, b=b, group_rows=group_rows)
+    out, dt = gemm.checked_output(out, out_dtype, shape.out_shape, epilogue, stream,
+                                  functools.partial(resolve_out_dtype, layout), a=a, b=b, group_rows=group_rows)
     gate_up = gemm.gate_up_array(gate_up, shape, dev, stream, a=a, b=b, output=out, group_rows=group_rows)
     plan = get_plan(shape, dt, sm_cap, tile_n)
     plan(a, b, group_rows, out, stream=stream, gate_up=gate_up)
