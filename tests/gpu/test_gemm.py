@@ -395,8 +395,14 @@ def test_stream_k(layout, m, n, k, cap):
 def test_stream_k_choice_and_refusals():
     if gemm.arch_path() != "wgmma":
         pytest.skip("stream-K is Hopper-only")
-    shape = gemm.gemm_shape("TN", (256, 8192), (8192, 8192))
-    assert gemm.get_plan(shape, BF16).stream_k is not None  # half a wave of 128 x 256: taken by default
+    # 2.4 waves of 128 x 256 tiles (TN 70B-QKV-MBS1, 320 tiles): taken by default, the last 56 cut
+    shape = gemm.gemm_shape("TN", (8192, 8192), (1280, 8192))
+    assert gemm.get_plan(shape, BF16).stream_k is not None
+    # half a wave (64 tiles): stream-K would run in one round, its fix-ups exposed (choose_stream_k):
+    # the 128-wide ping-pong tile instead (H100, session 37)
+    half = gemm.gemm_shape("TN", (256, 8192), (8192, 8192))
+    assert (gemm.get_plan(half, BF16).stream_k, gemm.get_plan(half, BF16).tile_n) == (None, 128)
+    assert gemm.get_plan(half, BF16, stream_k=True).stream_k is not None  # asked for: taken
     assert gemm.get_plan(shape, BF16, tile_n=256).stream_k is None  # a named tile: whole tiles
     assert gemm.get_plan(shape, BF16, stream_k=False).stream_k is None
     square = gemm.gemm_shape("TN", (4096, 4096), (4096, 4096))  # 3.9 waves: whole tiles
