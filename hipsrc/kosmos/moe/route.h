@@ -29,28 +29,49 @@ struct RouteRule {
 
 // A running top-n of (value, index), best first; `offer` keeps the earlier (lower-index) entry
 // among equals, because entries are offered in increasing index order and only a strictly
-// greater value moves ahead of an existing one.
+// greater value moves ahead of an existing one. n <= N is known only at run time, so every loop
+// runs over the compile-time N and leaves the slots past n alone: the arrays stay in registers (a
+// run-time index put them in local memory, 288 B of stack in kosmos_moe_route, and each offer's
+// test was a local load). The slot an offer must beat, n - 1, is kept beside them.
 template <int N>
 struct TopN {
   float v[N];
   i32 i[N];
   i32 n;
+  float tail_v;  // v[n - 1], i[n - 1]
+  i32 tail_i;
+  // whether `value` moves ahead of the entry (vs, is): a greater value, or an empty slot
+  KOSMOS_DEVICE static bool beats(float value, float vs, i32 is) { return value > vs || is < 0; }
   KOSMOS_DEVICE void init(i32 count) {
     n = count;
+#pragma unroll
     for (int s = 0; s < N; ++s) {
       v[s] = -__int_as_float(0x7f800000);  // -inf: any finite or -inf value offered later wins a slot
       i[s] = -1;
     }
+    tail_v = v[0];
+    tail_i = -1;
   }
+  // From slot n - 1 up, each entry the value beats moves down one slot; the value takes the
+  // slot below the first entry it does not beat (or slot 0).
   KOSMOS_DEVICE void offer(float value, i32 index) {
-    if (n == 0 || !(value > v[n - 1] || i[n - 1] < 0)) return;
-    int s = n - 1;
-    for (; s > 0 && (value > v[s - 1] || i[s - 1] < 0); --s) {
-      v[s] = v[s - 1];
-      i[s] = i[s - 1];
+    if (n == 0 || !beats(value, tail_v, tail_i)) return;
+    bool lands = true;  // the value lands in slot s or above it
+#pragma unroll
+    for (int s = N - 1; s >= 0; --s) {
+      if (s >= n || !lands) continue;
+      const int up = s > 0 ? s - 1 : 0;  // (slot 0 has none above it)
+      const bool above = s > 0 && beats(value, v[up], i[up]);
+      v[s] = above ? v[up] : value;
+      i[s] = above ? i[up] : index;
+      lands = above;
     }
-    v[s] = value;
-    i[s] = index;
+#pragma unroll
+    for (int s = 0; s < N; ++s)
+      if (s == n - 1) {
+        tail_v = v[s];
+        tail_i = i[s];
+      }
   }
 };
 
@@ -105,22 +126,29 @@ KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, i32* expert
       best.offer(two.v[0] + two.v[1], g);
     }
     allowed = 0;
-    for (i32 s = 0; s < r.topk_groups; ++s) allowed |= 1u << best.i[s];
+#pragma unroll
+    for (int s = 0; s < kMaxGroups; ++s)
+      if (s < r.topk_groups) allowed |= 1u << best.i[s];
   }
   TopN<kMaxTopK> top;
   top.init(r.top_k);
   for (i32 e = 0; e < r.experts; ++e)
     if (!limited || (allowed >> (e / per) & 1u)) top.offer(choice(e), e);
-  float sum = 0.0f;
-  for (i32 s = 0; s < r.top_k; ++s) {
-    weights[s] = score(top.i[s]);
-    sum += weights[s];
-  }
+  // (loops over the compile-time kMaxTopK, as in TopN: top's slots stay in registers)
+  float w[kMaxTopK], sum = 0.0f;
+#pragma unroll
+  for (int s = 0; s < kMaxTopK; ++s)
+    if (s < r.top_k) {
+      w[s] = score(top.i[s]);
+      sum += w[s];
+    }
   const float scale = r.normalize ? r.scaling / sum : r.scaling;
-  for (i32 s = 0; s < r.top_k; ++s) {
-    experts[s] = top.i[s];
-    weights[s] *= scale;
-  }
+#pragma unroll
+  for (int s = 0; s < kMaxTopK; ++s)
+    if (s < r.top_k) {
+      experts[s] = top.i[s];
+      weights[s] = w[s] * scale;
+    }
 }
 
 }  // namespace moe
