@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
-# Session 38: route.h's TopN in registers (990ee07) on the GPU. Tree B = the same hipsrc with the
-# route.h before it. (1) the routing's GPU tests, the fused forward's and the layer's (np 1);
-# (2) the phase trace (s38_b's cases); (3) bench/moe.py forward, this tree vs B, interleaved.
-# Predicted (H100): "routed + counted" - "router GEMM done" 20-27 us -> ~8-10 (Qwen3-30B),
-# 63 -> ~25 (DeepSeek-V3 256); fused forward -10..-15 us (Qwen3-30B), -30..-40 (DeepSeek-V3 256).
+# Session 38: the in-launch routing's per-token work on the GPU against tree B (main before it):
+# route.h's TopN in registers (990ee07), then the row's max and exp-sum once for the rule and the
+# losses' norm. (1) the routing's GPU tests, the fused forward's and the layer's (np 1); (2)
+# bench/moe.py forward, this tree vs B, interleaved; (3) the phase trace (s38_b's cases).
+# Predicted (H100) for the TopN: "routed + counted" - "router GEMM done" 20-27 us -> ~8-10
+# (Qwen3-30B), 63 -> ~25 (DeepSeek-V3 256). Its first run (990ee07 alone, no A/B): 27 -> 23.5,
+# 63 -> 45; the norm's reuse predicted ~-3 us more (two of the ~six passes over a row).
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s38_c.sh
 source notes/debug/call_env.sh s38_c
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
-TB=/tmp/tree_b/hipsrc
-rm -rf /tmp/tree_b && mkdir -p /tmp/tree_b && cp -r hipsrc /tmp/tree_b/
-git show 990ee07~1:hipsrc/kosmos/moe/route.h > $TB/kosmos/moe/route.h
+# Tree B: main before the change, carried (`git archive a54a17e hipsrc | tar -x -C build/old_tree`;
+# the device's copy has no git history).
+TB=$PWD/build/old_tree/hipsrc
+[ -d "$TB" ] || { echo "no $TB: carry build/old_tree" | tee -a "$LOG"; exit 1; }
 W="moe_fused.hip moe_route.hip moe_backward.hip"
 KOSMOS_HIPSRC=$TB timeout 200 python3 -m kosmos.runtime.warm --jobs 3 $W > "$OUT/warm_b.log" 2>&1 &
 warm_b=$!

@@ -43,9 +43,10 @@ struct TokenNorm {
   double lse2;  // logsumexp^2, for the z-loss
 };
 
-KOSMOS_DEVICE TokenNorm token_norm(const RouteRule& r, const float* row) {
+// `re`: row_exp of the row (once, for the scores and the logsumexp).
+KOSMOS_DEVICE TokenNorm token_norm(const RouteRule& r, const float* row, const RowExp& re) {
   TokenNorm n;
-  n.re = row_exp(row, r.experts);  // once, for the scores and the logsumexp
+  n.re = re;
   const Scorer score = make_scorer(r, row, n.re);
   n.total = 0.0f;
   for (i32 e = 0; e < r.experts; ++e) n.total += score(e);
@@ -53,6 +54,8 @@ KOSMOS_DEVICE TokenNorm token_norm(const RouteRule& r, const float* row) {
   n.lse2 = lse * lse;
   return n;
 }
+
+KOSMOS_DEVICE TokenNorm token_norm(const RouteRule& r, const float* row) { return token_norm(r, row, row_exp(row, r.experts)); }
 
 // norms[t - t0]: token_norm of the chunk's tokens [t0, t1).
 KOSMOS_DEVICE double chunk_prob_sum(const RouteRule& r, const float* logits, i64 ld, i32 t0, i32 t1,

@@ -107,9 +107,11 @@ KOSMOS_DEVICE Scorer make_scorer(const RouteRule& r, const float* row) {
   return make_scorer(r, row, r.score == SCORE_SOFTMAX ? row_exp(row, r.experts) : RowExp{0.0f, 1.0f});
 }
 
-// Route one token: experts[0..k) best first, weights[0..k) their combine weights.
-KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, i32* experts, float* weights) {
-  const Scorer score = make_scorer(r, row);
+// Route one token: experts[0..k) best first, weights[0..k) their combine weights. `re`: row_exp
+// of the row (read only for softmax), when the caller has it (the in-launch routing's token_norm
+// needs it too).
+KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, const RowExp& re, i32* experts, float* weights) {
+  const Scorer score = make_scorer(r, row, re);
   auto choice = [&](i32 e) { return r.bias ? score(e) + r.bias[e] : score(e); };
   // Group limit: a group's score is the sum of its two best choice values; the best topk_groups
   // groups compete, the others' experts are skipped.
@@ -149,6 +151,10 @@ KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, i32* expert
       experts[s] = top.i[s];
       weights[s] = w[s] * scale;
     }
+}
+
+KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, i32* experts, float* weights) {
+  route_token(r, row, r.score == SCORE_SOFTMAX ? row_exp(row, r.experts) : RowExp{0.0f, 1.0f}, experts, weights);
 }
 
 }  // namespace moe
