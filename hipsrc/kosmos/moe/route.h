@@ -103,8 +103,9 @@ KOSMOS_DEVICE Scorer make_scorer(const RouteRule& r, const float* row, const Row
   return r.score == SCORE_SOFTMAX ? Scorer{row, r.score, re.max, 1.0f / re.sum} : Scorer{row, r.score, 0.0f, 1.0f};
 }
 
-KOSMOS_DEVICE Scorer make_scorer(const RouteRule& r, const float* row) {
-  return make_scorer(r, row, r.score == SCORE_SOFTMAX ? row_exp(row, r.experts) : RowExp{0.0f, 1.0f});
+// row_exp of the row where the rule reads it (softmax), else a placeholder make_scorer ignores.
+KOSMOS_DEVICE RowExp rule_row_exp(const RouteRule& r, const float* row) {
+  return r.score == SCORE_SOFTMAX ? row_exp(row, r.experts) : RowExp{0.0f, 1.0f};
 }
 
 // Route one token: experts[0..k) best first, weights[0..k) their combine weights. `re`: row_exp
@@ -154,7 +155,7 @@ KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, const RowEx
 }
 
 KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, i32* experts, float* weights) {
-  route_token(r, row, r.score == SCORE_SOFTMAX ? row_exp(row, r.experts) : RowExp{0.0f, 1.0f}, experts, weights);
+  route_token(r, row, rule_row_exp(r, row), experts, weights);
 }
 
 }  // namespace moe

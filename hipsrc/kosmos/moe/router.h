@@ -68,7 +68,7 @@ KOSMOS_DEVICE void route_chunks(const RouteParams& r, u8* scratch) {
       const float* row = r.logits + t * r.ld;
       i32* mine = ex + j * kChunk * k + lane * k;
       // the row's max and exp-sum once for the rule and the losses' norm
-      const RowExp re = rule.score == SCORE_SOFTMAX || r.prob_sums ? row_exp(row, E) : RowExp{0.0f, 1.0f};
+      const RowExp re = r.prob_sums ? row_exp(row, E) : rule_row_exp(rule, row);
       route_token(rule, row, re, mine, r.weights + i64(t) * k);
       for (i32 s = 0; s < k; ++s) r.experts[i64(t) * k + s] = mine[s];
       if (r.prob_sums) norms[j * kChunk + lane] = token_norm(rule, row, re);
