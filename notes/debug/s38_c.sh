@@ -9,7 +9,7 @@
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s38_c.sh
 source notes/debug/call_env.sh s38_c
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
-# Tree B: main before the change, carried (`git archive a54a17e hipsrc | tar -x -C build/old_tree`;
+# Tree B: main before the change, carried (`git archive <sha> hipsrc | tar -x -C build/old_tree`;
 # the device's copy has no git history).
 TB=$PWD/build/old_tree/hipsrc
 [ -d "$TB" ] || { echo "no $TB: carry build/old_tree" | tee -a "$LOG"; exit 1; }
