@@ -49,7 +49,6 @@ KOSMOS_DEVICE TokenNorm token_norm(const RouteRule& r, const float* row, const R
   n.re = re;
   const Scorer score = make_scorer(r, row, n.re);
   n.total = 0.0f;
-#pragma unroll 8
   for (i32 e = 0; e < r.experts; ++e) n.total += score(e);
   const double lse = double(n.re.max) + log(double(n.re.sum));
   n.lse2 = lse * lse;
@@ -62,7 +61,6 @@ KOSMOS_DEVICE TokenNorm token_norm(const RouteRule& r, const float* row) { retur
 KOSMOS_DEVICE double chunk_prob_sum(const RouteRule& r, const float* logits, i64 ld, i32 t0, i32 t1,
                                     const TokenNorm* norms, i32 e) {
   double p = 0.0;
-#pragma unroll 8  // (a lane reads a column: one L2 round trip a token otherwise)
   for (i32 t = t0; t < t1; ++t) {
     const TokenNorm& n = norms[t - t0];
     p += double(make_scorer(r, logits + t * ld, n.re)(e) / n.total);
