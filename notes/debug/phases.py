@@ -37,7 +37,8 @@ from moe import capacity_of, case_params, share, tokens_of  # noqa: E402
 
 NAMES = {0: "entry", 1: "dispatch part done", 2: "builder ready", 8: "builder call done", 10: "combine push done",
          11: "side pushes done", 9: "combine done"}
-KIND_NAMES = {"forward": {12: "router GEMM done", 13: "routed + counted", 14: "plan placed",
+KIND_NAMES = {"forward": {12: "router GEMM done", 16: "router grid barrier passed", 17: "router logits summed",
+                          18: "tokens routed (a round)", 13: "routed + counted", 14: "plan placed",
                           15: "pairs past capacity dropped"}, "backward": {}}
 JOBS = {"forward": ["shared S1 (TN SwiGLU)", "GEMM1 (TN SwiGLU)", "GEMM2 (TN)", "shared S2 (TN fp32)"],
         "backward": ["RW router dWr", "RX router dXr", "SA shared dgrad2", "SB shared wgrad2", "A dgrad2+SwiGLU bwd",
@@ -55,7 +56,8 @@ def show(kind, tr, grid, movers, crew):
     print(f"\n{kind}: grid {grid}, movers {movers}, crew {crew}; us since the first CTA's entry "
           f"(median / last CTA of each group)")
     print(f"  {'phase':28s}" + "".join(f"{g:>22s}" for g in groups))
-    order = {10: 9.5, **{s: 7 + s / 100 for s in range(16, SLOTS)}}  # the jobs between ready and call done
+    # the jobs between ready and call done; the routing's inner steps after the router GEMM
+    order = {10: 9.5, **{s: 7 + s / 100 for s in range(19, SLOTS)}, 16: 12.1, 17: 12.2, 18: 12.3}
     for slot in sorted(names, key=lambda s: order.get(s, s)):
         row = f"  {names[slot]:28s}"
         for g, idx in groups.items():

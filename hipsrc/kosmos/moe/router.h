@@ -74,6 +74,7 @@ KOSMOS_DEVICE void route_chunks(const RouteParams& r, u8* scratch) {
       if (r.prob_sums) norms[j * kChunk + lane] = token_norm(rule, row, re);
     }
     __syncthreads();
+    phase_mark(18);
     for (i32 v = i32(threadIdx.x); v < kRoundChunks * E; v += i32(blockDim.x)) {
       const i32 jj = v / E, e = v - jj * E, cc = first + jj * grid;
       if (cc >= chunks) continue;
@@ -192,10 +193,12 @@ KOSMOS_DEVICE bool route_in_launch(const RouteParams& r, const ExpertGemm& g, co
   gemm::run_builder_jobs(smem, gemm::builder_job<gemm::LAYOUT_TN>(s, g.a, g.b, claim, always, epi));
   phase_mark(12);
   if (!grid_barrier(r.grid, w)) return false;
+  phase_mark(16);
   if (gemm::k_splits_of(*g.p) > 1) {
     sum_router_partials(epi, gemm::k_splits_of(*g.p), r);
     if (!grid_barrier(r.grid, w)) return false;
   }
+  phase_mark(17);
   route_chunks(r, smem);
   phase_mark(13);
   if (!grid_barrier(r.grid, w)) return false;
