@@ -50,3 +50,13 @@ kperm_patch_ab() {
   grep -E "^=====|compiled|^(FAILED|ERROR) |passed|failed|B/A|Error|patch|mxfp8/bf16" "$LOG" | cut -c1-260 | tail -"$tail_lines"
   printf '%s\n' "${summary[@]}"
 }
+
+# notes/debug/phases.py's fused MoE phase trace for each "MODEL ROWS" case (movers 0).
+#   phase_traces "Qwen3-30B-A3B 256" "DeepSeek-V3 256" ...
+phase_traces() {
+  local c
+  for c in "$@"; do
+    set -- $c
+    run "phases $1 $2" timeout 150 python3 notes/debug/phases.py --model "$1" --rows "$2" --movers 0
+  done
+}

@@ -5,9 +5,6 @@
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s38_b.sh
 source notes/debug/call_env.sh s38_b
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
-for c in "Qwen3-30B-A3B 256" "Qwen3-30B-A3B 2048" "DeepSeek-V3 256"; do
-  set -- $c
-  run "phases $1 $2" timeout 200 python3 notes/debug/phases.py --model $1 --rows $2 --movers 0
-done
+phase_traces "Qwen3-30B-A3B 256" "Qwen3-30B-A3B 2048" "DeepSeek-V3 256"
 cat "$LOG" | cut -c1-200 | grep -v "^\s*$" | grep -A22 "^=====\|^forward" | grep -v "job shared\|pairs past\|crew  " | head -120
 printf '%s\n' "${summary[@]}"

@@ -23,9 +23,6 @@ wait $warm_b; cat "$OUT/warm_b.log" >> "$LOG"
 run "moe fwd A/B" timeout 200 python3 bench/moe.py --models Qwen3-30B-A3B,DeepSeek-V3 --rows 256,2048 --iters 15 --warmup 3 \
   --tree-b $TB --out $RUNS --tag s38c
 cp "$RUNS"/moe*.json "$OUT"/ 2>/dev/null
-for c in "Qwen3-30B-A3B 256" "Qwen3-30B-A3B 2048" "DeepSeek-V3 256"; do
-  set -- $c
-  run "phases $1 $2" timeout 200 python3 notes/debug/phases.py --model $1 --rows $2 --movers 0
-done
+phase_traces "Qwen3-30B-A3B 256" "Qwen3-30B-A3B 2048" "DeepSeek-V3 256"
 grep -E "^=====|passed|failed|^(FAILED|ERROR) |rows/exp|fused|router GEMM|routed|plan placed|dispatch part|GEMM1|combine done|Error" "$LOG" | grep -v "^backward" | cut -c1-220 | tail -60
 printf '%s\n' "${summary[@]}"

@@ -5,9 +5,6 @@
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s38_e.sh
 source notes/debug/call_env.sh s38_e
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
-for c in "Qwen3-30B-A3B 256" "Qwen3-30B-A3B 2048" "DeepSeek-V3 256"; do
-  set -- $c
-  run "phases $1 $2" timeout 150 python3 notes/debug/phases.py --model $1 --rows $2 --movers 0
-done
+phase_traces "Qwen3-30B-A3B 256" "Qwen3-30B-A3B 2048" "DeepSeek-V3 256"
 grep -E "^=====|router|routed|plan placed|dispatch part" "$LOG" | grep -v "^backward" | cut -c1-200 | head -40
 printf '%s\n' "${summary[@]}"

@@ -25,9 +25,6 @@ run "moe fwd patch" timeout 150 python3 bench/moe.py $B --tag s38f_patch
 run "moe fwd main again" timeout 150 env PYTHONPATH=/tmp/main_tree KOSMOS_HIPSRC=/tmp/main_tree/hipsrc \
   python3 /tmp/main_tree/bench/moe.py $B --tag s38f_main2
 cp "$RUNS"/moe*.json "$OUT"/ 2>/dev/null
-for c in "Qwen3-30B-A3B 256" "DeepSeek-V3 256"; do
-  set -- $c
-  run "phases $1 $2" timeout 150 python3 notes/debug/phases.py --model $1 --rows $2 --movers 0
-done
+phase_traces "Qwen3-30B-A3B 256" "DeepSeek-V3 256"
 grep -E "^=====|passed|failed|^(FAILED|ERROR) |rows/exp|fused|router|routed|plan placed|dispatch part|Error" "$LOG" | grep -v "^backward" | cut -c1-220 | tail -70
 printf '%s\n' "${summary[@]}"
