@@ -21,18 +21,18 @@ WANT = ("Grid Size", "Cluster Size", "Block Size", "Registers Per Thread", "Dyna
         "Duration", "Compute (SM) Throughput", "DRAM Throughput", "Memory Throughput", "L2 Cache Throughput")
 
 
-def summary(path: str) -> None:
+def summary(path: str, want: tuple = WANT) -> None:
     text = Path(path).read_text()
     text = text[text.index('"ID"'):] if '"ID"' in text else text  # ncu's own lines before the CSV
     rows = list(csv.DictReader(io.StringIO(text)))
     kernels: dict[str, dict] = {}
     for r in rows:
         k = kernels.setdefault(r["ID"], {"name": r["Kernel Name"]})
-        if r["Metric Name"] in WANT:
+        if r["Metric Name"] in want:
             k[r["Metric Name"]] = f'{r["Metric Value"]} {r["Metric Unit"]}'.strip()
     for i, k in kernels.items():
         print(f"[{i}] {k.pop('name')[:200]}")
-        print("     " + "; ".join(f"{m}: {k[m]}" for m in WANT if m in k))
+        print("     " + "; ".join(f"{m}: {k[m]}" for m in want if m in k))
 
 
 def main() -> None:
