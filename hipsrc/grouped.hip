@@ -68,9 +68,6 @@ KOSMOS_GROUPED_KERNEL(kosmos_grouped_nt_f32, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_
   KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_nt_f32_##SUFFIX, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32, TILE)
 KOSMOS_GROUPED_NARROW(n192, MidTile)
 KOSMOS_GROUPED_NARROW(n128, PingPongTile)  // a warpgroup a 128 x 128 tile (builder_wgmma.h consume_pingpong)
-// SwiGLU on the ping-pong tile: 64 output columns a tile (gate and up boxes of 64), twice the
-// 256-wide tile's count where an expert's few rows leave too few tiles for whole waves.
-KOSMOS_GROUPED_KERNEL_TILE(kosmos_grouped_tn_swiglu_n128, LAYOUT_TN, EpiSwiGLU, KOSMOS_EPI_AS_IS, PingPongTile)
 #endif
 
 // The readiness hook MoE movers release rows through (RunsArrived), exercised standalone: group e

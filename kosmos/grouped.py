@@ -16,7 +16,7 @@ Rows of Y / dX past the counts' sum are not written. In NT the reduction runs ov
 only (a group with no rows gives dW[e] = 0), whatever the packed arrays hold past a group's end.
 
 One persistent launch over every group's tiles (128x256 or, for few tiles, 128x192 or 128x128
-builder tiles -- SwiGLU 128x256 or 128x128 -- chosen by gemm.choose_tile_n; one CTA per SM or sm_cap);
+builder tiles, chosen by gemm.choose_tile_n; one CTA per SM or sm_cap);
 bitwise reproducible for a given shape and counts. Bad counts (negative, or summing past R) make the
 kernel compute nothing and leave the output as it was; with ``check=True`` the call waits for the
 kernel and raises ValueError naming the count. Without it nothing is reported (no host round trip;
@@ -128,17 +128,9 @@ def grouped_shape(layout: str, a_shape: tuple[int, ...], b_shape: tuple[int, ...
 TILE_WIDTHS = gemm.TILE_WIDTHS  # the grouped kernels' tile configurations (hipsrc/grouped.hip): the GEMM's
 
 
-def tile_widths(epilogue: str, wgmma: bool) -> tuple[int, ...]:
-    """The tile widths hipsrc/grouped.hip builds for `epilogue` on this GPU's layer: every one for the
-    stores on Hopper, 256 and the 128-wide ping-pong for the SwiGLU forward, else 256."""
-    if not wgmma:
-        return (256,)
-    return {"store": TILE_WIDTHS, "swiglu": (256, 128)}.get(epilogue, (256,))
-
-
 def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256) -> str:
     if epilogue == "swiglu":
-        return "kosmos_grouped_tn_swiglu" + ("" if tile_n == 256 else f"_n{tile_n}")
+        return "kosmos_grouped_tn_swiglu"
     if epilogue == "swiglu_backward":
         return "kosmos_grouped_nn_swiglu_bwd"
     suffix = "f32" if out_dtype is not None and np.dtype(out_dtype) == np.float32 else "bf16"
@@ -248,14 +240,12 @@ def get_plan(shape: GroupedShape, out_dtype: np.dtype, sm_cap: int | None = None
         return plan
     wgmma = gemm.arch_path() == "wgmma"
     epilogue = shape.epilogue
-    widths = tile_widths(epilogue, wgmma)
-    if tile_n is not None and tile_n not in widths:
-        raise ValueError(f"tile_n must be one of {widths} or None (automatic) for epilogue={epilogue!r} on this "
-                         f"GPU's layer, got {tile_n!r}")
+    gemm.check_tile_n(tile_n, epilogue, wgmma, TILE_WIDTHS)
     # The tile count is the device's to know: one CTA per SM (or the cap), and the tile width from
     # the count every packed row in use would give.
     grid = gemm.grid_size(sm_count(), sm_count(), sm_cap)
     if tile_n is None:
+        widths = TILE_WIDTHS if wgmma and epilogue == "store" else (256,)
         tile_n = gemm.choose_tile_n({w: shape.tile_estimate(w) for w in widths}, grid)
     name = kernel_name(shape.layout, epilogue, out_dtype, tile_n)
     kern = _module().get_function(name)
@@ -272,8 +262,8 @@ def grouped_matmul(a, b, group_rows, layout: str = "TN", out=None, out_dtype=Non
                    epilogue: str = "store", gate_up=None, check: bool = False, tile_n: int | None = None,
                    stream=None):
     """Grouped GEMM over ragged groups in one launch; see the module docstring. Returns ``out``.
-    ``tile_n``: 256, 192 or 128 (Hopper, store epilogues; SwiGLU 256 or 128); None =
-    gemm.choose_tile_n on the tiles every packed row would give."""
+    ``tile_n``: 256, 192 or 128 (Hopper, store epilogues); None = gemm.choose_tile_n on the tiles
+    every packed row would give."""
     import cupy
 
     key = None if check else call_signature(a, b, group_rows, out, gate_up, layout=layout, out_dtype=out_dtype,

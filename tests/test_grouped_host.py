@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from kosmos import gemm, grouped
+from kosmos import grouped
 
 
 def test_shapes_per_layout():
@@ -49,7 +49,6 @@ def test_names_dtypes_and_status():
     bf16 = np.dtype(ml_dtypes.bfloat16)
     assert grouped.kernel_name("NT", "store", np.float32) == "kosmos_grouped_nt_f32"
     assert grouped.kernel_name("TN", "swiglu", bf16) == "kosmos_grouped_tn_swiglu"
-    assert grouped.kernel_name("TN", "swiglu", bf16, 128) == "kosmos_grouped_tn_swiglu_n128"
     assert grouped.resolve_out_dtype("NT", np.float32, "store") == np.float32
     with pytest.raises(TypeError, match="wgrad"):
         grouped.resolve_out_dtype("TN", np.float32, "store")
@@ -67,11 +66,6 @@ def test_every_grouped_kernel_exists_in_the_source():
     assert grouped.kernel_name("NT", "store", np.float32) in text
     assert grouped.kernel_name("TN", "swiglu", None) in text
     assert grouped.kernel_name("NN", "swiglu_backward", None) in text
-    for wgmma in (True, False):  # every width the host may pick is built
-        for epilogue in ("swiglu", "swiglu_backward"):
-            for width in grouped.tile_widths(epilogue, wgmma):
-                assert grouped.kernel_name("NN" if epilogue == "swiglu_backward" else "TN", epilogue, None,
-                                           width) in text, (epilogue, width)
     for width, tile in ((192, "MidTile"), (128, "PingPongTile")):  # the narrow ones from KOSMOS_GROUPED_NARROW
         assert f"KOSMOS_GROUPED_NARROW(n{width}, {tile})" in text
         for layout, dt in [(lo, None) for lo in grouped.LAYOUTS] + [("NT", np.float32)]:
@@ -79,16 +73,3 @@ def test_every_grouped_kernel_exists_in_the_source():
             assert name.replace(f"_n{width}", "_##SUFFIX") in text, name
     s = grouped.grouped_shape("TN", (1000, 512), (8, 768, 512), 8)
     assert (s.tiles(128), s.tile_estimate(256), s.tile_estimate(128)) == ((0, 6, 8), 8 * 3, 8 * 6)
-
-
-def test_tile_widths_by_epilogue_and_layer():
-    assert grouped.tile_widths("store", True) == grouped.TILE_WIDTHS
-    assert grouped.tile_widths("swiglu", True) == (256, 128)
-    assert grouped.tile_widths("swiglu_backward", True) == (256,)
-    assert all(grouped.tile_widths(e, False) == (256,) for e in ("store", "swiglu", "swiglu_backward"))
-    # Qwen3-30B's GEMM1 on an EP-8 share at 256 rows per expert: 16 x 2 tile rows x 6 SwiGLU tiles of
-    # 256 = 192 tiles (1.45 waves of 132) against 384 of 128 (2.9): the chooser takes 128
-    s = grouped.grouped_shape("TN", (4096, 2048), (16, 1536, 2048), 16, "swiglu")
-    est = {w: s.tile_estimate(w) for w in grouped.tile_widths("swiglu", True)}
-    assert est == {256: 192, 128: 384}
-    assert gemm.choose_tile_n(est, 132) == 128

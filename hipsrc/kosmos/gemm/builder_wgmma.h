@@ -595,8 +595,8 @@ KOSMOS_DEVICE void pingpong_take(const PipelineState* ps, int cw, u32& s, u32& p
 // consume() for ping-pong tiles: a consumer warpgroup's units of a job, until one of the two meets
 // the stop slot (the one whose turn it is releases that stage, for both). Stages are released by
 // the owner's 4 warps, 2 arrivals each (the empty barriers count 8: one init for every
-// configuration). Not with stream-K (partials in the cooperative fragment's order) or MXFP8 A;
-// the ragged-K zeroing is the owner's 128 threads'.
+// configuration). Not with stream-K (partials in the cooperative fragment's order), MXFP8 A or
+// SwiGLU (256-wide tiles); the ragged-K zeroing is the owner's 128 threads'.
 template <class Job>
 KOSMOS_DEVICE bool consume_pingpong(const Job& job, u8* smem_raw, RingPos& pos) {
   using namespace sm90;

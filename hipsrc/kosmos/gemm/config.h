@@ -136,15 +136,13 @@ KOSMOS_DEVICE i32 k_splits_of(const Problem& p) { return p.k_splits > 1 ? p.k_sp
 KOSMOS_DEVICE i32 work_units(const Problem& p) { return p.tiles_m * p.tiles_n * k_splits_of(p); }
 
 // The output column (No index) where 64-column chunk c (0..BN/64-1) of tile column tn starts.
-// Without SwiGLU the chunks are contiguous. With SwiGLU the first half of the chunks are gate
-// columns and the second half the matching up columns, so a thread holds gate and up of one
-// output column (SwiGLU tiles are 256 or 128 wide: host-checked).
+// Without SwiGLU the chunks are contiguous. With SwiGLU, chunks 0,1 are gate columns and
+// chunks 2,3 the matching up columns, so a thread holds gate and up of one output column.
 template <int BN = kTileN>
 KOSMOS_DEVICE i32 b_chunk_col(const Problem& p, i32 tn, i32 c) {
-  if (p.swiglu_f == 0) return tn * BN + 64 * c;
-  constexpr i32 kHalf = BN / 128;  // chunks per half
-  const i32 base = tn * (BN / 2) + 64 * (c % kHalf);
-  return c < kHalf ? base : p.swiglu_f + base;
+  if (p.swiglu_f == 0) return tn * BN + 64 * c;  // SwiGLU tiles are 256 wide (host-checked)
+  const i32 base = tn * (kTileN / 2) + 64 * (c & 1);
+  return c < 2 ? base : p.swiglu_f + base;
 }
 
 }  // namespace gemm

@@ -215,7 +215,7 @@ struct EpiSwiGLU {
   // between two pairs' math, so the compiler can interleave them (the epilogue is latency-bound).
   KOSMOS_DEVICE void pair(const TileCoord& t, i32 row, i32 lc, float g0, float g1, float u0,
                           float u1) const {
-    const i32 col = t.col0 + lc;  // gate lc and up lc + BN / 2 of the tile
+    const i32 col = t.col0 + lc;  // 256-wide tiles only: gate lc and up lc + 128
     const u32 h = pack_bf16x2(silu(g0) * u0, silu(g1) * u1);
     if (row >= t.row_end || col >= f) return;
     *reinterpret_cast<u32*>(out + i64(row) * ldo + col) = h;
