@@ -2,13 +2,16 @@
 
     python3 notes/debug/phases.py [--model Qwen3-30B-A3B] [--rows 2048] [--movers N,..] [--crew N,..] [-D NAME=VALUE]
 
-Builds moe_fused.hip with -DKOSMOS_PHASE_TRACE (a copy of hipsrc with the define on top), runs
+Builds moe_fused.hip with -DKOSMOS_PHASE_TRACE (a copy of hipsrc with the define on top, in a
+directory named by the tree's digest and the defines: CuPy's compile cache keys on the -I path, so
+a fresh directory a run cost a full compile of moe_fused.hip, ~45-60 s, every run), runs
 path "fused" forward + backward at world 1, and prints per phase and per CTA group (the crew
 [0, crew), the other movers [crew, movers), the builders [movers, grid)) the median and the last
 CTA's time since the kernel's first CTA entered, in microseconds. Tracing costs a few stores per
 CTA; the timeline is for shares, not for claims of speed (bench/moe.py is).
 """
 import argparse
+import hashlib
 import itertools
 import os
 import shutil
@@ -17,13 +20,23 @@ import tempfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-src = Path(tempfile.mkdtemp(prefix="kosmos_phase_")) / "hipsrc"
-shutil.copytree(ROOT / "hipsrc", src)
-f = src / "moe_fused.hip"
-defines = ["KOSMOS_PHASE_TRACE=1"] + [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "-D"]
-f.write_text("".join(f"#define {d.replace('=', ' ', 1)}\n" for d in defines) + f.read_text())
-os.environ["KOSMOS_HIPSRC"] = str(src)
 sys.path[:0] = [str(ROOT), str(ROOT / "bench")]
+from kosmos.runtime.source import hipsrc_dir, tree_digest  # noqa: E402
+
+defines = ["KOSMOS_PHASE_TRACE=1"] + [sys.argv[i + 1] for i, a in enumerate(sys.argv[:-1]) if a == "-D"]
+tree = hipsrc_dir()  # this checkout's, or $KOSMOS_HIPSRC's
+key = hashlib.sha256((tree_digest(str(tree)) + " ".join(defines)).encode()).hexdigest()[:16]
+src = Path(tempfile.gettempdir()) / f"kosmos_phase_{key}" / "hipsrc"
+if not src.is_dir():  # else the same tree and defines were traced before: the same source, a cache hit
+    tmp = Path(tempfile.mkdtemp(prefix="kosmos_phase_")) / "hipsrc"
+    shutil.copytree(tree, tmp)
+    f = tmp / "moe_fused.hip"
+    f.write_text("".join(f"#define {d.replace('=', ' ', 1)}\n" for d in defines) + f.read_text())
+    try:
+        tmp.parent.rename(src.parent)  # whole, or not at all (a concurrent run may have won)
+    except OSError:
+        shutil.rmtree(tmp.parent, ignore_errors=True)
+os.environ["KOSMOS_HIPSRC"] = str(src)
 
 import cupy  # noqa: E402
 import numpy as np  # noqa: E402
