@@ -155,3 +155,17 @@ def test_kernel_tree_refuses_a_directory_without_sources(tmp_path: Path) -> None
     with pytest.raises(FileNotFoundError, match="not a hipsrc tree"):
         with source.kernel_tree(tmp_path):
             pass
+
+
+def test_each_fused_moe_kernel_is_in_its_own_file() -> None:
+    """kosmos.moe.dispatch.fused_kernel_file: every fused launch the layer builds (the forward and
+    both backward weight-gradient types) names a file that defines that kernel and no other."""
+    from kosmos.moe.dispatch import fused_kernel_file
+
+    defined = re.compile(r"\b(kosmos_moe_(?:forward|backward_\w+))\s*\(|KOSMOS_MOE_BACKWARD_KERNEL\((\w+),")
+    for kernel in ("kosmos_moe_forward", "kosmos_moe_backward_f32", "kosmos_moe_backward_bf16"):
+        text = (hipsrc_dir() / fused_kernel_file(kernel)).read_text()
+        names = {a or b for a, b in defined.findall(text)}
+        assert names == {kernel}, (kernel, names)
+    with pytest.raises(ValueError, match="not a fused MoE kernel"):
+        fused_kernel_file("kosmos_gemm_tn_bf16")

@@ -8,15 +8,26 @@ from kosmos.runtime import warm
 from kosmos.runtime.source import kernel_files
 
 
-def test_every_kernel_file_by_default_largest_first() -> None:
+def test_every_kernel_file_by_default_most_source_first() -> None:
     names = warm.files_to_warm([])
-    sizes = {f.name: f.stat().st_size for f in kernel_files()}
+    sizes = {f.name: warm.source_bytes(f) for f in kernel_files()}
     assert sorted(names) == sorted(sizes)
     assert [sizes[n] for n in names] == sorted(sizes.values(), reverse=True)
+    # a few-line file that includes the MoE forward's headers reads more than all of timing.hip
+    assert sizes["moe_fused_forward.hip"] > 10 * sizes["timing.hip"]
+
+
+def test_source_bytes_counts_each_header_once(tmp_path) -> None:
+    (tmp_path / "a.h").write_text('#pragma once\n#include "b.h"\n')
+    (tmp_path / "b.h").write_text("int b;\n")
+    (tmp_path / "k.hip").write_text('#include "a.h"\n#include "b.h"\n#include <cstdint>\n')
+    sizes = [len(p.read_bytes()) for p in (tmp_path / "k.hip", tmp_path / "a.h", tmp_path / "b.h")]
+    assert warm.source_bytes(tmp_path / "k.hip") == sum(sizes)
 
 
 def test_named_files_once_each_and_unknown_names_refused() -> None:
-    assert sorted(warm.files_to_warm(["timing.hip", "moe_fused.hip", "timing.hip"])) == ["moe_fused.hip", "timing.hip"]
+    assert sorted(warm.files_to_warm(["timing.hip", "moe_fused_forward.hip", "timing.hip"])) == [
+        "moe_fused_forward.hip", "timing.hip"]
     with pytest.raises(ValueError, match="nope.hip"):
         warm.files_to_warm(["timing.hip", "nope.hip"])
     assert warm.main(["nope.hip"]) == 2

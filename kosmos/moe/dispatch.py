@@ -48,16 +48,25 @@ DISPATCH_PARAMS_DTYPE = np.dtype(
 MIRRORS = [StructMirror("kosmos::moe::DispatchParams", DISPATCH_PARAMS_DTYPE)]
 
 
+def fused_kernel_file(kernel: str) -> str:
+    """The hipsrc file of a fused MoE kernel: kosmos_moe_forward -> moe_fused_forward.hip,
+    kosmos_moe_backward_f32 -> moe_fused_backward_f32.hip (a file a kernel: they compile in parallel)."""
+    prefix = "kosmos_moe_"
+    if not kernel.startswith(prefix):
+        raise ValueError(f"not a fused MoE kernel: {kernel!r}")
+    return f"moe_fused_{kernel[len(prefix):]}.hip"
+
+
 def fused_launch(world: World, kernel: str, table_bytes: int, instead: str) -> PersistentLaunch:
-    """One of hipsrc/moe_fused.hip's launches (the builder's grid, block and shared memory); refused
-    where the movers' tables (table_bytes) would not fit that shared memory."""
+    """One of the fused MoE launches (hipsrc/moe_fused_*.hip: the builder's grid, block and shared
+    memory); refused where the movers' tables (table_bytes) would not fit that shared memory."""
     from .. import gemm
     from ..runtime.launch import sm_count
 
     if table_bytes > gemm.shared_mem_bytes():
         raise ValueError(f"{world.size} ranks x these experts: the movers' tables ({table_bytes} B) do not fit the "
                          f"fused launch's shared memory ({gemm.shared_mem_bytes()} B); use {instead}")
-    fn = load_module("moe_fused.hip", world=world, extra_options=gemm._extra_options).get_function(kernel)
+    fn = load_module(fused_kernel_file(kernel), world=world, extra_options=gemm._extra_options).get_function(kernel)
     return PersistentLaunch.checked(fn, sm_count(), gemm.block_threads(), gemm.shared_mem_bytes())
 
 

@@ -74,7 +74,7 @@ class SharedMLP:
 
 class ExpertsLaunch:
     """What the MoE megakernels (MoEForward, moe/backward.py's MoEBackward) share: a dispatch and a
-    combine plan of one world and experts, one hipsrc/moe_fused.hip launch with `queues` GEMM
+    combine plan of one world and experts, one hipsrc/moe_fused_forward.hip launch with `queues` GEMM
     queues (head and CTAs out each, then the CTAs out of the counters' reset), and the finished
     tiles per tile row of the two GEMMs the combine and a later GEMM wait for (then four counters:
     the forward's shared MLP GEMMs' finished tiles; the backward's shared dgrad2's and dgrad1's,
@@ -89,7 +89,7 @@ class ExpertsLaunch:
             raise ValueError("the dispatch and combine plans are for other worlds or other experts")
         if dispatch.row_bytes != combine.row_bytes:
             raise ValueError(f"the dispatch moves rows of {dispatch.row_bytes} B, the combine of {combine.row_bytes} B")
-        self.dispatch, self.combine, self.world = dispatch, combine, dispatch.world
+        self.dispatch, self.combine, self.world, self.kernel = dispatch, combine, dispatch.world, kernel
         P, E = self.world.size, dispatch.experts
         tables = max(dispatch_smem_bytes(P, E), combine_smem_bytes(P, E, dispatch.e_loc))
         self.launch = fused_launch(self.world, kernel, tables, "path='device'")

@@ -94,7 +94,8 @@ NO_SPILL_FILES = ("gemm.hip", "grouped.hip")
 
 
 # The files whose kernels launch with the builder's dynamic shared memory (gemm.shared_mem_bytes()).
-BUILDER_SMEM_FILES = ("gemm.hip", "grouped.hip", "tp.hip", "moe_fused.hip")
+BUILDER_SMEM_FILES = ("gemm.hip", "grouped.hip", "tp.hip", "moe_fused_forward.hip",
+                      "moe_fused_backward_f32.hip", "moe_fused_backward_bf16.hip")
 # Shared memory a block may opt in to on sm_90 (227 KiB). The Hopper builder's plan leaves ~1.7 KiB
 # of it for a kernel's static variables (group tables, MoE tallies): a second group-table prefix
 # (+514 B, session 31's first cluster patch) would have made every grouped and MoE kernel fail to launch.

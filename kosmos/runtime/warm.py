@@ -3,9 +3,9 @@
     python3 -m kosmos.runtime.warm [--jobs N] [FILE.hip ...]
 
 A call compiles its module the first time it needs it, one module at a time and on the caller's
-clock: on a fresh machine moe_fused.hip alone takes over 100 s of NVRTC (an H100 host, session
-26), so a first test or benchmark can spend its time limit compiling. This compiles the named
-files (default: every hipsrc/*.hip, the largest first) beforehand, each in its own process, with
+clock: on a fresh machine the fused MoE kernels took over 100 s of NVRTC (an H100 host, session
+26; one file then), so a first test or benchmark can spend its time limit compiling. This compiles the named
+files (default: every hipsrc/*.hip, the most source first) beforehand, each in its own process, with
 the options load_module uses (the current device's target; the tree in $KOSMOS_HIPSRC or the
 checkout, whose digest is in the options), so later loads of the same tree hit the cache.
 Prints each file's compile time; a file that fails to compile is named and the exit code is 1.
@@ -14,18 +14,35 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import re
 import sys
 import time
 from concurrent.futures import ProcessPoolExecutor, as_completed
+from pathlib import Path
 from typing import Callable, Sequence
 
 from .source import hipsrc_dir, kernel_files
 
 
+_INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.MULTILINE)
+
+
+def source_bytes(path: Path, seen: set[Path] | None = None) -> int:
+    """Bytes a compile of `path` reads: the file and every header it includes with quotes, each
+    once (a kernel file of a few lines can pull in most of the tree: the fused MoE kernels)."""
+    seen = set() if seen is None else seen
+    path = path.resolve()
+    if path in seen or not path.is_file():
+        return 0
+    seen.add(path)
+    text = path.read_text()
+    return len(text.encode()) + sum(source_bytes(path.parent / inc, seen) for inc in _INCLUDE.findall(text))
+
+
 def files_to_warm(names: Sequence[str]) -> list[str]:
-    """The kernel files to compile: `names` (each must be a hipsrc/*.hip file), or every one;
-    largest first, so the longest compile starts first."""
-    known = {f.name: f.stat().st_size for f in kernel_files()}
+    """The kernel files to compile: `names` (each must be a hipsrc/*.hip file), or every one; the
+    most source first (source_bytes), so the longest compiles start first."""
+    known = {f.name: source_bytes(f) for f in kernel_files()}
     unknown = [n for n in names if n not in known]
     if unknown:
         raise ValueError(f"not kernel files under {hipsrc_dir()}: {', '.join(unknown)} "

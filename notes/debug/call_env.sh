@@ -22,7 +22,7 @@ apply_pingpong() {
 # An A/B of a patch against main in one run: main's hipsrc copied to /tmp/tree_main (tree B, for
 # --tree-b), `patch` applied to this copy (tree A), then both trees' kernels compiled into the
 # cache at once (the files named, in both trees; others compile when first loaded). Exits if the patch does not apply.
-#   patch_over_main notes/patches/NAME.patch grouped.hip moe_fused.hip ...
+#   patch_over_main notes/patches/NAME.patch grouped.hip moe_fused_forward.hip ...
 patch_over_main() {
   local patch=$1; shift
   nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"

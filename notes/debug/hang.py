@@ -8,7 +8,7 @@ from kosmos.dtypes import bfloat16
 from kosmos import gemm
 from kosmos.moe import MoEConfig, MoELayer, MoEParams, route
 from kosmos.moe.forward import MoEForward
-DEFS = tuple(os.environ.get("HANG_DEFS", "").split())  # extra compile options of moe_fused.hip
+DEFS = tuple(os.environ.get("HANG_DEFS", "").split())  # extra compile options of the kernels
 if DEFS:
     import kosmos.moe.dispatch as _disp
     _load = _disp.load_module

@@ -2,9 +2,10 @@
 
     python3 notes/debug/phases.py [--model Qwen3-30B-A3B] [--rows 2048] [--movers N,..] [--crew N,..] [-D NAME=VALUE]
 
-Builds moe_fused.hip with -DKOSMOS_PHASE_TRACE (a copy of hipsrc with the define on top, in a
-directory named by the tree's digest and the defines: CuPy's compile cache keys on the -I path, so
-a fresh directory a run cost a full compile of moe_fused.hip, ~45-60 s, every run), runs
+Builds the fused MoE kernels (hipsrc/moe_fused_*.hip) with -DKOSMOS_PHASE_TRACE (a copy of hipsrc
+with the define on top of each, in a directory named by the tree's digest and the defines: CuPy's
+compile cache keys on the -I path, so a fresh directory a run cost full compiles, ~45-60 s, every
+run), runs
 path "fused" forward + backward at world 1, and prints per phase and per CTA group (the crew
 [0, crew), the other movers [crew, movers), the builders [movers, grid)) the median and the last
 CTA's time since the kernel's first CTA entered, in microseconds. Tracing costs a few stores per
@@ -30,8 +31,8 @@ src = Path(tempfile.gettempdir()) / f"kosmos_phase_{key}" / "hipsrc"
 if not src.is_dir():  # else the same tree and defines were traced before: the same source, a cache hit
     tmp = Path(tempfile.mkdtemp(prefix="kosmos_phase_")) / "hipsrc"
     shutil.copytree(tree, tmp)
-    f = tmp / "moe_fused.hip"
-    f.write_text("".join(f"#define {d.replace('=', ' ', 1)}\n" for d in defines) + f.read_text())
+    for f in tmp.glob("moe_fused_*.hip"):
+        f.write_text("".join(f"#define {d.replace('=', ' ', 1)}\n" for d in defines) + f.read_text())
     try:
         tmp.parent.rename(src.parent)  # whole, or not at all (a concurrent run may have won)
     except OSError:
@@ -42,6 +43,7 @@ import cupy  # noqa: E402
 import numpy as np  # noqa: E402
 
 from kosmos import gemm  # noqa: E402
+from kosmos.moe.dispatch import fused_kernel_file  # noqa: E402
 from kosmos.dtypes import random_bf16  # noqa: E402
 from kosmos.moe import MoELayer  # noqa: E402
 from kosmos.runtime import load_module  # noqa: E402
@@ -86,7 +88,7 @@ def main():
     ap.add_argument("--rows", type=int, default=2048)
     ap.add_argument("--movers", default="", help="comma-separated; each with each crew (default: the layer's)")
     ap.add_argument("--crew", default="")
-    ap.add_argument("-D", action="append", default=[], help="a define of moe_fused.hip, NAME=VALUE (read above)")
+    ap.add_argument("-D", action="append", default=[], help="a define of the fused kernels, NAME=VALUE (read above)")
     args = ap.parse_args()
     world = World()
     cfg = share(args.model, 1)
@@ -95,25 +97,33 @@ def main():
           f"I {cfg.intermediate}", flush=True)
     params = case_params(world, cfg, False, 1)
     x, dy = random_bf16((tokens, cfg.hidden), 3), random_bf16((tokens, cfg.hidden), 4)
-    mod = load_module("moe_fused.hip", world=world, extra_options=gemm._extra_options)
-    trace = cupy.ndarray((1024, SLOTS), np.uint64, mod.get_global("kosmos_phase_trace"))
+
+    def trace_of(kernel):  # the trace buffer of the kernel's module (each has its own)
+        mod = load_module(fused_kernel_file(kernel), world=world, extra_options=gemm._extra_options)
+        return cupy.ndarray((1024, SLOTS), np.uint64, mod.get_global("kosmos_phase_trace"))
+
+    trace = trace_of("kosmos_moe_forward")
     ints = lambda text: [int(v) for v in text.split(",")] if text else [None]  # noqa: E731
     for m, c in itertools.product(ints(args.movers), ints(args.crew)):
         layer = MoELayer(world, cfg, max_tokens=tokens, capacity_rows=capacity_of(cfg, tokens, 1), path="fused",
                          movers=m, crew=c)
         fwd = layer._forward
         movers, crew = fwd._crews(m, c)
+        trace_b = None
         for it in range(3):  # the last call's timeline (the first compiles and warms up)
             trace.fill(0)
             y, ctx = layer.forward(x, params, check=True)
             cupy.cuda.Device().synchronize()
             tf = trace.get()
-            trace.fill(0)
+            if trace_b is not None:
+                trace_b.fill(0)
             layer.backward(dy, ctx, params)
             cupy.cuda.Device().synchronize()
-            tb = trace.get()
+            bwd = next(iter(layer._backwards.values()))  # made by the first backward call
+            if trace_b is None:
+                trace_b = trace_of(bwd.kernel)
+            tb = trace_b.get()
         show("forward", tf, fwd.grid, movers, crew)
-        bwd = next(iter(layer._backwards.values()))  # made by the first backward call
         show("backward", tb, bwd.grid, *bwd._crews(m, c))
         layer.close()
 

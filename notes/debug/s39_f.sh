@@ -10,9 +10,9 @@
 # rows -5..-8 us; the backward's fold of dX alike.
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s39_f.sh
 source notes/debug/call_env.sh s39_f
-patch_over_main notes/patches/fold_two_rows.patch moe_fused.hip moe_backward.hip
+patch_over_main notes/patches/fold_two_rows.patch moe_fused_forward.hip moe_fused_backward_f32.hip moe_fused_backward_bf16.hip moe_combine.hip
 TB=/tmp/tree_main/hipsrc
-run "warm rest" timeout 200 python3 -m kosmos.runtime.warm --jobs 7 grouped.hip gemm.hip moe_dispatch.hip moe_combine.hip records.hip timing.hip moe_route.hip
+run "warm rest" timeout 200 python3 -m kosmos.runtime.warm --jobs 7 grouped.hip gemm.hip moe_dispatch.hip records.hip timing.hip moe_route.hip moe_backward.hip
 T="-q -p no:cacheprovider --timeout=200 --timeout-method=thread -rfE --color=no"
 run "moe forward/backward/layer np1" timeout 300 python3 -m pytest tests/gpu/test_moe_forward.py tests/gpu/test_moe_backward_fused.py tests/gpu/test_moe_layer.py $T
 run "moe forward np2" timeout 200 $MPIRUN -np 2 python3 -m mpi4py -m pytest tests/gpu/test_moe_forward.py $T

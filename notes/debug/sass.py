@@ -7,7 +7,7 @@ commonest opcodes (BRA, CALL, STG, SHFL... tell a branchy or u32-at-a-time epilo
 session 27); --lines N: also the N source lines (innermost, from -lineinfo) with the most
 instructions, and the spill refills / stores (LDL / STL) by line; --out OUT: the SASS to OUT.<kernel>.
 
-    PYTHONPATH=. python3 notes/debug/sass.py hipsrc/moe_fused.hip kosmos_moe_forward [--lines 30] [--out OUT]
+    PYTHONPATH=. python3 notes/debug/sass.py hipsrc/moe_fused_forward.hip kosmos_moe_forward [--lines 30] [--out OUT]
 """
 import argparse
 import collections

@@ -1,4 +1,4 @@
-// The experts' part of the MoE backward in one launch (hipsrc/moe_fused.hip kosmos_moe_backward_*),
+// The experts' part of the MoE backward in one launch (hipsrc/moe_fused_backward_*.hip kosmos_moe_backward_*),
 // the forward's mirror (forward.h), on the forward's saved layout (same routing, same counts: the
 // backward's arena rows line up with the forward's x_e, a and gate_up rows):
 //   0. the router's backward, every warp of the grid a token at a time (router_grads.h): each pair's

@@ -1,5 +1,5 @@
 // The MoE forward from the router to the fold in one launch (the paper's Figure 6;
-// hipsrc/moe_fused.hip kosmos_moe_forward):
+// hipsrc/moe_fused_forward.hip kosmos_moe_forward):
 //   0. the routing (router.h): the router GEMM, then the routing and the dispatch plan in grid
 //      barrier-separated steps -- unless the routing came with the call (RouteParams.tokens < 0);
 //   1. dispatch || GEMM1: CTAs [0, movers) push token rows into the owners' arenas (dispatch.h),
