@@ -74,7 +74,8 @@ class SharedMLP:
 
 class ExpertsLaunch:
     """What the MoE megakernels (MoEForward, moe/backward.py's MoEBackward) share: a dispatch and a
-    combine plan of one world and experts, one hipsrc/moe_fused_forward.hip launch with `queues` GEMM
+    combine plan of one world and experts, one fused launch (`kernel`, in the hipsrc/moe_fused_*.hip file
+    dispatch.fused_kernel_file names) with `queues` GEMM
     queues (head and CTAs out each, then the CTAs out of the counters' reset), and the finished
     tiles per tile row of the two GEMMs the combine and a later GEMM wait for (then four counters:
     the forward's shared MLP GEMMs' finished tiles; the backward's shared dgrad2's and dgrad1's,
