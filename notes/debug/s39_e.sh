@@ -3,7 +3,9 @@
 # at Qwen3-30B's EP-8 share the rule is over 16 experts, top-8: far too long for its arithmetic,
 # and not instruction fetch: s39_b). Marks by thread 0 around its token (notes/debug/
 # s39_e_marks.patch): picked up (19), row[0] loaded (20: one logits load's latency), row_exp done
-# (21), route_token done (22), token_norm done (23).
+# (21), route_token done (22), token_norm done (23); and the count exchange's steps ("plan placed"
+# -> "dispatch part done", ~14-18 us): entered (24), CTA 0 published (27), counts seen (25), counts
+# loaded (26). (Slots 24-27 are the backward's SA..B job slots too: its table is not to be read.)
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s39_e.sh
 # First main's fused forward and backward tests at np 1: the first GPU check of aad87d5 (the fused
 # kernels split into a file each).
