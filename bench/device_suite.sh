@@ -14,7 +14,7 @@ MPIRUN="mpirun --allow-run-as-root --oversubscribe --bind-to none"
 source bench/suite_lib.sh
 nvidia-smi --query-gpu=name,clocks.sm,clocks.max.sm,temperature.gpu,power.draw --format=csv >> "$LOG"
 run "compile sm_90a" python3 -m kosmos.runtime.check --nvidia sm_90a
-run "warm the kernel cache" timeout 400 python3 -m kosmos.runtime.warm  # every module, 8 at once
+run "warm the kernel cache" timeout 400 python3 -m kosmos.runtime.warm  # every module, a core each
 if [[ $parts == *tests* ]]; then
   for n in ${KOSMOS_NPS:-1 2 3 4}; do gpu_tests "$n" 420; done
 fi

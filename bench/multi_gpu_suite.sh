@@ -22,7 +22,7 @@ MPIRUN="mpirun --allow-run-as-root --bind-to none"
 source bench/suite_lib.sh
 { nvidia-smi; nvidia-smi topo -m; } >> "$LOG" 2>&1
 run "compile sm_90a" python3 -m kosmos.runtime.check --nvidia sm_90a
-run "warm the kernel cache" timeout 400 python3 -m kosmos.runtime.warm  # every module, 8 at once
+run "warm the kernel cache" timeout 400 python3 -m kosmos.runtime.warm  # every module, a core each
 if [[ $parts == *tests* ]]; then
   nps=(); for n in 2 4 8 16; do (( n <= GPUS )) && nps+=("$n"); done
   (( GPUS != ${nps[-1]} )) && nps+=("$GPUS")

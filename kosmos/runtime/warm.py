@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+import os
 import re
 import sys
 import time
@@ -91,16 +92,18 @@ def warm(names: Sequence[str], jobs: int, compile_fn: Callable[[str], float] = c
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("files", nargs="*", metavar="FILE.hip", help="kernel files under hipsrc/ (default: all)")
-    ap.add_argument("--jobs", type=int, default=8, help="compiles at once (default 8; 1: in this process)")
+    ap.add_argument("--jobs", type=int, default=0,
+                    help="compiles at once (default: one per CPU core, at most one per file; 1: in this process)")
     args = ap.parse_args(argv)
     try:
         names = files_to_warm(args.files)
     except ValueError as e:
         print(e, file=sys.stderr)
         return 2
+    jobs = args.jobs or max(1, min(len(names), os.cpu_count() or 8))  # NVRTC runs one thread a compile
     t0 = time.perf_counter()
-    print(f"compiling {len(names)} kernel files from {hipsrc_dir()}, {args.jobs} at once", flush=True)
-    failed = warm(names, args.jobs, echo=lambda s: print(s, flush=True))
+    print(f"compiling {len(names)} kernel files from {hipsrc_dir()}, {jobs} at once", flush=True)
+    failed = warm(names, jobs, echo=lambda s: print(s, flush=True))
     print(f"{len(names) - len(failed)} compiled, {len(failed)} failed, {time.perf_counter() - t0:.1f} s")
     return 1 if failed else 0
 
