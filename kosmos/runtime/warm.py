@@ -4,10 +4,11 @@
 
 A call compiles its module the first time it needs it, one module at a time and on the caller's
 clock: on a fresh machine the fused MoE kernels took over 100 s of NVRTC (an H100 host, session
-26; one file then), so a first test or benchmark can spend its time limit compiling. This compiles the named
-files (default: every hipsrc/*.hip, the most source first) beforehand, each in its own process, with
-the options load_module uses (the current device's target; the tree in $KOSMOS_HIPSRC or the
-checkout, whose digest is in the options), so later loads of the same tree hit the cache.
+26; one file then), so a first test or benchmark can spend its time limit compiling. This
+compiles the named files (default: every hipsrc/*.hip, the most source first) beforehand, each in
+its own process (default: as many at once as CPU cores), with the options load_module uses (the
+current device's target; the tree in $KOSMOS_HIPSRC or the checkout, whose digest is in the
+options), so later loads of the same tree hit the cache.
 Prints each file's compile time; a file that fails to compile is named and the exit code is 1.
 """
 from __future__ import annotations
