@@ -23,6 +23,9 @@ from cupy_backends.cuda.libs import nvrtc
 from kosmos.runtime.source import compile_options
 
 
+OPCODE = re.compile(r"\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_]+)")  # an instruction line: its opcode, group 2
+
+
 def nvdisasm() -> str:
     found = shutil.which("nvdisasm") or next(Path(sys.prefix).glob("lib/python3*/site-packages/nvidia/cu13/bin/nvdisasm"), None)
     if found is None:
@@ -41,7 +44,7 @@ def by_line(body: str, top: int) -> None:
                 where = f"{Path(m.group(1)).name}:{m.group(2)}"
             in_block = True
             continue
-        m = re.search(r"\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_]+)", line)
+        m = OPCODE.search(line)
         if m:
             in_block = False
             count[where] += 1
@@ -78,7 +81,7 @@ def main() -> None:
             Path(args.out + "." + kern).write_text(body)
         ops = collections.Counter()
         for line in body.splitlines():
-            m = re.search(r"\*/\s+(@!?U?P\w+\s+)?([A-Z0-9_]+)", line)
+            m = OPCODE.search(line)
             if m:
                 ops[m.group(2)] += 1
         frame = re.search(r"Function properties for " + kern + r"\n\s*(.*)\n", log)  # ptxas -v
