@@ -105,6 +105,24 @@ def test_exact_ties_take_the_lower_index(route_host, score, groups):
     check_plan(got, cfg)
 
 
+@pytest.mark.parametrize("groups", [0, 8])
+def test_a_nan_choice_ranks_as_minus_infinity(route_host, groups):
+    # route.h's TopN takes ordered values only: a NaN choice (a NaN logit under sigmoid) is -inf
+    # there and in the reference; k distinct experts still come out, however many NaNs a row has
+    cfg = MoEConfig(experts=64, top_k=6, hidden=64, intermediate=64, score="sigmoid", groups=groups,
+                    topk_groups=3 if groups else 0)
+    rng = np.random.default_rng([5, groups])
+    values = rng.standard_normal((300, 64)) * 2
+    values[rng.random((300, 64)) < 0.3] = np.nan
+    values[7] = np.nan  # every expert of a row
+    values[8, 6:] = np.nan  # all but the first six
+    logits = padded_logits(rng, 300, 64, values)
+    got = host_route(route_host, cfg, logits)
+    assert (got["experts"] == reference.route(logits[:, :64].astype(np.float64), cfg).experts).all()
+    assert all(len(set(row)) == cfg.top_k for row in got["experts"].tolist())
+    check_plan(got, cfg)
+
+
 def test_one_expert_takes_every_token_and_tiny_batches(route_host):
     cfg = load_models()["Qwen3-30B-A3B"]
     rng = np.random.default_rng(9)

@@ -73,6 +73,7 @@ def route(logits: np.ndarray, cfg: MoEConfig, bias: np.ndarray | None = None,
         choice = scores + np.asarray(bias, dtype=np.float64)
     elif bias is not None:
         raise ValueError("a bias was given but the config has expert_bias = False")
+    choice = np.where(np.isnan(choice), -np.inf, choice)  # a NaN ranks as -inf (route.h alike)
     if cfg.groups and cfg.topk_groups < cfg.groups:
         t = logits.shape[0]
         per = cfg.experts // cfg.groups

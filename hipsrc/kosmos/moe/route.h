@@ -27,51 +27,39 @@ struct RouteRule {
   const float* bias;        // [experts] added to the scores for the choice only, or null
 };
 
-// A running top-n of (value, index), best first; `offer` keeps the earlier (lower-index) entry
-// among equals, because entries are offered in increasing index order and only a strictly
-// greater value moves ahead of an existing one. n <= N is known only at run time, so every loop
-// runs over the compile-time N and leaves the slots past n alone: the arrays stay in registers (a
-// run-time index put them in local memory, 288 B of stack in kosmos_moe_route, and each offer's
-// test was a local load). The slot an offer must beat, n - 1, is kept beside them.
+// A running top-n of (value, index), best first, the lower index first among equal values. n <= N
+// is known only at run time; slots past n may hold anything (a slot's next entry depends only on
+// itself and the slot above it, so they never reach slots below n) and are never read. Every
+// loop runs over the compile-time N: the arrays stay in registers (a run-time index put them in
+// local memory, 288 B of stack in kosmos_moe_route). Callers offer no NaN (route_token ranks it
+// as -inf): the slots are then ordered, so "the value beats slot s" holds for every s past the
+// first slot it beats, and each slot's update needs only its own test and the one above --
+// independent across slots, a few instructions each. (The shifting form, one slot's test after
+// another's, was ~400 dependent instructions an offer at N = 16: one thread's token took 13.6 us
+// at Qwen3-30B's share on an H100, notes/moe.md session 40.)
 template <int N>
 struct TopN {
   float v[N];
   i32 i[N];
-  i32 n;
-  float tail_v;  // v[n - 1], i[n - 1]
-  i32 tail_i;
-  // whether `value` moves ahead of the entry (vs, is): a greater value, or an empty slot
-  KOSMOS_DEVICE static bool beats(float value, float vs, i32 is) { return value > vs || is < 0; }
-  KOSMOS_DEVICE void init(i32 count) {
-    n = count;
+  KOSMOS_DEVICE void init() {
 #pragma unroll
     for (int s = 0; s < N; ++s) {
-      v[s] = -__int_as_float(0x7f800000);  // -inf: any finite or -inf value offered later wins a slot
+      v[s] = -__int_as_float(0x7f800000);  // -inf, with index -1: an empty slot, which any value beats
       i[s] = -1;
     }
-    tail_v = v[0];
-    tail_i = -1;
   }
-  // From slot n - 1 up, each entry the value beats moves down one slot; the value takes the
-  // slot below the first entry it does not beat (or slot 0).
+  // Every entry the value beats (a greater value, or an empty slot) moves down one slot; the
+  // value takes the first slot it beats.
   KOSMOS_DEVICE void offer(float value, i32 index) {
-    if (n == 0 || !beats(value, tail_v, tail_i)) return;
-    bool lands = true;  // the value lands in slot s or above it
+    bool beats[N];
+#pragma unroll
+    for (int s = 0; s < N; ++s) beats[s] = value > v[s] || i[s] < 0;
 #pragma unroll
     for (int s = N - 1; s >= 0; --s) {
-      if (s >= n || !lands) continue;
-      const int up = s > 0 ? s - 1 : 0;  // (slot 0 has none above it)
-      const bool above = s > 0 && beats(value, v[up], i[up]);
-      v[s] = above ? v[up] : value;
-      i[s] = above ? i[up] : index;
-      lands = above;
+      const bool shift = s > 0 && beats[s > 0 ? s - 1 : 0];
+      v[s] = shift ? v[s > 0 ? s - 1 : 0] : beats[s] ? value : v[s];
+      i[s] = shift ? i[s > 0 ? s - 1 : 0] : beats[s] ? index : i[s];
     }
-#pragma unroll
-    for (int s = 0; s < N; ++s)
-      if (s == n - 1) {
-        tail_v = v[s];
-        tail_i = i[s];
-      }
   }
 };
 
@@ -113,7 +101,11 @@ KOSMOS_DEVICE RowExp rule_row_exp(const RouteRule& r, const float* row) {
 // needs it too).
 KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, const RowExp& re, i32* experts, float* weights) {
   const Scorer score = make_scorer(r, row, re);
-  auto choice = [&](i32 e) { return r.bias ? score(e) + r.bias[e] : score(e); };
+  // A NaN choice value ranks as -inf (TopN needs ordered values; kosmos/moe/reference.py alike)
+  auto choice = [&](i32 e) {
+    const float c = r.bias ? score(e) + r.bias[e] : score(e);
+    return c == c ? c : -__int_as_float(0x7f800000);
+  };
   // Group limit: a group's score is the sum of its two best choice values; the best topk_groups
   // groups compete, the others' experts are skipped.
   const bool limited = r.groups && r.topk_groups < r.groups;  // then groups <= kMaxGroups (host-checked)
@@ -121,10 +113,10 @@ KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, const RowEx
   u32 allowed = ~0u;  // bit g: group g competes (read only when limited)
   if (limited) {
     TopN<kMaxGroups> best;
-    best.init(r.topk_groups);
+    best.init();
     for (i32 g = 0; g < r.groups; ++g) {
       TopN<2> two;
-      two.init(2);
+      two.init();
       for (i32 e = g * per; e < (g + 1) * per; ++e) two.offer(choice(e), e);
       best.offer(two.v[0] + two.v[1], g);
     }
@@ -134,7 +126,7 @@ KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, const RowEx
       if (s < r.topk_groups) allowed |= 1u << best.i[s];
   }
   TopN<kMaxTopK> top;
-  top.init(r.top_k);
+  top.init();
   for (i32 e = 0; e < r.experts; ++e)
     if (!limited || (allowed >> (e / per) & 1u)) top.offer(choice(e), e);
   // (loops over the compile-time kMaxTopK, as in TopN: top's slots stay in registers)
