@@ -95,10 +95,11 @@ def test_the_rule_and_plan_match_the_reference(route_host, name):
 
 @pytest.mark.parametrize("score", ["softmax", "sigmoid"])
 @pytest.mark.parametrize("groups", [0, 8])
-def test_exact_ties_take_the_lower_index(route_host, score, groups):
-    cfg = MoEConfig(experts=64, top_k=6, hidden=64, intermediate=64, score=score, groups=groups,
+@pytest.mark.parametrize("top_k", [6, 12])  # route.h's eight slots, and its sixteen
+def test_exact_ties_take_the_lower_index(route_host, score, groups, top_k):
+    cfg = MoEConfig(experts=64, top_k=top_k, hidden=64, intermediate=64, score=score, groups=groups,
                     topk_groups=3 if groups else 0)
-    rng = np.random.default_rng([3, groups])
+    rng = np.random.default_rng([3, groups, top_k])
     logits = padded_logits(rng, 700, 64, rng.integers(-2, 3, size=(700, 64)) * 0.5)
     got = host_route(route_host, cfg, logits)
     assert (got["experts"] == reference.route(logits[:, :64].astype(np.float64), cfg).experts).all()

@@ -1,6 +1,7 @@
 """Where the fused MoE kernels' time goes: per-CTA phase timestamps (hipsrc/kosmos/trace.h).
 
     python3 notes/debug/phases.py [--model Qwen3-30B-A3B] [--rows 2048] [--movers N,..] [--crew N,..] [-D NAME=VALUE]
+        [--ranks P (P EP-8 ranks' experts on the GPU; 8: the router's whole E)] [--forward-only]
 
 Builds the fused MoE kernels (hipsrc/moe_fused_*.hip) with -DKOSMOS_PHASE_TRACE (a copy of hipsrc
 with the define on top of each, in a directory named by the tree's digest and the defines: CuPy's
@@ -89,9 +90,12 @@ def main():
     ap.add_argument("--movers", default="", help="comma-separated; each with each crew (default: the layer's)")
     ap.add_argument("--crew", default="")
     ap.add_argument("-D", action="append", default=[], help="a define of the fused kernels, NAME=VALUE (read above)")
+    ap.add_argument("--ranks", type=int, default=1,
+                    help="this many EP-8 ranks' experts on the one GPU (8: the whole model, its router's E)")
+    ap.add_argument("--forward-only", action="store_true")
     args = ap.parse_args()
     world = World()
-    cfg = share(args.model, 1)
+    cfg = share(args.model, args.ranks)
     tokens = tokens_of(cfg, args.rows, 1)
     print(f"{cfg.name}: {tokens} tokens, {args.rows} rows per expert on average, E/P {cfg.experts}, H {cfg.hidden}, "
           f"I {cfg.intermediate}", flush=True)
@@ -115,6 +119,8 @@ def main():
             y, ctx = layer.forward(x, params, check=True)
             cupy.cuda.Device().synchronize()
             tf = trace.get()
+            if args.forward_only:
+                continue
             if trace_b is not None:
                 trace_b.fill(0)
             layer.backward(dy, ctx, params)
@@ -124,7 +130,8 @@ def main():
                 trace_b = trace_of(bwd.kernel)
             tb = trace_b.get()
         show("forward", tf, fwd.grid, movers, crew)
-        show("backward", tb, bwd.grid, *bwd._crews(m, c))
+        if not args.forward_only:
+            show("backward", tb, bwd.grid, *bwd._crews(m, c))
         layer.close()
 
 if __name__ == "__main__":
