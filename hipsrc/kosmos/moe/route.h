@@ -96,9 +96,10 @@ KOSMOS_DEVICE RowExp rule_row_exp(const RouteRule& r, const float* row) {
   return r.score == SCORE_SOFTMAX ? row_exp(row, r.experts) : RowExp{0.0f, 1.0f};
 }
 
-// route_token with N top slots (k <= N and topk_groups <= N): an offer costs ~6 N instructions.
-template <int N>
-KOSMOS_DEVICE void route_token_n(const RouteRule& r, const float* row, const RowExp& re, i32* experts, float* weights) {
+// Route one token: experts[0..k) best first, weights[0..k) their combine weights. `re`: row_exp
+// of the row (read only for softmax), when the caller has it (the in-launch routing's token_norm
+// needs it too).
+KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, const RowExp& re, i32* experts, float* weights) {
   const Scorer score = make_scorer(r, row, re);
   // A NaN choice value ranks as -inf (TopN needs ordered values; kosmos/moe/reference.py alike)
   auto choice = [&](i32 e) {
@@ -111,7 +112,7 @@ KOSMOS_DEVICE void route_token_n(const RouteRule& r, const float* row, const Row
   const i32 per = limited ? r.experts / r.groups : r.experts;
   u32 allowed = ~0u;  // bit g: group g competes (read only when limited)
   if (limited) {
-    TopN<N> best;
+    TopN<kMaxGroups> best;
     best.init();
     for (i32 g = 0; g < r.groups; ++g) {
       TopN<2> two;
@@ -121,38 +122,28 @@ KOSMOS_DEVICE void route_token_n(const RouteRule& r, const float* row, const Row
     }
     allowed = 0;
 #pragma unroll
-    for (int s = 0; s < N; ++s)
+    for (int s = 0; s < kMaxGroups; ++s)
       if (s < r.topk_groups) allowed |= 1u << best.i[s];
   }
-  TopN<N> top;
+  TopN<kMaxTopK> top;
   top.init();
   for (i32 e = 0; e < r.experts; ++e)
     if (!limited || (allowed >> (e / per) & 1u)) top.offer(choice(e), e);
-  // (loops over the compile-time N, as in TopN: top's slots stay in registers)
-  float w[N], sum = 0.0f;
+  // (loops over the compile-time kMaxTopK, as in TopN: top's slots stay in registers)
+  float w[kMaxTopK], sum = 0.0f;
 #pragma unroll
-  for (int s = 0; s < N; ++s)
+  for (int s = 0; s < kMaxTopK; ++s)
     if (s < r.top_k) {
       w[s] = score(top.i[s]);
       sum += w[s];
     }
   const float scale = r.normalize ? r.scaling / sum : r.scaling;
 #pragma unroll
-  for (int s = 0; s < N; ++s)
+  for (int s = 0; s < kMaxTopK; ++s)
     if (s < r.top_k) {
       experts[s] = top.i[s];
       weights[s] = w[s] * scale;
     }
-}
-
-// Route one token: experts[0..k) best first, weights[0..k) their combine weights. `re`: row_exp
-// of the row (read only for softmax), when the caller has it (the in-launch routing's token_norm
-// needs it too). Eight slots serve every shipped model (top-8 or less, at most 8 groups chosen)
-// at half the sixteen's cost an offer.
-KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, const RowExp& re, i32* experts, float* weights) {
-  static_assert(kMaxGroups <= kMaxTopK, "route_token_n<kMaxTopK> holds the group choice too");
-  if (r.top_k <= 8 && r.topk_groups <= 8) route_token_n<8>(r, row, re, experts, weights);
-  else route_token_n<kMaxTopK>(r, row, re, experts, weights);
 }
 
 KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, i32* experts, float* weights) {
