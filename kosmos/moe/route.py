@@ -19,8 +19,8 @@ except where two candidates are within fp32 rounding of each other, and among ex
 values the lower expert (or group) index wins in both. Only the first E columns of `logits` are
 read, so a router GEMM padded to the builder's 64-column tiles can be passed as it is. A NaN
 choice value (a NaN logit or bias; softmax over an infinite logit) ranks as -inf, in the reference
-too: k distinct experts always come out (their weights may be NaN). The plan is a stable counting sort without
-atomics: identical on every run.
+too: k distinct experts always come out (their weights may be NaN). The plan is a stable counting
+sort without atomics: identical on every run.
 """
 from __future__ import annotations
 
