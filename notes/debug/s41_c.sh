@@ -21,5 +21,5 @@ run "chooser check" timeout 30 python3 notes/debug/chooser_check.py "$RUNS"/gemm
 run "bench grouped" timeout 200 python3 bench/grouped_gemm.py --iters 10 --out $RUNS --tag s41_c
 stamp grouped
 cp "$RUNS"/*.json "$RUNS"/*.png "$OUT"/ 2>/dev/null
-grep -E "^=====|^-----|passed|failed|^group|^layout|geomean|TILE_EFF|GEMM[12] |median|Error|WRONG" "$LOG" | cut -c1-300 | tail -80
+grep -E "^=====|^-----|passed|failed|^group|^layout|geomean|TILE_EFF|GEMM[12] |rows/expert|^ +[0-9]+ +(balanced|skewed)|median|Error|WRONG" "$LOG" | cut -c1-300 | tail -80
 printf '%s\n' "${summary[@]}"
