@@ -73,14 +73,15 @@ KOSMOS_DEVICE u64* arrived_flag(const DispatchParams& d, int owner, i32 local_ex
   return reinterpret_cast<u64*>(d.peer_bases[owner] + d.arrived_off) + i64(local_expert) * kMaxWorld + source;
 }
 
-// 1. CTA 0: my counts to every rank (itself too), then my ready flag there; and the next call's run
-// counters zeroed (the call that last used them has finished).
-KOSMOS_DEVICE void publish_counts(const DispatchParams& d) {
+// 1. One CTA (all threads; dispatch_plan: CTA 0): my counts (rows_of(g): rows I send expert g) to
+// every rank (itself too), then my ready flag there; and the next call's run counters zeroed (the
+// call that last used them has finished).
+template <class RowsOf>
+KOSMOS_DEVICE void publish_counts(const DispatchParams& d, const RowsOf& rows_of) {
   const i32 P = d.world, E = d.experts, me = d.rank;
   for (i32 g = threadIdx.x; g < E; g += blockDim.x) d.run_done[i64((call_epoch() + 1) & 1) * E + g] = 0;
   for (int o = 0; o < P; ++o)
-    for (i32 g = threadIdx.x; g < E; g += blockDim.x)
-      counts_slot(d, o, me)[g] = d.refused ? -1 : d.start[g + 1] - d.start[g];
+    for (i32 g = threadIdx.x; g < E; g += blockDim.x) counts_slot(d, o, me)[g] = d.refused ? -1 : rows_of(g);
   __syncthreads();
   if (threadIdx.x == 0) {
     fence_acq_rel_sys();
@@ -127,8 +128,9 @@ KOSMOS_DEVICE i64 load_counts(const DispatchParams& d, i32* counts) {
 // and this call's item tables, in the dynamic shared memory (dispatch_smem_bytes): counts[P][E],
 // my_base[E] (where my run of expert g starts in its owner's arena), chunk_start[E + 1] (the item
 // prefix over my runs). False when a wait gave up or the verdict stopped the call (nothing moves,
-// outputs zeroed).
-KOSMOS_DEVICE bool dispatch_plan(const DispatchParams& d) {
+// outputs zeroed). publish false: this launch published the counts already (the fused forward's
+// routing, as soon as it had them: forward.h).
+KOSMOS_DEVICE bool dispatch_plan(const DispatchParams& d, bool publish) {
   extern __shared__ __align__(16) u8 dispatch_smem[];
   const i32 P = d.world, E = d.experts, me = d.rank;
   i32* counts = reinterpret_cast<i32*>(dispatch_smem);  // [P][E]
@@ -136,7 +138,7 @@ KOSMOS_DEVICE bool dispatch_plan(const DispatchParams& d) {
   i32* chunk_start = my_base + E;                        // [E + 1]
   // First, whatever the verdict: CTA 0 zeroes the next call's queue heads here (flags.h)
   fused_heads(flags_of(d.peer_bases, me, d.flags_off), call_epoch());
-  if (blockIdx.x == 0) publish_counts(d);
+  if (blockIdx.x == 0 && publish) publish_counts(d, [&](i32 g) { return d.start[g + 1] - d.start[g]; });
   if (!wait_counts(d)) return false;
   const i64 worst = load_counts(d, counts);
   if (blockIdx.x == 0 && threadIdx.x == 0) d.status[0] = worst;
@@ -233,11 +235,12 @@ KOSMOS_DEVICE void run_item_done(const DispatchParams& d, const DispatchItem& it
 
 // The dispatch's CTAs that move (standalone: all of them; fused: the movers): the plan, then items
 // until the queue is dry. Returns dispatch_plan's verdict. smem_bytes: the kernel's dynamic shared
-// memory; what the tables leave of it stages the rows (bulk_rows.h; 0: register copies).
+// memory; what the tables leave of it stages the rows (bulk_rows.h; 0: register copies). publish:
+// dispatch_plan's.
 template <int Unroll = kMoverUnroll>
-KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d, u32 smem_bytes = 0) {
+KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d, u32 smem_bytes = 0, bool publish = true) {
   extern __shared__ __align__(16) u8 dispatch_smem[];
-  if (!dispatch_plan(d)) return false;
+  if (!dispatch_plan(d, publish)) return false;
   const i32* my_base = reinterpret_cast<const i32*>(dispatch_smem) + d.world * d.experts;
   const i32* chunk_start = my_base + d.experts;
   FusedHeads* heads = &flags_of(d.peer_bases, d.rank, d.flags_off)->fused[call_epoch() & 1];
