@@ -14,6 +14,7 @@
 // The chunk tables live in the builder's stages, lent between its two calls (gemm/tile.h).
 #pragma once
 #include "../grid.h"
+#include "../cta.h"
 #include "../trace.h"
 #include "../gemm/splitk.h"
 #include "capacity.h"
@@ -123,11 +124,9 @@ KOSMOS_DEVICE void place_chunks(const RouteParams& r, u8* scratch, const TotalsK
     if (c < first) atomicAdd(&before[e], n);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    for (i32 e = 0; e < E; ++e) start[e + 1] += start[e];
-    if (blockIdx.x == 0 && (!r.prob_sums || T == 0)) r.losses[0] = r.losses[1] = 0.0f;  // else: route_losses
-  }
-  __syncthreads();
+  cta_inclusive_scan(start + 1, E);  // (start[0] is 0)
+  if (blockIdx.x == 0 && threadIdx.x == 0 && (!r.prob_sums || T == 0))
+    r.losses[0] = r.losses[1] = 0.0f;  // else: route_losses
   totals_known(static_cast<const i32*>(start));
   if (blockIdx.x == 0 && r.capacity < 0)
     for (i32 e = i32(threadIdx.x); e <= E; e += i32(blockDim.x)) r.start[e] = start[e];
