@@ -1,7 +1,7 @@
 // Mover copy loops: a whole CTA moves a contiguous byte range with 16-byte accesses and
 // several requests in flight per thread (the loads of one round are issued before its stores).
 #pragma once
-#include "platform.h"
+#include "cta.h"
 
 namespace kosmos {
 
@@ -88,16 +88,6 @@ KOSMOS_DEVICE void grid_copy(void* dst, const void* src, u64 nbytes) {
   if (begin >= nbytes) return;
   const u64 len = begin + per_cta > nbytes ? nbytes - begin : per_cta;
   cta_copy(static_cast<u8*>(dst) + begin, static_cast<const u8*>(src) + begin, len, blockDim.x);
-}
-
-// Broadcast a value chosen by thread 0 to the whole CTA.
-template <class T>
-KOSMOS_DEVICE T cta_broadcast(T* slot, T value) {
-  if (threadIdx.x == 0) *slot = value;
-  __syncthreads();
-  T v = *slot;
-  __syncthreads();
-  return v;
 }
 
 }  // namespace kosmos

@@ -309,6 +309,24 @@ KOSMOS_DEVICE u32 shfl_xor_u32(u32 v, int m) {
 #endif
 }
 
+// Lane (this lane - d)'s v, or this lane's own v on lanes below d (a converged warp).
+KOSMOS_DEVICE u32 shfl_up_u32(u32 v, int d) {
+#if KOSMOS_AMD
+  return __shfl_up(v, d);
+#else
+  return __shfl_up_sync(0xffffffffu, v, d);
+#endif
+}
+
+// The sum of v over the warp's lanes, on every lane (integers: any order, the same value).
+KOSMOS_DEVICE i64 warp_sum_i64(i64 v) {
+  for (int m = kWarpSize / 2; m > 0; m >>= 1) {
+    const u64 u = u64(v);
+    v += i64(u64(shfl_xor_u32(u32(u), m)) | (u64(shfl_xor_u32(u32(u >> 32), m)) << 32));
+  }
+  return v;
+}
+
 // The sum (max) of v over the warp's lanes, on every lane, the same bits on every run: an xor
 // butterfly (lanes i and i ^ m add the same two values at each step, and fp addition commutes).
 KOSMOS_DEVICE float warp_sum(float v) {

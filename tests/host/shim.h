@@ -51,6 +51,14 @@ inline T __shfl_xor_sync(unsigned, T v, int mask) {
   }
   return v;
 }
+template <class T>
+inline T __shfl_up_sync(unsigned, T v, int) { return v; }  // (compiled, never run here)
+template <class T>
+inline T atomicMax(T* p, T v) {  // (compiled, never run here)
+  const T old = *p;
+  if (v > old) *p = v;
+  return old;
+}
 // One thread of one CTA, unless a harness sets them (its loops over threads or CTAs run in turn).
 struct KosmosDim3 {
   unsigned x, y, z;

@@ -19,6 +19,7 @@
 // rows in y (router_grads.h).
 #pragma once
 #include "../calls.h"
+#include "../cta.h"
 #include "../flags.h"
 #include "../bulk_rows.h"
 #include "../protocol.h"
@@ -83,16 +84,16 @@ KOSMOS_DEVICE CombineTables combine_tables(const CombineParams& d, const i32* co
     m.run_base[v] = arena_row(m.counts, P, E, L, g, s);  // y is in the arena's order (layout.h)
     m.run_dest[v] = source_row(m.counts, E, g, s);
   }
-  if (threadIdx.x == 0) {
-    m.chunk_start[0] = 0;
-    for (i32 s = 0; s < P; ++s) m.dest_chunks[s] = 0;
-    for (i32 v = 0; v < R; ++v) {
-      const i32 n = m.counts[(v % P) * E + me * L + v / P], c = (n + d.item_rows - 1) / d.item_rows;
-      m.chunk_start[v + 1] = m.chunk_start[v] + c;
-      m.dest_chunks[v % P] += c;
-    }
+  const auto chunks = [&](i32 v) { return (m.counts[(v % P) * E + me * L + v / P] + d.item_rows - 1) / d.item_rows; };
+  for (i32 v = threadIdx.x; v < R; v += blockDim.x) m.chunk_start[v + 1] = chunks(v);
+  for (i32 s = threadIdx.x; s < P; s += blockDim.x) {  // destination s's runs: v = l * P + s
+    i32 c = 0;
+    for (i32 v = s; v < R; v += P) c += chunks(v);
+    m.dest_chunks[s] = c;
   }
+  if (threadIdx.x == 0) m.chunk_start[0] = 0;
   __syncthreads();
+  cta_inclusive_scan(m.chunk_start + 1, R);
   if (d.own_runs && blockIdx.x == 0)
     for (i32 v = threadIdx.x; v < 3 * L; v += blockDim.x) d.own_runs[v] = m.own[v];
   return m;

@@ -19,6 +19,7 @@
 //      the next launch on its stream reads a complete arena.
 #pragma once
 #include "../calls.h"
+#include "../cta.h"
 #include "../flags.h"
 #include "../bulk_rows.h"
 #include "../protocol.h"
@@ -73,14 +74,15 @@ KOSMOS_DEVICE u64* arrived_flag(const DispatchParams& d, int owner, i32 local_ex
   return reinterpret_cast<u64*>(d.peer_bases[owner] + d.arrived_off) + i64(local_expert) * kMaxWorld + source;
 }
 
-// 1. CTA 0: my counts to every rank (itself too), then my ready flag there; and the next call's run
-// counters zeroed (the call that last used them has finished).
-KOSMOS_DEVICE void publish_counts(const DispatchParams& d) {
+// 1. One CTA (all threads; dispatch_plan: CTA 0): my counts (rows_of(g): rows I send expert g) to
+// every rank (itself too), then my ready flag there; and the next call's run counters zeroed (the
+// call that last used them has finished).
+template <class RowsOf>
+KOSMOS_DEVICE void publish_counts(const DispatchParams& d, const RowsOf& rows_of) {
   const i32 P = d.world, E = d.experts, me = d.rank;
   for (i32 g = threadIdx.x; g < E; g += blockDim.x) d.run_done[i64((call_epoch() + 1) & 1) * E + g] = 0;
   for (int o = 0; o < P; ++o)
-    for (i32 g = threadIdx.x; g < E; g += blockDim.x)
-      counts_slot(d, o, me)[g] = d.refused ? -1 : d.start[g + 1] - d.start[g];
+    for (i32 g = threadIdx.x; g < E; g += blockDim.x) counts_slot(d, o, me)[g] = d.refused ? -1 : rows_of(g);
   __syncthreads();
   if (threadIdx.x == 0) {
     fence_acq_rel_sys();
@@ -103,32 +105,43 @@ KOSMOS_DEVICE bool wait_counts(const DispatchParams& d) {
 // from my heap slot into `counts` (shared memory), and their verdict, the same on every rank: 0;
 // -1, a rank refused its input; or the rows an owner would receive past the capacity. (Relaxed
 // system-scope loads: a plain load could hit a stale copy from the slot's previous use.)
+// A warp an owner sums the rows it would receive (each count is some owner's: the warps see them
+// all); P * E counts one thread after another took ~P * E shared loads' latency in every CTA.
 KOSMOS_DEVICE i64 load_counts(const DispatchParams& d, i32* counts) {
-  __shared__ i64 s_worst;
-  const i32 P = d.world, E = d.experts;
+  __shared__ unsigned long long s_over;  // the most rows an owner past capacity would receive
+  __shared__ int s_refused;
+  const i32 P = d.world, E = d.experts, L = d.e_loc;
   const i32* slot = counts_slot(d, d.rank, 0);
+  if (threadIdx.x == 0) s_over = s_refused = 0;
   for (i32 v = threadIdx.x; v < P * E; v += blockDim.x)
     counts[v] = i32(ld_relaxed_sys_u32(reinterpret_cast<const u32*>(slot + v)));
   __syncthreads();
-  i64 worst = 0;
-  if (threadIdx.x == 0) {
-    for (i32 v = 0; v < P * E && worst == 0; ++v)
-      if (counts[v] < 0) worst = -1;
-    for (int o = 0; o < P && worst >= 0; ++o) {
-      i64 rows = 0;
-      for (i32 l = 0; l < d.e_loc; ++l) rows += expert_rows(counts, P, E, d.e_loc, o, l);
-      if (rows > i64(d.capacity) && rows > worst) worst = rows;
+  const i32 lane = i32(threadIdx.x) % kWarpSize, warps = i32(blockDim.x) / kWarpSize;
+  for (i32 o = i32(threadIdx.x) / kWarpSize; o < P; o += warps) {
+    i64 rows = 0;
+    bool refused = false;
+    for (i32 i = lane; i < P * L; i += kWarpSize) {  // (source i / L, local expert i % L)
+      const i32 n = counts[(i / L) * E + o * L + i % L];
+      refused |= n < 0;
+      rows += n;
     }
+    rows = warp_sum_i64(rows);
+    if (refused) s_refused = 1;
+    if (lane == 0 && rows > i64(d.capacity)) atomicMax(&s_over, (unsigned long long)rows);  // (refused: moot)
   }
-  return cta_broadcast(&s_worst, worst);
+  __syncthreads();
+  const i64 worst = s_refused ? -1 : i64(s_over);
+  __syncthreads();  // the words are free for the next call
+  return worst;
 }
 
 // The dispatch up to its pushes: the counts exchange, the verdict, the owner side's outputs (CTA 0)
 // and this call's item tables, in the dynamic shared memory (dispatch_smem_bytes): counts[P][E],
 // my_base[E] (where my run of expert g starts in its owner's arena), chunk_start[E + 1] (the item
 // prefix over my runs). False when a wait gave up or the verdict stopped the call (nothing moves,
-// outputs zeroed).
-KOSMOS_DEVICE bool dispatch_plan(const DispatchParams& d) {
+// outputs zeroed). publish false: this launch published the counts already (the fused forward's
+// routing, as soon as it had them: forward.h).
+KOSMOS_DEVICE bool dispatch_plan(const DispatchParams& d, bool publish) {
   extern __shared__ __align__(16) u8 dispatch_smem[];
   const i32 P = d.world, E = d.experts, me = d.rank;
   i32* counts = reinterpret_cast<i32*>(dispatch_smem);  // [P][E]
@@ -136,7 +149,7 @@ KOSMOS_DEVICE bool dispatch_plan(const DispatchParams& d) {
   i32* chunk_start = my_base + E;                        // [E + 1]
   // First, whatever the verdict: CTA 0 zeroes the next call's queue heads here (flags.h)
   fused_heads(flags_of(d.peer_bases, me, d.flags_off), call_epoch());
-  if (blockIdx.x == 0) publish_counts(d);
+  if (blockIdx.x == 0 && publish) publish_counts(d, [&](i32 g) { return d.start[g + 1] - d.start[g]; });
   if (!wait_counts(d)) return false;
   const i64 worst = load_counts(d, counts);
   if (blockIdx.x == 0 && threadIdx.x == 0) d.status[0] = worst;
@@ -148,11 +161,13 @@ KOSMOS_DEVICE bool dispatch_plan(const DispatchParams& d) {
     }
     return false;
   }
-  for (i32 g = threadIdx.x; g < E; g += blockDim.x) my_base[g] = arena_row(counts, P, E, d.e_loc, g, me);  // layout.h
-  if (threadIdx.x == 0) {
-    chunk_start[0] = 0;
-    for (i32 g = 0; g < E; ++g) chunk_start[g + 1] = chunk_start[g] + chunks_of_run(d, g);
+  for (i32 g = threadIdx.x; g < E; g += blockDim.x) {
+    my_base[g] = arena_row(counts, P, E, d.e_loc, g, me);  // layout.h
+    chunk_start[g + 1] = chunks_of_run(d, g);
   }
+  if (threadIdx.x == 0) chunk_start[0] = 0;
+  __syncthreads();
+  cta_inclusive_scan(chunk_start + 1, E);
   // The owner side's outputs: the grouped GEMM's counts, the readiness hook's runs, and every
   // rank's counts for the combine.
   if (blockIdx.x == 0) {
@@ -233,11 +248,12 @@ KOSMOS_DEVICE void run_item_done(const DispatchParams& d, const DispatchItem& it
 
 // The dispatch's CTAs that move (standalone: all of them; fused: the movers): the plan, then items
 // until the queue is dry. Returns dispatch_plan's verdict. smem_bytes: the kernel's dynamic shared
-// memory; what the tables leave of it stages the rows (bulk_rows.h; 0: register copies).
+// memory; what the tables leave of it stages the rows (bulk_rows.h; 0: register copies). publish:
+// dispatch_plan's.
 template <int Unroll = kMoverUnroll>
-KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d, u32 smem_bytes = 0) {
+KOSMOS_DEVICE bool dispatch_push(const DispatchParams& d, u32 smem_bytes = 0, bool publish = true) {
   extern __shared__ __align__(16) u8 dispatch_smem[];
-  if (!dispatch_plan(d)) return false;
+  if (!dispatch_plan(d, publish)) return false;
   const i32* my_base = reinterpret_cast<const i32*>(dispatch_smem) + d.world * d.experts;
   const i32* chunk_start = my_base + d.experts;
   FusedHeads* heads = &flags_of(d.peer_bases, d.rank, d.flags_off)->fused[call_epoch() & 1];

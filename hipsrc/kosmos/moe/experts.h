@@ -33,14 +33,16 @@ struct ExpertGemm {
 // group table. CTA 0 plans the items either way (with movers 0 nobody pushes here: the builder
 // call's side job does, SideDispatch). False: a wait gave up, or the verdict (the same on every rank) stopped
 // the call -- nothing moved. On return the dynamic shared memory is free for the builder's pipeline.
+// publish false: the launch has published this rank's counts already (dispatch_plan).
 template <int PushUnroll>
-KOSMOS_DEVICE bool dispatch_rows(const DispatchParams& d, i32 movers, u8* smem, gemm::GroupTable* table) {
+KOSMOS_DEVICE bool dispatch_rows(const DispatchParams& d, i32 movers, u8* smem, gemm::GroupTable* table,
+                                 bool publish = true) {
   i32* counts = reinterpret_cast<i32*>(smem);
   // Movers leave the counts at the start of the dynamic shared memory (dispatch_plan); builders
   // load them there, so neither reads the heap one value at a time.
   bool fine;
-  if (i32(blockIdx.x) < movers) fine = dispatch_push<PushUnroll>(d, mover_stage_bytes(smem));
-  else if (blockIdx.x == 0) fine = dispatch_plan(d);
+  if (i32(blockIdx.x) < movers) fine = dispatch_push<PushUnroll>(d, mover_stage_bytes(smem), publish);
+  else if (blockIdx.x == 0) fine = dispatch_plan(d, publish);
   else fine = wait_counts(d) && load_counts(d, counts) == 0;
   fine = fine && gemm::build_group_table(
                      table, [&](i32 l) { return i32(expert_rows(counts, d.world, d.experts, d.e_loc, d.rank, l)); },

@@ -47,9 +47,16 @@ KOSMOS_DEVICE void forward_experts(const ExpertGemm& gr, const EpiR& epir, const
   __shared__ gemm::GroupTable table;
   phase_mark(0);
   gemm::builder_init(smem);  // once: the router's call and the experts' share the pipeline
-  bool fine = route_in_launch<Tile>(route, gr, epir, words + 4, d.wait, smem);
+  // Dropless, the routing's totals are this rank's counts: the grid's last CTA (it places the
+  // fewest chunks) publishes them at once, so the publish's system fence and the peers' wait for
+  // them run under the placing and its grid barrier.
+  const bool publish_early = route.tokens >= 0 && route.capacity < 0;
+  bool fine = route_in_launch<Tile>(route, gr, epir, words + 4, d.wait, smem, [&](const i32* start) {
+    if (publish_early && blockIdx.x == gridDim.x - 1)
+      publish_counts(d, [&](i32 g) { return start[g + 1] - start[g]; });
+  });
   combine_prepare(c);
-  fine = fine && dispatch_rows<PushUnroll>(d, movers, smem, &table);
+  fine = fine && dispatch_rows<PushUnroll>(d, movers, smem, &table, !publish_early);
   phase_mark(1);
   if (fine) {
     gemm::builder_reclaim(smem);  // the routing's and the dispatch's tables lay in the stages

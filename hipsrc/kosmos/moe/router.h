@@ -14,6 +14,7 @@
 // The chunk tables live in the builder's stages, lent between its two calls (gemm/tile.h).
 #pragma once
 #include "../grid.h"
+#include "../cta.h"
 #include "../trace.h"
 #include "../gemm/splitk.h"
 #include "capacity.h"
@@ -101,7 +102,10 @@ KOSMOS_DEVICE void route_chunks(const RouteParams& r, u8* scratch) {
 // CTA's first chunk are integer sums, order-free, so every thread adds what it loads (shared-memory
 // atomics) instead of one thread per expert walking every chunk. Under token dropping the plan
 // goes to all_order and start[] stays in the scratch (step 4 writes the kept one).
-KOSMOS_DEVICE void place_chunks(const RouteParams& r, u8* scratch) {
+// totals_known(start): all threads of every CTA, once the experts' totals are summed (start[e + 1] -
+// start[e]: the rows of expert e before any dropping), before the chunks are placed.
+template <class TotalsKnown>
+KOSMOS_DEVICE void place_chunks(const RouteParams& r, u8* scratch, const TotalsKnown& totals_known) {
   i32* __restrict__ order = r.capacity < 0 ? r.order : r.all_order;
   const i32 k = r.rule.top_k, E = r.rule.experts, T = r.tokens, chunks = chunks_of(T);
   const i32 per = (chunks + i32(gridDim.x) - 1) / i32(gridDim.x), first = i32(blockIdx.x) * per;
@@ -120,11 +124,10 @@ KOSMOS_DEVICE void place_chunks(const RouteParams& r, u8* scratch) {
     if (c < first) atomicAdd(&before[e], n);
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    for (i32 e = 0; e < E; ++e) start[e + 1] += start[e];
-    if (blockIdx.x == 0 && (!r.prob_sums || T == 0)) r.losses[0] = r.losses[1] = 0.0f;  // else: route_losses
-  }
-  __syncthreads();
+  cta_inclusive_scan(start + 1, E);  // (start[0] is 0)
+  if (blockIdx.x == 0 && threadIdx.x == 0 && (!r.prob_sums || T == 0))
+    r.losses[0] = r.losses[1] = 0.0f;  // else: route_losses
+  totals_known(static_cast<const i32*>(start));
   if (blockIdx.x == 0 && r.capacity < 0)
     for (i32 e = i32(threadIdx.x); e <= E; e += i32(blockDim.x)) r.start[e] = start[e];
   for (i32 c = first; c < last; ++c) {
@@ -182,10 +185,11 @@ KOSMOS_DEVICE void sum_router_partials(const Epi& epi, i32 splits, const RoutePa
 
 // All threads of every CTA, first thing in the launch (after gemm::builder_init): steps 1-5. The
 // router GEMM's units come from queue[0..1] (the kernel's last CTA out resets it: queue_exit).
-// False: a grid wait gave up (nothing after it may run). With r.tokens < 0, nothing runs.
-template <class Tile, class Epi>
+// totals_known: place_chunks'. False: a grid wait gave up (nothing after it may run). With
+// r.tokens < 0, nothing runs.
+template <class Tile, class Epi, class TotalsKnown>
 KOSMOS_DEVICE bool route_in_launch(const RouteParams& r, const ExpertGemm& g, const Epi& epi, u64* queue,
-                                   const WaitCtx& w, u8* smem) {
+                                   const WaitCtx& w, u8* smem, const TotalsKnown& totals_known) {
   if (r.tokens < 0) return true;
   const gemm::DenseSchedule<Tile> s{*g.p};
   gemm::QueueClaim claim{queue, gemm::work_units(*g.p)};
@@ -202,7 +206,7 @@ KOSMOS_DEVICE bool route_in_launch(const RouteParams& r, const ExpertGemm& g, co
   route_chunks(r, smem);
   phase_mark(13);
   if (!grid_barrier(r.grid, w)) return false;
-  place_chunks(r, smem);
+  place_chunks(r, smem, totals_known);
   phase_mark(14);
   if (!grid_barrier(r.grid, w)) return false;
   if (r.capacity >= 0) {
