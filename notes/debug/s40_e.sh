@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Session 40: the launch's routing with four lanes a token (branch route-lanes; its hipsrc change is
+# notes/debug/s40_lanes.patch) against one thread a token (tree B: that patch reversed, = 7c7e93c:
+# eight top slots). (1) GPU tests: routing, fused forward, layer at np 1; routing + forward at np 2
+# (oversubscribed: correctness only); (2) bench/moe.py forward A/B at the EP-8 share; (3) phase
+# traces, forward only, both trees, with the router's real E (--ranks 8: Qwen3-30B 128 experts,
+# DeepSeek-V3 256 in 8 groups, 4,096 / 8,192 tokens): "router logits summed" -> "tokens routed".
+# Predicted (H100): the share's routing round 8 -> ~4 us (Qwen3-30B 256), 24 -> ~8 us (DeepSeek-V3
+# 256); at the real E one thread a token ~50 / ~150 us, four lanes ~15 / ~40 us.
+#   KOSMOS_COMMIT=<sha> bash notes/debug/s40_e.sh
+source notes/debug/call_env.sh s40_e
+nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
+rm -rf /tmp/tree_main && mkdir -p /tmp/tree_main && cp -r hipsrc /tmp/tree_main/
+(cd /tmp/tree_main && git apply -R "$OLDPWD/notes/debug/s40_lanes.patch") >> "$LOG" 2>&1 \
+  || { echo "the patch does not reverse-apply" | tee -a "$LOG"; exit 1; }
+KOSMOS_HIPSRC=/tmp/tree_main/hipsrc timeout 200 python3 -m kosmos.runtime.warm --jobs 1 moe_fused_forward.hip \
+  > "$OUT/warm_b.log" 2>&1 &
+run "warm" timeout 200 python3 -m kosmos.runtime.warm --jobs 10 moe_fused_forward.hip moe_route.hip grouped.hip \
+  gemm.hip moe_dispatch.hip moe_combine.hip records.hip timing.hip moe_backward.hip moe_fused_backward_f32.hip
+wait
+cat "$OUT/warm_b.log" >> "$LOG"
+T="-q -p no:cacheprovider --timeout=200 --timeout-method=thread -rfE --color=no"
+run "moe route/forward/layer np1" timeout 240 python3 -m pytest tests/gpu/test_moe_route.py tests/gpu/test_moe_forward.py \
+  tests/gpu/test_moe_layer.py $T
+run "moe route/forward np2" timeout 150 $MPIRUN -np 2 python3 -m mpi4py -m pytest tests/gpu/test_moe_route.py \
+  tests/gpu/test_moe_forward.py $T
+B="--models Qwen3-30B-A3B,DeepSeek-V3 --rows 256,2048 --iters 20 --warmup 3 --tree-b /tmp/tree_main/hipsrc --out $RUNS"
+run "moe fwd A/B" timeout 150 python3 bench/moe.py $B --tag s40e
+cp "$RUNS"/moe*.json "$OUT"/ 2>/dev/null
+for m in Qwen3-30B-A3B DeepSeek-V3; do
+  run "phases A $m 256 ranks 8" timeout 120 python3 notes/debug/phases.py --model $m --rows 256 --movers 0 --ranks 8 --forward-only
+  run "phases B $m 256 ranks 8" env KOSMOS_HIPSRC=/tmp/tree_main/hipsrc timeout 120 python3 notes/debug/phases.py \
+    --model $m --rows 256 --movers 0 --ranks 8 --forward-only
+done
+grep -E "^=====|passed|failed|^(FAILED|ERROR) |rows/exp|fused|logits summed|tokens routed|routed \+|plan placed|builder call|combine done|tokens,|Error" "$LOG" \
+  | cut -c1-200 | tail -60
+printf '%s\n' "${summary[@]}"
