@@ -20,18 +20,17 @@ run "warm" timeout 200 python3 -m kosmos.runtime.warm --jobs 10 moe_fused_forwar
 wait
 cat "$OUT/warm_b.log" >> "$LOG"
 T="-q -p no:cacheprovider --timeout=200 --timeout-method=thread -rfE --color=no"
-run "moe route/forward/layer np1" timeout 240 python3 -m pytest tests/gpu/test_moe_route.py tests/gpu/test_moe_forward.py \
-  tests/gpu/test_moe_layer.py $T
-run "moe route/forward np2" timeout 150 $MPIRUN -np 2 python3 -m mpi4py -m pytest tests/gpu/test_moe_route.py \
-  tests/gpu/test_moe_forward.py $T
-B="--models Qwen3-30B-A3B,DeepSeek-V3 --rows 256,2048 --iters 20 --warmup 3 --tree-b /tmp/tree_main/hipsrc --out $RUNS"
-run "moe fwd A/B" timeout 150 python3 bench/moe.py $B --tag s40e
+run "moe route/forward np1" timeout 120 python3 -m pytest tests/gpu/test_moe_route.py tests/gpu/test_moe_forward.py $T
+B="--models Qwen3-30B-A3B,DeepSeek-V3 --rows 256,2048 --iters 15 --warmup 3 --tree-b /tmp/tree_main/hipsrc --out $RUNS"
+run "moe fwd A/B" timeout 100 python3 bench/moe.py $B --tag s40e
 cp "$RUNS"/moe*.json "$OUT"/ 2>/dev/null
 for m in Qwen3-30B-A3B DeepSeek-V3; do
-  run "phases A $m 256 ranks 8" timeout 120 python3 notes/debug/phases.py --model $m --rows 256 --movers 0 --ranks 8 --forward-only
-  run "phases B $m 256 ranks 8" env KOSMOS_HIPSRC=/tmp/tree_main/hipsrc timeout 120 python3 notes/debug/phases.py \
+  run "phases A $m 256 ranks 8" timeout 60 python3 notes/debug/phases.py --model $m --rows 256 --movers 0 --ranks 8 --forward-only
+  run "phases B $m 256 ranks 8" env KOSMOS_HIPSRC=/tmp/tree_main/hipsrc timeout 60 python3 notes/debug/phases.py \
     --model $m --rows 256 --movers 0 --ranks 8 --forward-only
 done
+run "moe route/forward np2" timeout 60 $MPIRUN -np 2 python3 -m mpi4py -m pytest tests/gpu/test_moe_route.py \
+  tests/gpu/test_moe_forward.py $T
 grep -E "^=====|passed|failed|^(FAILED|ERROR) |rows/exp|fused|logits summed|tokens routed|routed \+|plan placed|builder call|combine done|tokens,|Error" "$LOG" \
   | cut -c1-200 | tail -60
 printf '%s\n' "${summary[@]}"
