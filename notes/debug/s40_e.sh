@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Session 40: the launch's routing with four lanes a token (branch route-lanes; its hipsrc change is
 # notes/debug/s40_lanes.patch) against one thread a token (tree B: that patch reversed, = 7c7e93c:
-# eight top slots). (1) GPU tests: routing, fused forward, layer at np 1; routing + forward at np 2
+# eight top slots). (1) GPU tests: routing and fused forward at np 1, then (last) at np 2
 # (oversubscribed: correctness only); (2) bench/moe.py forward A/B at the EP-8 share; (3) phase
 # traces, forward only, both trees, with the router's real E (--ranks 8: Qwen3-30B 128 experts,
 # DeepSeek-V3 256 in 8 groups, 4,096 / 8,192 tokens): "router logits summed" -> "tokens routed".
