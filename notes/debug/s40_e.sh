@@ -3,7 +3,7 @@
 # notes/debug/s40_lanes.patch) against one thread a token (tree B: that patch reversed, = 7c7e93c:
 # eight top slots). (1) GPU tests: routing and fused forward at np 1, then (last) at np 2
 # (oversubscribed: correctness only); (2) bench/moe.py forward A/B at the EP-8 share; (3) phase
-# traces, forward only, both trees, with the router's real E (--ranks 8: Qwen3-30B 128 experts,
+# traces, forward only, four lanes and one (-D KOSMOS_ROUTE_LANES=1), with the router's real E (--ranks 8: Qwen3-30B 128 experts,
 # DeepSeek-V3 256 in 8 groups, 4,096 / 8,192 tokens): "router logits summed" -> "tokens routed".
 # Predicted (H100): the share's routing round 8 -> ~4 us (Qwen3-30B 256), 24 -> ~8 us (DeepSeek-V3
 # 256); at the real E one thread a token ~50 / ~150 us, four lanes ~15 / ~40 us.
@@ -25,9 +25,10 @@ B="--models Qwen3-30B-A3B,DeepSeek-V3 --rows 256,2048 --iters 15 --warmup 3 --tr
 run "moe fwd A/B" timeout 100 python3 bench/moe.py $B --tag s40e
 cp "$RUNS"/moe*.json "$OUT"/ 2>/dev/null
 for m in Qwen3-30B-A3B DeepSeek-V3; do
-  run "phases A $m 256 ranks 8" timeout 60 python3 notes/debug/phases.py --model $m --rows 256 --movers 0 --ranks 8 --forward-only
-  run "phases B $m 256 ranks 8" env KOSMOS_HIPSRC=/tmp/tree_main/hipsrc timeout 60 python3 notes/debug/phases.py \
-    --model $m --rows 256 --movers 0 --ranks 8 --forward-only
+  for lanes in 4 1; do  # (kRouteLanes 1: one thread a token, = tree B)
+    run "phases $m 256 ranks 8 lanes $lanes" timeout 60 python3 notes/debug/phases.py --model $m --rows 256 --movers 0 \
+      --ranks 8 --forward-only -D KOSMOS_ROUTE_LANES=$lanes
+  done
 done
 run "moe route/forward np2" timeout 60 $MPIRUN -np 2 python3 -m mpi4py -m pytest tests/gpu/test_moe_route.py \
   tests/gpu/test_moe_forward.py $T

@@ -47,7 +47,11 @@ struct RouteParams {
 
 // Step 2 routes each token by kRouteLanes consecutive lanes (route_token_lanes): one thread's
 // token is latency-bound, ~0.5 us an expert at one warp per SM (notes/moe.md session 40).
+#ifdef KOSMOS_ROUTE_LANES  // a knob for traces: notes/debug/phases.py -D KOSMOS_ROUTE_LANES=1 (or 2)
+constexpr i32 kRouteLanes = KOSMOS_ROUTE_LANES;
+#else
 constexpr i32 kRouteLanes = 4;
+#endif
 constexpr i32 kRoundChunks = gemm::kThreads / (kChunk * kRouteLanes);  // chunks a CTA routes at once
 static_assert(gemm::kThreads % (kChunk * kRouteLanes) == 0, "whole chunks a round");
 
