@@ -17,9 +17,10 @@ plan out, in four small launches (hipsrc/moe_route.hip: a thread per token, then
 The rule is kosmos.moe.reference.route's, in fp32: the decisions agree with the float64 reference
 except where two candidates are within fp32 rounding of each other, and among exactly equal
 values the lower expert (or group) index wins in both. Only the first E columns of `logits` are
-read, so a router GEMM padded to the builder's 64-column tiles can be passed as it is. NaN or
-infinite logits give unspecified (but in-range) choices. The plan is a stable counting sort without
-atomics: identical on every run.
+read, so a router GEMM padded to the builder's 64-column tiles can be passed as it is. A NaN
+choice value (a NaN logit or bias; softmax over an infinite logit) ranks as -inf, in the reference
+too: k distinct experts always come out (their weights may be NaN). The plan is a stable counting
+sort without atomics: identical on every run.
 """
 from __future__ import annotations
 

@@ -27,11 +27,10 @@ struct RouteRule {
   const float* bias;        // [experts] added to the scores for the choice only, or null
 };
 
-// A running top-n of (value, index), best first, the lower index first among equal values. n <= N
-// is known only at run time; slots past n may hold anything (a slot's next entry depends only on
-// itself and the slot above it, so they never reach slots below n) and are never read. Every
-// loop runs over the compile-time N: the arrays stay in registers (a run-time index put them in
-// local memory, 288 B of stack in kosmos_moe_route). Callers offer no NaN (route_token ranks it
+// A running top-N of (value, index): the best N offered so far, best first, the lower index first
+// among equal values (entries are offered in increasing index order); callers read the first k.
+// Every loop runs over the compile-time N: the arrays stay in registers (a run-time index put them
+// in local memory, 288 B of stack in kosmos_moe_route). Callers offer no NaN (route_token ranks it
 // as -inf): the slots are then ordered, so "the value beats slot s" holds for every s past the
 // first slot it beats, and each slot's update needs only its own test and the one above --
 // independent across slots, a few instructions each. (The shifting form, one slot's test after
