@@ -28,6 +28,23 @@ patch_over_main() {
   nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
   rm -rf /tmp/tree_main && mkdir -p /tmp/tree_main && cp -r hipsrc /tmp/tree_main/
   git apply "$patch" >> "$LOG" 2>&1 || { echo "patch does not apply" | tee -a "$LOG"; exit 1; }
+  warm_both_trees "$@"
+}
+
+# The same A/B the other way round: the change is in this tree (A); tree B is its hipsrc with
+# `patch` reversed, at /tmp/tree_main. Exits if the patch does not reverse-apply.
+#   patch_under_tree notes/debug/NAME.patch moe_fused_forward.hip ...
+patch_under_tree() {
+  local patch=$1; shift
+  nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
+  rm -rf /tmp/tree_main && mkdir -p /tmp/tree_main && cp -r hipsrc /tmp/tree_main/
+  (cd /tmp/tree_main && git apply -R "$OLDPWD/$patch") >> "$LOG" 2>&1 \
+    || { echo "patch does not reverse-apply" | tee -a "$LOG"; exit 1; }
+  warm_both_trees "$@"
+}
+
+# The files named compiled into the cache from this tree (A) and /tmp/tree_main (B) at once.
+warm_both_trees() {
   KOSMOS_HIPSRC=/tmp/tree_main/hipsrc timeout 200 python3 -m kosmos.runtime.warm --jobs $# "$@" > "$OUT/warm_b.log" 2>&1 &
   local warm_b=$!
   run "warm A" timeout 200 python3 -m kosmos.runtime.warm --jobs $# "$@"

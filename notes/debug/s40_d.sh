@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Session 40: route_token on eight top slots (the commit that made notes/debug/s40_topn8.patch)
-# against sixteen (tree B: that patch reversed), and what one token costs with the router's real E
+# Session 40: route_token on eight top slots (notes/debug/s40_topn8.patch applied: tree A) against
+# sixteen (main: tree B), and what one token costs with the router's real E
 # (phases.py --ranks 8: all of an EP-8 layout's experts on the one GPU, so the rule runs over 128
 # experts for Qwen3-30B and 256 in 8 groups for DeepSeek-V3, as on each rank of 8 GPUs; at --ranks 1
 # the share's 16 / 32). (1) GPU tests: routing and fused forward at np 1; (2) bench/moe.py forward
@@ -9,16 +9,9 @@
 # share); at the real E, ~8x the share's per-token time on sixteen slots (~60 us / ~190 us).
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s40_d.sh
 source notes/debug/call_env.sh s40_d
-nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
-rm -rf /tmp/tree_main && mkdir -p /tmp/tree_main && cp -r hipsrc /tmp/tree_main/
-(cd /tmp/tree_main && git apply -R "$OLDPWD/notes/debug/s40_topn8.patch") >> "$LOG" 2>&1 \
-  || { echo "the patch does not reverse-apply" | tee -a "$LOG"; exit 1; }
-KOSMOS_HIPSRC=/tmp/tree_main/hipsrc timeout 200 python3 -m kosmos.runtime.warm --jobs 1 moe_fused_forward.hip \
-  > "$OUT/warm_b.log" 2>&1 &
-run "warm" timeout 200 python3 -m kosmos.runtime.warm --jobs 10 moe_fused_forward.hip moe_route.hip grouped.hip \
-  gemm.hip moe_dispatch.hip moe_combine.hip records.hip timing.hip moe_backward.hip moe_fused_backward_f32.hip
-wait
-cat "$OUT/warm_b.log" >> "$LOG"
+patch_over_main notes/debug/s40_topn8.patch moe_fused_forward.hip
+run "warm rest" timeout 200 python3 -m kosmos.runtime.warm --jobs 9 moe_route.hip grouped.hip gemm.hip \
+  moe_dispatch.hip moe_combine.hip records.hip timing.hip moe_backward.hip moe_fused_backward_f32.hip
 T="-q -p no:cacheprovider --timeout=200 --timeout-method=thread -rfE --color=no"
 run "moe route/forward np1" timeout 200 python3 -m pytest tests/gpu/test_moe_route.py tests/gpu/test_moe_forward.py $T
 B="--models Qwen3-30B-A3B,DeepSeek-V3 --rows 256,2048 --iters 20 --warmup 3 --tree-b /tmp/tree_main/hipsrc --out $RUNS"

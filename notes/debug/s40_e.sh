@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 40: the launch's routing with four lanes a token (branch route-lanes; its hipsrc change is
+# Session 40 (on branch route-lanes): the launch's routing with four lanes a token (branch route-lanes; its hipsrc change is
 # notes/debug/s40_lanes.patch) against one thread a token (tree B: that patch reversed, = 7c7e93c:
 # eight top slots). (1) GPU tests: routing and fused forward at np 1, then (last) at np 2
 # (oversubscribed: correctness only); (2) bench/moe.py forward A/B at the EP-8 share; (3) phase
@@ -9,16 +9,9 @@
 # 256); at the real E one thread a token ~50 / ~150 us, four lanes ~15 / ~40 us.
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s40_e.sh
 source notes/debug/call_env.sh s40_e
-nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
-rm -rf /tmp/tree_main && mkdir -p /tmp/tree_main && cp -r hipsrc /tmp/tree_main/
-(cd /tmp/tree_main && git apply -R "$OLDPWD/notes/debug/s40_lanes.patch") >> "$LOG" 2>&1 \
-  || { echo "the patch does not reverse-apply" | tee -a "$LOG"; exit 1; }
-KOSMOS_HIPSRC=/tmp/tree_main/hipsrc timeout 200 python3 -m kosmos.runtime.warm --jobs 1 moe_fused_forward.hip \
-  > "$OUT/warm_b.log" 2>&1 &
-run "warm" timeout 200 python3 -m kosmos.runtime.warm --jobs 10 moe_fused_forward.hip moe_route.hip grouped.hip \
-  gemm.hip moe_dispatch.hip moe_combine.hip records.hip timing.hip moe_backward.hip moe_fused_backward_f32.hip
-wait
-cat "$OUT/warm_b.log" >> "$LOG"
+patch_under_tree notes/debug/s40_lanes.patch moe_fused_forward.hip
+run "warm rest" timeout 200 python3 -m kosmos.runtime.warm --jobs 9 moe_route.hip grouped.hip gemm.hip \
+  moe_dispatch.hip moe_combine.hip records.hip timing.hip moe_backward.hip moe_fused_backward_f32.hip
 T="-q -p no:cacheprovider --timeout=200 --timeout-method=thread -rfE --color=no"
 run "moe route/forward np1" timeout 120 python3 -m pytest tests/gpu/test_moe_route.py tests/gpu/test_moe_forward.py $T
 B="--models Qwen3-30B-A3B,DeepSeek-V3 --rows 256,2048 --iters 15 --warmup 3 --tree-b /tmp/tree_main/hipsrc --out $RUNS"
