@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Session 40 (on branch route-lanes): the launch's routing with four lanes a token (branch route-lanes; its hipsrc change is
-# notes/debug/s40_lanes.patch) against one thread a token (tree B: that patch reversed, = 7c7e93c:
-# eight top slots). (1) GPU tests: routing and fused forward at np 1, then (last) at np 2
-# (oversubscribed: correctness only); (2) bench/moe.py forward A/B at the EP-8 share; (3) phase
-# traces, forward only, four lanes and one (-D KOSMOS_ROUTE_LANES=1), with the router's real E (--ranks 8: Qwen3-30B 128 experts,
-# DeepSeek-V3 256 in 8 groups, 4,096 / 8,192 tokens): "router logits summed" -> "tokens routed".
+# Session 40 (on branch route-lanes): the launch's routing with four lanes a token (its hipsrc
+# change is notes/debug/s40_lanes.patch) against one thread a token (tree B: that patch reversed,
+# = 7c7e93c: eight top slots). (1) GPU tests: routing and fused forward at np 1, then (last) at
+# np 2 (oversubscribed: correctness only); (2) bench/moe.py forward A/B at the EP-8 share; (3)
+# phase traces, forward only, four lanes and one (-D KOSMOS_ROUTE_LANES=1), with the router's real
+# E (--ranks 8: Qwen3-30B 128 experts, DeepSeek-V3 256 in 8 groups, 4,096 / 8,192 tokens):
+# "router logits summed" -> "tokens routed".
 # Predicted (H100): the share's routing round 8 -> ~4 us (Qwen3-30B 256), 24 -> ~8 us (DeepSeek-V3
 # 256); at the real E one thread a token ~50 / ~150 us, four lanes ~15 / ~40 us.
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s40_e.sh
