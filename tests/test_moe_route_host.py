@@ -124,6 +124,25 @@ def test_a_nan_choice_ranks_as_minus_infinity(route_host, groups):
     check_plan(got, cfg)
 
 
+def test_a_nan_group_score_ranks_as_minus_infinity(route_host):
+    # a group whose two best are +inf (an infinite bias) and -inf (NaN choices) scores NaN: TopN
+    # ranks that as -inf too, so the group order stays total and k distinct experts come out
+    cfg = MoEConfig(experts=64, top_k=6, hidden=64, intermediate=64, score="sigmoid", groups=8, topk_groups=3,
+                    expert_bias=True)
+    rng = np.random.default_rng(6)
+    bias = (rng.standard_normal(64) * 0.05).astype(np.float32)
+    bias[[0, 24]] = np.inf
+    values = rng.standard_normal((200, 64)) * 2
+    values[::2, 1:8] = np.nan  # group 0: +inf and seven NaNs, every other row
+    values[::3, 25:32] = np.nan  # group 3 alike, every third row
+    logits = padded_logits(rng, 200, 64, values)
+    got = host_route(route_host, cfg, logits, bias)
+    ref = reference.route(logits[:, :64].astype(np.float64), cfg, bias.astype(np.float64))
+    assert (got["experts"] == ref.experts).all()
+    assert all(len(set(row)) == cfg.top_k for row in got["experts"].tolist())
+    check_plan(got, cfg)
+
+
 def test_one_expert_takes_every_token_and_tiny_batches(route_host):
     cfg = load_models()["Qwen3-30B-A3B"]
     rng = np.random.default_rng(9)

@@ -73,13 +73,15 @@ def route(logits: np.ndarray, cfg: MoEConfig, bias: np.ndarray | None = None,
         choice = scores + np.asarray(bias, dtype=np.float64)
     elif bias is not None:
         raise ValueError("a bias was given but the config has expert_bias = False")
-    choice = np.where(np.isnan(choice), -np.inf, choice)  # a NaN ranks as -inf (route.h alike)
+    choice = np.where(np.isnan(choice), -np.inf, choice)  # a NaN ranks as -inf (route.h's TopN alike)
     if cfg.groups and cfg.topk_groups < cfg.groups:
         t = logits.shape[0]
         per = cfg.experts // cfg.groups
         grouped = choice.reshape(t, cfg.groups, per)
         best2 = np.sort(grouped, axis=2)[:, :, ::-1][:, :, :2]
-        group_score = best2.sum(axis=2)
+        with np.errstate(invalid="ignore"):  # +inf + -inf: NaN, ranked as -inf
+            group_score = best2.sum(axis=2)
+        group_score = np.where(np.isnan(group_score), -np.inf, group_score)
         keep = _top(group_score, cfg.topk_groups)
         allowed = np.zeros((t, cfg.groups), dtype=bool)
         np.put_along_axis(allowed, keep, True, axis=1)

@@ -2,7 +2,9 @@
 epilogue="swiglu") forced to 256-wide tiles against the 128-wide ping-pong tile, in one tree,
 interleaved call by call through kosmos.timing (median of --iters after warm-up, one GPU), on the
 EP-8 shares of bench/grouped_gemm.py's models at a few rows per expert, balanced and skewed; the
-chooser's pick (tile_n=None) beside them, and whether the outputs are bitwise equal.
+chooser's pick (tile_n=None) beside them, and whether the outputs are bitwise equal. Needs the
+128-wide SwiGLU tile, which main does not have (measured, not kept): apply
+notes/patches/swiglu_pingpong.patch first.
 
     python3 notes/debug/swiglu_width_ab.py [--rows 128,256,512,2048] [--iters 30]
 """

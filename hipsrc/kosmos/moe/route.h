@@ -30,9 +30,9 @@ struct RouteRule {
 // A running top-N of (value, index): the best N offered so far, best first, the lower index first
 // among equal values (entries are offered in increasing index order); callers read the first k.
 // Every loop runs over the compile-time N: the arrays stay in registers (a run-time index put them
-// in local memory, 288 B of stack in kosmos_moe_route). Callers offer no NaN (route_token ranks it
-// as -inf): the slots are then ordered, so "the value beats slot s" holds for every s past the
-// first slot it beats, and each slot's update needs only its own test and the one above --
+// in local memory, 288 B of stack in kosmos_moe_route). A NaN offered ranks as -inf (the rule's,
+// kosmos/moe/reference.py alike): the slots are then ordered, so "the value beats slot s" holds
+// for every s past the first slot it beats, and each slot's update needs only its own test and the one above --
 // independent across slots, a few instructions each. (The shifting form, one slot's test after
 // another's, was ~400 dependent instructions an offer at N = 16: one thread's token took 13.6 us
 // at Qwen3-30B's share on an H100, notes/moe.md session 40.)
@@ -50,6 +50,7 @@ struct TopN {
   // Every entry the value beats (a greater value, or an empty slot) moves down one slot; the
   // value takes the first slot it beats.
   KOSMOS_DEVICE void offer(float value, i32 index) {
+    if (!(value == value)) value = -__int_as_float(0x7f800000);
     bool beats[N];
 #pragma unroll
     for (int s = 0; s < N; ++s) beats[s] = value > v[s] || i[s] < 0;
@@ -146,11 +147,7 @@ template <int N, int L>
 KOSMOS_DEVICE void route_token_n(const RouteRule& r, const float* row, const RowExp& re, i32 sub, i32* experts,
                                  float* weights) {
   const Scorer score = make_scorer(r, row, re);
-  // A NaN choice value ranks as -inf (TopN needs ordered values; kosmos/moe/reference.py alike)
-  auto choice = [&](i32 e) {
-    const float c = r.bias ? score(e) + r.bias[e] : score(e);
-    return c == c ? c : -__int_as_float(0x7f800000);
-  };
+  auto choice = [&](i32 e) { return r.bias ? score(e) + r.bias[e] : score(e); };
   const auto first_from = [&](i32 e0) { return e0 + ((sub - e0) % L + L) % L; };  // >= e0, = sub mod L
   // Group limit: a group's score is the sum of its two best choice values; the best topk_groups
   // groups compete, the others' experts are skipped.
