@@ -95,7 +95,7 @@ def test_the_rule_and_plan_match_the_reference(route_host, name):
 
 @pytest.mark.parametrize("score", ["softmax", "sigmoid"])
 @pytest.mark.parametrize("groups", [0, 8])
-@pytest.mark.parametrize("top_k", [6, 12])  # (12: most of route.h's sixteen slots)
+@pytest.mark.parametrize("top_k", [6, 12])  # route.h's eight slots, and its sixteen
 def test_exact_ties_take_the_lower_index(route_host, score, groups, top_k):
     cfg = MoEConfig(experts=64, top_k=top_k, hidden=64, intermediate=64, score=score, groups=groups,
                     topk_groups=3 if groups else 0)

@@ -1,5 +1,5 @@
 // The Hopper layer's register epilogue walk (hipsrc/kosmos/gemm/fragment.h) on the host, a warp's 32
-// lanes as threads in step (their xor shuffles meet in a HostLockstep), for the epilogues that
+// lanes as threads in step (their shuffles meet in a HostLockstep), for the epilogues that
 // move four n8 blocks at a time (kQuadStores: quad_transpose). Each is run twice over the same
 // accumulators: as is, and with kQuadStores off (PairsOnly: one pair at a time, no shuffle); the
 // two must write the same bytes. stdin: int32 case (0: SwiGLU, 1: SwiGLU keeping pre, 2: SwiGLU
@@ -36,14 +36,15 @@ struct Lockstep : HostLockstep {
       cv.wait(lock, [&] { return generation != g; });
     }
   }
-  unsigned xor_shuffle(unsigned v, int mask) override {
-    slots[lane()] = v;
+  unsigned shuffle(unsigned v, int src_lane) override {
+    slots[my_lane()] = v;
     meet();
-    const unsigned r = slots[lane() ^ mask];
+    const unsigned r = slots[src_lane];
     meet();
     return r;
   }
-  static int& lane() {
+  int lane() const override { return my_lane(); }
+  static int& my_lane() {
     static thread_local int l = 0;
     return l;
   }
@@ -71,7 +72,7 @@ static void run_warp(const Epi& epi, const TileCoord& t, uint32_t seed, bool loc
   Lockstep ls;
   host_lockstep = lockstep ? &ls : nullptr;
   auto lane_body = [&](int lane) {
-    Lockstep::lane() = lane;
+    Lockstep::my_lane() = lane;
     float acc[kAcc];
     for (int a = 0; a < kAcc; ++a) acc[a] = value(seed, lane, a);
     fragment_pairs<kN>(epi, t, t.row0 + lane / 4, 2 * (lane % 4), acc);

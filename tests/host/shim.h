@@ -31,30 +31,39 @@ inline T atomicCAS(T* p, T expected, T desired) {  // (compiled, never run here)
   if (old == expected) *p = desired;
   return old;
 }
-template <class T>
-inline T __shfl_sync(unsigned, T v, int) { return v; }
-// A warp whose lanes run as threads in step (tests/host/epilogue_main.cpp) sets this: 4-byte xor
-// shuffles then meet there. Unset (every other harness: one thread), a shuffle returns its own value.
+// A warp whose lanes run in step (tests/host/epilogue_main.cpp: threads; route_warp_main.cpp:
+// fibers) sets this: 4-byte shuffles then meet there. Unset (every other harness: one thread), a
+// shuffle returns its own value.
 struct HostLockstep {
-  virtual unsigned xor_shuffle(unsigned v, int mask) = 0;
+  virtual unsigned shuffle(unsigned v, int src_lane) = 0;  // lane src_lane's v, every lane at once
+  virtual int lane() const = 0;                            // the lane running now
 };
 inline HostLockstep* host_lockstep = nullptr;
 template <class T>
-inline T __shfl_xor_sync(unsigned, T v, int mask) {
+inline T host_shuffle(T v, int src_lane) {
   if constexpr (sizeof(T) == 4) {
     if (host_lockstep != nullptr) {
       unsigned u;
       std::memcpy(&u, &v, 4);
-      u = host_lockstep->xor_shuffle(u, mask);
+      u = host_lockstep->shuffle(u, src_lane);
       std::memcpy(&v, &u, 4);
     }
   }
   return v;
 }
 template <class T>
-inline T __shfl_up_sync(unsigned, T v, int) { return v; }  // (compiled, never run here)
+inline T __shfl_sync(unsigned, T v, int src_lane) { return host_shuffle(v, src_lane); }
 template <class T>
-inline T atomicMax(T* p, T v) {  // (compiled, never run here)
+inline T __shfl_xor_sync(unsigned, T v, int mask) {
+  return host_shuffle(v, host_lockstep != nullptr ? host_lockstep->lane() ^ mask : 0);
+}
+template <class T>
+inline T __shfl_up_sync(unsigned, T v, int d) {
+  const int lane = host_lockstep != nullptr ? host_lockstep->lane() : 0;
+  return host_shuffle(v, lane >= d ? lane - d : lane);
+}
+template <class T>
+inline T atomicMax(T* p, T v) {  // the harnesses' threads run one after another
   const T old = *p;
   if (v > old) *p = v;
   return old;

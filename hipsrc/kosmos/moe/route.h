@@ -96,50 +96,117 @@ KOSMOS_DEVICE RowExp rule_row_exp(const RouteRule& r, const float* row) {
   return r.score == SCORE_SOFTMAX ? row_exp(row, r.experts) : RowExp{0.0f, 1.0f};
 }
 
-// Route one token: experts[0..k) best first, weights[0..k) their combine weights. `re`: row_exp
-// of the row (read only for softmax), when the caller has it (the in-launch routing's token_norm
-// needs it too).
-KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, const RowExp& re, i32* experts, float* weights) {
+// (v, i) goes before (w, j) in TopN's order: j is an empty slot, or v is greater, or equal with a
+// lower index. A total order on entries of distinct indices (values without NaN).
+KOSMOS_DEVICE bool goes_before(float v, i32 i, float w, i32 j) { return j < 0 || (i >= 0 && (v > w || (v == w && i < j))); }
+
+// The lists of a group of L consecutive lanes merged (a converged warp; L a power of two, 1: none):
+// each butterfly round takes the partner lane's list and keeps the two lists' best N -- the best
+// of mine[s] and theirs[N - 1 - s] (a bitonic sequence holding them), sorted by half-cleaners. The
+// lanes' indices are distinct, so the union's best N in order is one list, the same on every lane.
+template <int N, int L>
+KOSMOS_DEVICE void merge_lanes(TopN<N>& t) {
+  static_assert((N & (N - 1)) == 0 && (L & (L - 1)) == 0, "powers of two");
+#pragma unroll
+  for (int m = 1; m < L; m <<= 1) {
+    float ov[N], v[N];
+    i32 oi[N], i[N];
+#pragma unroll
+    for (int s = 0; s < N; ++s) {
+      ov[s] = __uint_as_float(shfl_xor_u32(__float_as_uint(t.v[s]), m));
+      oi[s] = i32(shfl_xor_u32(u32(t.i[s]), m));
+    }
+#pragma unroll
+    for (int s = 0; s < N; ++s) {
+      const bool mine = goes_before(t.v[s], t.i[s], ov[N - 1 - s], oi[N - 1 - s]);
+      v[s] = mine ? t.v[s] : ov[N - 1 - s];
+      i[s] = mine ? t.i[s] : oi[N - 1 - s];
+    }
+#pragma unroll
+    for (int h = N / 2; h > 0; h >>= 1)
+#pragma unroll
+      for (int s = 0; s < N; ++s)
+        if ((s & h) == 0 && goes_before(v[s + h], i[s + h], v[s], i[s])) {
+          const float tv = v[s];
+          const i32 ti = i[s];
+          v[s] = v[s + h], i[s] = i[s + h];
+          v[s + h] = tv, i[s + h] = ti;
+        }
+#pragma unroll
+    for (int s = 0; s < N; ++s) t.v[s] = v[s], t.i[s] = i[s];
+  }
+}
+
+// route_token by L consecutive lanes of a warp with N top slots (k <= N, topk_groups <= N; every
+// lane of the group calls with the same row, `sub` its place in the group): lane sub offers experts
+// sub, sub + L, ... to its own lists, which then merge (merge_lanes), so every lane holds
+// route_token's choice; the weights as there, on every lane. One thread's token (L = 1) is E
+// offers of ~6 N dependent-ish instructions, ~0.5 us an expert at one warp per SM; L lanes make
+// that E / L offers and log2 L merges. Written by the lanes given `experts` (others: nullptr).
+template <int N, int L>
+KOSMOS_DEVICE void route_token_n(const RouteRule& r, const float* row, const RowExp& re, i32 sub, i32* experts,
+                                 float* weights) {
   const Scorer score = make_scorer(r, row, re);
   auto choice = [&](i32 e) { return r.bias ? score(e) + r.bias[e] : score(e); };
+  const auto first_from = [&](i32 e0) { return e0 + ((sub - e0) % L + L) % L; };  // >= e0, = sub mod L
   // Group limit: a group's score is the sum of its two best choice values; the best topk_groups
   // groups compete, the others' experts are skipped.
   const bool limited = r.groups && r.topk_groups < r.groups;  // then groups <= kMaxGroups (host-checked)
   const i32 per = limited ? r.experts / r.groups : r.experts;
   u32 allowed = ~0u;  // bit g: group g competes (read only when limited)
   if (limited) {
-    TopN<kMaxGroups> best;
+    TopN<N> best;
     best.init();
     for (i32 g = 0; g < r.groups; ++g) {
       TopN<2> two;
       two.init();
-      for (i32 e = g * per; e < (g + 1) * per; ++e) two.offer(choice(e), e);
+      for (i32 e = first_from(g * per); e < (g + 1) * per; e += L) two.offer(choice(e), e);
+      merge_lanes<2, L>(two);
       best.offer(two.v[0] + two.v[1], g);
     }
     allowed = 0;
 #pragma unroll
-    for (int s = 0; s < kMaxGroups; ++s)
+    for (int s = 0; s < N; ++s)
       if (s < r.topk_groups) allowed |= 1u << best.i[s];
   }
-  TopN<kMaxTopK> top;
+  TopN<N> top;
   top.init();
-  for (i32 e = 0; e < r.experts; ++e)
+  for (i32 e = sub; e < r.experts; e += L)
     if (!limited || (allowed >> (e / per) & 1u)) top.offer(choice(e), e);
-  // (loops over the compile-time kMaxTopK, as in TopN: top's slots stay in registers)
-  float w[kMaxTopK], sum = 0.0f;
+  merge_lanes<N, L>(top);
+  // (loops over the compile-time N, as in TopN: top's slots stay in registers)
+  float w[N], sum = 0.0f;
 #pragma unroll
-  for (int s = 0; s < kMaxTopK; ++s)
+  for (int s = 0; s < N; ++s)
     if (s < r.top_k) {
       w[s] = score(top.i[s]);
       sum += w[s];
     }
   const float scale = r.normalize ? r.scaling / sum : r.scaling;
+  if (experts == nullptr) return;
 #pragma unroll
-  for (int s = 0; s < kMaxTopK; ++s)
+  for (int s = 0; s < N; ++s)
     if (s < r.top_k) {
       experts[s] = top.i[s];
       weights[s] = w[s] * scale;
     }
+}
+
+// Route one token by L lanes (route_token_n): experts[0..k) best first, weights[0..k) their combine
+// weights, written by the lane given them (the others pass nullptr). `re`: row_exp of the row (read
+// only for softmax). Eight slots serve every shipped model (top-8 or less, at most 8 groups
+// chosen) at half the sixteen's cost an offer.
+template <int L>
+KOSMOS_DEVICE void route_token_lanes(const RouteRule& r, const float* row, const RowExp& re, i32 sub, i32* experts,
+                                     float* weights) {
+  static_assert(kMaxGroups <= kMaxTopK, "route_token_n<kMaxTopK> holds the group choice too");
+  if (r.top_k <= 8 && r.topk_groups <= 8) route_token_n<8, L>(r, row, re, sub, experts, weights);
+  else route_token_n<kMaxTopK, L>(r, row, re, sub, experts, weights);
+}
+
+// One thread's token (the standalone kernel, the host reference harness).
+KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, const RowExp& re, i32* experts, float* weights) {
+  route_token_lanes<1>(r, row, re, 0, experts, weights);
 }
 
 KOSMOS_DEVICE void route_token(const RouteRule& r, const float* row, i32* experts, float* weights) {

@@ -46,7 +46,15 @@ struct RouteParams {
   i32 capacity;         // token dropping: each expert's most pairs; -1: dropless
 };
 
-constexpr i32 kRoundChunks = gemm::kThreads / kChunk;  // chunks a CTA routes at once
+// Step 2 routes each token by kRouteLanes consecutive lanes (route_token_lanes): one thread's
+// token is latency-bound, ~0.5 us an expert at one warp per SM (notes/moe.md session 40).
+#ifdef KOSMOS_ROUTE_LANES  // a knob for traces: notes/debug/phases.py -D KOSMOS_ROUTE_LANES=1 (or 2)
+constexpr i32 kRouteLanes = KOSMOS_ROUTE_LANES;
+#else
+constexpr i32 kRouteLanes = 4;
+#endif
+constexpr i32 kRoundChunks = gemm::kThreads / (kChunk * kRouteLanes);  // chunks a CTA routes at once
+static_assert(gemm::kThreads % (kChunk * kRouteLanes) == 0, "whole chunks a round");
 
 // The lent stages' layout in step 2: the round's pair experts, then its tokens' norms.
 KOSMOS_DEVICE i32* round_experts(u8* scratch) { return reinterpret_cast<i32*>(scratch); }
@@ -62,17 +70,24 @@ KOSMOS_DEVICE void route_chunks(const RouteParams& r, u8* scratch) {
   const i32 k = rule.top_k, E = rule.experts, T = r.tokens, chunks = chunks_of(T), grid = i32(gridDim.x);
   i32* ex = round_experts(scratch);  // [kRoundChunks][kChunk * k]
   TokenNorm* norms = round_norms(scratch);
-  const i32 j = i32(threadIdx.x) / kChunk, lane = i32(threadIdx.x) % kChunk;
+  // chunk j of the round; its token `lane`; this thread's place `sub` among the token's lanes
+  const i32 j = i32(threadIdx.x) / (kChunk * kRouteLanes), q = i32(threadIdx.x) % (kChunk * kRouteLanes);
+  const i32 lane = q / kRouteLanes, sub = q % kRouteLanes;
   for (i32 first = i32(blockIdx.x); first < chunks; first += kRoundChunks * grid) {
     const i32 c = first + j * grid, t = c * kChunk + lane;
-    if (j < kRoundChunks && c < chunks && t < T) {
-      const float* row = r.logits + t * r.ld;
+    // (whole warps: a token's lanes shuffle together, so the lanes of a partial chunk's missing
+    // tokens route the last token again and write nothing)
+    if (j < kRoundChunks && c < chunks) {
+      const bool writes = t < T && sub == 0;
+      const float* row = r.logits + min(t, T - 1) * r.ld;
       i32* mine = ex + j * kChunk * k + lane * k;
       // the row's max and exp-sum once for the rule and the losses' norm
       const RowExp re = r.prob_sums ? row_exp(row, E) : rule_row_exp(rule, row);
-      route_token(rule, row, re, mine, r.weights + i64(t) * k);
-      for (i32 s = 0; s < k; ++s) r.experts[i64(t) * k + s] = mine[s];
-      if (r.prob_sums) norms[j * kChunk + lane] = token_norm(rule, row, re);
+      route_token_lanes<kRouteLanes>(rule, row, re, sub, writes ? mine : nullptr, r.weights + i64(t) * k);
+      if (writes) {
+        for (i32 s = 0; s < k; ++s) r.experts[i64(t) * k + s] = mine[s];
+        if (r.prob_sums) norms[j * kChunk + lane] = token_norm(rule, row, re);
+      }
     }
     __syncthreads();
     phase_mark(18);
