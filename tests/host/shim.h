@@ -18,7 +18,16 @@ inline double __dmul_rn(double a, double b) { return a * b; }
 inline float __expf(float x) { return std::exp(x); }
 inline void __nanosleep(unsigned) {}
 inline void __syncwarp() {}
-inline void __syncthreads() {}  // (compiled, never run here: the harnesses run a CTA's phases in turn)
+// A CTA whose threads run as user-level contexts (tests/host/fiber_cta.h) sets this: a
+// __syncthreads then waits there for the others. Unset (the other harnesses run a CTA's phases in
+// turn), it does nothing.
+struct HostBarrier {
+  virtual void barrier() = 0;
+};
+inline HostBarrier* host_barrier = nullptr;
+inline void __syncthreads() {
+  if (host_barrier != nullptr) host_barrier->barrier();
+}
 template <class T>
 inline T atomicAdd(T* p, T v) {  // the harnesses' threads run one after another
   const T old = *p;

@@ -105,34 +105,13 @@ KOSMOS_DEVICE bool wait_counts(const DispatchParams& d) {
 // from my heap slot into `counts` (shared memory), and their verdict, the same on every rank: 0;
 // -1, a rank refused its input; or the rows an owner would receive past the capacity. (Relaxed
 // system-scope loads: a plain load could hit a stale copy from the slot's previous use.)
-// A warp an owner sums the rows it would receive (each count is some owner's: the warps see them
-// all); P * E counts one thread after another took ~P * E shared loads' latency in every CTA.
 KOSMOS_DEVICE i64 load_counts(const DispatchParams& d, i32* counts) {
-  __shared__ unsigned long long s_over;  // the most rows an owner past capacity would receive
-  __shared__ int s_refused;
-  const i32 P = d.world, E = d.experts, L = d.e_loc;
+  const i32 P = d.world, E = d.experts;
   const i32* slot = counts_slot(d, d.rank, 0);
-  if (threadIdx.x == 0) s_over = s_refused = 0;
   for (i32 v = threadIdx.x; v < P * E; v += blockDim.x)
     counts[v] = i32(ld_relaxed_sys_u32(reinterpret_cast<const u32*>(slot + v)));
   __syncthreads();
-  const i32 lane = i32(threadIdx.x) % kWarpSize, warps = i32(blockDim.x) / kWarpSize;
-  for (i32 o = i32(threadIdx.x) / kWarpSize; o < P; o += warps) {
-    i64 rows = 0;
-    bool refused = false;
-    for (i32 i = lane; i < P * L; i += kWarpSize) {  // (source i / L, local expert i % L)
-      const i32 n = counts[(i / L) * E + o * L + i % L];
-      refused |= n < 0;
-      rows += n;
-    }
-    rows = warp_sum_i64(rows);
-    if (refused) s_refused = 1;
-    if (lane == 0 && rows > i64(d.capacity)) atomicMax(&s_over, (unsigned long long)rows);  // (refused: moot)
-  }
-  __syncthreads();
-  const i64 worst = s_refused ? -1 : i64(s_over);
-  __syncthreads();  // the words are free for the next call
-  return worst;
+  return counts_verdict(counts, P, E, d.e_loc, d.capacity);  // layout.h
 }
 
 // The dispatch up to its pushes: the counts exchange, the verdict, the owner side's outputs (CTA 0)

@@ -29,6 +29,35 @@ KOSMOS_DEVICE i64 expert_rows(const i32* counts, i32 P, i32 E, i32 e_loc, i32 o,
   return rows;
 }
 
+// All threads of a CTA, on one call's counts (shared memory, written before a __syncthreads): the
+// dispatch's verdict, the same on every rank -- -1 when a rank refused its input (it sends counts of
+// -1), else the most rows an owner would receive past `capacity`, or 0. A warp an owner sums the
+// rows it would receive (every count is one owner's, so the warps see them all); one thread walking
+// the P x E counts took ~P x E shared loads' latency in every CTA (notes/moe.md session 41).
+KOSMOS_DEVICE i64 counts_verdict(const i32* counts, i32 P, i32 E, i32 e_loc, u64 capacity) {
+  __shared__ unsigned long long s_over;  // the most rows an owner past capacity would receive
+  __shared__ int s_refused;
+  if (threadIdx.x == 0) s_over = s_refused = 0;
+  __syncthreads();
+  const i32 lane = i32(threadIdx.x) % kWarpSize, warps = i32(blockDim.x) / kWarpSize;
+  for (i32 o = i32(threadIdx.x) / kWarpSize; o < P; o += warps) {
+    i64 rows = 0;
+    bool refused = false;
+    for (i32 i = lane; i < P * e_loc; i += kWarpSize) {  // (source i / e_loc, local expert i % e_loc)
+      const i32 n = counts[(i / e_loc) * E + o * e_loc + i % e_loc];
+      refused |= n < 0;
+      rows += n;
+    }
+    rows = warp_sum_i64(rows);
+    if (refused) s_refused = 1;
+    if (lane == 0 && rows > i64(capacity)) atomicMax(&s_over, (unsigned long long)rows);  // (refused: moot)
+  }
+  __syncthreads();
+  const i64 worst = s_refused ? -1 : i64(s_over);
+  __syncthreads();  // the words are free for the next call
+  return worst;
+}
+
 // The first row of expert g in source s's dispatch order (= its combine buffer).
 KOSMOS_DEVICE i32 source_row(const i32* counts, i32 E, i32 g, i32 s) {
   i32 row = 0;

@@ -10,7 +10,12 @@
 //   scan_expert     one thread per expert: its rows before each chunk, its total, its mean score
 //   rank_in_chunk   lane per pair: its rank among the chunk's earlier pairs of its expert; with the
 //                   scanned offsets: order[row] = t * k + j, slot[t * k + j] = row
+//
+// The forward megakernel's routing (router.h) runs the same sort grid-wide: RouteParams, and its
+// step 3 here (place_chunks: every CTA its run of chunks; tests/host/cta_main.cpp runs it on a
+// host-emulated CTA).
 #pragma once
+#include "../cta.h"
 #include "route.h"
 
 namespace kosmos {
@@ -18,7 +23,7 @@ namespace moe {
 
 KOSMOS_DEVICE i32 chunks_of(i32 tokens) { return (tokens + kChunk - 1) / kChunk; }
 
-// The shared i32 words the megakernel's placement of a chunk holds (router.h place_chunks: start[],
+// The shared i32 words the megakernel's placement of a chunk holds (place_chunks below: start[],
 // the running counts, a chunk's pairs), padded to 16 bytes; the keep rule's words follow them
 // (capacity.h keep_words). Mirrored: kosmos/moe/route.py place_words (checked through
 // tests/host/route_main.cpp).
@@ -100,6 +105,76 @@ KOSMOS_DEVICE RouterLosses router_losses(i32 E, i32 tokens, i32 top_k, const i32
     aux += mul_unfused(double(start[e + 1] - start[e]) / (double(tokens) * top_k), double(mean_prob[e]));
   for (i32 c = 0; c < chunks; ++c) z += lse_sq[c];
   return RouterLosses{float(aux_coef * E * aux), float(z_coef * (z / tokens))};
+}
+
+struct RouteParams {
+  RouteRule rule;
+  float* logits;        // [T][ld] fp32: the router GEMM's output (under split-K, the sum of its partials)
+  i64 ld;
+  i32* experts;         // [T][k] best first
+  float* weights;       // [T][k]
+  i32* order;           // [T * k] row -> t * k + j (under token dropping: the kept rows, -1 past them)
+  i32* slot;            // [T * k] t * k + j -> row (or -1: dropped)
+  i32* start;           // [E + 1]
+  i32* all_order;       // [T * k] scratch under token dropping: every chosen pair's plan (step 3), or null
+  u8* kept;             // [T * k] under token dropping: 1 kept, 0 dropped, or null
+  i32* counts;          // [chunks][E] scratch: the chunks' pairs per expert
+  double* prob_sums;    // [chunks][E] scratch, or null: no losses
+  double* lse_sq;       // [chunks] scratch (with prob_sums)
+  float* mean_prob;     // [E] (with prob_sums)
+  float* losses;        // [2] aux, z (zeros without prob_sums)
+  u64* grid;            // [2] the grid barrier's words (grid.h)
+  i32 tokens;           // T; -1: the routing came with the call, none of this runs
+  float aux_coef, z_coef;
+  i32 capacity;         // token dropping: each expert's most pairs; -1: dropless
+};
+
+// Step 3, all threads of a CTA, after every CTA's step 2. Chunks [first, last) are this CTA's to
+// place (contiguous, so one prefix serves them all): the experts' totals and the rows before the
+// CTA's first chunk are integer sums, order-free, so every thread adds what it loads (shared-memory
+// atomics) instead of one thread per expert walking every chunk. Under token dropping the plan
+// goes to all_order and start[] stays in the scratch (step 4 writes the kept one).
+// totals_known(start): all threads of every CTA, once the experts' totals are summed (start[e + 1] -
+// start[e]: the rows of expert e before any dropping), before the chunks are placed.
+template <class TotalsKnown>
+KOSMOS_DEVICE void place_chunks(const RouteParams& r, u8* scratch, const TotalsKnown& totals_known) {
+  i32* __restrict__ order = r.capacity < 0 ? r.order : r.all_order;
+  const i32 k = r.rule.top_k, E = r.rule.experts, T = r.tokens, chunks = chunks_of(T);
+  const i32 per = (chunks + i32(gridDim.x) - 1) / i32(gridDim.x), first = i32(blockIdx.x) * per;
+  const i32 last = min(first + per, chunks);
+  i32* start = reinterpret_cast<i32*>(scratch);  // [E + 1]: the totals, then start[]
+  i32* before = start + E + 1;                     // [E]: rows of each expert ahead of the chunk placed
+  i32* ex = before + E;                            // [kChunk * k]: that chunk's pair experts
+  for (i32 e = i32(threadIdx.x); e <= E; e += i32(blockDim.x)) start[e] = 0;
+  for (i32 e = i32(threadIdx.x); e < E; e += i32(blockDim.x)) before[e] = 0;
+  __syncthreads();
+  const i32* __restrict__ counts = r.counts;
+  for (i64 v = threadIdx.x; v < i64(chunks) * E; v += blockDim.x) {
+    const i32 n = counts[v], c = i32(v / E), e = i32(v - i64(c) * E);
+    if (n == 0) continue;
+    atomicAdd(&start[e + 1], n);
+    if (c < first) atomicAdd(&before[e], n);
+  }
+  __syncthreads();
+  cta_inclusive_scan(start + 1, E);  // (start[0] is 0)
+  if (blockIdx.x == 0 && threadIdx.x == 0 && (!r.prob_sums || T == 0))
+    r.losses[0] = r.losses[1] = 0.0f;  // else: route_losses
+  totals_known(static_cast<const i32*>(start));
+  if (blockIdx.x == 0 && r.capacity < 0)
+    for (i32 e = i32(threadIdx.x); e <= E; e += i32(blockDim.x)) r.start[e] = start[e];
+  for (i32 c = first; c < last; ++c) {
+    const i32 t0 = c * kChunk, n = (min(t0 + kChunk, T) - t0) * k;
+    for (i32 i = i32(threadIdx.x); i < n; i += i32(blockDim.x)) ex[i] = r.experts[i64(t0) * k + i];
+    __syncthreads();
+    for (i32 i = i32(threadIdx.x); i < n; i += i32(blockDim.x)) {
+      const i32 p = t0 * k + i, row = start[ex[i]] + before[ex[i]] + rank_in_chunk(ex, i);
+      order[row] = p;
+      r.slot[p] = row;
+    }
+    __syncthreads();
+    for (i32 e = i32(threadIdx.x); e < E; e += i32(blockDim.x)) before[e] += counts[i64(c) * E + e];
+    __syncthreads();
+  }
 }
 
 }  // namespace moe

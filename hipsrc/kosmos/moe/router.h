@@ -7,7 +7,7 @@
 //   2. grid barrier; CTA b routes chunks b, b + grid, ... (kChunk tokens each, a thread a token,
 //      kRoundChunks chunks at once) and counts each chunk's pairs per expert (+ the loss partials);
 //   3. grid barrier; every CTA sums the counts itself (cheaper than one more barrier) and places
-//      the pairs of its own run of chunks (order, slot); CTA 0 writes start;
+//      the pairs of its own run of chunks (order, slot); CTA 0 writes start (plan.h place_chunks);
 //   4. under token dropping (capacity >= 0), grid barrier and each expert keeps its `capacity`
 //      pairs of highest weight (capacity.h: the plan of step 3 compacted over the kept pairs);
 //   5. grid barrier: the dispatch may read start and order; the last CTA computes the losses.
@@ -24,27 +24,6 @@
 namespace kosmos {
 namespace moe {
 
-struct RouteParams {
-  RouteRule rule;
-  float* logits;        // [T][ld] fp32: the router GEMM's output (under split-K, the sum of its partials)
-  i64 ld;
-  i32* experts;         // [T][k] best first
-  float* weights;       // [T][k]
-  i32* order;           // [T * k] row -> t * k + j (under token dropping: the kept rows, -1 past them)
-  i32* slot;            // [T * k] t * k + j -> row (or -1: dropped)
-  i32* start;           // [E + 1]
-  i32* all_order;       // [T * k] scratch under token dropping: every chosen pair's plan (step 3), or null
-  u8* kept;             // [T * k] under token dropping: 1 kept, 0 dropped, or null
-  i32* counts;          // [chunks][E] scratch: the chunks' pairs per expert
-  double* prob_sums;    // [chunks][E] scratch, or null: no losses
-  double* lse_sq;       // [chunks] scratch (with prob_sums)
-  float* mean_prob;     // [E] (with prob_sums)
-  float* losses;        // [2] aux, z (zeros without prob_sums)
-  u64* grid;            // [2] the grid barrier's words (grid.h)
-  i32 tokens;           // T; -1: the routing came with the call, none of this runs
-  float aux_coef, z_coef;
-  i32 capacity;         // token dropping: each expert's most pairs; -1: dropless
-};
 
 // Step 2 routes each token by kRouteLanes consecutive lanes (route_token_lanes): one thread's
 // token is latency-bound, ~0.5 us an expert at one warp per SM (notes/moe.md session 40).
@@ -108,54 +87,6 @@ KOSMOS_DEVICE void route_chunks(const RouteParams& r, u8* scratch) {
         r.lse_sq[cc] = z;
       }
     }
-    __syncthreads();
-  }
-}
-
-// Step 3, all threads of a CTA, after every CTA's step 2. Chunks [first, last) are this CTA's to
-// place (contiguous, so one prefix serves them all): the experts' totals and the rows before the
-// CTA's first chunk are integer sums, order-free, so every thread adds what it loads (shared-memory
-// atomics) instead of one thread per expert walking every chunk. Under token dropping the plan
-// goes to all_order and start[] stays in the scratch (step 4 writes the kept one).
-// totals_known(start): all threads of every CTA, once the experts' totals are summed (start[e + 1] -
-// start[e]: the rows of expert e before any dropping), before the chunks are placed.
-template <class TotalsKnown>
-KOSMOS_DEVICE void place_chunks(const RouteParams& r, u8* scratch, const TotalsKnown& totals_known) {
-  i32* __restrict__ order = r.capacity < 0 ? r.order : r.all_order;
-  const i32 k = r.rule.top_k, E = r.rule.experts, T = r.tokens, chunks = chunks_of(T);
-  const i32 per = (chunks + i32(gridDim.x) - 1) / i32(gridDim.x), first = i32(blockIdx.x) * per;
-  const i32 last = min(first + per, chunks);
-  i32* start = reinterpret_cast<i32*>(scratch);  // [E + 1]: the totals, then start[]
-  i32* before = start + E + 1;                     // [E]: rows of each expert ahead of the chunk placed
-  i32* ex = before + E;                            // [kChunk * k]: that chunk's pair experts
-  for (i32 e = i32(threadIdx.x); e <= E; e += i32(blockDim.x)) start[e] = 0;
-  for (i32 e = i32(threadIdx.x); e < E; e += i32(blockDim.x)) before[e] = 0;
-  __syncthreads();
-  const i32* __restrict__ counts = r.counts;
-  for (i64 v = threadIdx.x; v < i64(chunks) * E; v += blockDim.x) {
-    const i32 n = counts[v], c = i32(v / E), e = i32(v - i64(c) * E);
-    if (n == 0) continue;
-    atomicAdd(&start[e + 1], n);
-    if (c < first) atomicAdd(&before[e], n);
-  }
-  __syncthreads();
-  cta_inclusive_scan(start + 1, E);  // (start[0] is 0)
-  if (blockIdx.x == 0 && threadIdx.x == 0 && (!r.prob_sums || T == 0))
-    r.losses[0] = r.losses[1] = 0.0f;  // else: route_losses
-  totals_known(static_cast<const i32*>(start));
-  if (blockIdx.x == 0 && r.capacity < 0)
-    for (i32 e = i32(threadIdx.x); e <= E; e += i32(blockDim.x)) r.start[e] = start[e];
-  for (i32 c = first; c < last; ++c) {
-    const i32 t0 = c * kChunk, n = (min(t0 + kChunk, T) - t0) * k;
-    for (i32 i = i32(threadIdx.x); i < n; i += i32(blockDim.x)) ex[i] = r.experts[i64(t0) * k + i];
-    __syncthreads();
-    for (i32 i = i32(threadIdx.x); i < n; i += i32(blockDim.x)) {
-      const i32 p = t0 * k + i, row = start[ex[i]] + before[ex[i]] + rank_in_chunk(ex, i);
-      order[row] = p;
-      r.slot[p] = row;
-    }
-    __syncthreads();
-    for (i32 e = i32(threadIdx.x); e < E; e += i32(blockDim.x)) before[e] += counts[i64(c) * E + e];
     __syncthreads();
   }
 }

@@ -1,0 +1,120 @@
+// CTA-wide device steps on a host-emulated CTA (fiber_cta.h), against serial references:
+//   scan THREADS N SEED                        cta.h cta_inclusive_scan of N random counts
+//   verdict THREADS P E_LOC CAPACITY SEED KIND layout.h counts_verdict (KIND 1: one count is -1, a
+//                                              refused rank's)
+//   place THREADS GRID T E K SEED SKEW         plan.h place_chunks on every CTA of a grid of GRID
+//                                              (SKEW 1: every token takes experts 0..K-1)
+// stdout: "mismatches M" (0: every value as the reference's), after the first few mismatches.
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "fiber_cta.h"
+#include "kosmos/moe/layout.h"
+#include "kosmos/moe/plan.h"
+
+using namespace kosmos;
+using namespace kosmos::moe;
+
+static int mismatches = 0;
+template <class T>
+static void expect(const char* what, size_t i, T got, T want) {
+  if (got == want) return;
+  if (++mismatches <= 5) std::printf("%s[%zu]: %lld, want %lld\n", what, i, (long long)got, (long long)want);
+}
+
+static void scan(int threads, int n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::vector<i32> a(static_cast<size_t>(n)), want(static_cast<size_t>(n));
+  i32 run = 0;
+  for (int i = 0; i < n; ++i) want[size_t(i)] = run += a[size_t(i)] = i32(rng() % 100);
+  FiberCta cta(seed + 1);
+  cta.run(threads, [&] { cta_inclusive_scan(a.data(), n); });
+  for (int i = 0; i < n; ++i) expect("scan", size_t(i), a[size_t(i)], want[size_t(i)]);
+}
+
+static void verdict(int threads, int P, int L, long long capacity, unsigned seed, int kind) {
+  std::mt19937 rng(seed);
+  const int E = P * L;
+  std::vector<i32> counts(size_t(P) * E);
+  for (i32& c : counts) c = i32(rng() % 50);
+  if (kind == 1) counts[rng() % counts.size()] = -1;
+  long long want = 0;
+  for (i32 c : counts)
+    if (c < 0) want = -1;
+  for (int o = 0; o < P && want >= 0; ++o) {
+    long long rows = 0;
+    for (int s = 0; s < P; ++s)
+      for (int l = 0; l < L; ++l) rows += counts[size_t(s) * E + o * L + l];
+    if (rows > capacity && rows > want) want = rows;
+  }
+  std::vector<i64> got(static_cast<size_t>(threads));
+  FiberCta cta(seed + 1);
+  cta.run(threads, [&] { got[threadIdx.x] = counts_verdict(counts.data(), P, E, L, u64(capacity)); });
+  for (int t = 0; t < threads; ++t) expect("verdict on thread", size_t(t), (long long)got[size_t(t)], want);
+}
+
+static void place(int threads, int grid, int T, int E, int k, unsigned seed, int skew) {
+  std::mt19937 rng(seed);
+  std::vector<i32> experts(size_t(T) * k);
+  for (int t = 0; t < T; ++t) {  // k distinct experts a token
+    std::vector<i32> pick(static_cast<size_t>(E));
+    for (int e = 0; e < E; ++e) pick[size_t(e)] = e;
+    for (int j = 0; j < k; ++j) {
+      std::swap(pick[size_t(j)], pick[size_t(j) + rng() % size_t(E - j)]);
+      experts[size_t(t) * k + j] = skew ? j : pick[size_t(j)];
+    }
+  }
+  const int chunks = chunks_of(T);
+  std::vector<i32> counts(size_t(chunks) * E, 0);
+  for (int p = 0; p < T * k; ++p) ++counts[size_t(p / k / kChunk) * E + experts[size_t(p)]];
+  // the reference: the stable counting sort by expert (then token, then j)
+  std::vector<i32> want_start(size_t(E) + 1, 0), want_order(size_t(T) * k), want_slot(size_t(T) * k);
+  for (int p = 0; p < T * k; ++p) ++want_start[size_t(experts[size_t(p)]) + 1];
+  for (int e = 0; e < E; ++e) want_start[size_t(e) + 1] += want_start[size_t(e)];
+  std::vector<i32> next(want_start.begin(), want_start.end() - 1);
+  for (int p = 0; p < T * k; ++p) {
+    const i32 row = next[size_t(experts[size_t(p)])]++;
+    want_order[size_t(row)] = p, want_slot[size_t(p)] = row;
+  }
+  std::vector<i32> order(size_t(T) * k, -7), slot(size_t(T) * k, -7), start(size_t(E) + 1, -7), totals;
+  float losses[2] = {1.0f, 1.0f};
+  RouteParams r{};
+  r.rule.experts = E, r.rule.top_k = k;
+  r.experts = experts.data(), r.order = order.data(), r.slot = slot.data(), r.start = start.data();
+  r.counts = counts.data(), r.losses = losses, r.tokens = T, r.capacity = -1;
+  std::vector<u8> scratch(size_t(place_words(E)) * 4);
+  gridDim.x = unsigned(grid);
+  for (int b = 0; b < grid; ++b) {
+    blockIdx.x = unsigned(b);
+    FiberCta cta(seed + unsigned(b));
+    cta.run(threads, [&] {
+      place_chunks(r, scratch.data(), [&](const i32* s) {
+        if (threadIdx.x == 0 && b == grid - 1) totals.assign(s, s + E + 1);
+      });
+    });
+  }
+  blockIdx.x = 0, gridDim.x = 1;
+  for (size_t i = 0; i < start.size(); ++i) expect("start", i, start[i], want_start[i]);
+  for (size_t i = 0; i < totals.size(); ++i) expect("totals_known's start", i, totals[i], want_start[i]);
+  if (totals.size() != start.size()) expect("totals_known calls", 0, totals.size(), start.size());
+  for (size_t i = 0; i < order.size(); ++i) expect("order", i, order[i], want_order[i]);
+  for (size_t i = 0; i < slot.size(); ++i) expect("slot", i, slot[i], want_slot[i]);
+  expect("losses zeroed", 0, losses[0] == 0.0f && losses[1] == 0.0f, true);
+}
+
+int main(int argc, char** argv) {
+  if (argc < 2) return 2;
+  const std::string mode = argv[1];
+  std::vector<long long> a;
+  for (int i = 2; i < argc; ++i) a.push_back(std::atoll(argv[i]));
+  if (mode == "scan" && a.size() == 3) scan(int(a[0]), int(a[1]), unsigned(a[2]));
+  else if (mode == "verdict" && a.size() == 6) verdict(int(a[0]), int(a[1]), int(a[2]), a[3], unsigned(a[4]), int(a[5]));
+  else if (mode == "place" && a.size() == 7) place(int(a[0]), int(a[1]), int(a[2]), int(a[3]), int(a[4]), unsigned(a[5]), int(a[6]));
+  else return 2;
+  std::printf("mismatches %d\n", mismatches);
+  return 0;
+}
