@@ -77,3 +77,15 @@ phase_traces() {
     run "phases $1 $2" timeout 150 python3 notes/debug/phases.py --model "$1" --rows "$2" --movers 0
   done
 }
+
+# The fused forward's phase traces at the router's real E (phases.py --ranks 8: every expert of an
+# EP-8 layout on the one GPU), Qwen3-30B and DeepSeek-V3 at 256 rows an expert, on this tree (A)
+# and, given "AB", on /tmp/tree_main (B) after each.   real_e_traces [AB]
+real_e_traces() {
+  local m args="--rows 256 --movers 0 --ranks 8 --forward-only"
+  for m in Qwen3-30B-A3B DeepSeek-V3; do
+    run "phases A $m 256 ranks 8" timeout 60 python3 notes/debug/phases.py --model $m $args
+    [[ "${1:-}" == AB ]] && run "phases B $m 256 ranks 8" env KOSMOS_HIPSRC=/tmp/tree_main/hipsrc timeout 60 \
+      python3 notes/debug/phases.py --model $m $args
+  done
+}

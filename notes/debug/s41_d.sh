@@ -19,9 +19,7 @@ stamp tested
 run "moe route/forward np2" timeout 120 $MPIRUN -np 2 python3 -m mpi4py -m pytest tests/gpu/test_moe_route.py \
   tests/gpu/test_moe_forward.py $T
 stamp tested2
-for m in Qwen3-30B-A3B DeepSeek-V3; do
-  run "phases $m 256 ranks 8" timeout 60 python3 notes/debug/phases.py --model $m --rows 256 --movers 0 --ranks 8 --forward-only
-done
+real_e_traces
 stamp traced
 grep -E "^=====|^-----|passed|failed|^(FAILED|ERROR) |router|routed|plan placed|dispatch part|GEMM1|combine done|Error" "$LOG" \
   | grep -v "^  job" | cut -c1-200 | tail -50

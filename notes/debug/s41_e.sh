@@ -21,11 +21,7 @@ stamp tested
 run "A: moe route/forward np2" timeout 100 $MPIRUN -np 2 python3 -m mpi4py -m pytest tests/gpu/test_moe_route.py \
   tests/gpu/test_moe_forward.py $T
 stamp tested2
-for m in Qwen3-30B-A3B DeepSeek-V3; do
-  run "phases A $m 256 ranks 8" timeout 60 python3 notes/debug/phases.py --model $m --rows 256 --movers 0 --ranks 8 --forward-only
-  run "phases B $m 256 ranks 8" env KOSMOS_HIPSRC=/tmp/tree_main/hipsrc timeout 60 python3 notes/debug/phases.py --model $m \
-    --rows 256 --movers 0 --ranks 8 --forward-only
-done
+real_e_traces AB
 stamp traced
 B="--models Qwen3-30B-A3B,DeepSeek-V3 --rows 256,2048 --iters 15 --warmup 3 --tree-b /tmp/tree_main/hipsrc --out $RUNS"
 run "fwd A/B" timeout 100 python3 bench/moe.py $B --tag s41e

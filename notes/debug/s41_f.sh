@@ -11,11 +11,7 @@ patch_over_main notes/debug/s41_realE.patch moe_fused_forward.hip moe_route.hip
 stamp warmed
 run "A: moe route/forward np1" timeout 150 python3 -m pytest tests/gpu/test_moe_route.py tests/gpu/test_moe_forward.py $T
 stamp tested
-for m in Qwen3-30B-A3B DeepSeek-V3; do
-  run "phases A $m 256 ranks 8" timeout 40 python3 notes/debug/phases.py --model $m --rows 256 --movers 0 --ranks 8 --forward-only
-  run "phases B $m 256 ranks 8" env KOSMOS_HIPSRC=/tmp/tree_main/hipsrc timeout 40 python3 notes/debug/phases.py --model $m \
-    --rows 256 --movers 0 --ranks 8 --forward-only
-done
+real_e_traces AB
 stamp traced
 grep -E "^=====|^-----|passed|failed|^(FAILED|ERROR) |router|routed|plan placed|dispatch part|combine done|Error" "$LOG" \
   | grep -v "^  job" | cut -c1-200 | tail -60
