@@ -4,8 +4,9 @@
 //   1. every CTA builds router GEMM tiles: logits = x Wr^T in fp32 (a builder call of its own; at
 //      small token counts each tile's K is split (kosmos/moe/route.py router_splits) and, after a
 //      grid barrier, the partials are summed into the logits);
-//   2. grid barrier; CTA b routes chunks b, b + grid, ... (kChunk tokens each, a thread a token,
-//      kRoundChunks chunks at once) and counts each chunk's pairs per expert (+ the loss partials);
+//   2. grid barrier; CTA b routes chunks b, b + grid, ... (kChunk tokens each, kRouteLanes lanes a
+//      token, kRoundChunks chunks at once) and counts each chunk's pairs per expert (+ the loss
+//      partials);
 //   3. grid barrier; every CTA sums the counts itself (cheaper than one more barrier) and places
 //      the pairs of its own run of chunks (order, slot); CTA 0 writes start (plan.h place_chunks);
 //   4. under token dropping (capacity >= 0), grid barrier and each expert keeps its `capacity`
@@ -14,7 +15,6 @@
 // The chunk tables live in the builder's stages, lent between its two calls (gemm/tile.h).
 #pragma once
 #include "../grid.h"
-#include "../cta.h"
 #include "../trace.h"
 #include "../gemm/splitk.h"
 #include "capacity.h"
@@ -23,7 +23,6 @@
 
 namespace kosmos {
 namespace moe {
-
 
 // Step 2 routes each token by kRouteLanes consecutive lanes (route_token_lanes): one thread's
 // token is latency-bound, ~0.5 us an expert at one warp per SM (notes/moe.md session 40).
