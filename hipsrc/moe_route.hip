@@ -46,7 +46,7 @@ extern "C" __global__ void kosmos_moe_count(RouteRule rule, const float* __restr
   for (i32 t = t0 + i32(threadIdx.x); t < t1; t += i32(blockDim.x)) norms[t - t0] = token_norm(rule, logits + t * ld);
   __syncthreads();
   for (i32 e = i32(threadIdx.x); e < E; e += i32(blockDim.x))
-    prob_sums[i64(c) * E + e] = chunk_prob_sum(rule, logits, ld, t0, t1, norms, e);
+    prob_sums[i64(c) * E + e] = chunk_prob_sum(rule, logits + t0 * ld, ld, t1 - t0, norms, e);
   if (threadIdx.x == 0) {
     double z = 0.0;
     for (i32 t = t0; t < t1; ++t) z += norms[t - t0].lse2;

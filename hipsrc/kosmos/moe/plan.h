@@ -62,13 +62,13 @@ KOSMOS_DEVICE TokenNorm token_norm(const RouteRule& r, const float* row, const R
 
 KOSMOS_DEVICE TokenNorm token_norm(const RouteRule& r, const float* row) { return token_norm(r, row, row_exp(row, r.experts)); }
 
-// norms[t - t0]: token_norm of the chunk's tokens [t0, t1).
-KOSMOS_DEVICE double chunk_prob_sum(const RouteRule& r, const float* logits, i64 ld, i32 t0, i32 t1,
-                                    const TokenNorm* norms, i32 e) {
+// The chunk's n tokens' logits rows at rows, rows + ld, ...; norms[i]: token_norm of token i.
+KOSMOS_DEVICE double chunk_prob_sum(const RouteRule& r, const float* rows, i64 ld, i32 n_tokens, const TokenNorm* norms,
+                                    i32 e) {
   double p = 0.0;
-  for (i32 t = t0; t < t1; ++t) {
-    const TokenNorm& n = norms[t - t0];
-    p += double(make_scorer(r, logits + t * ld, n.re)(e) / n.total);
+  for (i32 i = 0; i < n_tokens; ++i) {
+    const TokenNorm& n = norms[i];
+    p += double(make_scorer(r, rows + i * ld, n.re)(e) / n.total);
   }
   return p;
 }
@@ -131,11 +131,15 @@ struct RouteParams {
 
 // Step 3, all threads of a CTA, after every CTA's step 2. Chunks [first, last) are this CTA's to
 // place (contiguous, so one prefix serves them all): the experts' totals and the rows before the
-// CTA's first chunk are integer sums, order-free, so every thread adds what it loads (shared-memory
-// atomics) instead of one thread per expert walking every chunk. Under token dropping the plan
-// goes to all_order and start[] stays in the scratch (step 4 writes the kept one).
+// CTA's first chunk. Every CTA reads the whole chunks x E count table for them (65 K words at
+// DeepSeek-V3's real E), so its loads are the cost: column-wise, a thread sums one expert over a
+// slice of the chunks with kPlaceLoads loads in flight (read row-wise, a load then its atomics, the
+// step took 19 us at E 128 and 54 at E 256 on an H100, its grid barrier included: notes/moe.md
+// session 41); integer sums, order-free, and the slices meet in shared-memory atomics. Under token dropping the plan goes to all_order
+// and start[] stays in the scratch (step 4 writes the kept one).
 // totals_known(start): all threads of every CTA, once the experts' totals are summed (start[e + 1] -
 // start[e]: the rows of expert e before any dropping), before the chunks are placed.
+constexpr i32 kPlaceLoads = 8;  // count-table loads a thread has in flight (place_chunks)
 template <class TotalsKnown>
 KOSMOS_DEVICE void place_chunks(const RouteParams& r, u8* scratch, const TotalsKnown& totals_known) {
   i32* __restrict__ order = r.capacity < 0 ? r.order : r.all_order;
@@ -149,11 +153,22 @@ KOSMOS_DEVICE void place_chunks(const RouteParams& r, u8* scratch, const TotalsK
   for (i32 e = i32(threadIdx.x); e < E; e += i32(blockDim.x)) before[e] = 0;
   __syncthreads();
   const i32* __restrict__ counts = r.counts;
-  for (i64 v = threadIdx.x; v < i64(chunks) * E; v += blockDim.x) {
-    const i32 n = counts[v], c = i32(v / E), e = i32(v - i64(c) * E);
-    if (n == 0) continue;
-    atomicAdd(&start[e + 1], n);
-    if (c < first) atomicAdd(&before[e], n);
+  const i32 slices = max(1, i32(blockDim.x) / E);  // threads an expert (blockDim % E of them idle)
+  for (i32 w = i32(threadIdx.x); w < E * slices; w += i32(blockDim.x)) {
+    const i32 e = w % E, slice = w / E;
+    i32 total = 0, ahead = 0;
+    for (i32 c0 = slice * kPlaceLoads; c0 < chunks; c0 += slices * kPlaceLoads) {
+      i32 n[kPlaceLoads];
+#pragma unroll
+      for (i32 u = 0; u < kPlaceLoads; ++u) n[u] = c0 + u < chunks ? counts[i64(c0 + u) * E + e] : 0;
+#pragma unroll
+      for (i32 u = 0; u < kPlaceLoads; ++u) {
+        total += n[u];
+        if (c0 + u < first) ahead += n[u];
+      }
+    }
+    if (total != 0) atomicAdd(&start[e + 1], total);
+    if (ahead != 0) atomicAdd(&before[e], ahead);
   }
   __syncthreads();
   cta_inclusive_scan(start + 1, E);  // (start[0] is 0)

@@ -6,7 +6,7 @@
 //      grid barrier, the partials are summed into the logits);
 //   2. grid barrier; CTA b routes chunks b, b + grid, ... (kChunk tokens each, kRouteLanes lanes a
 //      token, kRoundChunks chunks at once) and counts each chunk's pairs per expert (+ the loss
-//      partials);
+//      partials) (route_rounds.h route_chunks);
 //   3. grid barrier; every CTA sums the counts itself (cheaper than one more barrier) and places
 //      the pairs of its own run of chunks (order, slot); CTA 0 writes start (plan.h place_chunks);
 //   4. under token dropping (capacity >= 0), grid barrier and each expert keeps its `capacity`
@@ -20,75 +20,13 @@
 #include "capacity.h"
 #include "experts.h"
 #include "plan.h"
+#include "route_rounds.h"
 
 namespace kosmos {
 namespace moe {
 
-// Step 2 routes each token by kRouteLanes consecutive lanes (route_token_lanes): one thread's
-// token is latency-bound, ~0.5 us an expert at one warp per SM (notes/moe.md session 40).
-#ifdef KOSMOS_ROUTE_LANES  // a knob for traces: notes/debug/phases.py -D KOSMOS_ROUTE_LANES=1 (or 2)
-constexpr i32 kRouteLanes = KOSMOS_ROUTE_LANES;
-#else
-constexpr i32 kRouteLanes = 4;
-#endif
-constexpr i32 kRoundChunks = gemm::kThreads / (kChunk * kRouteLanes);  // chunks a CTA routes at once
-static_assert(gemm::kThreads % (kChunk * kRouteLanes) == 0, "whole chunks a round");
-
-// The lent stages' layout in step 2: the round's pair experts, then its tokens' norms.
-KOSMOS_DEVICE i32* round_experts(u8* scratch) { return reinterpret_cast<i32*>(scratch); }
-KOSMOS_DEVICE TokenNorm* round_norms(u8* scratch) {
-  return reinterpret_cast<TokenNorm*>(scratch + kRoundChunks * kChunk * kMaxTopK * sizeof(i32));
-}
-constexpr u32 kRouteScratchBytes = kRoundChunks * kChunk * (kMaxTopK * sizeof(i32) + sizeof(TokenNorm));
+static_assert(kRouteThreads == gemm::kThreads, "step 2's rounds take the builder's CTA");
 static_assert(kRouteScratchBytes <= u32(gemm::kSmemBytesPortable), "the round's tables must fit the lent stages");
-
-// Step 2, all threads of a CTA.
-KOSMOS_DEVICE void route_chunks(const RouteParams& r, u8* scratch) {
-  const RouteRule& rule = r.rule;
-  const i32 k = rule.top_k, E = rule.experts, T = r.tokens, chunks = chunks_of(T), grid = i32(gridDim.x);
-  i32* ex = round_experts(scratch);  // [kRoundChunks][kChunk * k]
-  TokenNorm* norms = round_norms(scratch);
-  // chunk j of the round; its token `lane`; this thread's place `sub` among the token's lanes
-  const i32 j = i32(threadIdx.x) / (kChunk * kRouteLanes), q = i32(threadIdx.x) % (kChunk * kRouteLanes);
-  const i32 lane = q / kRouteLanes, sub = q % kRouteLanes;
-  for (i32 first = i32(blockIdx.x); first < chunks; first += kRoundChunks * grid) {
-    const i32 c = first + j * grid, t = c * kChunk + lane;
-    // (whole warps: a token's lanes shuffle together, so the lanes of a partial chunk's missing
-    // tokens route the last token again and write nothing)
-    if (j < kRoundChunks && c < chunks) {
-      const bool writes = t < T && sub == 0;
-      const float* row = r.logits + min(t, T - 1) * r.ld;
-      i32* mine = ex + j * kChunk * k + lane * k;
-      // the row's max and exp-sum once for the rule and the losses' norm
-      const RowExp re = r.prob_sums ? row_exp(row, E) : rule_row_exp(rule, row);
-      route_token_lanes<kRouteLanes>(rule, row, re, sub, writes ? mine : nullptr, r.weights + i64(t) * k);
-      if (writes) {
-        for (i32 s = 0; s < k; ++s) r.experts[i64(t) * k + s] = mine[s];
-        if (r.prob_sums) norms[j * kChunk + lane] = token_norm(rule, row, re);
-      }
-    }
-    __syncthreads();
-    phase_mark(18);
-    for (i32 v = i32(threadIdx.x); v < kRoundChunks * E; v += i32(blockDim.x)) {
-      const i32 jj = v / E, e = v - jj * E, cc = first + jj * grid;
-      if (cc >= chunks) continue;
-      const i32 t0 = cc * kChunk, t1 = min(t0 + kChunk, T);
-      r.counts[i64(cc) * E + e] = chunk_count(ex + jj * kChunk * k, (t1 - t0) * k, e);
-      if (r.prob_sums)
-        r.prob_sums[i64(cc) * E + e] = chunk_prob_sum(rule, r.logits, r.ld, t0, t1, norms + jj * kChunk, e);
-    }
-    if (r.prob_sums && i32(threadIdx.x) < kRoundChunks) {
-      const i32 cc = first + i32(threadIdx.x) * grid;
-      if (cc < chunks) {
-        const i32 t0 = cc * kChunk, t1 = min(t0 + kChunk, T);
-        double z = 0.0;
-        for (i32 t = t0; t < t1; ++t) z += norms[i32(threadIdx.x) * kChunk + t - t0].lse2;
-        r.lse_sq[cc] = z;
-      }
-    }
-    __syncthreads();
-  }
-}
 
 // Step 4 (token dropping), all threads of every CTA after every CTA's step 3.
 KOSMOS_DEVICE void keep_in_launch(const RouteParams& r, u8* scratch) {
@@ -148,7 +86,7 @@ KOSMOS_DEVICE bool route_in_launch(const RouteParams& r, const ExpertGemm& g, co
     if (!grid_barrier(r.grid, w)) return false;
   }
   phase_mark(17);
-  route_chunks(r, smem);
+  route_chunks(r, smem, gemm::lendable_bytes(smem));
   phase_mark(13);
   if (!grid_barrier(r.grid, w)) return false;
   place_chunks(r, smem, totals_known);
