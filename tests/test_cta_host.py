@@ -1,5 +1,6 @@
 """CTA-wide device steps (hipsrc/kosmos/cta.h cta_inclusive_scan, moe/layout.h counts_verdict,
-moe/plan.h place_chunks: the MoE plan's tables) on a CTA emulated on the host
+moe/plan.h place_chunks: the MoE plan's tables, moe/route_rounds.h route_chunks: the launch's
+routing step) on a CTA emulated on the host
 (tests/host/fiber_cta.h: every thread a user-level context, __syncthreads and warp shuffles block
 until the others arrive, the next thread to run picked at random), against serial references. A
 missing barrier shows as wrong values under some seed (checked by hand: cta_inclusive_sum without
@@ -61,3 +62,25 @@ def test_place_chunks_is_the_stable_counting_sort(cta_host, grid, tokens, expert
     to the early count publish (totals_known) are the final start[]."""
     for seed in (1, 2):
         run(cta_host, "place", 384, grid, tokens, experts, k, seed, skew)
+
+
+SOFTMAX, SIGMOID = 0, 1
+
+
+@pytest.mark.parametrize("lendable", [0, -1, -2, 1 << 20])
+@pytest.mark.parametrize("grid, tokens, experts, k, score, groups, topk_groups, bias, losses", [
+    (32, 4096, 128, 8, SOFTMAX, 0, 0, 0, 1),    # Qwen3-30B's router at EP 8's tokens: two rounds a CTA
+    (7, 1000, 128, 8, SOFTMAX, 0, 0, 0, 1),     # several rounds a CTA, a partial last chunk
+    (5, 700, 256, 8, SIGMOID, 8, 4, 1, 1),      # DeepSeek-V3: groups, a bias in the choice
+    (3, 300, 384, 8, SIGMOID, 1, 1, 1, 0),      # Kimi K2's E (past the block's threads), no losses
+    (4, 333, 64, 16, SOFTMAX, 0, 0, 0, 1),      # k past eight: sixteen top slots
+    (33, 37, 8, 2, SOFTMAX, 0, 0, 0, 1),        # two chunks and 31 idle CTAs; E below a warp
+    (2, 1, 32, 4, SIGMOID, 4, 2, 0, 1), (3, 0, 16, 4, SOFTMAX, 0, 0, 0, 1)])  # one token; none
+def test_route_chunks_is_route_token_and_the_chunk_sums(cta_host, grid, tokens, experts, k, score, groups,
+                                                        topk_groups, bias, losses, lendable):
+    """Every token's experts and weights as route_token's (one thread a token), the chunks' counts,
+    prob sums and logsumexp^2 sums as the standalone count kernel's, bit for bit, whether the
+    round's rows are staged in the lent stages (-1: exactly their bytes; 1 MiB) or read from
+    global memory (0; -2: a byte short), with normal logits and with ties (8 distinct values)."""
+    for ties, seed in ((0, 1), (1, 2)):
+        run(cta_host, "route", grid, tokens, experts, k, score, groups, topk_groups, bias, losses, lendable, ties, seed)

@@ -4,6 +4,14 @@
 //                                              refused rank's)
 //   place THREADS GRID T E K SEED SKEW         plan.h place_chunks on every CTA of a grid of GRID
 //                                              (SKEW 1: every token takes experts 0..K-1)
+//   route GRID T E K SCORE GROUPS TOPK_GROUPS BIAS LOSSES LENDABLE TIES SEED
+//                                              route_rounds.h route_chunks on every CTA of a grid of
+//                                              GRID (kRouteThreads threads; LENDABLE bytes of lent
+//                                              stages: 0 routes from global memory, -1 exactly what
+//                                              staging the rows takes, -2 a byte less; TIES 1:
+//                                              logits from 8 values, so equal
+//                                              scores and group sums occur) against route_token one
+//                                              thread a token and the standalone kernels' chunk sums
 // stdout: "mismatches M" (0: every value as the reference's), after the first few mismatches.
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +23,7 @@
 #include "fiber_cta.h"
 #include "kosmos/moe/layout.h"
 #include "kosmos/moe/plan.h"
+#include "kosmos/moe/route_rounds.h"
 
 using namespace kosmos;
 using namespace kosmos::moe;
@@ -106,6 +115,66 @@ static void place(int threads, int grid, int T, int E, int k, unsigned seed, int
   expect("losses zeroed", 0, losses[0] == 0.0f && losses[1] == 0.0f, true);
 }
 
+template <class T>
+static u64 bits(T v) {
+  u64 b = 0;
+  std::memcpy(&b, &v, sizeof(T));
+  return b;
+}
+
+static void route(int grid, int T, int E, int k, int score, int groups, int topk_groups, int has_bias, int losses,
+                  long long lendable_arg, int ties, unsigned seed) {
+  const u32 lendable = lendable_arg >= 0 ? u32(lendable_arg) : staged_route_bytes(E) + u32(lendable_arg + 1);
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 2.0f);
+  const i64 ld = E + 3;  // a row stride past E, as the router GEMM's padded output may have
+  std::vector<float> logits(size_t(std::max(T, 1)) * size_t(ld), std::nanf(""));
+  std::vector<float> bias(static_cast<size_t>(E));
+  for (int t = 0; t < T; ++t)
+    for (int e = 0; e < E; ++e) logits[size_t(t * ld + e)] = ties ? float(rng() % 8) * 0.5f : normal(rng);
+  for (float& b : bias) b = normal(rng) * 0.1f;
+  RouteRule rule{};
+  rule.experts = E, rule.top_k = k, rule.score = score, rule.groups = groups, rule.topk_groups = topk_groups;
+  rule.normalize = 1, rule.scaling = 2.5f, rule.bias = has_bias ? bias.data() : nullptr;
+  // the reference: one thread a token (route_token), the chunk sums of kosmos_moe_count
+  const int chunks = chunks_of(T);
+  std::vector<i32> want_ex(size_t(T) * k), want_counts(size_t(chunks) * E, 0);
+  std::vector<float> want_w(size_t(T) * k);
+  std::vector<double> want_prob(size_t(chunks) * E), want_lse(static_cast<size_t>(chunks));
+  for (int t = 0; t < T; ++t) route_token(rule, logits.data() + t * ld, want_ex.data() + t * k, want_w.data() + t * k);
+  for (int c = 0; c < chunks; ++c) {
+    const int t0 = c * kChunk, n = std::min(kChunk, T - t0);
+    for (int e = 0; e < E; ++e) want_counts[size_t(c) * E + e] = chunk_count(want_ex.data() + t0 * k, n * k, e);
+    std::vector<TokenNorm> norms(static_cast<size_t>(n));
+    double z = 0.0;
+    for (int i = 0; i < n; ++i) z += (norms[size_t(i)] = token_norm(rule, logits.data() + (t0 + i) * ld)).lse2;
+    for (int e = 0; e < E; ++e)
+      want_prob[size_t(c) * E + e] = chunk_prob_sum(rule, logits.data() + t0 * ld, ld, n, norms.data(), e);
+    want_lse[size_t(c)] = z;
+  }
+  std::vector<i32> ex(size_t(T) * k, -7), counts(size_t(chunks) * E, -7);
+  std::vector<float> w(size_t(T) * k, -7.0f);
+  std::vector<double> prob(size_t(chunks) * E, -7.0), lse(size_t(chunks), -7.0);
+  RouteParams r{};
+  r.rule = rule, r.logits = logits.data(), r.ld = ld, r.experts = ex.data(), r.weights = w.data();
+  r.counts = counts.data(), r.tokens = T, r.capacity = -1;
+  if (losses) r.prob_sums = prob.data(), r.lse_sq = lse.data();
+  std::vector<u8> scratch(std::max<size_t>(lendable, kRouteScratchBytes), 0xcd);
+  gridDim.x = unsigned(grid);
+  for (int b = 0; b < grid; ++b) {
+    blockIdx.x = unsigned(b);
+    FiberCta cta(seed + unsigned(b));
+    cta.run(kRouteThreads, [&] { route_chunks(r, scratch.data(), lendable); });
+  }
+  blockIdx.x = 0, gridDim.x = 1;
+  for (size_t i = 0; i < ex.size(); ++i) expect("experts", i, ex[i], want_ex[i]);
+  for (size_t i = 0; i < w.size(); ++i) expect("weights' bits", i, bits(w[i]), bits(want_w[i]));
+  for (size_t i = 0; i < counts.size(); ++i) expect("counts", i, counts[i], want_counts[i]);
+  if (!losses) return;
+  for (size_t i = 0; i < prob.size(); ++i) expect("prob_sums' bits", i, bits(prob[i]), bits(want_prob[i]));
+  for (size_t i = 0; i < lse.size(); ++i) expect("lse_sq's bits", i, bits(lse[i]), bits(want_lse[i]));
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return 2;
   const std::string mode = argv[1];
@@ -114,6 +183,9 @@ int main(int argc, char** argv) {
   if (mode == "scan" && a.size() == 3) scan(int(a[0]), int(a[1]), unsigned(a[2]));
   else if (mode == "verdict" && a.size() == 6) verdict(int(a[0]), int(a[1]), int(a[2]), a[3], unsigned(a[4]), int(a[5]));
   else if (mode == "place" && a.size() == 7) place(int(a[0]), int(a[1]), int(a[2]), int(a[3]), int(a[4]), unsigned(a[5]), int(a[6]));
+  else if (mode == "route" && a.size() == 12)
+    route(int(a[0]), int(a[1]), int(a[2]), int(a[3]), int(a[4]), int(a[5]), int(a[6]), int(a[7]), int(a[8]),
+          a[9], int(a[10]), unsigned(a[11]));
   else return 2;
   std::printf("mismatches %d\n", mismatches);
   return 0;
