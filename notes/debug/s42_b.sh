@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# (1) The TP fused ops' first claim (tree A = main + notes/debug/s42_claim.patch: with no movers,
+# (1) The TP fused ops' first claim (tree A = main + the s42_claim patch, on main since: with no movers,
 # no order table and no two-way -- a rank alone -- a CTA's first tile is its own, as the plain
 # GEMM's GridFirstClaim) against main (B): test_tp np 1 and np 2 on A, then bench/tp.py A/B
 # (--tree-b) on the world-1 outliers of s42_a (bulk_rs_nt 8B-QKV-MBS8 1.43x the plain GEMM,
