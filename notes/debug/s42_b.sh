@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# (1) The TP fused ops' first claim (tree A = main + the s42_claim patch, on main since: with no movers,
-# no order table and no two-way -- a rank alone -- a CTA's first tile is its own, as the plain
+# (1) The TP fused ops' first claim (tree A = main + s42_claim.patch, landed in f923d7d, which
+# deleted the patch: to rerun, recreate it with `git diff f923d7d~1 f923d7d -- hipsrc`: with no
+# movers, no order table and no two-way -- a rank alone -- a CTA's first tile is its own, as the plain
 # GEMM's GridFirstClaim) against main (B): test_tp np 1 and np 2 on A, then bench/tp.py A/B
 # (--tree-b) on the world-1 outliers of s42_a (bulk_rs_nt 8B-QKV-MBS8 1.43x the plain GEMM,
 # 8B-OProj-MBS1 +2 us; ag_tn 70B-QKV-MBS1 and ag_nn 8B-Down-MBS1 are stream-K in the plain
