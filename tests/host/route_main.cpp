@@ -53,7 +53,7 @@ int main() {
     std::vector<TokenNorm> norms(t1 - t0);
     for (int t = t0; t < t1; ++t) norms[t - t0] = token_norm(rule, logits.data() + size_t(t) * L);
     for (int e = 0; e < E; ++e)
-      prob_sums[size_t(c) * E + e] = chunk_prob_sum(rule, logits.data(), L, t0, t1, norms.data(), e);
+      prob_sums[size_t(c) * E + e] = chunk_prob_sum(rule, logits.data() + size_t(t0) * L, L, t1 - t0, norms.data(), e);
     double z = 0.0;
     for (int t = t0; t < t1; ++t) z += norms[t - t0].lse2;
     lse_sq[c] = z;
