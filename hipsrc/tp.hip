@@ -23,9 +23,11 @@ constexpr int kOneWay = 0, kFixed = 1, kTwoWay = 2;
 
 // Builders claim tiles from the plan's order table (entries are tile_of() queue indices; no
 // table = the builder's own raster). Two-way: with mover_head set, a claim returns -1 (stop
-// building) while gather items remain. Where every CTA builds from its start in raster order (no
-// movers, no table, no two-way: a rank alone), a CTA's first tile is its own (blockIdx.x) as in
-// the plain GEMM's GridFirstClaim (schedule.h), the rest from the queue past the grid's first tiles.
+// building) while gather items remain. Where every CTA builds from its start in raster order and
+// no unit waits for another (all_build: no movers and no stream-K, whose fix-up unit waits for the
+// units queued before it; no table, no two-way: a rank alone), a CTA's first tile is its own
+// (blockIdx.x) as in the plain GEMM's GridFirstClaim (schedule.h), the rest from the queue past
+// the grid's first tiles.
 struct TableClaim {
   u64* head;
   const i32* order;
@@ -34,9 +36,9 @@ struct TableClaim {
   i32 n_mover_items;
   bool grid_first, first;
   KOSMOS_DEVICE TableClaim(u64* head_, const i32* order_, i32 n_, const u64* mover_head_, i32 n_mover_items_,
-                           i32 movers)
+                           bool all_build)
       : head(head_), order(order_), n(n_), mover_head(mover_head_), n_mover_items(n_mover_items_),
-        grid_first(movers == 0 && order_ == nullptr && mover_head_ == nullptr), first(grid_first) {}
+        grid_first(all_build && order_ == nullptr && mover_head_ == nullptr), first(grid_first) {}
   KOSMOS_DEVICE i32 operator()() {
     if (first) {
       first = false;
@@ -135,7 +137,7 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const AgP
     builder_init(smem);
     const bool two_way = c.policy == kTwoWay;
     TableClaim claim{&heads->tile, c.tile_order, c.n_tiles, two_way ? &heads->mover : nullptr, a.n_mover_items,
-                     c.movers};
+                     c.movers == 0};
     const GatherReady ready{a.arrived, epoch, a.m, a.tiles_m_per_chunk, a.items_per_chunk, world == 1, wait};
     const DenseSchedule<Tile> sched{c.p};
     __shared__ int s_more;
@@ -201,11 +203,11 @@ KOSMOS_DEVICE void ag_nn_nt(const TensorMap& tma, const TensorMap& tmb, const Te
   if (mover && !gather_items(gs, 2, rank, epoch, c.mine, c.flags_off, q, a.mover_threads, wait)) return;
   if (mover && c.policy == kFixed) return;
   builder_init(smem);
-  TableClaim dgrad_claim{&heads->tile, c.tile_order, c.n_tiles, nullptr, 0, c.movers};
+  TableClaim dgrad_claim{&heads->tile, c.tile_order, c.n_tiles, nullptr, 0, c.movers == 0};
   const GatherReady dgrad_ready{a.arrived, epoch, a.m, a.tiles_m_per_chunk, a.items_per_chunk, world == 1, wait};
   const DenseSchedule<Tile> dgrad{c.p};
   const EpiStoreBf16Tma dgrad_epi(a.epi, &tmc);
-  TableClaim wgrad_claim{&heads->join, nullptr, P.n_tiles2, nullptr, 0, c.movers};
+  TableClaim wgrad_claim{&heads->join, nullptr, P.n_tiles2, nullptr, 0, c.movers == 0};
   const AllGatheredReady wgrad_ready{P.arrived2, epoch, world * a.items_per_chunk, world == 1, wait};
   const DenseSchedule<Tile> wgrad{P.p2};
   const EpiStoreBf16Tma wgrad_epi(P.epi2, &tmc2);
@@ -263,7 +265,7 @@ KOSMOS_DEVICE void gemm_rs(const TensorMap& tma, const TensorMap& tmb, const P& 
     }
   };
   auto build = [&]() -> bool {
-    TableClaim claim{&heads->tile, c.tile_order, c.n_tiles, nullptr, 0, c.movers};  // n_tiles: the units
+    TableClaim claim{&heads->tile, c.tile_order, c.n_tiles, nullptr, 0, c.movers == 0 && !kStreamK};  // n_tiles: units
     if constexpr (kStreamK) {
       static_assert(kBulk, "stream-K only where no mover waits for a tile");
       const StreamKSchedule<Tile> sched{c.p, r.sk, wait};
