@@ -4,6 +4,8 @@
 //   0 entry   1 its dispatch part done (pushed, or the counts loaded)   2 builder ready
 //   8 builder call done   9 combine done   10 its combine push done (the fold follows)
 //   11 its side pushes done (movers 0)
+//   3..6 the routing step's round (route_rounds.h): rows staged, and thread 0's token: its row's
+//        max / exp-sum, its top-k, its norm and stores
 //   12..15 the routing in the launch: router GEMM, routed, plan placed, pairs past capacity dropped
 //   16..31 a builder job done (job_slot: the call's last job's is 31)
 #pragma once

@@ -54,7 +54,9 @@ from moe import capacity_of, case_params, share, tokens_of  # noqa: E402
 NAMES = {0: "entry", 1: "dispatch part done", 2: "builder ready", 8: "builder call done", 10: "combine push done",
          11: "side pushes done", 9: "combine done"}
 KIND_NAMES = {"forward": {12: "router GEMM done", 16: "router grid barrier passed", 17: "router logits summed",
-                          18: "tokens routed (a round)", 13: "routed + counted", 14: "plan placed",
+                          3: "round's rows staged", 4: "thread 0: row max + exp-sum", 5: "thread 0: top-k chosen",
+                          6: "thread 0: norm + stores", 18: "tokens routed (a round)", 13: "routed + counted",
+                          14: "plan placed",
                           15: "pairs past capacity dropped"}, "backward": {}}
 JOBS = {"forward": ["shared S1 (TN SwiGLU)", "GEMM1 (TN SwiGLU)", "GEMM2 (TN)", "shared S2 (TN fp32)"],
         "backward": ["RW router dWr", "RX router dXr", "SA shared dgrad2", "SB shared wgrad2", "A dgrad2+SwiGLU bwd",
@@ -73,7 +75,8 @@ def show(kind, tr, grid, movers, crew):
           f"(median / last CTA of each group)")
     print(f"  {'phase':28s}" + "".join(f"{g:>22s}" for g in groups))
     # the jobs between ready and call done; the routing's inner steps after the router GEMM
-    order = {10: 9.5, **{s: 7 + s / 100 for s in range(19, SLOTS)}, 16: 12.1, 17: 12.2, 18: 12.3}
+    order = {10: 9.5, **{s: 7 + s / 100 for s in range(19, SLOTS)}, 16: 12.1, 17: 12.2, 3: 12.21, 4: 12.22,
+             5: 12.23, 6: 12.24, 18: 12.3}
     for slot in sorted(names, key=lambda s: order.get(s, s)):
         row = f"  {names[slot]:28s}"
         for g, idx in groups.items():

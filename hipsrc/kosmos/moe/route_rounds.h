@@ -83,6 +83,7 @@ KOSMOS_DEVICE void route_chunks(const RouteParams& r, u8* scratch, u32 lendable)
     if (staged) {
       stage_round_rows(r, rows, first);
       __syncthreads();
+      phase_mark(3);
     }
     const i32 c = first + j * grid, t = c * kChunk + lane;
     // (whole warps: a token's lanes shuffle together, so the lanes of a partial chunk's missing
@@ -93,11 +94,14 @@ KOSMOS_DEVICE void route_chunks(const RouteParams& r, u8* scratch, u32 lendable)
       i32* mine = ex + j * kChunk * k + lane * k;
       // the row's max and exp-sum once for the rule and the losses' norm
       const RowExp re = r.prob_sums ? row_exp(row, E) : rule_row_exp(rule, row);
+      phase_mark(4);  // (slots 4-6: thread 0's token, the steps of one token's routing)
       route_token_lanes<kRouteLanes>(rule, row, re, sub, writes ? mine : nullptr, r.weights + i64(t) * k);
+      phase_mark(5);
       if (writes) {
         for (i32 s = 0; s < k; ++s) r.experts[i64(t) * k + s] = mine[s];
         if (r.prob_sums) norms[j * kChunk + lane] = token_norm(rule, row, re);
       }
+      phase_mark(6);
     }
     __syncthreads();
     phase_mark(18);
