@@ -72,7 +72,9 @@ SOFTMAX, SIGMOID = 0, 1
     (32, 4096, 128, 8, SOFTMAX, 0, 0, 0, 1),    # Qwen3-30B's router at EP 8's tokens: two rounds a CTA
     (7, 1000, 128, 8, SOFTMAX, 0, 0, 0, 1),     # several rounds a CTA, a partial last chunk
     (5, 700, 256, 8, SIGMOID, 8, 4, 1, 1),      # DeepSeek-V3: groups, a bias in the choice
-    (3, 300, 384, 8, SIGMOID, 1, 1, 1, 0),      # Kimi K2's E (past the block's threads), no losses
+    (3, 300, 384, 8, SIGMOID, 1, 1, 1, 0),      # Kimi K2's E (the block's threads), no losses
+    (2, 100, 512, 8, SOFTMAX, 0, 0, 1, 1),      # E past the block's threads, a bias
+    (40, 200, 64, 4, SIGMOID, 8, 2, 1, 1),      # a bias staged by CTAs that route nothing (7 chunks)
     (4, 333, 64, 16, SOFTMAX, 0, 0, 0, 1),      # k past eight: sixteen top slots
     (33, 37, 8, 2, SOFTMAX, 0, 0, 0, 1),        # two chunks and 31 idle CTAs; E below a warp
     (2, 1, 32, 4, SIGMOID, 4, 2, 0, 1), (3, 0, 16, 4, SOFTMAX, 0, 0, 0, 1)])  # one token; none

@@ -152,27 +152,39 @@ static void route(int grid, int T, int E, int k, int score, int groups, int topk
       want_prob[size_t(c) * E + e] = chunk_prob_sum(rule, logits.data() + t0 * ld, ld, n, norms.data(), e);
     want_lse[size_t(c)] = z;
   }
-  std::vector<i32> ex(size_t(T) * k, -7), counts(size_t(chunks) * E, -7);
-  std::vector<float> w(size_t(T) * k, -7.0f);
-  std::vector<double> prob(size_t(chunks) * E, -7.0), lse(size_t(chunks), -7.0);
+  // outputs and the lent stages each with a guard band past their end: a write past it shows as
+  // a changed guard (kGuard values of -7, or bytes of 0xcd)
+  constexpr size_t kGuard = 16;
+  std::vector<i32> ex(size_t(T) * k + kGuard, -7), counts(size_t(chunks) * E + kGuard, -7);
+  std::vector<float> w(size_t(T) * k + kGuard, -7.0f);
+  std::vector<double> prob(size_t(chunks) * E + kGuard, -7.0), lse(size_t(chunks) + kGuard, -7.0);
   RouteParams r{};
   r.rule = rule, r.logits = logits.data(), r.ld = ld, r.experts = ex.data(), r.weights = w.data();
   r.counts = counts.data(), r.tokens = T, r.capacity = -1;
   if (losses) r.prob_sums = prob.data(), r.lse_sq = lse.data();
-  std::vector<u8> scratch(std::max<size_t>(lendable, kRouteScratchBytes), 0xcd);
+  const size_t lent = std::max<size_t>(lendable, kRouteScratchBytes);
+  std::vector<u8> scratch(lent + kGuard * 4);
   gridDim.x = unsigned(grid);
   for (int b = 0; b < grid; ++b) {
     blockIdx.x = unsigned(b);
+    // each CTA's shared memory starts as garbage: nothing one CTA left may stand in for what the
+    // next must write itself (the staged bias, say)
+    std::fill(scratch.begin(), scratch.end(), u8(0xcd));
     FiberCta cta(seed + unsigned(b));
     cta.run(kRouteThreads, [&] { route_chunks(r, scratch.data(), lendable); });
+    for (size_t i = lent; i < scratch.size(); ++i) expect("lent stages' guard", i, int(scratch[i]), 0xcd);
   }
   blockIdx.x = 0, gridDim.x = 1;
-  for (size_t i = 0; i < ex.size(); ++i) expect("experts", i, ex[i], want_ex[i]);
-  for (size_t i = 0; i < w.size(); ++i) expect("weights' bits", i, bits(w[i]), bits(want_w[i]));
-  for (size_t i = 0; i < counts.size(); ++i) expect("counts", i, counts[i], want_counts[i]);
+  auto check = [](const char* what, const auto& got, const auto& want, auto guard) {
+    for (size_t i = 0; i < want.size(); ++i) expect(what, i, bits(got[i]), bits(want[i]));
+    for (size_t i = want.size(); i < got.size(); ++i) expect(what, i, bits(got[i]), bits(guard));
+  };
+  check("experts", ex, want_ex, -7);
+  check("weights' bits", w, want_w, -7.0f);
+  check("counts", counts, want_counts, -7);
   if (!losses) return;
-  for (size_t i = 0; i < prob.size(); ++i) expect("prob_sums' bits", i, bits(prob[i]), bits(want_prob[i]));
-  for (size_t i = 0; i < lse.size(); ++i) expect("lse_sq's bits", i, bits(lse[i]), bits(want_lse[i]));
+  check("prob_sums' bits", prob, want_prob, -7.0);
+  check("lse_sq's bits", lse, want_lse, -7.0);
 }
 
 int main(int argc, char** argv) {
