@@ -4,9 +4,11 @@
 # unfused, the ablations, and the crew-rule refit followed by a re-run of the fused kernels.
 #   bash bench/multi_gpu_suite.sh [tests] [bench] [mxfp8] [moe] [ablate] [refit]   # default: all, in that order
 #   KOSMOS_GPUS=4 bash bench/multi_gpu_suite.sh tests
-# The parts fit the device tool's 10-minute calls one or two at a time. Logs and JSON/PNG under
-# $OUT (default /tmp/kosmos_out); a summary table last. refit needs bench's collectives_w<N>.json
-# in $OUT (or KOSMOS_COLLECTIVES_JSON).
+#   KOSMOS_TEST_NPS="2 8" bash bench/multi_gpu_suite.sh tests     # the tests part at those world sizes only
+# The parts fit the device tool's 10-minute calls one or two at a time (tests at every world size may
+# not: split them with KOSMOS_TEST_NPS). Every call first warms the kernel cache (kept on a warm
+# machine: later calls find it full). Logs and JSON/PNG under $OUT (default /tmp/kosmos_out); a
+# summary table last. refit needs bench's collectives_w<N>.json in $OUT (or KOSMOS_COLLECTIVES_JSON).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1
@@ -21,11 +23,12 @@ fi
 MPIRUN="mpirun --allow-run-as-root --bind-to none"
 source bench/suite_lib.sh
 { nvidia-smi; nvidia-smi topo -m; } >> "$LOG" 2>&1
-run "compile sm_90a" python3 -m kosmos.runtime.check --nvidia sm_90a
-run "warm the kernel cache" timeout 400 python3 -m kosmos.runtime.warm  # every module, a core each
+# (every module, a core each; a compile error fails here. The CPU CI compile-checks every target.)
+run "warm the kernel cache" timeout 400 python3 -m kosmos.runtime.warm
 if [[ $parts == *tests* ]]; then
   nps=(); for n in 2 4 8 16; do (( n <= GPUS )) && nps+=("$n"); done
   (( GPUS != ${nps[-1]} )) && nps+=("$GPUS")
+  [[ -n ${KOSMOS_TEST_NPS:-} ]] && read -ra nps <<< "$KOSMOS_TEST_NPS"
   for n in "${nps[@]}"; do gpu_tests "$n" 300; done
   run "demo np=$GPUS" timeout 120 $MPIRUN -np "$GPUS" python3 -m kosmos.demo
 fi
