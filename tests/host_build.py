@@ -23,10 +23,11 @@ def host_compiler() -> str:
     return cxx
 
 
-def build(main_cpp: str, exe: Path, threads: bool = False) -> Path:
+def build(main_cpp: str, exe: Path, threads: bool = False, defines: tuple[str, ...] = ()) -> Path:
     """Compile tests/host/<main_cpp> against hipsrc/ with the shim into `exe` (threads: it runs a
-    warp's lanes as threads)."""
-    subprocess.run([host_compiler(), "-O2", "-std=c++17", *(["-pthread"] if threads else []), "-include",
+    warp's lanes as threads; defines: NAME=VALUE each, as the kernels' -D)."""
+    subprocess.run([host_compiler(), "-O2", "-std=c++17", *(["-pthread"] if threads else []),
+                    *(f"-D{d}" for d in defines), "-include",
                     str(HERE / "shim.h"), f"-I{hipsrc_dir()}", str(HERE / main_cpp), "-o", str(exe)],
                    check=True, capture_output=True)
     return exe

@@ -21,6 +21,13 @@ def cta_host(tmp_path_factory) -> Path:
     return build("cta_main.cpp", tmp_path_factory.mktemp("cta") / "cta_host")
 
 
+@pytest.fixture(scope="module")
+def cta_host_lanes8(tmp_path_factory) -> Path:
+    """The same harness with eight lanes a token (the routing's KOSMOS_ROUTE_LANES knob: a round of
+    one chunk, a third of the CTA idle)."""
+    return build("cta_main.cpp", tmp_path_factory.mktemp("cta8") / "cta_host", defines=("KOSMOS_ROUTE_LANES=8",))
+
+
 def run(exe: Path, *args: int | str) -> str:
     out = subprocess.run([str(exe), *map(str, args)], capture_output=True, text=True, check=True).stdout
     assert out.strip().endswith("mismatches 0"), out
@@ -86,3 +93,15 @@ def test_route_chunks_is_route_token_and_the_chunk_sums(cta_host, grid, tokens, 
     global memory (0; -2: a byte short), with normal logits and with ties (8 distinct values)."""
     for ties, seed in ((0, 1), (1, 2)):
         run(cta_host, "route", grid, tokens, experts, k, score, groups, topk_groups, bias, losses, lendable, ties, seed)
+
+
+@pytest.mark.parametrize("lendable", [0, -1])
+@pytest.mark.parametrize("grid, tokens, experts, k, score, groups, topk_groups, bias, losses", [
+    (32, 4096, 128, 8, SOFTMAX, 0, 0, 0, 1), (5, 700, 256, 8, SIGMOID, 8, 4, 1, 1),
+    (4, 333, 64, 16, SOFTMAX, 0, 0, 0, 1)])
+def test_route_chunks_on_eight_lanes_is_route_token(cta_host_lanes8, grid, tokens, experts, k, score, groups,
+                                                     topk_groups, bias, losses, lendable):
+    """As above with KOSMOS_ROUTE_LANES=8 (the knob the phase traces compare)."""
+    for ties, seed in ((0, 1), (1, 2)):
+        run(cta_host_lanes8, "route", grid, tokens, experts, k, score, groups, topk_groups, bias, losses, lendable,
+            ties, seed)

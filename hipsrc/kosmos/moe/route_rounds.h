@@ -18,8 +18,9 @@ constexpr i32 kRouteLanes = KOSMOS_ROUTE_LANES;
 constexpr i32 kRouteLanes = 4;
 #endif
 constexpr i32 kRouteThreads = 384;  // the CTA (the builder's: router.h checks)
-constexpr i32 kRoundChunks = kRouteThreads / (kChunk * kRouteLanes);  // chunks a CTA routes at once
-static_assert(kRouteThreads % (kChunk * kRouteLanes) == 0, "whole chunks a round");
+// Chunks a CTA routes at once, whole ones: with 8 lanes one chunk, the CTA's last 128 threads idle.
+constexpr i32 kRoundChunks = kRouteThreads / (kChunk * kRouteLanes);
+static_assert(kRoundChunks >= 1, "a chunk a round at least");
 
 // The lent stages' layout in step 2: the round's pair experts, then its tokens' norms.
 KOSMOS_DEVICE i32* round_experts(u8* scratch) { return reinterpret_cast<i32*>(scratch); }
