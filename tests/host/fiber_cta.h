@@ -28,7 +28,7 @@ struct FiberCta : HostLockstep, HostBarrier {
     ctx_.assign(n_, ucontext_t{});
     stacks_.assign(n_, std::vector<char>(kStackBytes));
     state_.assign(n_, kRunnable);
-    posted_.assign(n_, 0u), result_.assign(n_, 0u), src_.assign(n_, 0);
+    posted_.assign(n_, 0u), result_.assign(n_, 0u), src_.assign(n_, 0), shuffles_.assign(n_, 0);
     at_barrier_ = 0, live_ = n_, current_ = 0;
     running_ = this, host_lockstep = this, host_barrier = this;
     blockDim.x = unsigned(n_);
@@ -46,6 +46,10 @@ struct FiberCta : HostLockstep, HostBarrier {
 
   int lane() const override { return current_ % kosmos::kWarpSize; }
 
+  // The shuffles thread t took in the last run: a warp's lanes in step took as many each (a lane
+  // that skipped one meets its partners at their next shuffle instead, unnoticed otherwise).
+  long shuffles(int t) const { return shuffles_[size_t(t)]; }
+
   void barrier() override {
     state_[current_] = kAtBarrier;
     if (++at_barrier_ == live_) release_barrier();
@@ -55,6 +59,7 @@ struct FiberCta : HostLockstep, HostBarrier {
   unsigned shuffle(unsigned v, int src_lane) override {
     const int me = current_, w0 = me - me % kosmos::kWarpSize;
     posted_[me] = v, src_[me] = w0 + src_lane, state_[me] = kAtShuffle;
+    ++shuffles_[me];
     release_shuffle(w0);
     yield();
     return result_[me];
@@ -126,5 +131,6 @@ struct FiberCta : HostLockstep, HostBarrier {
   std::vector<State> state_;
   std::vector<unsigned> posted_, result_;
   std::vector<int> src_, runnable_;
+  std::vector<long> shuffles_;
   std::mt19937 rng_;
 };

@@ -1,52 +1,23 @@
 // route.h's routing rule by L lanes a token (route_token_lanes<L>, the MoE forward launch's) against
-// its one-thread form (route_token), on the host: a warp of 32 lanes (user-level contexts on one
-// thread; the shim's HostLockstep: each shuffle an exchange through shared slots) routes 32 / L
-// tokens at a time, and each result must equal route_token's bit for bit. argv: L E k score groups
+// its one-thread form (route_token), on the host: a warp of 32 lanes (one warp of fiber_cta.h's
+// emulated CTA: user-level contexts, each shuffle waits for every lane, the next lane to run picked
+// at random) routes 32 / L tokens at a time, and each result must equal route_token's bit for bit,
+// every lane having taken as many shuffles. argv: L E k score groups
 // topk_groups normalize has_bias tokens seed ties (ties 1: logits and bias on a coarse grid, so
 // equal scores and equal group sums occur; 2: that, and every third row all -inf; 3: random, with
-// a NaN logit in every other row and a NaN bias entry). stdout: "tokens T mismatches M", then the
-// first mismatches.
+// a NaN logit in every other row and a NaN bias entry). stdout: the first mismatches, then
+// "exchanges X tokens T mismatches M" (X: lane 0's shuffles).
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <random>
-#include <ucontext.h>
 #include <vector>
 
+#include "fiber_cta.h"
 #include "kosmos/moe/route.h"
 
 using namespace kosmos;
 using namespace kosmos::moe;
-
-// The warp's lanes as user-level contexts on one thread, run in turn: an exchange is two rounds
-// (every lane writes its slot and passes to the next; then every lane reads and passes on), so no
-// lane overwrites a slot before all have read it. Every lane runs the same exchanges (the routing's
-// control flow is uniform across a warp), and a lane that is done passes to the next one.
-struct FiberWarp : HostLockstep {
-  ucontext_t main_ctx, ctx[kWarpSize];
-  unsigned slots[kWarpSize];
-  int current = 0;
-  void pass() {
-    const int me = current;
-    current = (me + 1) % kWarpSize;
-    swapcontext(&ctx[me], &ctx[current]);
-  }
-  long exchanges[kWarpSize] = {};  // per lane: a lane that skipped a shuffle leaves them unequal
-  int lane() const override { return current; }
-  unsigned shuffle(unsigned v, int src) override {
-    ++exchanges[current];
-    slots[current] = v;
-    pass();
-    const unsigned r = slots[src];
-    pass();
-    return r;
-  }
-  void done() {  // the last lane returns to main
-    const int me = current;
-    current = me + 1;
-    swapcontext(&ctx[me], me + 1 < kWarpSize ? &ctx[me + 1] : &main_ctx);
-  }
-};
 
 static unsigned bits(float f) { return __float_as_uint(f); }
 
@@ -66,27 +37,21 @@ static int run(const int* a) {
     for (int t = 0; t < T; t += 2) logits[size_t(t) * E + size_t(rng() % unsigned(E))] = __int_as_float(0x7fc00000);
     bias[size_t(rng() % unsigned(E))] = __int_as_float(0x7fc00000);
   }
-  static RouteRule rule;
-  rule = RouteRule{E, k, a[2], a[3], a[4], a[5], 2.5f, 0, a[6] ? bias.data() : nullptr};
+  const RouteRule rule{E, k, a[2], a[3], a[4], a[5], 2.5f, 0, a[6] ? bias.data() : nullptr};
 
-  static std::vector<int> ex1, ex2;
-  static std::vector<float> w1, w2, rows;
-  ex1.assign(size_t(T) * k, -7), ex2.assign(size_t(T) * k, -7);
-  w1.assign(size_t(T) * k, 0.0f), w2.assign(size_t(T) * k, 0.0f);
-  rows = logits;
-  static int tokens;
-  tokens = T;
-  for (int t = 0; t < T; ++t) route_token(rule, &rows[size_t(t) * E], &ex1[size_t(t) * k], &w1[size_t(t) * k]);
-  static FiberWarp warp;
-  static std::vector<char> stacks(size_t(kWarpSize) << 17);
-  static auto lane_work = [](int lane) {
-    const int E = rule.experts, k = rule.top_k, group = kWarpSize / L;
-    for (int t0 = 0; t0 < tokens; t0 += group) {  // (as the launch: lanes past the last token route it again)
+  std::vector<int> ex1(size_t(T) * k, -7), ex2(size_t(T) * k, -7);
+  std::vector<float> w1(size_t(T) * k, 0.0f), w2(size_t(T) * k, 0.0f);
+  for (int t = 0; t < T; ++t) route_token(rule, &logits[size_t(t) * E], &ex1[size_t(t) * k], &w1[size_t(t) * k]);
+  // one warp of the host-emulated CTA (fiber_cta.h): lane = threadIdx.x, the next lane to run at random
+  FiberCta warp{static_cast<unsigned>(a[8])};
+  warp.run(kWarpSize, [&] {
+    const int lane = int(threadIdx.x), group = kWarpSize / L;
+    for (int t0 = 0; t0 < T; t0 += group) {  // (as the launch: lanes past the last token route it again)
       const int t = t0 + lane / L, sub = lane % L;
-      const float* row = &rows[size_t(std::min(t, tokens - 1)) * E];
+      const float* row = &logits[size_t(std::min(t, T - 1)) * E];
       int ex[kMaxTopK];
       float w[kMaxTopK];
-      const bool writes = t < tokens && sub == 0;
+      const bool writes = t < T && sub == 0;
       route_token_lanes<L>(rule, row, rule_row_exp(rule, row), sub, writes ? ex : nullptr, w);
       if (writes)
         for (int s = 0; s < k; ++s) {
@@ -94,24 +59,12 @@ static int run(const int* a) {
           w2[size_t(t) * k + s] = w[s];
         }
     }
-  };
-  host_lockstep = &warp;
-  for (int lane = 0; lane < kWarpSize; ++lane) {
-    getcontext(&warp.ctx[lane]);
-    warp.ctx[lane].uc_stack.ss_sp = &stacks[size_t(lane) << 17];
-    warp.ctx[lane].uc_stack.ss_size = size_t(1) << 17;
-    warp.ctx[lane].uc_link = nullptr;
-    makecontext(&warp.ctx[lane], (void (*)())+[](int lane) {
-      lane_work(lane);
-      warp.done();
-    }, 1, lane);
-  }
-  swapcontext(&warp.main_ctx, &warp.ctx[0]);
+  });
 
   int bad = 0;
   for (int lane = 1; lane < kWarpSize; ++lane)
-    if (warp.exchanges[lane] != warp.exchanges[0]) {
-      printf("lanes out of step: lane %d made %ld exchanges, lane 0 %ld\n", lane, warp.exchanges[lane], warp.exchanges[0]);
+    if (warp.shuffles(lane) != warp.shuffles(0)) {
+      printf("lanes out of step: lane %d made %ld exchanges, lane 0 %ld\n", lane, warp.shuffles(lane), warp.shuffles(0));
       ++bad;
     }
   for (int t = 0; t < T; ++t) {
@@ -127,7 +80,7 @@ static int run(const int* a) {
       printf("\n");
     }
   }
-  printf("exchanges %ld tokens %d mismatches %d\n", warp.exchanges[0], T, bad);
+  printf("exchanges %ld tokens %d mismatches %d\n", warp.shuffles(0), T, bad);
   return 0;
 }
 

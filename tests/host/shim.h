@@ -40,8 +40,8 @@ inline T atomicCAS(T* p, T expected, T desired) {  // (compiled, never run here)
   if (old == expected) *p = desired;
   return old;
 }
-// A warp whose lanes run in step (tests/host/epilogue_main.cpp: threads; route_warp_main.cpp:
-// fibers) sets this: 4-byte shuffles then meet there. Unset (every other harness: one thread), a
+// A warp whose lanes run in step (tests/host/epilogue_main.cpp: threads; fiber_cta.h: fibers)
+// sets this: 4-byte shuffles then meet there. Unset (every other harness: one thread), a
 // shuffle returns its own value.
 struct HostLockstep {
   virtual unsigned shuffle(unsigned v, int src_lane) = 0;  // lane src_lane's v, every lane at once
