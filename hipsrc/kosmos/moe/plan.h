@@ -135,8 +135,8 @@ struct RouteParams {
 // DeepSeek-V3's real E), so its loads are the cost: column-wise, a thread sums one expert over a
 // slice of the chunks with kPlaceLoads loads in flight (read row-wise, a load then its atomics, the
 // step took 19 us at E 128 and 54 at E 256 on an H100, its grid barrier included: notes/moe.md
-// session 41); integer sums, order-free, and the slices meet in shared-memory atomics. Under token dropping the plan goes to all_order
-// and start[] stays in the scratch (step 4 writes the kept one).
+// session 41); integer sums, order-free, and the slices meet in shared-memory atomics. Under token
+// dropping the plan goes to all_order and start[] stays in the scratch (step 4 writes the kept one).
 // totals_known(start): all threads of every CTA, once the experts' totals are summed (start[e + 1] -
 // start[e]: the rows of expert e before any dropping), before the chunks are placed.
 constexpr i32 kPlaceLoads = 8;  // count-table loads a thread has in flight (place_chunks)
