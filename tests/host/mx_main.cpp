@@ -6,6 +6,10 @@
 // Argument "grid": grid_dequant_rows (the movers' and the dequantize kernel's loop) run by CTAs of
 // 3 threads in a grid of `ctas`, one thread after another; stdin int32 rows, cols, blocks, ctas,
 // uint8 codes[rows][cols], uint8 scales[rows * cols / 32]; stdout uint16 bf16[rows][cols].
+// Argument "range": cta_dequant_rows (a mover's pull) of rows [row0, row0 + count) by one CTA of
+// `threads` threads into a buffer of count + 2 rows, the first and last guards (0xFFFF, which the
+// loop must leave); stdin int32 rows, cols, blocks, threads, row0, count, then codes and scales as
+// for "grid"; stdout uint16 [count + 2][cols].
 #include <xmmintrin.h>
 
 #include <cstdio>
@@ -19,6 +23,22 @@ using namespace kosmos::mx;
 
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "ftz") == 0) _mm_setcsr(_mm_getcsr() | 0x8040);  // FTZ | DAZ
+  if (argc > 1 && strcmp(argv[1], "range") == 0) {
+    int head[6];
+    if (fread(head, 4, 6, stdin) != 6) return 2;
+    const size_t rows = head[0], cols = head[1], row0 = head[4], count = head[5];
+    std::vector<unsigned char> codes(rows * cols), scales(rows * cols / 32);
+    if (fread(codes.data(), 1, codes.size(), stdin) != codes.size() ||
+        fread(scales.data(), 1, scales.size(), stdin) != scales.size())
+      return 2;
+    std::vector<unsigned short> out((count + 2) * cols, 0xFFFFu);
+    blockDim.x = head[3];
+    for (threadIdx.x = 0; threadIdx.x < blockDim.x; ++threadIdx.x)
+      cta_dequant_rows(out.data() + cols, codes.data(), scales.data(), row0, unsigned(count), unsigned(cols), head[2],
+                       blockDim.x);
+    fwrite(out.data(), 2, out.size(), stdout);
+    return 0;
+  }
   if (argc > 1 && strcmp(argv[1], "grid") == 0) {
     int head[4];
     if (fread(head, 4, 4, stdin) != 4) return 2;

@@ -131,15 +131,14 @@ KOSMOS_DEVICE u32 byte_of(const vec16& v, int i) { return ((&v.x)[i / 4] >> (8 *
 enum Blocks : int { kNone = 0, kRowBlocks = 1, kColBlocks = 2 };
 
 // 16 consecutive codes of one row (the 16 bytes at data + r * cols + c, c a multiple of 16) and
-// their scales: one code for row blocks (the 16 share a block), 16 for column blocks.
+// their scales: one code for row blocks (in scales.x: the 16 share a block), 16 for column blocks.
 struct Codes16 {
   vec16 codes, scales;
 };
-KOSMOS_DEVICE Codes16 load_codes16(const u8* data, const u8* scales, u64 r, u32 c, u32 cols, int blocks) {
+KOSMOS_DEVICE Codes16 load_row_block_codes16(const u8* data, const u8* scales, u64 r, u32 c, u32 cols) {
   Codes16 v;
   v.codes = ld16(data + r * cols + c);
-  if (blocks == kRowBlocks) v.scales.x = scales[r * (cols / 32) + c / 32];
-  else v.scales = ld16(scales + (r / 32) * cols + c);
+  v.scales.x = scales[r * (cols / 32) + c / 32];
   return v;
 }
 
@@ -157,25 +156,63 @@ KOSMOS_DEVICE void store_bf16x16(u16* dst, const Codes16& v, int blocks) {
   st16(dst + 8, vec16{w[4], w[5], w[6], w[7]});
 }
 
+// Column blocks (a scale per 32 rows of a column): a thread takes one 16-column vector of a 32-row
+// band -- the band's rows inside [row0, end) -- and loads its 16 scales once for all of them. Row by
+// row, every row of a band read the band's scales again: as many scale bytes as code bytes, so a
+// pull from a peer moved ~2 bytes an element, not 33/32, wherever L1 did not keep them (the codes
+// streaming through it evict them). Where that leaves threads idle (a short range: the dequantize
+// kernel's few rows a CTA), each band's rows split into up to 8 slices, a unit each (its scales
+// read once a slice).
+template <int Unroll>
+KOSMOS_DEVICE void cta_dequant_col_bands(u16* dst, const u8* data, const u8* scales, u64 row0, u32 rows, u32 cols,
+                                         u32 threads) {
+  const u32 per_row = cols / 16;
+  const u64 end = row0 + rows, band0 = row0 / 32;
+  const u32 bands = u32((end + 31) / 32 - band0);
+  u32 split = 1;
+  while (split < 8 && 2 * split * bands * per_row <= threads) split *= 2;
+  for (u32 t = threadIdx.x; t < split * bands * per_row; t += threads) {
+    const u64 band = band0 + t / (split * per_row);
+    const u32 slice = t / per_row % split, c = (t % per_row) * 16;
+    const u64 b_lo = band * 32 > row0 ? band * 32 : row0, b_hi = band * 32 + 32 < end ? band * 32 + 32 : end;
+    const u64 lo = b_lo + (b_hi - b_lo) * slice / split, hi = b_lo + (b_hi - b_lo) * (slice + 1) / split;
+    if (lo == hi) continue;
+    const vec16 s = ld16(scales + band * cols + c);
+    for (u64 r = lo; r < hi; r += Unroll) {
+      vec16 v[Unroll];
+#pragma unroll
+      for (int u = 0; u < Unroll; ++u)
+        if (r + u < hi) v[u] = ld16(data + (r + u) * cols + c);
+#pragma unroll
+      for (int u = 0; u < Unroll; ++u)
+        if (r + u < hi) store_bf16x16(dst + (r + u - row0) * cols + c, Codes16{v[u], s}, kColBlocks);
+    }
+  }
+}
+
 // Rows [row0, row0 + rows) of an MXFP8 matrix [.., cols] (data and scales at the matrix's first
 // row; cols a multiple of 32) into bf16 rows at dst (the range's first row), by the CTA's first
-// `threads` threads, Unroll vectors in flight per thread (either side may be peer memory).
+// `threads` threads, Unroll vectors in flight per thread (either side may be peer memory). In
+// column blocks each scale is read once a call (above; once a slice in short ranges); in row blocks
+// by each of its block's two vectors, whose threads are neighbours (one sector of the warp's load
+// holds both).
 template <int Unroll = 4>
 KOSMOS_DEVICE void cta_dequant_rows(u16* dst, const u8* data, const u8* scales, u64 row0, u32 rows, u32 cols,
                                     int blocks, u32 threads) {
   if (threadIdx.x >= threads) return;
+  if (blocks == kColBlocks) return cta_dequant_col_bands<Unroll>(dst, data, scales, row0, rows, cols, threads);
   const u32 per_row = cols / 16, n = rows * per_row;
   for (u32 i = threadIdx.x; i < n; i += Unroll * threads) {
     Codes16 v[Unroll];
 #pragma unroll
     for (int u = 0; u < Unroll; ++u) {
       const u32 f = i + u * threads;
-      if (f < n) v[u] = load_codes16(data, scales, row0 + f / per_row, (f % per_row) * 16, cols, blocks);
+      if (f < n) v[u] = load_row_block_codes16(data, scales, row0 + f / per_row, (f % per_row) * 16, cols);
     }
 #pragma unroll
     for (int u = 0; u < Unroll; ++u) {
       const u32 f = i + u * threads;
-      if (f < n) store_bf16x16(dst + u64(f / per_row) * cols + (f % per_row) * 16, v[u], blocks);
+      if (f < n) store_bf16x16(dst + u64(f / per_row) * cols + (f % per_row) * 16, v[u], kRowBlocks);
     }
   }
 }
