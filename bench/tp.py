@@ -21,7 +21,10 @@ GEMM's contracting axis); the all-gathers move E4M3 codes + E8M0 scales, and the
 "unfused" gather those bytes (NCCL / our collective) before our MXFP8 GEMM (dequantize + bf16
 builder); the reduce-scatters move bf16 in both precisions. The row dgrad (ag_nn) is the MXFP8
 AG+NN(+NT) kernel: both copies of dY gathered, the dgrad and the wgrad (its contenders run both
-GEMMs too, and the flops count both). Bytes moved per call are recorded.
+GEMMs too, and the flops count both). Bytes moved per call are recorded: computed from the shapes, and measured from the NVLink data
+counters around a few fused calls where the GPUs have them (bench/link_counters.py), whose ratio the
+summary prints per kernel (MXFP8's all-gathers should move 33/64 of bf16's bytes: measured / computed
+~ 1 says they do).
 """
 from __future__ import annotations
 
@@ -32,7 +35,7 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
 from kosmos import World, gemm, mx  # noqa: E402
 from kosmos.collectives import AllGather, ReduceScatter  # noqa: E402
@@ -41,6 +44,7 @@ from kosmos.reference import NcclBaseline  # noqa: E402
 from kosmos.shapes import load_llama3_shapes  # noqa: E402
 from kosmos.runtime.source import in_kernel_tree, kernel_tree  # noqa: E402
 from kosmos.timing import check_timeable, device_name, git_commit, time_calls  # noqa: E402
+from link_counters import measure_link_bytes  # noqa: E402
 from kosmos.tp.ops import (AllGatherMatmul, AllGatherMatmulNNNT, BulkAllGatherMatmul,  # noqa: E402
                            BulkReduceScatterMatmul, MatmulReduceScatter)
 
@@ -291,16 +295,20 @@ def main(argv: list[str] | None = None) -> int:
                             case_b = case_cls(world, s.kernel, m, n, k, nccl, sw)
                         contenders["fused B"] = in_kernel_tree(args.tree_b, case_b.fused)
                 t = time_calls(world, contenders, args.warmup, args.iters)
+                moved = measure_link_bytes(world, case.fused) if label == "shipped" else None
                 row = {"kernel": s.kernel, "shape": s.name, "m": m, "n": n, "k": k, "variant": label,
                        "tile_n": case.op.tile_n, "stream_k": case.op.stream_k is not None,
-                       "precision": args.precision, "link_bytes_per_rank": case.link_bytes, "crew": case.op.describe(), **{f"{a}_ms": b.median_ms for a, b in t.items()},
+                       "precision": args.precision, "link_bytes_per_rank": case.link_bytes,
+                       "link_bytes_measured": moved, "crew": case.op.describe(), **{f"{a}_ms": b.median_ms for a, b in t.items()},
                        **{f"{a}_host_us": b.host_us for a, b in t.items()}}
                 rows.append(row)
                 if case_b is not None:
                     row["b_over_a"] = t["fused B"].median_ms / t["fused"].median_ms
                 say(f"{s.kernel:11s} {s.name:16s} {label:22s} " + "  ".join(f"{a} {b.median_ms:8.3f}" for a, b in t.items())
                     + "  host us " + "/".join(f"{b.host_us:.0f}" for b in t.values())
-                    + (f"  B/A {row['b_over_a']:.3f}" if case_b is not None else ""), flush=True)
+                    + (f"  B/A {row['b_over_a']:.3f}" if case_b is not None else "")
+                    + (f"  link MB rx {moved['rx'] / 1e6:.1f} / {case.link_bytes / 1e6:.1f} computed" if moved else ""),
+                    flush=True)
                 case.close()
                 if case_b is not None:
                     case_b.close()
@@ -335,7 +343,10 @@ def summarize(result: dict, png: Path) -> None:
         over = g([r["fused_ms"] / r["gemm_ms"] for r in rs])
         base = g([r["base_ms"] / r["fused_ms"] for r in rs]) if "base_ms" in rs[0] else float("nan")
         unf = g([r["unfused_ms"] / r["fused_ms"] for r in rs])
-        print(f"{kernel:11s} {len(rs):6d} {over:11.3f} {base:11.3f} {unf:14.3f}")
+        measured = [r for r in rs if r.get("link_bytes_measured") and r["link_bytes_per_rank"]]
+        link = (f"  link rx measured / computed {g([r['link_bytes_measured']['rx'] / r['link_bytes_per_rank'] for r in measured]):.3f}"
+                if measured else "")
+        print(f"{kernel:11s} {len(rs):6d} {over:11.3f} {base:11.3f} {unf:14.3f}{link}")
         key = "base_ms" if "base_ms" in rs[0] and result["world_size"] > 1 else "gemm_ms"
         ax.plot([r["shape"] for r in rs], [r[key] / r["fused_ms"] for r in rs], "o-", label=kernel)
     ax.axhline(1.0, color="gray", ls="--")
