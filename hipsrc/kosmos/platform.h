@@ -98,6 +98,22 @@ KOSMOS_DEVICE u32 hw_e4m3x2_to_bf16x2_scaled(u32 codes2, float s0, float s1) {
 #define KOSMOS_HW_E4M3 0
 #endif
 
+// gfx950 (CDNA4: MI350X / MI355X) converts E4M3 to bf16 with a scale in one instruction,
+// v_cvt_scalef32_pk_bf16_fp8: two codes of a word (word_sel: bytes 0-1 or 2-3) times one f32 scale
+// -> a bf16 pair. kosmos/mx/dequant.h takes it only where every product is a bf16 normal (no
+// rounding, no flush, no overflow: exact whatever the mode registers say) and falls back to its
+// integer form elsewhere. Never run here (no AMD GPU): tests/gpu/test_mx.py's 65,536 (code, scale)
+// pairs check it on a gfx950.
+#if KOSMOS_AMD && defined(__gfx950__)
+#define KOSMOS_HW_E4M3_SCALED_BF16 1
+// Codes 0 and 1 of `codes2` times `scale` -> a bf16 pair (code 0 in the low half).
+KOSMOS_DEVICE u32 hw_e4m3x2_to_bf16x2_times(u32 codes2, float scale) {
+  return __builtin_bit_cast(u32, __builtin_amdgcn_cvt_scalef32_pk_bf16_fp8(i32(codes2), scale, false));
+}
+#else
+#define KOSMOS_HW_E4M3_SCALED_BF16 0
+#endif
+
 // Order this thread's earlier generic-proxy global writes before its later async-proxy (TMA)
 // accesses of the same memory. Only Hopper and later have a separate async proxy.
 KOSMOS_DEVICE void fence_proxy_async_generic_to_tma() {

@@ -7,8 +7,9 @@
 // NaN. The same as kosmos.mx.dequantize(t).astype(bfloat16), bit for bit (tests/test_mx.py).
 //
 // Below it, the vector forms the movers and the dequantize kernel use (16 elements per thread):
-// on NVIDIA sm_89+ the hardware conversions, bit for bit the same function except for NaN payloads
-// (both give a NaN; tests/gpu/test_mx.py runs all 65,536 (code, scale) pairs through them).
+// on NVIDIA sm_89+ and (for ordinary scales) gfx950 the hardware conversions, bit for bit the same
+// function except for NaN payloads (both give a NaN; tests/gpu/test_mx.py runs all 65,536 (code,
+// scale) pairs through them).
 #pragma once
 #include "../platform.h"
 
@@ -57,10 +58,21 @@ KOSMOS_DEVICE float e8m0_to_f32(u32 s) {
 // value is an f16 normal or zero) -> f32 (exact) -> times 2^k (exact: the product's lowest bit is
 // >= 2^-139, inside f32's subnormal grid) -> bf16, one round-to-nearest-even, nothing flushed.
 // NaN code or NaN scale: NaN (0 x NaN too); past bf16's range: Inf, as the integer form.
+// On gfx950 (platform.h, KOSMOS_HW_E4M3_SCALED_BF16) one instruction a pair where both scale codes
+// are in [kHwScaleMin, kHwScaleMax]: there every nonzero product is a bf16 normal -- at least
+// 2^-9 x 2^(10 - 127) = 2^-126, at most 448 x 2^(246 - 127) < 2^128 -- so exact with no rounding,
+// flush or saturation to trust; practical blocks (maxima 2^-117 .. 2^119) all fall inside.
+constexpr u32 kHwScaleMin = 10, kHwScaleMax = 246;
 KOSMOS_DEVICE u32 e4m3x2_to_bf16x2_scaled(u32 codes2, u32 s0, u32 s1) {
 #if KOSMOS_HW_E4M3
   return hw_e4m3x2_to_bf16x2_scaled(codes2, e8m0_to_f32(s0), e8m0_to_f32(s1));
 #else
+#if KOSMOS_HW_E4M3_SCALED_BF16
+  if (s0 - kHwScaleMin <= kHwScaleMax - kHwScaleMin && s1 - kHwScaleMin <= kHwScaleMax - kHwScaleMin) {
+    const u32 lo = hw_e4m3x2_to_bf16x2_times(codes2, e8m0_to_f32(s0));
+    return s0 == s1 ? lo : (lo & 0xFFFFu) | (hw_e4m3x2_to_bf16x2_times(codes2, e8m0_to_f32(s1)) & 0xFFFF0000u);
+  }
+#endif
   return u32(e4m3_to_bf16_scaled(u8(codes2), u8(s0))) | (u32(e4m3_to_bf16_scaled(u8(codes2 >> 8), u8(s1))) << 16);
 #endif
 }
