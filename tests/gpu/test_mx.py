@@ -67,8 +67,9 @@ def test_device_dequantize_is_the_reference(shape):
 
 def test_device_dequantize_every_code_and_scale():
     """All 65,536 (E4M3 code, E8M0 scale) pairs through the kernel's vector path (on NVIDIA sm_89+
-    the hardware conversions): bit for bit the reference, NaN where it is NaN. Row r holds every
-    code under scale r; its column-block twin (the transpose) reads 16 scales per vector."""
+    the hardware conversions; on gfx950 v_cvt_scalef32_pk_bf16_fp8 for scale codes 10-246, the
+    integer form outside): bit for bit the reference, NaN where it is NaN. Row r holds every code
+    under scale r; its column-block twin (the transpose) reads 16 scales per vector."""
     codes = np.tile(np.arange(256, dtype=np.uint8), (256, 1))                 # [scale, code]
     row = mx.DeviceMX(cupy.asarray(codes), cupy.asarray(np.repeat(np.arange(256, dtype=np.uint8)[:, None], 8, 1)), 1)
     col = mx.DeviceMX(cupy.asarray(codes.T.copy()), cupy.asarray(np.repeat(np.arange(256, dtype=np.uint8)[None], 8, 0)), 0)
