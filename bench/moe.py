@@ -32,7 +32,10 @@ GEMMs, shared expert, combine + fold). `--backward` times the backward instead (
 Issue 12's targets: layer within 5 % of experts, experts >= 0.85 of dense; issue 13's: the
 backward within 5 % of its GEMMs alone, its GEMMs >= 0.85 of dense. Writes JSON (GPU, commit, world
 size; per case the bytes the busiest rank pushes to other ranks per forward, bytes_out_max, and the
-bytes a layer holds, layer_bytes) and a PNG of TFLOP/s per contender beside it.
+mean, bytes_out_mean; what the fused forward moved over the links, measured from the NVLink data
+counters where the GPUs have them (link_bytes_measured: tx and rx a call, the ranks' mean;
+bench/link_counters.py); the bytes a layer holds, layer_bytes) and a PNG of TFLOP/s per contender
+beside it.
 """
 from __future__ import annotations
 
@@ -43,13 +46,14 @@ from pathlib import Path
 
 import numpy as np
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path[:0] = [str(Path(__file__).resolve().parents[1]), str(Path(__file__).resolve().parent)]
 
 from kosmos.dtypes import random_bf16  # noqa: E402
 from kosmos.grouped import grouped_matmul  # noqa: E402
 from kosmos.moe import MoEConfig, MoELayer, MoEParams, load_models  # noqa: E402
 from kosmos.runtime.source import kernel_tree  # noqa: E402
 from kosmos.timing import device_name, time_calls  # noqa: E402
+from link_counters import measure_link_bytes  # noqa: E402
 from one_gpu import add_timing_args, gpu_per_rank, write_results  # noqa: E402
 
 DEFAULT_MODELS = ("DeepSeek-V3", "Qwen3-235B-A22B", "Qwen3-30B-A3B")
@@ -245,14 +249,19 @@ def bench_case(world, cfg, rows_per, skew, iters, warmup, seed, phases=False, mo
                 "routed": routed, "shared": lambda _: layer._shared(x, params),
                 "combine": lambda _: layer._combine(y_e, layer._dispatch, r, shared=sh)}, warmup, iters,
                 rounds_per_hold=4))
+        # what the first fused contender's forward moves over this rank's links, measured (None on
+        # one GPU or without NVLink counters), beside the computed pushes
+        first = next((fl for name, fl in fused.items() if not name.endswith(" B")), None)
+        moved = measure_link_bytes(world, lambda _: first.forward(x, params)) if first is not None else None
+        pushed = bytes_out(cupy.asnumpy(layer._dispatch.all_counts), world.rank, layer.e_loc, 2 * h)
         # the routed rows' FLOPs and the shared MLP's on every token
         flops = per_rank(world, 2 * total * (2 * i * h + h * i) + 2 * tokens * 3 * h * s_w)
         rec = {"model": cfg.name, "E": cfg.experts, "top_k": cfg.top_k, "H": h, "I": i, "tokens": tokens,
                "tree_b": str(tree_b) if tree_b else None,
                "ranks": world.size, "rows_per_expert": rows_per, "skew": skew, "total_rows": total,
                "layer_bytes": layer.memory(), "max_rows": int(per_rank(world, int(counts.max()), "max")),
-               "bytes_out_max": int(per_rank(world, bytes_out(cupy.asnumpy(layer._dispatch.all_counts), world.rank,
-                                                               layer.e_loc, 2 * h), "max")),
+               "bytes_out_max": int(per_rank(world, pushed, "max")), "bytes_out_mean": per_rank(world, pushed),
+               "link_bytes_measured": moved,
                "min_rows": int(per_rank(world, int(counts.min()), "min"))}
         for name, tm in t.items():
             rec[name] = {"ms": tm.median_ms, "min_ms": tm.min_ms, "host_us": tm.host_us}
