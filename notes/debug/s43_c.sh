@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# Is the routing's top-k step (s43_a: ~10 us of thread 0's token even at the share's E 16, 15 us at
+# Qwen3-30B's real E 128) the instruction cache? The forward kernel is ~40 K instructions (640 KB);
+# the routing's code runs once a call. Tree T (notes/patches/route_twice.patch): one copy of
+# route_token_lanes run twice, the second marked (warm code); tree R (merge_rolled.patch): the lane
+# merge's rounds rolled (one round's code run log2 L times). Phase traces at the share and real E. ~3 min.
+#   KOSMOS_COMMIT=<sha> bash notes/debug/s43_c.sh
+source notes/debug/call_env.sh s43_c
+nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
+for t in twice:route_twice merge:merge_rolled; do
+  name=${t%%:*} patch=${t#*:}
+  rm -rf /tmp/tree_$name && mkdir -p /tmp/tree_$name && cp -r hipsrc /tmp/tree_$name/
+  (cd /tmp/tree_$name && patch -p1 -s < "$OLDPWD/notes/patches/$patch.patch") >> "$LOG" 2>&1
+  for m in Qwen3-30B-A3B DeepSeek-V3; do
+    run "phases $name $m share" env KOSMOS_HIPSRC=/tmp/tree_$name/hipsrc timeout 90 python3 notes/debug/phases.py \
+      --model $m --rows 256 --movers 0 --forward-only
+    run "phases $name $m ranks 8" env KOSMOS_HIPSRC=/tmp/tree_$name/hipsrc timeout 60 python3 notes/debug/phases.py \
+      --model $m --rows 256 --movers 0 --ranks 8 --forward-only
+  done
+done
+grep -E "^=====|staged|thread 0|routed \+|plan placed|dispatch part|Error" "$LOG" | cut -c1-200 | tail -60
+printf '%s\n' "${summary[@]}"
