@@ -3,7 +3,8 @@
 # Qwen3-30B's real E 128) the instruction cache? The forward kernel is ~40 K instructions (640 KB);
 # the routing's code runs once a call. Tree T (notes/patches/route_twice.patch): one copy of
 # route_token_lanes run twice, the second marked (warm code); tree R (merge_rolled.patch): the lane
-# merge's rounds rolled (one round's code run log2 L times). Phase traces at the share and real E. ~3 min.
+# merge's rounds rolled (one round's code run log2 L times). Phase traces at the share and real E.
+# Then the column-band dequantize's fix (tests, A/B). ~4 min.
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s43_c.sh
 source notes/debug/call_env.sh s43_c
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
@@ -18,5 +19,12 @@ for t in twice:route_twice merge:merge_rolled; do
       --model $m --rows 256 --movers 0 --ranks 8 --forward-only
   done
 done
+# the column-band dequantize without its u64 divisions (the s43_b A/B had it 15-35 % slower on
+# column blocks): tests and the A/B again against the tree before 3eb7a57
+patch_under_tree notes/patches/dequant_col_bands.patch mx.hip tp.hip
+T="-q -p no:cacheprovider --timeout=200 --timeout-method=thread -rfE --color=no"
+run "mx np1" timeout 200 python3 -m pytest tests/gpu/test_mx.py tests/gpu/test_tp_mx.py $T
+run "dequant A/B" timeout 120 python3 notes/debug/dequant_ab.py --tree-b /tmp/tree_main/hipsrc
 grep -E "^=====|staged|thread 0|routed \+|plan placed|dispatch part|Error" "$LOG" | cut -c1-200 | tail -60
+grep -E "B/A|bitwise|passed|failed" "$LOG" | tail -16
 printf '%s\n' "${summary[@]}"

@@ -181,13 +181,14 @@ KOSMOS_DEVICE void cta_dequant_col_bands(u16* dst, const u8* data, const u8* sca
   const u32 per_row = cols / 16;
   const u64 end = row0 + rows, band0 = row0 / 32;
   const u32 bands = u32((end + 31) / 32 - band0);
-  u32 split = 1;
-  while (split < 8 && 2 * split * bands * per_row <= threads) split *= 2;
-  for (u32 t = threadIdx.x; t < split * bands * per_row; t += threads) {
-    const u64 band = band0 + t / (split * per_row);
-    const u32 slice = t / per_row % split, c = (t % per_row) * 16;
+  u32 sh = 0;  // 2^sh slices a band (shifts, not divisions: a u64 division is a ~70-instruction call)
+  while (sh < 3 && (2u << sh) * bands * per_row <= threads) ++sh;
+  for (u32 t = threadIdx.x; t < (bands * per_row) << sh; t += threads) {
+    const u32 q = t / per_row, slice = q & ((1u << sh) - 1), c = (t - q * per_row) * 16;
+    const u64 band = band0 + (q >> sh);
     const u64 b_lo = band * 32 > row0 ? band * 32 : row0, b_hi = band * 32 + 32 < end ? band * 32 + 32 : end;
-    const u64 lo = b_lo + (b_hi - b_lo) * slice / split, hi = b_lo + (b_hi - b_lo) * (slice + 1) / split;
+    const u32 n = u32(b_hi - b_lo);
+    const u64 lo = b_lo + ((n * slice) >> sh), hi = b_lo + ((n * (slice + 1)) >> sh);
     if (lo == hi) continue;
     const vec16 s = ld16(scales + band * cols + c);
     for (u64 r = lo; r < hi; r += Unroll) {
