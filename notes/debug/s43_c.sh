@@ -8,6 +8,8 @@
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s43_c.sh
 source notes/debug/call_env.sh s43_c
 nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
+# this tree (A): the staging's 16-byte loads (s43_a had 4-byte ones: staging 3.8 / 10.2 us at real E)
+real_e_traces
 for t in twice:route_twice merge:merge_rolled; do
   name=${t%%:*} patch=${t#*:}
   rm -rf /tmp/tree_$name && mkdir -p /tmp/tree_$name && cp -r hipsrc /tmp/tree_$name/
