@@ -130,9 +130,9 @@ def test_dequantize_to_bf16_is_the_reference_bit_for_bit(mx_host):
 @pytest.mark.parametrize("axis", [1, 0])
 @pytest.mark.parametrize("rows,cols,ctas", [(32, 32, 1), (96, 160, 2), (256, 64, 5), (224, 544, 3), (64, 32, 7)])
 def test_the_grid_loop_reads_each_elements_own_scale(mx_host, axis, rows, cols, ctas):
-    """grid_dequant_rows (hipsrc/kosmos/mx/dequant.h: the movers' and the dequantize kernel's
-    loop) against the reference, blocks along rows and along columns, with CTAs that get unequal
-    shares of the bands (and none): every element must read its own block's scale."""
+    """grid_dequant_rows (hipsrc/kosmos/mx/dequant.h: the dequantize kernel's loop, row by row)
+    against the reference, blocks along rows and along columns, with CTAs that get unequal shares
+    of the bands (and none): every element must read its own block's scale."""
     rng = np.random.default_rng([rows, cols, axis])
     data = rng.integers(0, 256, (rows, cols), dtype=np.uint8)
     data[data & 0x7F == 0x7F] = 0x3C  # no NaN codes: compare every bit

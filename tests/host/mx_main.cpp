@@ -3,13 +3,13 @@
 // (hipsrc/kosmos/mx/dequant.h) instead; stdin int32 n, uint8 codes[n], uint8 scales[n]; stdout
 // uint16 bf16[n]. Argument "ftz": run with the x86 FTZ and DAZ modes
 // on (subnormal operands and results read and written as zero), as GPU code compiled by CuPy does.
-// Argument "grid": grid_dequant_rows (the movers' and the dequantize kernel's loop) run by CTAs of
+// Argument "grid": grid_dequant_rows (the dequantize kernel's loop, row by row) run by CTAs of
 // 3 threads in a grid of `ctas`, one thread after another; stdin int32 rows, cols, blocks, ctas,
 // uint8 codes[rows][cols], uint8 scales[rows * cols / 32]; stdout uint16 bf16[rows][cols].
-// Argument "range": cta_dequant_rows (a mover's pull) of rows [row0, row0 + count) by one CTA of
-// `threads` threads into a buffer of count + 2 rows, the first and last guards (0xFFFF, which the
-// loop must leave); stdin int32 rows, cols, blocks, threads, row0, count, then codes and scales as
-// for "grid"; stdout uint16 [count + 2][cols].
+// Argument "range": cta_dequant_rows (a mover's pull: column blocks by bands) of rows [row0,
+// row0 + count) by one CTA of `threads` threads into a buffer of count + 2 rows, the first and
+// last guards (0xFFFF, which the loop must leave); stdin int32 rows, cols, blocks, threads, row0,
+// count, then codes and scales as for "grid"; stdout uint16 [count + 2][cols].
 #include <xmmintrin.h>
 
 #include <cstdio>

@@ -147,10 +147,12 @@ enum Blocks : int { kNone = 0, kRowBlocks = 1, kColBlocks = 2 };
 struct Codes16 {
   vec16 codes, scales;
 };
-KOSMOS_DEVICE Codes16 load_row_block_codes16(const u8* data, const u8* scales, u64 r, u32 c, u32 cols) {
+template <int B>
+KOSMOS_DEVICE Codes16 load_codes16(const u8* data, const u8* scales, u64 r, u32 c, u32 cols) {
   Codes16 v;
   v.codes = ld16(data + r * cols + c);
-  v.scales.x = scales[r * (cols / 32) + c / 32];
+  if constexpr (B == kRowBlocks) v.scales.x = scales[r * (cols / 32) + c / 32];
+  else v.scales = ld16(scales + (r / 32) * cols + c);
   return v;
 }
 
@@ -168,13 +170,36 @@ KOSMOS_DEVICE void store_bf16x16(u16* dst, const Codes16& v, int blocks) {
   st16(dst + 8, vec16{w[4], w[5], w[6], w[7]});
 }
 
-// Column blocks (a scale per 32 rows of a column): a thread takes one 16-column vector of a 32-row
-// band -- the band's rows inside [row0, end) -- and loads its 16 scales once for all of them. Row by
-// row, every row of a band read the band's scales again: as many scale bytes as code bytes, so a
-// pull from a peer moved ~2 bytes an element, not 33/32, wherever L1 did not keep them (the codes
-// streaming through it evict them). Where that leaves threads idle (a short range: the dequantize
-// kernel's few rows a CTA), each band's rows split into up to 8 slices, a unit each (its scales
-// read once a slice).
+// Rows [row0, row0 + rows) of an MXFP8 matrix [.., cols] (data and scales at the matrix's first
+// row; cols a multiple of 32) into bf16 rows at dst (the range's first row), row by row, by the
+// CTA's first `threads` threads, Unroll vectors in flight per thread; each vector loads its own
+// scales (column blocks: a band's 32 rows read its scales 32 times, which L1 / L2 serve for a
+// local matrix).
+template <int B, int Unroll>
+KOSMOS_DEVICE void cta_dequant_by_row(u16* dst, const u8* data, const u8* scales, u64 row0, u32 rows, u32 cols,
+                                      u32 threads) {
+  const u32 per_row = cols / 16, n = rows * per_row;
+  for (u32 i = threadIdx.x; i < n; i += Unroll * threads) {
+    Codes16 v[Unroll];
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) {
+      const u32 f = i + u * threads;
+      if (f < n) v[u] = load_codes16<B>(data, scales, row0 + f / per_row, (f % per_row) * 16, cols);
+    }
+#pragma unroll
+    for (int u = 0; u < Unroll; ++u) {
+      const u32 f = i + u * threads;
+      if (f < n) store_bf16x16(dst + u64(f / per_row) * cols + (f % per_row) * 16, v[u], B);
+    }
+  }
+}
+
+// The same for column blocks by bands: a thread takes one 16-column vector of a 32-row band -- the
+// band's rows inside [row0, end) -- and loads its 16 scales once for all of them, so each scale
+// crosses a link once (row by row, a pull from a peer moved as many scale bytes as codes wherever
+// L1 missed: ~2 bytes an element, not 33/32; the codes streaming through L1 evict the scales).
+// A short range (an item's last rows) whose bands leave threads idle splits each band's rows into
+// up to 8 slices, a unit each (its scales read once a slice).
 template <int Unroll>
 KOSMOS_DEVICE void cta_dequant_col_bands(u16* dst, const u8* data, const u8* scales, u64 row0, u32 rows, u32 cols,
                                          u32 threads) {
@@ -203,40 +228,29 @@ KOSMOS_DEVICE void cta_dequant_col_bands(u16* dst, const u8* data, const u8* sca
   }
 }
 
-// Rows [row0, row0 + rows) of an MXFP8 matrix [.., cols] (data and scales at the matrix's first
-// row; cols a multiple of 32) into bf16 rows at dst (the range's first row), by the CTA's first
-// `threads` threads, Unroll vectors in flight per thread (either side may be peer memory). In
-// column blocks each scale is read once a call (above; once a slice in short ranges); in row blocks
-// by each of its block's two vectors, whose threads are neighbours (one sector of the warp's load
-// holds both).
+// A mover's pull (either side may be peer memory): rows [row0, row0 + rows) as cta_dequant_by_row
+// does them, column blocks by bands (each scale read once). Only the pulls take the bands: on the
+// dequantize kernel's local matrices the band loop was 15-35 % slower than row by row (H100,
+// notes/mxfp8.md session 43), L1 and L2 serving the scales' re-reads there.
 template <int Unroll = 4>
 KOSMOS_DEVICE void cta_dequant_rows(u16* dst, const u8* data, const u8* scales, u64 row0, u32 rows, u32 cols,
                                     int blocks, u32 threads) {
   if (threadIdx.x >= threads) return;
-  if (blocks == kColBlocks) return cta_dequant_col_bands<Unroll>(dst, data, scales, row0, rows, cols, threads);
-  const u32 per_row = cols / 16, n = rows * per_row;
-  for (u32 i = threadIdx.x; i < n; i += Unroll * threads) {
-    Codes16 v[Unroll];
-#pragma unroll
-    for (int u = 0; u < Unroll; ++u) {
-      const u32 f = i + u * threads;
-      if (f < n) v[u] = load_row_block_codes16(data, scales, row0 + f / per_row, (f % per_row) * 16, cols);
-    }
-#pragma unroll
-    for (int u = 0; u < Unroll; ++u) {
-      const u32 f = i + u * threads;
-      if (f < n) store_bf16x16(dst + u64(f / per_row) * cols + (f % per_row) * 16, v[u], kRowBlocks);
-    }
-  }
+  if (blocks == kColBlocks) cta_dequant_col_bands<Unroll>(dst, data, scales, row0, rows, cols, threads);
+  else cta_dequant_by_row<kRowBlocks, Unroll>(dst, data, scales, row0, rows, cols, threads);
 }
 
-// The same over the whole grid, each CTA a contiguous range of rows (a CTA's share under 2^32
-// vectors). Rows, not 32-row bands: a matrix of few bands (a 768-row weight: 24) still spreads
-// over the whole grid (column-block scales are found from the absolute row either way).
+// A local matrix over the whole grid, row by row (the dequantize kernel, a rank's own shard), each
+// CTA a contiguous range of rows (a CTA's share under 2^32 vectors). Rows, not 32-row bands: a
+// matrix of few bands (a 768-row weight: 24) still spreads over the whole grid (column-block
+// scales are found from the absolute row either way).
 KOSMOS_DEVICE void grid_dequant_rows(u16* dst, const u8* data, const u8* scales, u64 rows, u32 cols, int blocks) {
   const u64 per_cta = (rows + gridDim.x - 1) / gridDim.x;
   const u64 r0 = per_cta * blockIdx.x, r1 = r0 + per_cta < rows ? r0 + per_cta : rows;
-  if (r0 < r1) cta_dequant_rows(dst + r0 * cols, data, scales, r0, u32(r1 - r0), cols, blocks, blockDim.x);
+  if (r0 >= r1) return;
+  u16* d = dst + r0 * cols;
+  if (blocks == kColBlocks) cta_dequant_by_row<kColBlocks, 4>(d, data, scales, r0, u32(r1 - r0), cols, blockDim.x);
+  else cta_dequant_by_row<kRowBlocks, 4>(d, data, scales, r0, u32(r1 - r0), cols, blockDim.x);
 }
 
 }  // namespace mx
