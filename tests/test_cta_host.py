@@ -84,7 +84,7 @@ SOFTMAX, SIGMOID = 0, 1
     (40, 200, 64, 4, SIGMOID, 8, 2, 1, 1),      # a bias staged by CTAs that route nothing (7 chunks)
     (4, 333, 64, 16, SOFTMAX, 0, 0, 0, 1),      # k past eight: sixteen top slots
     (33, 37, 8, 2, SOFTMAX, 0, 0, 0, 1),        # two chunks and 31 idle CTAs; E below a warp
-    (3, 90, 6, 2, SOFTMAX, 0, 0, 1, 1),         # E not a multiple of 4: 4-byte staging loads
+    (3, 90, 6, 2, SOFTMAX, 0, 0, 1, 1),         # E not a multiple of 4
     (2, 1, 32, 4, SIGMOID, 4, 2, 0, 1), (3, 0, 16, 4, SOFTMAX, 0, 0, 0, 1)])  # one token; none
 def test_route_chunks_is_route_token_and_the_chunk_sums(cta_host, grid, tokens, experts, k, score, groups,
                                                         topk_groups, bias, losses, lendable):
@@ -92,7 +92,8 @@ def test_route_chunks_is_route_token_and_the_chunk_sums(cta_host, grid, tokens, 
     prob sums and logsumexp^2 sums as the standalone count kernel's, bit for bit, whether the
     round's rows are staged in the lent stages (-1: exactly their bytes; 1 MiB) or read from
     global memory (0; -2: a byte short), with normal logits and with ties (8 distinct values), row
-    strides of E + 3 (seed 1) and a multiple of 4 floats (seed 2: the staging's 16-byte loads)."""
+    strides of E + 3 (seed 1) and a multiple of 4 floats (seed 2: what notes/patches/
+    route_stage_16byte.patch's 16-byte staging loads need)."""
     for ties, seed in ((0, 1), (1, 2)):
         run(cta_host, "route", grid, tokens, experts, k, score, groups, topk_groups, bias, losses, lendable, ties, seed)
 

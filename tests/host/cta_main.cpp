@@ -127,9 +127,8 @@ static void route(int grid, int T, int E, int k, int score, int groups, int topk
   const u32 lendable = lendable_arg >= 0 ? u32(lendable_arg) : staged_route_bytes(E) + u32(lendable_arg + 1);
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 2.0f);
-  // a row stride past E, as the router GEMM's padded output has: odd seeds a stride of E + 3
-  // (the staging's 4-byte loads), even ones the next multiple of 4 floats past E (its 16-byte loads
-  // where E is a multiple of 4 too)
+  // a row stride past E, as the router GEMM's padded output has: odd seeds E + 3, even ones the
+  // next multiple of 4 floats past E (16-byte aligned rows where E is a multiple of 4 too)
   const i64 ld = seed % 2 ? E + 3 : (E + 4) / 4 * 4;
   std::vector<float> logits(size_t(std::max(T, 1)) * size_t(ld), std::nanf(""));
   std::vector<float> bias(static_cast<size_t>(E));
