@@ -172,9 +172,9 @@ KOSMOS_DEVICE void store_bf16x16(u16* dst, const Codes16& v, int blocks) {
 
 // Rows [row0, row0 + rows) of an MXFP8 matrix [.., cols] (data and scales at the matrix's first
 // row; cols a multiple of 32) into bf16 rows at dst (the range's first row), row by row, by the
-// CTA's first `threads` threads, Unroll vectors in flight per thread; each vector loads its own
-// scales (column blocks: a band's 32 rows read its scales 32 times, which L1 / L2 serve for a
-// local matrix).
+// CTA's first `threads` threads (only they call), Unroll vectors in flight per thread; each vector
+// loads its own scales (column blocks: a band's 32 rows read its scales 32 times, which L1 / L2
+// serve for a local matrix).
 template <int B, int Unroll>
 KOSMOS_DEVICE void cta_dequant_by_row(u16* dst, const u8* data, const u8* scales, u64 row0, u32 rows, u32 cols,
                                       u32 threads) {
@@ -199,7 +199,7 @@ KOSMOS_DEVICE void cta_dequant_by_row(u16* dst, const u8* data, const u8* scales
 // crosses a link once (row by row, a pull from a peer moved as many scale bytes as codes wherever
 // L1 missed: ~2 bytes an element, not 33/32; the codes streaming through L1 evict the scales).
 // A short range (an item's last rows) whose bands leave threads idle splits each band's rows into
-// up to 8 slices, a unit each (its scales read once a slice).
+// up to 8 slices, a unit each (its scales read once a slice). Only the first `threads` call.
 template <int Unroll>
 KOSMOS_DEVICE void cta_dequant_col_bands(u16* dst, const u8* data, const u8* scales, u64 row0, u32 rows, u32 cols,
                                          u32 threads) {
