@@ -21,10 +21,10 @@ GEMM's contracting axis); the all-gathers move E4M3 codes + E8M0 scales, and the
 "unfused" gather those bytes (NCCL / our collective) before our MXFP8 GEMM (dequantize + bf16
 builder); the reduce-scatters move bf16 in both precisions. The row dgrad (ag_nn) is the MXFP8
 AG+NN(+NT) kernel: both copies of dY gathered, the dgrad and the wgrad (its contenders run both
-GEMMs too, and the flops count both). Bytes moved per call are recorded: computed from the shapes, and measured from the NVLink data
-counters around a few fused calls where the GPUs have them (bench/link_counters.py), whose ratio the
-summary prints per kernel (MXFP8's all-gathers should move 33/64 of bf16's bytes: measured / computed
-~ 1 says they do).
+GEMMs too, and the flops count both). Bytes moved per call are recorded: computed from the shapes,
+and measured from the NVLink data counters around a few fused calls where the GPUs have them
+(bench/link_counters.py); the summary prints measured / computed per kernel (MXFP8's all-gathers
+should move 33/64 of bf16's bytes: a ratio ~ 1 says they do).
 """
 from __future__ import annotations
 
@@ -299,7 +299,8 @@ def main(argv: list[str] | None = None) -> int:
                 row = {"kernel": s.kernel, "shape": s.name, "m": m, "n": n, "k": k, "variant": label,
                        "tile_n": case.op.tile_n, "stream_k": case.op.stream_k is not None,
                        "precision": args.precision, "link_bytes_per_rank": case.link_bytes,
-                       "link_bytes_measured": moved, "crew": case.op.describe(), **{f"{a}_ms": b.median_ms for a, b in t.items()},
+                       "link_bytes_measured": moved, "crew": case.op.describe(),
+                       **{f"{a}_ms": b.median_ms for a, b in t.items()},
                        **{f"{a}_host_us": b.host_us for a, b in t.items()}}
                 rows.append(row)
                 if case_b is not None:
@@ -344,8 +345,8 @@ def summarize(result: dict, png: Path) -> None:
         base = g([r["base_ms"] / r["fused_ms"] for r in rs]) if "base_ms" in rs[0] else float("nan")
         unf = g([r["unfused_ms"] / r["fused_ms"] for r in rs])
         measured = [r for r in rs if r.get("link_bytes_measured") and r["link_bytes_per_rank"]]
-        link = (f"  link rx measured / computed {g([r['link_bytes_measured']['rx'] / r['link_bytes_per_rank'] for r in measured]):.3f}"
-                if measured else "")
+        ratios = [r["link_bytes_measured"]["rx"] / r["link_bytes_per_rank"] for r in measured]
+        link = f"  link rx measured / computed {g(ratios):.3f}" if measured else ""
         print(f"{kernel:11s} {len(rs):6d} {over:11.3f} {base:11.3f} {unf:14.3f}{link}")
         key = "base_ms" if "base_ms" in rs[0] and result["world_size"] > 1 else "gemm_ms"
         ax.plot([r["shape"] for r in rs], [r[key] / r["fused_ms"] for r in rs], "o-", label=kernel)
