@@ -7,7 +7,7 @@
 # top-k 43 -> 24 us, but two staged rounds a CTA); (3) is the routing's top-k (~10 us of thread
 # 0's token even at the share's E 16) the instruction cache? Tree T (route_twice.patch): one copy
 # of route_token_lanes run twice, the second marked; tree R (merge_rolled.patch): the lane merge's
-# rounds rolled.
+# rounds rolled. ~7 min (five phase-trace builds of the forward kernel, ~40 s each).
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s44_a.sh
 source notes/debug/call_env.sh s44_a
 T="-q -p no:cacheprovider --timeout=200 --timeout-method=thread -rfE --color=no"
