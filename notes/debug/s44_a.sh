@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Session 43's unrun call, for the next session (~5 min): (1) test_mx + test_tp_mx np 1 and
+# Session 43's unrun call, for the next session: (1) test_mx + test_tp_mx np 1 and
 # test_tp_mx np 2 on main (df4df0a: the pulls' column-band loop without divisions; the dequantize
 # kernel row by row again); (2) the 16-byte staging (notes/patches/route_stage_16byte.patch, tree
 # S): test_moe_route + test_moe_forward np 1 on it, and its real-E traces against main's (s43_a:
