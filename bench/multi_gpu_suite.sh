@@ -38,7 +38,7 @@ if [[ $parts == *bench* ]]; then
 fi
 if [[ $parts == *mxfp8* ]]; then  # the MXFP8 kernels: 33/64 of the bf16 bytes through the gathers
   run "bench/tp --precision mxfp8 --quick np=$GPUS" timeout 500 $MPIRUN -np "$GPUS" \
-    python3 bench/tp.py --precision mxfp8 --quick --out "$OUT"
+    python3 bench/tp.py --precision mxfp8 --quick --link-bytes --out "$OUT"
   run "mlp_block mxfp8 np=$GPUS" timeout 120 $MPIRUN -np "$GPUS" python3 -m mpi4py launch/examples/mlp_block.py \
     --precision mxfp8 --tokens 1024 --hidden 2048 --ffn 5632
 fi

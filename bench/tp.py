@@ -3,7 +3,7 @@
     python3 bench/tp.py [--quick] [--kernels ag_tn,tn_rs] [--iters 20]       # world size 1: overhead
     mpirun -np 8 python3 bench/tp.py                                          # the real thing
     mpirun -np 8 python3 bench/tp.py --ablate                                 # role policies, queue orders
-    mpirun -np 8 python3 bench/tp.py --precision mxfp8                        # MXFP8 operands
+    mpirun -np 8 python3 bench/tp.py --precision mxfp8 [--link-bytes]         # MXFP8 operands (bytes measured)
     python3 bench/tp.py --quick --tree-b /tmp/tree_main/hipsrc                # A/B of a kernel change
     python3 bench/tp.py --quick --tile-n 128 --tree-b /tmp/tree_b/hipsrc      # ... of one tile width
 
@@ -22,9 +22,9 @@ GEMM's contracting axis); the all-gathers move E4M3 codes + E8M0 scales, and the
 builder); the reduce-scatters move bf16 in both precisions. The row dgrad (ag_nn) is the MXFP8
 AG+NN(+NT) kernel: both copies of dY gathered, the dgrad and the wgrad (its contenders run both
 GEMMs too, and the flops count both). Bytes moved per call are recorded: computed from the shapes,
-and measured from the NVLink data counters around a few fused calls where the GPUs have them
-(bench/link_counters.py); the summary prints measured / computed per kernel (MXFP8's all-gathers
-should move 33/64 of bf16's bytes: a ratio ~ 1 says they do).
+and with --link-bytes measured from the NVLink data counters around a few fused calls where the
+GPUs have them (bench/link_counters.py); the summary prints measured / computed per kernel
+(MXFP8's all-gathers should move 33/64 of bf16's bytes: a ratio ~ 1 says they do).
 """
 from __future__ import annotations
 
@@ -253,6 +253,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--allow-oversubscribed", action="store_true")
     ap.add_argument("--out", type=Path, default=RESULTS)
     ap.add_argument("--precision", default="bf16", choices=("bf16", "mxfp8"))
+    ap.add_argument("--link-bytes", action="store_true", help="also measure each shipped op's bytes over NVLink "
+                    "(bench/link_counters.py: two nvidia-smi calls a rank a case)")
     ap.add_argument("--tree-b", default="", help="a hipsrc tree: the shipped fused op again, built with that "
                     "tree's kernels ('fused B'), interleaved (an A/B of a kernel change; 'B/A' = its time over fused's)")
     ap.add_argument("--tile-n", type=int, default=0, choices=(0, *gemm.TILE_WIDTHS),
@@ -295,7 +297,7 @@ def main(argv: list[str] | None = None) -> int:
                             case_b = case_cls(world, s.kernel, m, n, k, nccl, sw)
                         contenders["fused B"] = in_kernel_tree(args.tree_b, case_b.fused)
                 t = time_calls(world, contenders, args.warmup, args.iters)
-                moved = measure_link_bytes(world, case.fused) if label == "shipped" else None
+                moved = measure_link_bytes(world, case.fused) if args.link_bytes and label == "shipped" else None
                 row = {"kernel": s.kernel, "shape": s.name, "m": m, "n": n, "k": k, "variant": label,
                        "tile_n": case.op.tile_n, "stream_k": case.op.stream_k is not None,
                        "precision": args.precision, "link_bytes_per_rank": case.link_bytes,
