@@ -127,23 +127,29 @@ def test_dequantize_to_bf16_is_the_reference_bit_for_bit(mx_host):
     assert nan_want.sum() == 2 * 256 + 254  # NaN codes 0x7F/0xFF at every scale, the NaN scale for the rest
 
 
+def random_mx_codes(rows: int, cols: int, axis: int, seed) -> tuple[bytes, np.ndarray]:
+    """Random E4M3 codes [rows, cols] (no NaN codes: every bit compares) and E8M0 scales blocked
+    along `axis`, as the host harness reads them (codes, then scales), and their reference
+    dequantization to bf16 bits."""
+    rng = np.random.default_rng(seed)
+    data = rng.integers(0, 256, (rows, cols), dtype=np.uint8)
+    data[data & 0x7F == 0x7F] = 0x3C
+    sshape = (rows, cols // 32) if axis == 1 else (rows // 32, cols)
+    scales = rng.integers(100, 150, sshape, dtype=np.uint8)
+    t = mx.MXTensor(data.view(float8_e4m3), scales.view(mx.float8_e8m0), axis)
+    return data.tobytes() + scales.tobytes(), mx.dequantize(t).astype(bfloat16).view(np.uint16)
+
+
 @pytest.mark.parametrize("axis", [1, 0])
 @pytest.mark.parametrize("rows,cols,ctas", [(32, 32, 1), (96, 160, 2), (256, 64, 5), (224, 544, 3), (64, 32, 7)])
 def test_the_grid_loop_reads_each_elements_own_scale(mx_host, axis, rows, cols, ctas):
     """grid_dequant_rows (hipsrc/kosmos/mx/dequant.h: the dequantize kernel's loop, row by row)
     against the reference, blocks along rows and along columns, with CTAs that get unequal shares
     of the bands (and none): every element must read its own block's scale."""
-    rng = np.random.default_rng([rows, cols, axis])
-    data = rng.integers(0, 256, (rows, cols), dtype=np.uint8)
-    data[data & 0x7F == 0x7F] = 0x3C  # no NaN codes: compare every bit
-    sshape = (rows, cols // 32) if axis == 1 else (rows // 32, cols)
-    scales = rng.integers(100, 150, sshape, dtype=np.uint8)
+    codes_scales, want = random_mx_codes(rows, cols, axis, [rows, cols, axis])
     head = struct.pack("<4i", rows, cols, 1 if axis == 1 else 2, ctas)
-    out = subprocess.run([str(mx_host), "grid"], input=head + data.tobytes() + scales.tobytes(),
-                         capture_output=True, check=True).stdout
+    out = subprocess.run([str(mx_host), "grid"], input=head + codes_scales, capture_output=True, check=True).stdout
     got = np.frombuffer(out, np.uint16).reshape(rows, cols)
-    t = mx.MXTensor(data.view(float8_e4m3), scales.view(mx.float8_e8m0), axis)
-    want = mx.dequantize(t).astype(bfloat16).view(np.uint16)
     np.testing.assert_array_equal(got, want)
 
 
@@ -154,19 +160,12 @@ def test_a_pull_writes_its_rows_and_nothing_else(mx_host, axis, row0, count, thr
     start and end inside 32-row bands) writes exactly those rows, each element with its own scale:
     the guard rows either side of the destination stay untouched."""
     rows, cols = 352, 96
-    rng = np.random.default_rng([row0, count, axis])
-    data = rng.integers(0, 256, (rows, cols), dtype=np.uint8)
-    data[data & 0x7F == 0x7F] = 0x3C  # no NaN codes: compare every bit
-    sshape = (rows, cols // 32) if axis == 1 else (rows // 32, cols)
-    scales = rng.integers(100, 150, sshape, dtype=np.uint8)
+    codes_scales, want = random_mx_codes(rows, cols, axis, [row0, count, axis])
     head = struct.pack("<6i", rows, cols, 1 if axis == 1 else 2, threads, row0, count)
-    out = subprocess.run([str(mx_host), "range"], input=head + data.tobytes() + scales.tobytes(),
-                         capture_output=True, check=True).stdout
+    out = subprocess.run([str(mx_host), "range"], input=head + codes_scales, capture_output=True, check=True).stdout
     got = np.frombuffer(out, np.uint16).reshape(count + 2, cols)
-    t = mx.MXTensor(data.view(float8_e4m3), scales.view(mx.float8_e8m0), axis)
-    want = mx.dequantize(t).astype(bfloat16).view(np.uint16)[row0:row0 + count]
     assert (got[0] == 0xFFFF).all() and (got[-1] == 0xFFFF).all(), "the pull wrote outside its rows"
-    np.testing.assert_array_equal(got[1:-1], want)
+    np.testing.assert_array_equal(got[1:-1], want[row0:row0 + count])
 
 
 def test_k_permutation_is_the_fragment_layout():

@@ -21,16 +21,22 @@
 
 using namespace kosmos::mx;
 
+// An MXFP8 matrix from stdin: uint8 codes[rows][cols], then uint8 scales[rows * cols / 32].
+static bool read_codes_and_scales(size_t rows, size_t cols, std::vector<unsigned char>& codes,
+                                  std::vector<unsigned char>& scales) {
+  codes.resize(rows * cols), scales.resize(rows * cols / 32);
+  return fread(codes.data(), 1, codes.size(), stdin) == codes.size() &&
+         fread(scales.data(), 1, scales.size(), stdin) == scales.size();
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "ftz") == 0) _mm_setcsr(_mm_getcsr() | 0x8040);  // FTZ | DAZ
   if (argc > 1 && strcmp(argv[1], "range") == 0) {
     int head[6];
     if (fread(head, 4, 6, stdin) != 6) return 2;
     const size_t rows = head[0], cols = head[1], row0 = head[4], count = head[5];
-    std::vector<unsigned char> codes(rows * cols), scales(rows * cols / 32);
-    if (fread(codes.data(), 1, codes.size(), stdin) != codes.size() ||
-        fread(scales.data(), 1, scales.size(), stdin) != scales.size())
-      return 2;
+    std::vector<unsigned char> codes, scales;
+    if (!read_codes_and_scales(rows, cols, codes, scales)) return 2;
     std::vector<unsigned short> out((count + 2) * cols, 0xFFFFu);
     blockDim.x = head[3];
     for (threadIdx.x = 0; threadIdx.x < blockDim.x; ++threadIdx.x)
@@ -43,10 +49,8 @@ int main(int argc, char** argv) {
     int head[4];
     if (fread(head, 4, 4, stdin) != 4) return 2;
     const size_t rows = head[0], cols = head[1];
-    std::vector<unsigned char> codes(rows * cols), scales(rows * cols / 32);
-    if (fread(codes.data(), 1, codes.size(), stdin) != codes.size() ||
-        fread(scales.data(), 1, scales.size(), stdin) != scales.size())
-      return 2;
+    std::vector<unsigned char> codes, scales;
+    if (!read_codes_and_scales(rows, cols, codes, scales)) return 2;
     std::vector<unsigned short> out(rows * cols, 0xFFFFu);
     blockDim.x = 3;
     gridDim.x = head[3];
