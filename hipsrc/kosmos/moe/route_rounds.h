@@ -39,24 +39,49 @@ KOSMOS_DEVICE u32 staged_route_bytes(i32 experts) {
 }
 constexpr i32 kStageLoads = 8;  // logits loads a thread has in flight while staging a round
 
+// W floats, one load or store: 4 (16 bytes, vec16) or 1.
+template <int W>
+struct alignas(4 * W) Floats {
+  float f[W];
+  KOSMOS_DEVICE void load(const float* p) {
+    if constexpr (W == 4) *reinterpret_cast<vec16*>(f) = ld16(p);
+    else f[0] = *p;
+  }
+  KOSMOS_DEVICE void store(float* p) const {
+    if constexpr (W == 4) st16(p, *reinterpret_cast<const vec16*>(f));
+    else *p = f[0];
+  }
+};
+
 // The round's logits rows into shared memory (staged_ld apart), row jj * kChunk + i from token (first + jj * grid) *
-// kChunk + i (the last token for those past T; nothing for chunks past the last); all threads.
-KOSMOS_DEVICE void stage_round_rows(const RouteParams& r, float* rows, i32 first) {
-  const i32 E = r.rule.experts, T = r.tokens, chunks = chunks_of(T), grid = i32(gridDim.x);
-  const i32 n = kRoundChunks * kChunk * E;
+// kChunk + i (the last token for those past T; nothing for chunks past the last); all threads, W floats a load.
+template <int W>
+KOSMOS_DEVICE void stage_round_rows_by(const RouteParams& r, float* rows, i32 first) {
+  const i32 E = r.rule.experts, T = r.tokens, chunks = chunks_of(T), grid = i32(gridDim.x), EW = E / W;
+  const i32 n = kRoundChunks * kChunk * EW;
   for (i32 v0 = i32(threadIdx.x); v0 < n; v0 += kStageLoads * i32(blockDim.x)) {
-    float x[kStageLoads] = {};
+    Floats<W> x[kStageLoads] = {};
 #pragma unroll
     for (i32 u = 0; u < kStageLoads; ++u) {
-      const i32 v = v0 + u * i32(blockDim.x), row = v / E, e = v - row * E, c = first + (row / kChunk) * grid;
-      if (v < n && c < chunks) x[u] = r.logits[i64(min(c * kChunk + row % kChunk, T - 1)) * r.ld + e];
+      const i32 v = v0 + u * i32(blockDim.x), row = v / EW, e = (v - row * EW) * W, c = first + (row / kChunk) * grid;
+      if (v < n && c < chunks) x[u].load(r.logits + i64(min(c * kChunk + row % kChunk, T - 1)) * r.ld + e);
     }
 #pragma unroll
     for (i32 u = 0; u < kStageLoads; ++u) {
-      const i32 v = v0 + u * i32(blockDim.x), row = v / E;
-      if (v < n && first + (row / kChunk) * grid < chunks) rows[row * staged_ld(E) + v - row * E] = x[u];
+      const i32 v = v0 + u * i32(blockDim.x), row = v / EW;
+      if (v < n && first + (row / kChunk) * grid < chunks) x[u].store(rows + row * staged_ld(E) + (v - row * EW) * W);
     }
   }
+}
+
+// 16-byte loads where every row starts 16-byte aligned (E and the stride multiples of 4 floats):
+// a thread's 8 loads in flight then carry 128 bytes, not 32 (DeepSeek-V3's real E staged 96 KB a
+// CTA in 10 us by 4-byte loads, notes/moe.md session 43).
+KOSMOS_DEVICE void stage_round_rows(const RouteParams& r, float* rows, i32 first) {
+  if (r.rule.experts % 4 == 0 && r.ld % 4 == 0 && reinterpret_cast<u64>(r.logits) % 16 == 0)
+    stage_round_rows_by<4>(r, rows, first);
+  else
+    stage_round_rows_by<1>(r, rows, first);
 }
 
 // Step 2, all threads of a CTA. Where the lent stages hold them, the round's logits rows and the
