@@ -108,7 +108,7 @@ struct AllGatheredReady {
 
 KOSMOS_DEVICE Gathered gathered_of(const TpCommon& c, const AgParams& a) {
   return Gathered{c.peer_bases, a.shard_off, a.gathered, a.m, a.row_bytes, a.items_per_chunk,
-                  a.scales_off, a.mx_blocks, a.arrived, a.x, a.x_scales};
+                  a.scales_off, a.mx_blocks, a.arrived, a.x, a.x_scales, a.gathered_scales};
 }
 
 // ---------------------------------------------------------------------------------------
@@ -135,7 +135,9 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const AgP
   if (mover && !gather()) return;
   if (!mover || c.policy != kFixed) {
     builder_init(smem);
-    const bool two_way = c.policy == kTwoWay;
+    // (The MXFP8-A tiles run one-way: the two-way loop's state, live across the builder, costs the
+    // consumers the registers their fragments need; ptxas then serializes the wgmma.)
+    const bool two_way = c.policy == kTwoWay && !Tile::kMxA;
     TableClaim claim{&heads->tile, c.tile_order, c.n_tiles, two_way ? &heads->mover : nullptr, a.n_mover_items,
                      c.movers == 0};
     const GatherReady ready{a.arrived, epoch, a.m, a.tiles_m_per_chunk, a.items_per_chunk, world == 1, wait};
@@ -176,6 +178,16 @@ KOSMOS_DEVICE void ag_gemm(const TensorMap& tma, const TensorMap& tmb, const AgP
 TP_KERNELS(TP_AG_KERNEL, kosmos_tp_ag_tn, LAYOUT_TN, false)
 TP_KERNELS(TP_AG_KERNEL, kosmos_tp_ag_nn, LAYOUT_NN, false)
 TP_KERNELS(TP_AG_KERNEL, kosmos_tp_bulk_ag_nn, LAYOUT_NN, true)
+// MXFP8 A (Hopper): the gathered operand kept in MXFP8 (AgParams::gathered_scales) and the
+// builders on the MXFP8-A tiles (config.h MxA: codes dequantized into wgmma's registers), B
+// k-permuted by the host, as kosmos.matmul's register path (NAME_mx, NAME_mx_n192, NAME_mx_n128).
+#if KOSMOS_GEMM_WGMMA
+#define TP_MX_KERNELS(KERNEL, NAME, ...)                                                                \
+  KERNEL(NAME##_mx, MxTile, __VA_ARGS__) KERNEL(NAME##_mx_n192, MxMidTile, __VA_ARGS__)                 \
+  KERNEL(NAME##_mx_n128, MxNarrowTile, __VA_ARGS__)
+TP_MX_KERNELS(TP_AG_KERNEL, kosmos_tp_ag_tn, LAYOUT_TN, false)
+TP_MX_KERNELS(TP_AG_KERNEL, kosmos_tp_ag_nn, LAYOUT_NN, false)
+#endif
 
 // ---------------------------------------------------------------------------------------
 // AG+NN(+NT), the MXFP8 row-parallel backward in one launch: dX = allgather(dY) W (NN, over the
@@ -194,7 +206,7 @@ KOSMOS_DEVICE void ag_nn_nt(const TensorMap& tma, const TensorMap& tmb, const Te
   extern __shared__ __align__(1024) u8 smem[];
   const Gathered gs[2] = {gathered_of(c, a),
                           Gathered{c.peer_bases, P.shard_off2, P.gathered2, a.m, a.row_bytes, a.items_per_chunk,
-                                   P.scales_off2, P.mx_blocks2, P.arrived2, P.x2, P.x_scales2}};
+                                   P.scales_off2, P.mx_blocks2, P.arrived2, P.x2, P.x_scales2, nullptr}};
   FusedHeads* heads = fused_heads(c.mine, epoch);  // tile: the dgrad's queue, join: the wgrad's
   if (!wait_peers_done(wait, c.mine, rank, world, epoch)) return;
   stage_shards(gs, 2, rank, world, epoch, c.mine, c.flags_off);

@@ -142,10 +142,10 @@ def quantize_both(x, stream=None, *, transpose_columns: bool = False) -> tuple[D
 
 
 def check_mx(t: Any, name: str, shape: tuple[int, int] | None = None, axis: int | None = None,
-             stream: Any = None) -> DeviceMX:
+             stream: Any = None, *, writable: bool = False) -> DeviceMX:
     """t checked as this GPU's MXFP8 matrix: uint8 data [rows, cols] (both multiples of 32, or of
     `shape` when given), its scales in the shape its axis fixes, blocks along `axis` when given (the
-    GEMM's contracting axis: 1 for blocks along a row, 0 along a column)."""
+    GEMM's contracting axis: 1 for blocks along a row, 0 along a column); writable: an output."""
     import cupy
 
     from .arrays import check_array
@@ -154,8 +154,8 @@ def check_mx(t: Any, name: str, shape: tuple[int, int] | None = None, axis: int 
         raise TypeError(f"{name} must be a kosmos.mx.DeviceMX (quantize_both makes them), got {type(t).__name__}")
     dev = cupy.cuda.Device().id
     u8 = (np.dtype(np.uint8),)
-    data = check_array(t.data, f"{name}.data", dtypes=u8, device=dev, stream=stream)
-    scales = check_array(t.scales, f"{name}.scales", dtypes=u8, device=dev, stream=stream)
+    data = check_array(t.data, f"{name}.data", dtypes=u8, device=dev, stream=stream, writable=writable)
+    scales = check_array(t.scales, f"{name}.scales", dtypes=u8, device=dev, stream=stream, writable=writable)
     along = t.axis % 2 if t.axis in (0, 1, -1) else None
     if data.ndim != 2 or data.shape[0] % BLOCK or data.shape[1] % BLOCK or along is None:
         raise ValueError(f"{name}.data must be [rows, cols] with both multiples of {BLOCK} and {name}.axis 0 or 1, "

@@ -29,7 +29,10 @@ struct TableQueue {
 // where peers pull it from, and gathers all P shards into `out`, a plain device array of P*m
 // rows that is the GEMM's A operand and, when the caller keeps it, the gathered result.
 // MXFP8 (blocks != kNone): the staged shard is E4M3 codes (a byte per element: rows of
-// row_bytes / 2) with its E8M0 scales at scales_off, and `out` is bf16: movers dequantize.
+// row_bytes / 2) with its E8M0 scales at scales_off. With out_scales set the gathered array stays
+// MXFP8 (the MXFP8-A builders read it): `out` holds codes [P*m, cols] and out_scales the scales
+// [P*m, cols / 32] (row blocks) or [P*m / 32, cols] (column blocks), and movers copy bytes; without
+// it `out` is bf16 and movers dequantize.
 // A kernel may gather two operands (AG+NN(+NT): both MXFP8 copies of dY); each has its own
 // arrival counters, the peers' done flags count the items of all of them.
 struct Gathered {
@@ -43,16 +46,25 @@ struct Gathered {
   u64* arrived;   // per-(chunk, item) arrival counters
   const u8* x;    // this rank's shard (codes, for MXFP8)
   const u8* x_scales;
+  u8* out_scales;  // MXFP8 kept: the gathered scales (null: dequantize into bf16 `out`)
   KOSMOS_DEVICE const u8* shard(int peer, u64 row) const {
     return reinterpret_cast<const u8*>(peer_bases[peer] + shard_off) + row * row_bytes;
   }
   KOSMOS_DEVICE const u8* scales(int peer) const { return reinterpret_cast<const u8*>(peer_bases[peer] + scales_off); }
   KOSMOS_DEVICE u8* rows(int chunk, u64 row) const { return out + (u64(chunk) * m + row) * row_bytes; }
   KOSMOS_DEVICE u32 cols() const { return u32(row_bytes / 2); }
+  // MXFP8 kept: rows [row0, row0 + rows) of chunk `chunk` are codes at (chunk m + row0) cols and
+  // scales at a 32nd of that in either block layout (row0 and rows are multiples of 32: whole
+  // column blocks, every offset and size a multiple of 16 bytes).
+  KOSMOS_DEVICE u8* codes(int chunk, u64 row) const { return out + (u64(chunk) * m + row) * cols(); }
+  KOSMOS_DEVICE u8* kept_scales(int chunk, u64 row) const { return out_scales + (u64(chunk) * m + row) * cols() / 32; }
   // Rows [row0, row0 + rows) of peer's shard into its chunk of out (`threads` of the CTA).
   KOSMOS_DEVICE void pull(int peer, u64 row0, u64 rows, u32 threads) const {
     if (blocks == mx::kNone) {
       cta_copy(this->rows(peer, row0), shard(peer, row0), rows * row_bytes, threads);
+    } else if (out_scales != nullptr) {
+      cta_copy(codes(peer, row0), shard(peer, 0) + row0 * cols(), rows * cols(), threads);
+      cta_copy(kept_scales(peer, row0), scales(peer) + row0 * cols() / 32, rows * cols() / 32, threads);
     } else {
       mx::cta_dequant_rows(reinterpret_cast<u16*>(this->rows(peer, row0)), shard(peer, 0), scales(peer), row0,
                            u32(rows), cols(), blocks, threads);
@@ -74,11 +86,16 @@ KOSMOS_DEVICE void stage_shards(const Gathered* gs, int n, int rank, int world, 
       const u64 bytes = g.m * g.row_bytes;
       grid_copy(staged, g.x, bytes);
       grid_copy(g.rows(rank, 0), g.x, bytes);
-    } else {  // codes and scales for the peers (a scale per 32 elements either way); bf16 for us
+    } else {  // codes and scales for the peers (a scale per 32 elements either way); ours kept or bf16
       const u64 codes = g.m * g.cols();
       grid_copy(staged, g.x, codes);
       grid_copy(reinterpret_cast<u8*>(g.peer_bases[rank] + g.scales_off), g.x_scales, codes / 32);
-      mx::grid_dequant_rows(reinterpret_cast<u16*>(g.rows(rank, 0)), g.x, g.x_scales, g.m, g.cols(), g.blocks);
+      if (g.out_scales != nullptr) {
+        grid_copy(g.codes(rank, 0), g.x, codes);
+        grid_copy(g.kept_scales(rank, 0), g.x_scales, codes / 32);
+      } else {
+        mx::grid_dequant_rows(reinterpret_cast<u16*>(g.rows(rank, 0)), g.x, g.x_scales, g.m, g.cols(), g.blocks);
+      }
     }
   }
   __syncthreads();

@@ -39,11 +39,13 @@ struct AgParams {
   i32 items_per_chunk, tiles_m_per_chunk, n_mover_items;
   u32 mover_threads;      // threads of a mover CTA that copy (the warps-per-mover ablation)
   // MXFP8 gathers (mx_blocks = mx::kRowBlocks or kColBlocks; kNone: bf16): the shard is E4M3 codes
-  // [m, row_bytes / 2] at shard_off plus its E8M0 scales at scales_off; movers dequantize into the
-  // bf16 gathered array.
+  // [m, row_bytes / 2] at shard_off plus its E8M0 scales at scales_off; movers copy codes into
+  // `gathered` and scales into gathered_scales (the *_mx kernels' MXFP8-A builders read them), or,
+  // with gathered_scales null, dequantize into the bf16 gathered array.
   u64 scales_off;
   const u8* x_scales;     // this rank's scales
   i32 mx_blocks, pad_;
+  u8* gathered_scales;
 };
 
 // AG+NN(+NT): the dgrad's gather and GEMM (a: the row-wise copy of dY, NN) and the wgrad's (the

@@ -15,11 +15,16 @@ multiples of 64. Every call is collective: all ranks call the same op in the sam
 
 MXFP8 (`precision="mxfp8"`, the all-gather ops): the gathered operand is a kosmos.mx.DeviceMX
 (E4M3 codes + E8M0 scales, blocks along the gathered row for AG+TN / AG+NN, along its columns
-for the bulk gather that feeds the wgrad); 33/64 of the bf16 bytes cross the links and movers
-dequantize into the bf16 gathered array the bf16 builders read. Any operand may also be a DeviceMX
+for the bulk gather that feeds the wgrad); 33/64 of the bf16 bytes cross the links. Where
+kosmos.matmul would keep that GEMM's A in MXFP8 (gemm.mx_a_path: Hopper, at most
+gemm.mx_a_max_columns() output columns; AG+TN and AG+NN), the gathered array stays MXFP8 (movers
+copy codes and scales) and the builders dequantize A in their registers, W permuted per 64-slab
+on the stream first (`keeps_mx`): the result is bitwise kosmos.matmul of the gathered MXFP8
+operand. Elsewhere movers dequantize into a bf16 gathered array the bf16 builders read, and the
+result is bitwise the bf16 op's on the dequantized operands. Any operand may also be a DeviceMX
 whose blocks run along its contracting axis: local ones are dequantized on the stream first. The
-reduce-scatters move bf16 in both precisions, so they take DeviceMX local operands the same way.
-Results are bitwise the bf16 op's on the dequantized operands (notes/mxfp8.md).
+reduce-scatters move bf16 in both precisions, so they take DeviceMX local operands the same way
+(notes/mxfp8.md).
 
 Streams and SMs: every op of a World runs after the previous op of any World on its GPU, whatever
 stream each is issued on (kosmos.runtime.streams.device_order), so two kosmos grids never overlap.
@@ -130,6 +135,7 @@ class _FusedOp(SymmetricPlan):
 
     # ---- plumbing shared by the five ops ----
     stream_k: gemm.StreamKSplit | None = None  # whole tiles until _set_gemm says otherwise
+    keeps_mx = False  # the GEMM's A is MXFP8 in the builders (the *_mx kernels: AG+TN, AG+NN)
 
     def _set_gemm(self, shape: gemm.GemmShape, stream_k_allowed: bool = False) -> None:
         """The op's GEMM and the builder's tile width for it on this grid: gemm.choose_tile_n, as
@@ -152,7 +158,8 @@ class _FusedOp(SymmetricPlan):
 
         # the gemm module's options (a forced portable layer): shared_mem_bytes() follows them
         mod = load_module("tp.hip", world=self.world, extra_options=gemm._extra_options)
-        name += ("" if self.tile_n == 256 else f"_n{self.tile_n}") + ("_sk" if self.stream_k is not None else "")
+        name += (("_mx" if self.keeps_mx else "") + ("" if self.tile_n == 256 else f"_n{self.tile_n}")
+                 + ("_sk" if self.stream_k is not None else ""))
         launch = PersistentLaunch.checked(mod.get_function(name), self.crew.grid, gemm.block_threads(),
                                           gemm.shared_mem_bytes())
         cupy.cuda.runtime.deviceSynchronize()  # the tables, before a first call on any stream
@@ -206,12 +213,18 @@ class _FusedOp(SymmetricPlan):
         TpCommon part filled in here and the family's `fields` by the op; the epoch is set by _run.
         (Positional-only: a family's fields include names like `out` and `x`.)"""
         w = self.world
-        common = record(TP_COMMON_DTYPE, p=self._problem(self.shape, a, b), wait=self._wait_ctx(),
+        if isinstance(a, mx.DeviceMX):  # the MXFP8-A builders: A's codes (their own map) and scales
+            problem = self._problem(self.shape, a.data, b)
+            problem["a_scales"] = a.scales.data.ptr
+            ta = gemm.tmap_of_codes(a.data)
+        else:
+            problem, ta = self._problem(self.shape, a, b), self._tmap(a)
+        common = record(TP_COMMON_DTYPE, p=problem, wait=self._wait_ctx(),
                         peer_bases=_ptr(self.heap.peer_bases), mine=_ptr(self.flags.local),
                         tile_order=_ptr(self.tiles[0]) if self.tiles[0] is not None else 0,
                         flags_off=self.flags.offset, rank=w.rank, world=w.size, movers=self.crew.movers,
                         policy=POLICIES[self.policy], n_tiles=self.tiles[1])
-        return [self._tmap(a), self._tmap(b), self._out_tmap(out), record(params, c=common, **fields)]
+        return [ta, self._tmap(b), self._out_tmap(out), record(params, c=common, **fields)]
 
     def _check(self, x: Any, name: str, shape: tuple[int, ...], dtype: Any = bfloat16, stream: Any = None, *,
                writable: bool = False) -> Any:
@@ -286,9 +299,18 @@ class _AllGatherBase(_FusedOp):
         return (self.P * self.m, self.row_elems)
 
     def _keep(self, keep: Any, name: str, stream: Any, **inputs: Any) -> Any:
-        """The caller's array for the gathered operand, checked (and disjoint from the inputs), or None."""
+        """The caller's array for the gathered operand, checked (and disjoint from the inputs), or
+        None: bf16, or (an op that keeps_mx) a DeviceMX with blocks along its rows."""
         if keep is None:
             return None
+        if isinstance(keep, mx.DeviceMX) and self.keeps_mx:
+            keep = mx.check_mx(keep, name, self.gathered_shape, axis=1, stream=stream, writable=True)
+            refuse_overlap(name, keep.data, **inputs)
+            refuse_overlap(f"{name}.scales", keep.scales, **inputs)
+            return keep
+        if isinstance(keep, mx.DeviceMX):
+            raise TypeError(f"{name}: this op gathers into bf16 (keeps_mx is False: "
+                            f"{self.shape.no} output columns, or not Hopper); pass a bf16 array")
         keep = self._check(keep, name, self.gathered_shape, stream=stream, writable=True)
         refuse_overlap(name, keep, **inputs)
         return keep
@@ -310,6 +332,8 @@ class _AllGatherBase(_FusedOp):
             if keep is not None:
                 copy_into(keep, x, stream)
             return x
+        if self.keeps_mx and gather == 0:
+            return self._gathered_mx(x, keep, stream)
         if keep is not None:
             target = keep
         else:
@@ -323,12 +347,38 @@ class _AllGatherBase(_FusedOp):
             mx.dequantize_device(x, out=target, stream=stream)
         return target
 
+    def _gathered_mx(self, x: Any, keep: Any, stream: Any) -> Any:
+        """_gathered of an op that keeps_mx: the DeviceMX the movers fill (the caller's, or the plan's
+        scratch); alone x itself, copied into a DeviceMX `keep`. A bf16 `keep` receives the gathered
+        operand dequantized after the launch (_kept_bf16)."""
+        import cupy
+
+        if self.P == 1:
+            if isinstance(keep, mx.DeviceMX):
+                copy_into(keep.data, x.data, stream)
+                copy_into(keep.scales, x.scales, stream)
+            return x
+        if isinstance(keep, mx.DeviceMX):
+            return keep
+        if 0 not in self._scratch:
+            rows, cols = self.gathered_shape
+            self._scratch[0] = mx.DeviceMX(cupy.empty((rows, cols), np.uint8),
+                                           cupy.empty((rows, cols // mx.BLOCK), np.uint8), 1)
+        return self._scratch[0]
+
+    def _kept_bf16(self, gathered: Any, keep: Any, stream: Any) -> None:
+        """After the launch: a bf16 `keep` of an op that keeps_mx gets the gathered operand dequantized."""
+        if self.keeps_mx and keep is not None and not isinstance(keep, mx.DeviceMX):
+            mx.dequantize_device(gathered, out=keep, stream=stream)
+
     def _gather_args(self, a: Any, b: Any, out: Any, x: Any, gathered: Any) -> list:
         g = self.grid_g
         is_mx = isinstance(x, mx.DeviceMX)
+        kept = isinstance(gathered, mx.DeviceMX)  # the movers copy codes and scales (keeps_mx)
         return self._kernel_args(
             a, b, out, AG_PARAMS_DTYPE, epi=self._epi(out, *out.shape), shard_off=self.shard.offset,
-            gathered=_ptr(gathered), arrived=_ptr(self.arrived.local), x=_ptr(x.data if is_mx else x), m=self.m,
+            gathered=_ptr(gathered.data if kept else gathered), gathered_scales=_ptr(gathered.scales) if kept else 0,
+            arrived=_ptr(self.arrived.local), x=_ptr(x.data if is_mx else x), m=self.m,
             row_bytes=self.row_elems * 2, mover_order=_ptr(self.mover_order), items_per_chunk=g.items_per_chunk,
             tiles_m_per_chunk=g.tiles_m_per_chunk, n_mover_items=len(self.mover_order),
             mover_threads=self.mover_threads, scales_off=self.shard_scales.offset if is_mx else 0,
@@ -355,6 +405,11 @@ class AllGatherMatmul(_AllGatherBase):
         a_shape = (P * m, row)
         b_shape = (n, k)
         self._set_gemm(gemm.gemm_shape(layout, a_shape, b_shape))
+        # As kosmos.matmul routes the plain MXFP8 GEMM (a rank's own choice: the staged shards are
+        # MXFP8 either way, only what its movers write differs). Not two-way: the MXFP8-A kernels'
+        # builders never go back to gathering (hipsrc/tp.hip ag_gemm: their registers).
+        self.keeps_mx = precision == "mxfp8" and policy != "two_way" and gemm.mx_a_path(
+            layout, "store", 1, False, gemm.arch_path() == "wgmma", self.shape.no, gemm.mx_a_max_columns())
         tm, tn, _ = gemm.tile_counts(self.shape, self.tile_n)
         g = GatherGrid(P, world.rank, m, gemm.tile_shape()[0], tn)
         # Alone every order is the builder's raster: no table (one dependent load less per claim).
@@ -367,17 +422,26 @@ class AllGatherMatmul(_AllGatherBase):
 
     @uses_stream
     def __call__(self, x: Any, w: Any, out: Any = None, *, gathered: Any = None, stream: Any = None) -> Any:
-        """Returns out. gathered: an optional [P*m, row] bf16 array that receives (and keeps) the
-        gathered operand (dequantized, mxfp8); without it the plan's scratch array is used and
-        overwritten next call. w: bf16, or a DeviceMX with blocks along its contracting axis."""
+        """Returns out. gathered: an optional [P*m, row] array that receives (and keeps) the gathered
+        operand: bf16 (dequantized, mxfp8), or, where the op keeps_mx, also a DeviceMX (its codes and
+        scales, blocks along rows); without it the plan's scratch array is used and overwritten next
+        call. w: bf16, or a DeviceMX with blocks along its contracting axis."""
         x = self._gather_input(x, "x" if self.layout == "TN" else "dy", stream)
-        w = self._local_operand(w, "w", (self.n, self.k), self.layout, 1, stream)
+        if self.keeps_mx:  # B of the MXFP8-A builders: permuted per 64-slab (dequantized, an MXFP8 w)
+            w = (mx.check_mx(w, "w", (self.n, self.k), stream=stream) if isinstance(w, mx.DeviceMX)
+                 else self._check(w, "w", (self.n, self.k), stream=stream))
+            w = mx.kperm_operand(w, axis=gemm.contracting_axis(self.layout, 1), stream=stream)
+        else:
+            w = self._local_operand(w, "w", (self.n, self.k), self.layout, 1, stream)
         xs = _arrays(x)
         out = self._output(out, self.out_shape, bfloat16, stream)
         gathered = self._keep(gathered, "gathered", stream, **xs, w=w)
-        refuse_overlap("out", out, **xs, w=w, gathered=gathered)
+        kept = ({"gathered": gathered.data, "gathered.scales": gathered.scales} if isinstance(gathered, mx.DeviceMX)
+                else {"gathered": gathered})
+        refuse_overlap("out", out, **xs, w=w, **kept)
         a = self._gathered(x, gathered, stream)
-        self._run((*xs.values(), w, out, a), lambda: self._gather_args(a, w, out, x, a), stream)
+        self._run((*xs.values(), w, out, *_arrays(a).values()), lambda: self._gather_args(a, w, out, x, a), stream)
+        self._kept_bf16(a, gathered, stream)
         return out
 
 

@@ -25,7 +25,7 @@ AG_PARAMS_DTYPE = np.dtype(
     [("c", TP_COMMON_DTYPE), ("epi", EPI_DTYPE), ("shard_off", _u64), ("gathered", _u64), ("arrived", _u64),
      ("x", _u64), ("m", _u64), ("row_bytes", _u64), ("mover_order", _u64), ("items_per_chunk", _i32),
      ("tiles_m_per_chunk", _i32), ("n_mover_items", _i32), ("mover_threads", _u32), ("scales_off", _u64),
-     ("x_scales", _u64), ("mx_blocks", _i32), ("pad_", _i32)],
+     ("x_scales", _u64), ("mx_blocks", _i32), ("pad_", _i32), ("gathered_scales", _u64)],
     align=True,
 )
 

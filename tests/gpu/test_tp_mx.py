@@ -1,7 +1,9 @@
-"""The TP+SP ops with MXFP8 operands (precision="mxfp8"): movers gather E4M3 codes and E8M0 scales
-and dequantize into the bf16 gathered array. Exact oracles: the bf16 op on the reference-dequantized
-operands (kosmos.mx.dequantize, NumPy) must give the same bits, and the gathered array must be
-bitwise the dequantized shards; plus a float64 check."""
+"""The TP+SP ops with MXFP8 operands (precision="mxfp8"): movers gather E4M3 codes and E8M0 scales,
+kept in MXFP8 for the MXFP8-A builders (AG+TN / AG+NN where kosmos.matmul keeps A in MXFP8) or
+dequantized into a bf16 gathered array. Exact oracles: kosmos.matmul on the gathered MXFP8 operand,
+the bf16 op on the reference-dequantized operands (kosmos.mx.dequantize, NumPy) where the movers
+dequantize, and the gathered array bitwise the shards (codes and scales, or their dequantization);
+plus a float64 check."""
 from __future__ import annotations
 
 import numpy as np
@@ -25,28 +27,53 @@ def quantized(tag, rank, shape, axis, scale=1.0):
     return quantize_pair(arr(tag, rank, shape, scale), axis)
 
 
-@pytest.mark.parametrize("m,n,k", SHAPES)
+@pytest.mark.parametrize("m,n,k", SHAPES + [(1024, 2048, 256)])  # the last: several tiles a CTA at P >= 2
 @pytest.mark.parametrize("layout", ["TN", "NN"])
-def test_all_gather_matmul_mxfp8(world, m, n, k, layout):
+@pytest.mark.parametrize("route", ["kept", "dequantized"])
+def test_all_gather_matmul_mxfp8(world, m, n, k, layout, route, monkeypatch):
+    """AG+TN / AG+NN on MXFP8 shards. "kept" (where kosmos.matmul keeps A in MXFP8: Hopper, these
+    widths): the gathered array stays MXFP8 and the builders dequantize in registers; "dequantized"
+    (gemm.MX_A_MAX_COLUMNS = 0 forces the other route, in the op and in its oracle alike): movers
+    dequantize into bf16. Either way out is bitwise kosmos.matmul on the gathered MXFP8 operand (the
+    same tile width), the gathered array bitwise the shards, and the bf16 op on the dequantized
+    operands is the oracle of the dequantized route."""
+    if route == "dequantized":
+        monkeypatch.setattr(gemm, "MX_A_MAX_COLUMNS", 0)
     P, r = world.size, world.rank
     row = k if layout == "TN" else n
     shards = [quantized(("mxagx", layout), p, (m, row), axis=1) for p in range(P)]
     w_mx, w = quantized(("mxagw", layout), 0, (n, k), axis=1 if layout == "TN" else 0, scale=0.1)
     full = np.concatenate([s[1] for s in shards])
+    full_mx = mx.DeviceMX(*(cupy.concatenate([getattr(s[0], f) for s in shards]) for f in ("data", "scales")), 1)
     op = AllGatherMatmul(world, m, n, k, layout=layout, precision="mxfp8")
-    oracle = AllGatherMatmul(world, m, n, k, layout=layout)
-    out, kept = poisoned(op.out_shape, bfloat16), poisoned(op.gathered_shape, bfloat16)
+    assert op.keeps_mx == (route == "kept" and gemm.arch_path() == "wgmma")
+    out = poisoned(op.out_shape, bfloat16)
+    if op.keeps_mx:
+        kept = mx.DeviceMX(poisoned(full_mx.data.shape, np.uint8), poisoned(full_mx.scales.shape, np.uint8), 1)
+    else:
+        kept = poisoned(op.gathered_shape, bfloat16)
     op(shards[r][0], w_mx, out, gathered=kept)
-    want = oracle(cupy.asarray(shards[r][1]), cupy.asarray(w))
+    want = gemm.matmul(full_mx, w_mx, layout, tile_n=op.tile_n)
     world.synchronize()
-    np.testing.assert_array_equal(bits(kept), full.view(np.uint16))  # the gather dequantized exactly
+    if op.keeps_mx:  # the gather copied codes and scales exactly
+        np.testing.assert_array_equal(cupy.asnumpy(kept.data), cupy.asnumpy(full_mx.data))
+        np.testing.assert_array_equal(cupy.asnumpy(kept.scales), cupy.asnumpy(full_mx.scales))
+    else:  # the gather dequantized exactly, and the result is the bf16 op's
+        np.testing.assert_array_equal(bits(kept), full.view(np.uint16))
+        bf16_op = AllGatherMatmul(world, m, n, k, layout=layout)(cupy.asarray(shards[r][1]), cupy.asarray(w))
+        world.synchronize()
+        np.testing.assert_array_equal(bits(out), bits(bf16_op))
     np.testing.assert_array_equal(bits(out), bits(want))
     ref = f64(full) @ (f64(w).T if layout == "TN" else f64(w))
     assert rel_error(cupy.asnumpy(out), ref) < TOL
-    out2 = poisoned(op.out_shape, bfloat16)
-    op(shards[r][0], cupy.asarray(w), out2)  # a bf16 weight, the plan's own gathered array
+    # A bf16 weight, the plan's own gathered array; then a bf16 array keeping the gathered operand
+    out2, kept2 = poisoned(op.out_shape, bfloat16), poisoned(op.gathered_shape, bfloat16)
+    op(shards[r][0], cupy.asarray(w), out2)
+    out3 = op(shards[r][0], w_mx, gathered=kept2)
     world.synchronize()
     np.testing.assert_array_equal(bits(out2), bits(out))
+    np.testing.assert_array_equal(bits(out3), bits(out))
+    np.testing.assert_array_equal(bits(kept2), full.view(np.uint16))
 
 
 @pytest.mark.parametrize("m,n,k", SHAPES)
@@ -151,8 +178,14 @@ def test_reduce_scatters_take_mxfp8_local_operands(world, m, n, k):
     np.testing.assert_array_equal(bits(dw), bits(dw_want))
 
 
-def test_mxfp8_operands_are_checked_on_every_rank(world):
+def test_mxfp8_operands_are_checked_on_every_rank(world, monkeypatch):
     m, n, k = 128, 64, 64
+    monkeypatch.setattr(gemm, "MX_A_MAX_COLUMNS", 0)  # a plan that gathers into bf16 refuses an MXFP8 keep
+    op = AllGatherMatmul(world, m, n, k, precision="mxfp8")
+    keep = mx.DeviceMX(cupy.empty((world.size * m, k), np.uint8), cupy.empty((world.size * m, k // 32), np.uint8), 1)
+    with pytest.raises(TypeError, match="bf16"):
+        op(quantized("mxbad0", world.rank, (m, k), axis=1)[0], cupy.asarray(arr("mxbadw0", 0, (n, k))), gathered=keep)
+    monkeypatch.undo()
     op = AllGatherMatmul(world, m, n, k, precision="mxfp8")
     x_cols, _ = quantized("mxbad", world.rank, (m, k), axis=0)
     w = cupy.asarray(arr("mxbadw", 0, (n, k)))

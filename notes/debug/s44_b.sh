@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# Session 44's second call: (1) the MXFP8 AG ops that keep the gathered operand in MXFP8 (the
+# *_mx kernels of tp.hip, MXFP8-A builders) -- test_tp_mx at np 1, 2, 4 and test_tp np 1 (the
+# AgParams record grew a field); (2) the rolled lane merge (notes/patches/merge_rolled.patch, tree
+# R): test_moe_route + test_moe_forward np 1 on it, and the share's and real E's traces against
+# main's in the same call; (3) the world-1 MXFP8 table (bench/tp.py --precision mxfp8; s43_b had
+# ag_tn fused/gemm 1.184). ~6 min.
+#   KOSMOS_COMMIT=<sha> bash notes/debug/s44_b.sh
+source notes/debug/call_env.sh s44_b
+stamp() { echo "----- $(date +%T) $*" >> "$LOG"; }
+T="-q -p no:cacheprovider --timeout=200 --timeout-method=thread -rfE --color=no"
+nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
+stamp start
+run "warm" timeout 200 python3 -m kosmos.runtime.warm --jobs 4 tp.hip gemm.hip mx.hip transpose.hip
+run "tp_mx+tp np1" timeout 200 python3 -m pytest tests/gpu/test_tp_mx.py tests/gpu/test_tp.py $T
+run "tp_mx np2" timeout 200 $MPIRUN -np 2 python3 -m mpi4py -m pytest tests/gpu/test_tp_mx.py $T
+run "tp_mx np4" timeout 240 $MPIRUN -np 4 python3 -m mpi4py -m pytest tests/gpu/test_tp_mx.py $T
+stamp tested
+run "bench tp mxfp8" timeout 300 python3 bench/tp.py --precision mxfp8 --iters 15 --out $RUNS
+stamp bench
+cp "$RUNS"/*.json "$OUT"/ 2>/dev/null
+rm -rf /tmp/tree_rolled && mkdir -p /tmp/tree_rolled && cp -r hipsrc /tmp/tree_rolled/
+(cd /tmp/tree_rolled && patch -p1 -s < "$OLDPWD/notes/patches/merge_rolled.patch") >> "$LOG" 2>&1
+run "moe route+forward np1 (R)" env KOSMOS_HIPSRC=/tmp/tree_rolled/hipsrc timeout 200 python3 -m pytest \
+  tests/gpu/test_moe_route.py tests/gpu/test_moe_forward.py $T
+for a in "--forward-only" "--ranks 8 --forward-only"; do
+  for t in main rolled; do
+    h=$PWD/hipsrc; [[ $t == main ]] || h=/tmp/tree_$t/hipsrc
+    run "phases $t Qwen3-30B $a" env KOSMOS_HIPSRC=$h timeout 90 python3 notes/debug/phases.py \
+      --model Qwen3-30B-A3B --rows 256 --movers 0 $a
+  done
+done
+stamp traces
+grep -E "^=====|^-----|passed|failed|^(FAILED|ERROR) |geomean|Error" "$LOG" | grep -v "^  job" | cut -c1-220 | tail -40
+grep -A6 "fused/gemm" "$LOG"
+awk '/^=====/{t=substr($0,1,50)} /rows staged|top-k chosen|row max|plan placed/{print t " | " $0}' "$LOG" | sed 's/  */ /g'
+printf '%s\n' "${summary[@]}"
