@@ -187,6 +187,7 @@ TP_KERNELS(TP_AG_KERNEL, kosmos_tp_bulk_ag_nn, LAYOUT_NN, true)
   KERNEL(NAME##_mx_n128, MxNarrowTile, __VA_ARGS__)
 TP_MX_KERNELS(TP_AG_KERNEL, kosmos_tp_ag_tn, LAYOUT_TN, false)
 TP_MX_KERNELS(TP_AG_KERNEL, kosmos_tp_ag_nn, LAYOUT_NN, false)
+TP_MX_KERNELS(TP_AG_KERNEL, kosmos_tp_bulk_ag_nn, LAYOUT_NN, true)  // dY MXFP8 (its own, not gathered)
 #endif
 
 // ---------------------------------------------------------------------------------------

@@ -150,15 +150,17 @@ class _FusedOp(SymmetricPlan):
         self.builders = max(1, self.crew.builders if self.P > 1 else self.crew.grid)  # movers build only late
         self.tile_n, self.stream_k = gemm.choose_tiling(shape, self.builders, widths, stream_k_allowed and wgmma)
 
-    def _launch(self, name: str) -> PersistentLaunch:
-        """The op's kernel. The last step of every op's constructor: it also waits for what the
-        constructor uploaded on its stream (the order tables), which a first call on another
-        stream would otherwise read half written (as the MoE plans wait)."""
+    def _launch(self, name: str, mx_a: bool | None = None) -> PersistentLaunch:
+        """The op's kernel (mx_a: its MXFP8-A builders' form, default keeps_mx). The last step of
+        every op's constructor: it also waits for what the constructor uploaded on its stream (the
+        order tables), which a first call on another stream would otherwise read half written (as
+        the MoE plans wait)."""
         import cupy
 
         # the gemm module's options (a forced portable layer): shared_mem_bytes() follows them
         mod = load_module("tp.hip", world=self.world, extra_options=gemm._extra_options)
-        name += (("_mx" if self.keeps_mx else "") + ("" if self.tile_n == 256 else f"_n{self.tile_n}")
+        mx_a = self.keeps_mx if mx_a is None else mx_a
+        name += (("_mx" if mx_a else "") + ("" if self.tile_n == 256 else f"_n{self.tile_n}")
                  + ("_sk" if self.stream_k is not None else ""))
         launch = PersistentLaunch.checked(mod.get_function(name), self.crew.grid, gemm.block_threads(),
                                           gemm.shared_mem_bytes())
@@ -167,7 +169,7 @@ class _FusedOp(SymmetricPlan):
 
     _tmap = staticmethod(gemm.tmap_of)
 
-    def _run(self, operands: tuple, build: Callable[[], list], stream: Any) -> None:
+    def _run(self, operands: tuple, build: Callable[[], list], stream: Any, launch: Any = None) -> None:
         """Launch one call; `build` makes its arguments (_kernel_args). Every field but the epoch
         depends only on the plan and on the operands' addresses, so the arguments are built once
         per address set and reused (pointers, not arrays: the cache keeps no operand alive). The
@@ -179,7 +181,7 @@ class _FusedOp(SymmetricPlan):
             args = build()
             remember(self._args, key, args, size=16)
         self._set_epoch(args, self._next_call(stream)[0])
-        self.launch(args, stream=stream)
+        (launch or self.launch)(args, stream=stream)
 
     @staticmethod
     def _set_epoch(args: list, epoch: np.uint64) -> None:
@@ -534,6 +536,10 @@ class BulkAllGatherMatmul(_AllGatherBase):
 
     The gather (kept for the wgrad) and the dgrad are independent; movers become builders when
     their share of the gather is done. kx defaults to k (the layer's input width).
+    MXFP8: X_full is what was gathered, a DeviceMX with blocks along its columns (movers copy codes
+    and scales; the wgrad's op dequantizes it), unless the caller passes a bf16 x_full (movers
+    dequantize into it). An MXFP8 dY stays MXFP8 in the builders where kosmos.matmul would keep it
+    (gemm.mx_a_path; the *_mx kernel, W k-permuted on the stream), bitwise kosmos.matmul(dy, w, "NN").
     """
 
     kind = "bulk_ag_nn"
@@ -550,29 +556,65 @@ class BulkAllGatherMatmul(_AllGatherBase):
         P = self.P
         self._set_gemm(gemm.gemm_shape("NN", (P * m, n), (n, k)))
         self.tiles = self._tile_table(self.shape, None)
+        # An MXFP8 dY's builders (as kosmos.matmul routes it); the kernel is built on first use
+        self.dy_stays_mx = precision == "mxfp8" and gemm.mx_a_path(
+            "NN", "store", 1, False, gemm.arch_path() == "wgmma", self.shape.no, gemm.mx_a_max_columns())
+        self._launch_mx: PersistentLaunch | None = None
         self.launch = self._launch("kosmos_tp_bulk_ag_nn")
 
     @uses_stream
     def __call__(self, x: Any, dy: Any, w: Any, dx: Any = None, x_full: Any = None,
                  stream: Any = None) -> tuple[Any, Any]:
-        """Returns (X_full, dX). The movers write X_full (a new array unless given; bf16, dequantized
-        for mxfp8); at P = 1 in bf16 the gather is the identity and, unless x_full is given, X_full
-        is x itself (no copy). dy and w: bf16, or DeviceMX with blocks along their contracting axes."""
+        """Returns (X_full, dX). The movers write X_full (a new array unless given: bf16, or for
+        mxfp8 a DeviceMX [P*m, kx] with blocks along columns; a bf16 x_full given receives it
+        dequantized); alone the gather is the identity and, unless x_full is given, X_full is x
+        itself (no copy). dy and w: bf16, or DeviceMX with blocks along their contracting axes."""
         import cupy
 
-        P, m = self.P, self.m
+        P, m, n, k = self.P, self.m, self.n, self.k
         x = self._gather_input(x, "x", stream)
-        dy = self._local_operand(dy, "dy", (P * m, self.n), "NN", 0, stream)
-        w = self._local_operand(w, "w", (self.n, self.k), "NN", 1, stream)
-        xs = _arrays(x)
-        dx = self._output(dx, self.shape.out_shape, bfloat16, stream, name="dx")
-        if x_full is None:
-            x_full = x if P == 1 and self.precision == "bf16" else cupy.empty(self.gathered_shape, bfloat16)
+        launch = None
+        if self.dy_stays_mx and isinstance(dy, mx.DeviceMX):  # the MXFP8-A builders (B k-permuted)
+            dy = mx.check_mx(dy, "dy", (P * m, n), axis=1, stream=stream)
+            w = (mx.check_mx(w, "w", (n, k), stream=stream) if isinstance(w, mx.DeviceMX)
+                 else self._check(w, "w", (n, k), stream=stream))
+            w = mx.kperm_operand(w, axis=0, stream=stream)
+            if self._launch_mx is None:
+                self._launch_mx = self._launch("kosmos_tp_bulk_ag_nn", mx_a=True)
+            launch = self._launch_mx
         else:
-            x_full = self._keep(x_full, "x_full", stream, **xs, dy=dy, w=w)
-        refuse_overlap("dx", dx, **xs, dy=dy, w=w, x_full=None if x_full is x else x_full)
-        gathered = x if x_full is x else self._gathered(x, x_full, stream)
-        self._run((*xs.values(), dy, w, dx, gathered), lambda: self._gather_args(dy, w, dx, x, gathered), stream)
+            dy = self._local_operand(dy, "dy", (P * m, n), "NN", 0, stream)
+            w = self._local_operand(w, "w", (n, k), "NN", 1, stream)
+        xs, dys = _arrays(x), _arrays(dy)
+        ins = dict(**xs, dy=dys.get("x"), dy_codes=dys.get("x_codes"), dy_scales=dys.get("x_scales"), w=w)
+        dx = self._output(dx, self.shape.out_shape, bfloat16, stream, name="dx")
+        mx_full = self.precision == "mxfp8" and (x_full is None or isinstance(x_full, mx.DeviceMX))
+        if x_full is None and P == 1:
+            x_full = x  # nothing to gather (bf16 or MXFP8)
+        elif x_full is None and mx_full:
+            rows, cols = self.gathered_shape
+            x_full = mx.DeviceMX(cupy.empty((rows, cols), np.uint8), cupy.empty((rows // mx.BLOCK, cols), np.uint8), 0)
+        elif x_full is None:
+            x_full = cupy.empty(self.gathered_shape, bfloat16)
+        elif mx_full:
+            x_full = mx.check_mx(x_full, "x_full", self.gathered_shape, axis=0, stream=stream, writable=True)
+            refuse_overlap("x_full", x_full.data, **ins)
+            refuse_overlap("x_full.scales", x_full.scales, **ins)
+        else:
+            x_full = self._keep(x_full, "x_full", stream, **ins)
+        full = {} if x_full is x else _arrays(x_full)
+        refuse_overlap("dx", dx, **ins, **{f"x_full.{key}": a for key, a in full.items()})
+        if x_full is x:
+            gathered = x
+        elif mx_full:
+            gathered = x_full
+            if P == 1:
+                copy_into(x_full.data, x.data, stream)
+                copy_into(x_full.scales, x.scales, stream)
+        else:
+            gathered = self._gathered(x, x_full, stream)
+        self._run((*xs.values(), *dys.values(), w, dx, *_arrays(gathered).values()),
+                  lambda: self._gather_args(dy, w, dx, x, gathered), stream, launch)
         return x_full, dx
 
 

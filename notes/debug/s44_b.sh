@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 44's second call: (1) the MXFP8 AG ops that keep the gathered operand in MXFP8 (the
-# *_mx kernels of tp.hip, MXFP8-A builders) -- test_tp_mx at np 1, 2, 4 and test_tp np 1 (the
-# AgParams record grew a field); (2) the rolled lane merge (notes/patches/merge_rolled.patch, tree
+# *_mx kernels of tp.hip, MXFP8-A builders; bulk AG||NN's X_full MXFP8 and its dY on them) --
+# test_tp_mx at np 1, 2, 4, test_tp np 1 (the AgParams record grew a field), the MLP block
+# example in mxfp8 at np 1-2; (2) the rolled lane merge (notes/patches/merge_rolled.patch, tree
 # R): test_moe_route + test_moe_forward np 1 on it, and the share's and real E's traces against
 # main's in the same call; (3) the world-1 MXFP8 table (bench/tp.py --precision mxfp8; s43_b had
 # ag_tn fused/gemm 1.184). ~6 min.
@@ -15,6 +16,8 @@ run "warm" timeout 200 python3 -m kosmos.runtime.warm --jobs 4 tp.hip gemm.hip m
 run "tp_mx+tp np1" timeout 200 python3 -m pytest tests/gpu/test_tp_mx.py tests/gpu/test_tp.py $T
 run "tp_mx np2" timeout 200 $MPIRUN -np 2 python3 -m mpi4py -m pytest tests/gpu/test_tp_mx.py $T
 run "tp_mx np4" timeout 240 $MPIRUN -np 4 python3 -m mpi4py -m pytest tests/gpu/test_tp_mx.py $T
+run "mlp_block mxfp8 np1" timeout 120 python3 launch/examples/mlp_block.py --precision mxfp8
+run "mlp_block mxfp8 np2" timeout 150 $MPIRUN -np 2 python3 launch/examples/mlp_block.py --precision mxfp8
 stamp tested
 run "bench tp mxfp8" timeout 300 python3 bench/tp.py --precision mxfp8 --iters 15 --out $RUNS
 stamp bench

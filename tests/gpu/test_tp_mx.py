@@ -143,6 +143,10 @@ def quantize_pair(x, axis):
 
 @pytest.mark.parametrize("m,n,k", SHAPES[:2])
 def test_bulk_all_gather_mxfp8_gathers_column_blocks(world, m, n, k):
+    """Bulk AG || NN with MXFP8 X (blocks along M, for the wgrad): X_full is the gathered MXFP8 (codes
+    and scales bitwise the shards'), or, into a bf16 x_full, their exact dequantization; dX bitwise
+    the bf16 op's on a bf16 dY, and kosmos.matmul's on an MXFP8 dY (the MXFP8-A builders where
+    kosmos.matmul keeps A in MXFP8)."""
     P, r = world.size, world.rank
     shards = [quantized("mxbagx", p, (m, k), axis=0) for p in range(P)]  # for the wgrad: blocks along M
     dy = arr("mxbagdy", r, (P * m, n))
@@ -154,9 +158,16 @@ def test_bulk_all_gather_mxfp8_gathers_column_blocks(world, m, n, k):
     world.synchronize()
     np.testing.assert_array_equal(bits(x_full), np.concatenate([s[1] for s in shards]).view(np.uint16))
     np.testing.assert_array_equal(bits(dx), bits(dx_bf16))
-    x_full2, _ = op(shards[r][0], cupy.asarray(dy), cupy.asarray(w))  # a new X_full, at P = 1 too
+    dy_mx, w_mx = quantized("mxbagdy2", r, (P * m, n), axis=1)[0], quantized("mxbagw2", 0, (n, k), axis=0, scale=0.1)[0]
+    x_mx, dx_mx = op(shards[r][0], dy_mx, w_mx, dx=poisoned((P * m, k), bfloat16))  # a new X_full, MXFP8
+    want = gemm.matmul(dy_mx, w_mx, "NN", tile_n=op.tile_n)
     world.synchronize()
-    np.testing.assert_array_equal(bits(x_full2), bits(x_full))
+    assert isinstance(x_mx, mx.DeviceMX) and x_mx.axis == 0
+    for f in ("data", "scales"):
+        np.testing.assert_array_equal(cupy.asnumpy(getattr(x_mx, f)),
+                                      np.concatenate([cupy.asnumpy(getattr(s[0], f)) for s in shards]))
+    np.testing.assert_array_equal(bits(dx_mx), bits(want))
+    assert op.dy_stays_mx == (gemm.arch_path() == "wgmma")  # these widths: kosmos.matmul's register path
 
 
 @pytest.mark.parametrize("m,n,k", SHAPES[1:])
