@@ -2,10 +2,11 @@
 # Session 44's second call: (1) the MXFP8 AG ops that keep the gathered operand in MXFP8 (the
 # *_mx kernels of tp.hip, MXFP8-A builders; bulk AG||NN's X_full MXFP8 and its dY on them) --
 # test_tp_mx at np 1, 2, 4, test_tp np 1 (the AgParams record grew a field), the MLP block
-# example in mxfp8 at np 1-2; (2) the rolled lane merge (notes/patches/merge_rolled.patch, tree
-# R): test_moe_route + test_moe_forward np 1 on it, and the share's and real E's traces against
-# main's in the same call; (3) the world-1 MXFP8 table (bench/tp.py --precision mxfp8; s43_b had
-# ag_tn fused/gemm 1.184). ~6 min.
+# example in mxfp8 at np 1-2; (2) route_smaller on main (the rolled lane merge + the
+# weights by rolled loops: code run once a call, cold): test_moe_route/forward np 1, and
+# the share's and real E's traces of main, before it (tree B) and the rolled merge alone (R);
+# (3) the world-1 MXFP8 table (bench/tp.py --precision mxfp8; s43_b had
+# ag_tn fused/gemm 1.184). ~9 min (the traces last: a timeout loses only them).
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s44_b.sh
 source notes/debug/call_env.sh s44_b
 stamp() { echo "----- $(date +%T) $*" >> "$LOG"; }
@@ -22,12 +23,19 @@ stamp tested
 run "bench tp mxfp8" timeout 300 python3 bench/tp.py --precision mxfp8 --iters 15 --out $RUNS
 stamp bench
 cp "$RUNS"/*.json "$OUT"/ 2>/dev/null
-rm -rf /tmp/tree_rolled && mkdir -p /tmp/tree_rolled && cp -r hipsrc /tmp/tree_rolled/
+# main has route_smaller (the rolled merge + the weights by rolled loops); tree B = before it,
+# tree R = before + the rolled merge only (merge_rolled.patch)
+tree() {  # tree NAME: this hipsrc, then patch ARGS... applied
+  local name=$1; shift
+  rm -rf /tmp/tree_$name && mkdir -p /tmp/tree_$name && cp -r hipsrc /tmp/tree_$name/
+  (cd /tmp/tree_$name && patch -p1 -s "$@" < "$OLDPWD/notes/patches/route_smaller.patch") >> "$LOG" 2>&1
+}
+tree before -R
+tree rolled -R
 (cd /tmp/tree_rolled && patch -p1 -s < "$OLDPWD/notes/patches/merge_rolled.patch") >> "$LOG" 2>&1
-run "moe route+forward np1 (R)" env KOSMOS_HIPSRC=/tmp/tree_rolled/hipsrc timeout 200 python3 -m pytest \
-  tests/gpu/test_moe_route.py tests/gpu/test_moe_forward.py $T
+run "moe route+forward np1" timeout 200 python3 -m pytest tests/gpu/test_moe_route.py tests/gpu/test_moe_forward.py $T
 for a in "--forward-only" "--ranks 8 --forward-only"; do
-  for t in main rolled; do
+  for t in main before rolled; do
     h=$PWD/hipsrc; [[ $t == main ]] || h=/tmp/tree_$t/hipsrc
     run "phases $t Qwen3-30B $a" env KOSMOS_HIPSRC=$h timeout 90 python3 notes/debug/phases.py \
       --model Qwen3-30B-A3B --rows 256 --movers 0 $a
