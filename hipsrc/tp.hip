@@ -196,7 +196,8 @@ TP_MX_KERNELS(TP_AG_KERNEL, kosmos_tp_bulk_ag_nn, LAYOUT_NN, true)  // dY MXFP8 
 // Movers gather both copies (the table's third column picks the gather; the row-wise items come
 // first, the dgrad needs them first); builders run every dgrad tile, each waiting for its rows,
 // then the wgrad tiles, each waiting for the whole column-wise gather (it reduces over all rows).
-template <class Tile>
+// DgradTile: the dgrad's (MxInBf16Ring: the row-wise copy kept MXFP8, AgParams::gathered_scales).
+template <class Tile, class DgradTile = Tile>
 KOSMOS_DEVICE void ag_nn_nt(const TensorMap& tma, const TensorMap& tmb, const TensorMap& tmc, const AgNtParams& P,
                             const TensorMap& tma2, const TensorMap& tmb2, const TensorMap& tmc2) {
   const AgParams& a = P.a;
@@ -218,7 +219,7 @@ KOSMOS_DEVICE void ag_nn_nt(const TensorMap& tma, const TensorMap& tmb, const Te
   builder_init(smem);
   TableClaim dgrad_claim{&heads->tile, c.tile_order, c.n_tiles, nullptr, 0, c.movers == 0};
   const GatherReady dgrad_ready{a.arrived, epoch, a.m, a.tiles_m_per_chunk, a.items_per_chunk, world == 1, wait};
-  const DenseSchedule<Tile> dgrad{c.p};
+  const DenseSchedule<DgradTile> dgrad{c.p};
   const EpiStoreBf16Tma dgrad_epi(a.epi, &tmc);
   TableClaim wgrad_claim{&heads->join, nullptr, P.n_tiles2, nullptr, 0, c.movers == 0};
   const AllGatheredReady wgrad_ready{P.arrived2, epoch, world * a.items_per_chunk, world == 1, wait};
@@ -236,9 +237,14 @@ KOSMOS_DEVICE void ag_nn_nt(const TensorMap& tma, const TensorMap& tmb, const Te
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                             \
       NAME(TP_MAPS, const KOSMOS_GRID_CONSTANT TensorMap tma2, const KOSMOS_GRID_CONSTANT TensorMap tmb2, \
            const KOSMOS_GRID_CONSTANT TensorMap tmc2, const KOSMOS_GRID_CONSTANT AgNtParams p) {          \
-    ag_nn_nt<TILE>(tma, tmb, tmc, p, tma2, tmb2, tmc2);                                                   \
+    ag_nn_nt<TILE, ##__VA_ARGS__>(tma, tmb, tmc, p, tma2, tmb2, tmc2);                                    \
   }
 TP_KERNELS(TP_AG_NN_NT_KERNEL, kosmos_tp_ag_nn_nt)
+#if KOSMOS_GEMM_WGMMA  // the dgrad on the MXFP8-A tiles in the bf16 tiles' ring (NAME_mx, _mx_n192, _mx_n128)
+TP_AG_NN_NT_KERNEL(kosmos_tp_ag_nn_nt_mx, DefaultTile, MxInBf16Ring<256>)
+TP_AG_NN_NT_KERNEL(kosmos_tp_ag_nn_nt_mx_n192, MidTile, MxInBf16Ring<192>)
+TP_AG_NN_NT_KERNEL(kosmos_tp_ag_nn_nt_mx_n128, PingPongTile, MxInBf16Ring<128>)
+#endif
 
 // ---------------------------------------------------------------------------------------
 // GEMM+RS. Fused (TN+RS): builders write partial tiles band-major into this call's staging

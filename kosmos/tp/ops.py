@@ -453,11 +453,14 @@ class AllGatherMatmulNNNT(_AllGatherBase):
         dX[P*m, k] = allgather(dY[m, n]) @ W[n, k]      over dY's row-wise copy (blocks along n)
         dW[n, k]   = allgather(dY)^T @ X[P*m, k]        over its column-wise copy (blocks along tokens)
 
-    Both MXFP8 copies of dY (kosmos.mx.quantize_both) are gathered, 33/64 of the bf16 bytes each,
-    and dequantized by the movers; the builders run the dgrad tiles as their rows arrive, then the
-    wgrad tiles once the column-wise copy is complete. W and X: bf16, or DeviceMX with blocks along
-    their contracting axes (W along n, X along the tokens), dequantized on the stream first.
-    Bitwise the bf16 AG+NN and NT GEMM (whole tiles: kosmos.matmul with tile_n) on the dequantized copies.
+    Both MXFP8 copies of dY (kosmos.mx.quantize_both) are gathered, 33/64 of the bf16 bytes each;
+    the builders run the dgrad tiles as their rows arrive, then the wgrad tiles once the column-wise
+    copy is complete. The row-wise copy stays MXFP8 for the dgrad's MXFP8-A builders where
+    kosmos.matmul would keep it (`keeps_mx`, as AllGatherMatmul; W k-permuted on the stream), else
+    movers dequantize it; movers dequantize the column-wise copy for the bf16 wgrad. W and X: bf16,
+    or DeviceMX with blocks along their contracting axes (W along n, X along the tokens), X
+    dequantized on the stream first. dX is bitwise kosmos.matmul(gathered row-wise dY, W, "NN") and
+    dW the NT GEMM on the dequantized column-wise copy (whole tiles: kosmos.matmul with tile_n).
     """
 
     kind = "ag_nn"  # the crew rules of the AG+NN it extends
@@ -478,6 +481,8 @@ class AllGatherMatmulNNNT(_AllGatherBase):
         self.mover_order = cupy.asarray(np.concatenate(
             [np.c_[pairs, np.full(len(pairs), j, np.int32)] for j in (0, 1)]).astype(np.int32))
         self._set_gemm(gemm.gemm_shape("NN", (P * m, n), (n, k)))
+        self.keeps_mx = gemm.mx_a_path("NN", "store", 1, False, gemm.arch_path() == "wgmma", self.shape.no,
+                                       gemm.mx_a_max_columns())
         tm, tn, _ = gemm.tile_counts(self.shape, self.tile_n)
         g = GatherGrid(P, world.rank, m, gemm.tile_shape()[0], tn)
         self.tiles = self._tile_table(self.shape, ag_tile_order(g, "local_first") if P > 1 else None)
@@ -498,24 +503,32 @@ class AllGatherMatmulNNNT(_AllGatherBase):
     @uses_stream
     def __call__(self, dy_rows: Any, dy_cols: Any, w: Any, x: Any, dx: Any = None, dw: Any = None, *,
                  gathered: Any = None, stream: Any = None) -> tuple[Any, Any]:
-        """Returns (dX, dW), both bf16. gathered: an optional [P*m, n] bf16 array that receives the
-        dequantized row-wise copy of the gathered dY."""
+        """Returns (dX, dW), both bf16. gathered: an optional [P*m, n] array that receives the
+        row-wise copy of the gathered dY: bf16 (dequantized), or, where the op keeps_mx, a DeviceMX."""
         P, m, n, k = self.P, self.m, self.n, self.k
         dy_rows = self._gather_input(dy_rows, "dy_rows", stream)
         dy_cols = mx.check_mx(dy_cols, "dy_cols", (m, n), axis=0, stream=stream)
-        w = self._local_operand(w, "w", (n, k), "NN", 1, stream)
+        if self.keeps_mx:  # B of the MXFP8-A dgrad: permuted per 64-slab (dequantized, an MXFP8 w)
+            w = (mx.check_mx(w, "w", (n, k), stream=stream) if isinstance(w, mx.DeviceMX)
+                 else self._check(w, "w", (n, k), stream=stream))
+            w = mx.kperm_operand(w, axis=0, stream=stream)
+        else:
+            w = self._local_operand(w, "w", (n, k), "NN", 1, stream)
         x = self._local_operand(x, "x", (P * m, k), "NT", 1, stream)
         dx = self._output(dx, (P * m, k), bfloat16, stream, name="dx")
         dw = self._output(dw, (n, k), bfloat16, stream, name="dw")
         ins = dict(dy_rows=dy_rows.data, dy_rows_scales=dy_rows.scales, dy_cols=dy_cols.data,
                    dy_cols_scales=dy_cols.scales, w=w, x=x)
         gathered = self._keep(gathered, "gathered", stream, **ins)
-        refuse_overlap("dx", dx, **ins, gathered=gathered)
-        refuse_overlap("dw", dw, **ins, gathered=gathered, dx=dx)
+        kept = ({"gathered": gathered.data, "gathered.scales": gathered.scales} if isinstance(gathered, mx.DeviceMX)
+                else {"gathered": gathered})
+        refuse_overlap("dx", dx, **ins, **kept)
+        refuse_overlap("dw", dw, **ins, **kept, dx=dx)
         g1 = self._gathered(dy_rows, gathered, stream)
         g2 = self._gathered(dy_cols, None, stream, gather=1)  # alone: the column-wise copy dequantized
-        self._run((*ins.values(), dx, dw, g1), lambda: self._nn_nt_args(dy_rows, dy_cols, w, x, dx, dw, g1, g2),
-                  stream)
+        self._run((*ins.values(), dx, dw, *_arrays(g1).values()),
+                  lambda: self._nn_nt_args(dy_rows, dy_cols, w, x, dx, dw, g1, g2), stream)
+        self._kept_bf16(g1, gathered, stream)
         return dx, dw
 
     def _nn_nt_args(self, dy_rows: Any, dy_cols: Any, w: Any, x: Any, dx: Any, dw: Any, g1: Any, g2: Any) -> list:

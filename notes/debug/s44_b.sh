@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Session 44's second call: (1) the MXFP8 AG ops that keep the gathered operand in MXFP8 (the
-# *_mx kernels of tp.hip, MXFP8-A builders; bulk AG||NN's X_full MXFP8 and its dY on them) --
+# *_mx kernels of tp.hip, MXFP8-A builders; bulk AG||NN's X_full MXFP8 and its dY on them; AG+NN(+NT)'s
+# dgrad on them in the bf16 ring) --
 # test_tp_mx at np 1, 2, 4, test_tp np 1 (the AgParams record grew a field), the MLP block
 # example in mxfp8 at np 1-2; (2) route_smaller on main (the rolled lane merge + the
 # weights by rolled loops: code run once a call, cold): test_moe_route/forward np 1, and

@@ -78,9 +78,13 @@ def test_all_gather_matmul_mxfp8(world, m, n, k, layout, route, monkeypatch):
 
 @pytest.mark.parametrize("m,n,k", SHAPES)
 @pytest.mark.parametrize("movers", [None, 1])
-def test_ag_nn_nt_is_the_dgrad_and_the_wgrad(world, m, n, k, movers):
-    """AG+NN(+NT): dX bitwise the bf16 AG+NN on the dequantized row-wise dY shards, dW bitwise our
-    NT GEMM on the gathered, dequantized column-wise copy; both copies' gathers exact."""
+@pytest.mark.parametrize("route", ["kept", "dequantized"])
+def test_ag_nn_nt_is_the_dgrad_and_the_wgrad(world, m, n, k, movers, route, monkeypatch):
+    """AG+NN(+NT): dX bitwise kosmos.matmul on the gathered row-wise dY (MXFP8-A builders on the kept
+    copy, or, MX_A_MAX_COLUMNS = 0, the bf16 AG+NN on the dequantized shards), dW bitwise our NT
+    GEMM on the gathered, dequantized column-wise copy; both copies' gathers exact."""
+    if route == "dequantized":
+        monkeypatch.setattr(gemm, "MX_A_MAX_COLUMNS", 0)
     P, r = world.size, world.rank
     src = [arr("mxnnt_dy", p, (m, n)) for p in range(P)]
     rows = [quantize_pair(s, 1) for s in src]
@@ -88,10 +92,16 @@ def test_ag_nn_nt_is_the_dgrad_and_the_wgrad(world, m, n, k, movers):
     w_mx, w = quantized("mxnnt_w", 0, (n, k), axis=0, scale=0.1)
     x_mx, x = quantized("mxnnt_x", r, (P * m, k), axis=0)
     op = AllGatherMatmulNNNT(world, m, n, k, movers=None if P == 1 else movers)
+    assert op.keeps_mx == (route == "kept" and gemm.arch_path() == "wgmma")
     kept = poisoned((P * m, n), bfloat16)
     dx, dw = op(rows[r][0], cols[r][0], w_mx, x_mx, dx=poisoned((P * m, k), bfloat16),
                 dw=poisoned((n, k), bfloat16), gathered=kept)
-    want_dx = AllGatherMatmul(world, m, n, k, layout="NN")(cupy.asarray(rows[r][1]), cupy.asarray(w))
+    rows_mx = mx.DeviceMX(*(cupy.concatenate([getattr(q[0], f) for q in rows]) for f in ("data", "scales")), 1)
+    want_dx = gemm.matmul(rows_mx, w_mx, "NN", tile_n=op.tile_n)
+    if not op.keeps_mx:
+        bf16_dx = AllGatherMatmul(world, m, n, k, layout="NN")(cupy.asarray(rows[r][1]), cupy.asarray(w))
+        world.synchronize()
+        np.testing.assert_array_equal(bits(bf16_dx), bits(want_dx))
     full_cols = np.concatenate([c[1] for c in cols])
     want_dw = gemm.matmul(cupy.asarray(full_cols), cupy.asarray(x), "NT", tile_n=256)
     world.synchronize()

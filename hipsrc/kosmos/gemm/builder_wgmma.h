@@ -381,7 +381,7 @@ KOSMOS_DEVICE bool produce(const Job& job, u8* smem_raw, RingPos& pos) {
     for (i32 kb = tc.kb0; kb < tc.kb1; ++kb) {
       mbar_wait(&empty[s], ph ^ 1);
       slot[s] = t;
-      mbar_arrive_expect_tx(&full[s], Cfg::kStageBytes - (half ? kBoxBytes : 0));
+      mbar_arrive_expect_tx(&full[s], Cfg::kTxBytes - (half ? kBoxBytes : 0));
       u8* sa = base + s * Cfg::kStageBytes;
       u8* sb = sa + Cfg::kStageBytesA;
       const i32 k = tc.k_off + kb * kTileK;

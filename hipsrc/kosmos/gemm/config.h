@@ -66,19 +66,25 @@ constexpr int kStageBytesAMx = kTileM * kTileK;    // 128 rows x 64 E4M3 codes
 // PingPong (Hopper, BN = 128 only): each consumer warpgroup owns whole 128 x 128 tiles, the two
 // taking a builder call's units in turn, so one's epilogue runs under the other's mainloop
 // (builder_wgmma.h consume_pingpong); the stages and staging are the 128-wide tile's.
-template <int BN, bool MxA = false, bool PingPong = false>
+// Bf16Ring (with MxA): the ring and staging of the bf16 tile of that width -- 16 KB A stages, the
+// codes' 8 KB at their start -- so an MXFP8-A job shares a builder call with bf16 jobs
+// (run_builder_jobs: one ring; AG+NN(+NT)'s dgrad on MXFP8 dY beside its bf16 wgrad).
+template <int BN, bool MxA = false, bool PingPong = false, bool Bf16Ring = false>
 struct TileConfig {
   static_assert(BN == 128 || BN == 192 || BN == 256, "tile widths: 128, 192 or 256");
   static_assert(!PingPong || (BN == 128 && !MxA), "ping-pong tiles: 128 x 128, bf16 operands");
+  static_assert(!Bf16Ring || MxA, "the bf16 ring is a geometry for MXFP8-A tiles");
   static constexpr int kTileN = BN;
   static constexpr bool kMxA = MxA;
   static constexpr bool kPingPong = PingPong;
   static constexpr int kBoxesB = BN / 64;
-  static constexpr int kStageBytesA = MxA ? kStageBytesAMx : kosmos::gemm::kStageBytesA;
+  static constexpr bool kMxRing = MxA && !Bf16Ring;  // the MXFP8-A tile's own, denser ring
+  static constexpr int kStageBytesA = kMxRing ? kStageBytesAMx : kosmos::gemm::kStageBytesA;
   static constexpr int kStageBytesB = kBoxesB * kBoxBytes;
   static constexpr int kStageBytes = kStageBytesA + kStageBytesB;
+  static constexpr int kTxBytes = (MxA ? kStageBytesAMx : kStageBytesA) + kStageBytesB;  // what TMA brings a stage
   static constexpr int kPlanBytes = kRingBytes + kEpiBytes;
-  static constexpr int kStagesFit = (kPlanBytes - 2 * (MxA ? 2 : 1) * kBoxBytes) / kStageBytes;
+  static constexpr int kStagesFit = (kPlanBytes - 2 * (kMxRing ? 2 : 1) * kBoxBytes) / kStageBytes;
   static constexpr int kStages = kStagesFit < kMaxStages ? kStagesFit : kMaxStages;
   static constexpr int kEpiSlots = kStages * kStageBytes + 4 * kBoxBytes <= kPlanBytes ? 2 : 1;  // per warpgroup
   static constexpr int kEpiOffset = kPlanBytes - 2 * kEpiSlots * kBoxBytes;  // the staging
@@ -92,6 +98,7 @@ typedef TileConfig<128, false, true> PingPongTile;  // Hopper only: THE 128-wide
 typedef TileConfig<256, true> MxTile;  // Hopper only, as the two below
 typedef TileConfig<192, true> MxMidTile;
 typedef TileConfig<128, true> MxNarrowTile;
+template <int BN> using MxInBf16Ring = TileConfig<BN, true, false, true>;  // Hopper only
 
 // Layouts in row-major NumPy terms (named BLAS-style, as in the paper). In each, the output
 // is [Mo, No] and the reduction has depth Kr:
