@@ -233,17 +233,18 @@ KOSMOS_DEVICE void ag_nn_nt(const TensorMap& tma, const TensorMap& tmb, const Te
 
 // (The six maps first: the launch packs arguments at their NumPy alignment, and every map must
 // sit on a 64-byte boundary.)
-#define TP_AG_NN_NT_KERNEL(NAME, TILE, ...)                                                              \
+#define TP_AG_NN_NT_KERNEL_WITH(NAME, TILE, DGRAD_TILE)                                                 \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                             \
       NAME(TP_MAPS, const KOSMOS_GRID_CONSTANT TensorMap tma2, const KOSMOS_GRID_CONSTANT TensorMap tmb2, \
            const KOSMOS_GRID_CONSTANT TensorMap tmc2, const KOSMOS_GRID_CONSTANT AgNtParams p) {          \
-    ag_nn_nt<TILE, ##__VA_ARGS__>(tma, tmb, tmc, p, tma2, tmb2, tmc2);                                    \
+    ag_nn_nt<TILE, DGRAD_TILE>(tma, tmb, tmc, p, tma2, tmb2, tmc2);                                       \
   }
+#define TP_AG_NN_NT_KERNEL(NAME, TILE, ...) TP_AG_NN_NT_KERNEL_WITH(NAME, TILE, TILE)
 TP_KERNELS(TP_AG_NN_NT_KERNEL, kosmos_tp_ag_nn_nt)
 #if KOSMOS_GEMM_WGMMA  // the dgrad on the MXFP8-A tiles in the bf16 tiles' ring (NAME_mx, _mx_n192, _mx_n128)
-TP_AG_NN_NT_KERNEL(kosmos_tp_ag_nn_nt_mx, DefaultTile, MxInBf16Ring<256>)
-TP_AG_NN_NT_KERNEL(kosmos_tp_ag_nn_nt_mx_n192, MidTile, MxInBf16Ring<192>)
-TP_AG_NN_NT_KERNEL(kosmos_tp_ag_nn_nt_mx_n128, PingPongTile, MxInBf16Ring<128>)
+TP_AG_NN_NT_KERNEL_WITH(kosmos_tp_ag_nn_nt_mx, DefaultTile, MxInBf16Ring<256>)
+TP_AG_NN_NT_KERNEL_WITH(kosmos_tp_ag_nn_nt_mx_n192, MidTile, MxInBf16Ring<192>)
+TP_AG_NN_NT_KERNEL_WITH(kosmos_tp_ag_nn_nt_mx_n128, PingPongTile, MxInBf16Ring<128>)
 #endif
 
 // ---------------------------------------------------------------------------------------
