@@ -36,7 +36,7 @@ tree rolled -R
 (cd /tmp/tree_rolled && patch -p1 -s < "$OLDPWD/notes/patches/merge_rolled.patch") >> "$LOG" 2>&1
 run "moe route+forward np1" timeout 200 python3 -m pytest tests/gpu/test_moe_route.py tests/gpu/test_moe_forward.py $T
 for a in "--forward-only" "--ranks 8 --forward-only"; do
-  for t in main before rolled; do
+  for t in main before; do
     h=$PWD/hipsrc; [[ $t == main ]] || h=/tmp/tree_$t/hipsrc
     run "phases $t Qwen3-30B $a" env KOSMOS_HIPSRC=$h timeout 90 python3 notes/debug/phases.py \
       --model Qwen3-30B-A3B --rows 256 --movers 0 $a
