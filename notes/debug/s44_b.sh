@@ -9,6 +9,9 @@
 # (3) the world-1 MXFP8 table (bench/tp.py --precision mxfp8; s43_b had
 # ag_tn fused/gemm 1.184). ~9 min (the traces last: a timeout loses only them).
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s44_b.sh
+# (Ran once at 59a83ad. route_smaller.patch was that tree's rolled merge + rolled weights; after
+# the run the merge stayed rolled on main and the weights' part is notes/patches/route_weights_rolled.patch:
+# this script no longer rebuilds its "before" tree as written.)
 source notes/debug/call_env.sh s44_b
 stamp() { echo "----- $(date +%T) $*" >> "$LOG"; }
 T="-q -p no:cacheprovider --timeout=200 --timeout-method=thread -rfE --color=no"
