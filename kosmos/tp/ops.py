@@ -242,6 +242,7 @@ class _FusedOp(SymmetricPlan):
         c = self.crew
         return (f"{type(self).__name__}(P={self.P}, m={self.m}, n={self.n}, k={self.k}): grid {c.grid}, "
                 f"{c.movers} movers ({c.movers_per_peer}/peer), policy {self.policy}, 128x{self.tile_n} tiles"
+                + (", MXFP8 A in the builders" if self.keeps_mx else "")
                 + (f", stream-K ({self.stream_k.tail} tiles x {self.stream_k.ranges} K-ranges)" if self.stream_k else ""))
 
 
