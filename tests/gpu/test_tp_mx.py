@@ -6,6 +6,8 @@ dequantize, and the gathered array bitwise the shards (codes and scales, or thei
 plus a float64 check."""
 from __future__ import annotations
 
+import time
+
 import numpy as np
 import pytest
 
@@ -229,3 +231,32 @@ def test_mxfp8_operands_are_checked_on_every_rank(world, monkeypatch):
 
 def x_rows_of(world, m, n):
     return quantized("mxbad2", world.rank, (m, n), axis=1)[0]
+
+
+def test_mxfp8_gathers_with_a_late_rank(world):
+    """The last rank starts its calls 1.5 s after the others: AG+TN (one mover) and AG+NN(+NT) on
+    the MXFP8 path (kept where kosmos.matmul keeps A in MXFP8) wait on the device, and give the bits
+    of kosmos.matmul on the gathered operand (AG+TN) and of an on-time call (AG+NN(+NT))."""
+    P, r = world.size, world.rank
+    m, n, k = 256, 192, 320
+    shards = [quantized("mxlate", p, (m, k), axis=1) for p in range(P)]
+    w_mx = quantized("mxlatew", 0, (n, k), axis=1, scale=0.1)[0]
+    ag = AllGatherMatmul(world, m, n, k, precision="mxfp8", movers=None if P == 1 else 1)
+    full_mx = mx.DeviceMX(*(cupy.concatenate([getattr(s[0], f) for s in shards]) for f in ("data", "scales")), 1)
+    want = gemm.matmul(full_mx, w_mx, "TN", tile_n=ag.tile_n)
+    src = arr("mxlatedy", r, (m, n))
+    rows_mx, cols_mx = quantize_pair(src, 1)[0], quantize_pair(src, 0)[0]
+    wn = quantized("mxlatewn", 0, (n, k), axis=0, scale=0.1)[0]
+    xn = quantized("mxlatex", r, (P * m, k), axis=0)[0]
+    nnt = AllGatherMatmulNNNT(world, m, n, k)
+    dx0, dw0 = nnt(rows_mx, cols_mx, wn, xn)
+    world.synchronize()
+    world.barrier()
+    if r == P - 1:
+        time.sleep(1.5)
+    y = ag(shards[r][0], w_mx, poisoned(ag.out_shape, bfloat16))
+    dx, dw = nnt(rows_mx, cols_mx, wn, xn, dx=poisoned((P * m, k), bfloat16), dw=poisoned((n, k), bfloat16))
+    world.synchronize()
+    np.testing.assert_array_equal(bits(y), bits(want))
+    np.testing.assert_array_equal(bits(dx), bits(dx0))
+    np.testing.assert_array_equal(bits(dw), bits(dw0))
