@@ -65,11 +65,17 @@ def _ptr(arr: Any) -> np.uint64:
     return np.uint64(arr.data.ptr)
 
 
-def _arrays(x: Any) -> dict[str, Any]:
+def _arrays(x: Any, name: str = "x") -> dict[str, Any]:
     """An operand's device arrays by name: a bf16 array, or an MXFP8 one's codes and scales."""
     if isinstance(x, mx.DeviceMX):
-        return {"x_codes": x.data, "x_scales": x.scales}
-    return {"x": x}
+        return {f"{name}_codes": x.data, f"{name}_scales": x.scales}
+    return {name: x}
+
+
+def _copy_mx(dst: Any, src: Any, stream: Any) -> None:
+    """dst's codes and scales = src's (two DeviceMX of one shape), on the stream."""
+    copy_into(dst.data, src.data, stream)
+    copy_into(dst.scales, src.scales, stream)
 
 
 def _slice_cols(cols: int) -> int:
@@ -238,6 +244,19 @@ class _FusedOp(SymmetricPlan):
         axis in `layout` (operand 0: a, 1: b), dequantized on the stream first."""
         return self._check(gemm.dequantized_operand(t, name, layout, operand, stream), name, shape, stream=stream)
 
+    def _mx_a_path(self, layout: str) -> bool:
+        """Whether kosmos.matmul would keep the op's GEMM's MXFP8 A in the builders (gemm.mx_a_path,
+        whole tiles): then the op runs its *_mx kernel, bitwise that GEMM."""
+        return gemm.mx_a_path(layout, "store", 1, False, gemm.arch_path() == "wgmma", self.shape.no,
+                              gemm.mx_a_max_columns())
+
+    def _kperm_operand(self, t: Any, name: str, shape: tuple[int, ...], layout: str, stream: Any) -> Any:
+        """The B operand of an MXFP8-A GEMM: t (bf16, or a DeviceMX with blocks along its
+        contracting axis in `layout`) checked, then permuted per 64-slab (kosmos.mx.kperm_operand)."""
+        t = (mx.check_mx(t, name, shape, stream=stream) if isinstance(t, mx.DeviceMX)
+             else self._check(t, name, shape, stream=stream))
+        return mx.kperm_operand(t, axis=gemm.contracting_axis(layout, 1), stream=stream)
+
     def describe(self) -> str:
         c = self.crew
         return (f"{type(self).__name__}(P={self.P}, m={self.m}, n={self.n}, k={self.k}): grid {c.grid}, "
@@ -301,15 +320,21 @@ class _AllGatherBase(_FusedOp):
     def gathered_shape(self) -> tuple[int, int]:
         return (self.P * self.m, self.row_elems)
 
+    @property
+    def gathers_mx(self) -> bool:
+        """Whether the gathered array may stay MXFP8 (a DeviceMX keep): where the builders read it
+        in MXFP8 (keeps_mx; BulkAllGatherMatmul: always in mxfp8)."""
+        return self.keeps_mx
+
     def _keep(self, keep: Any, name: str, stream: Any, **inputs: Any) -> Any:
         """The caller's array for the gathered operand, checked (and disjoint from the inputs), or
-        None: bf16, or (an op that keeps_mx) a DeviceMX with blocks along its rows."""
+        None: bf16, or (an op that gathers_mx) a DeviceMX with blocks along mx_axis."""
         if keep is None:
             return None
-        if isinstance(keep, mx.DeviceMX) and self.keeps_mx:
-            keep = mx.check_mx(keep, name, self.gathered_shape, axis=1, stream=stream, writable=True)
-            refuse_overlap(name, keep.data, **inputs)
-            refuse_overlap(f"{name}.scales", keep.scales, **inputs)
+        if isinstance(keep, mx.DeviceMX) and self.gathers_mx:
+            keep = mx.check_mx(keep, name, self.gathered_shape, axis=self.mx_axis, stream=stream, writable=True)
+            for what, a in _arrays(keep, name).items():
+                refuse_overlap(what, a, **inputs)
             return keep
         if isinstance(keep, mx.DeviceMX):
             raise TypeError(f"{name}: this op gathers into bf16 (keeps_mx is False: "
@@ -358,8 +383,7 @@ class _AllGatherBase(_FusedOp):
 
         if self.P == 1:
             if isinstance(keep, mx.DeviceMX):
-                copy_into(keep.data, x.data, stream)
-                copy_into(keep.scales, x.scales, stream)
+                _copy_mx(keep, x, stream)
             return x
         if isinstance(keep, mx.DeviceMX):
             return keep
@@ -411,8 +435,7 @@ class AllGatherMatmul(_AllGatherBase):
         # As kosmos.matmul routes the plain MXFP8 GEMM (a rank's own choice: the staged shards are
         # MXFP8 either way, only what its movers write differs). Not two-way: the MXFP8-A kernels'
         # builders never go back to gathering (hipsrc/tp.hip ag_gemm: their registers).
-        self.keeps_mx = precision == "mxfp8" and policy != "two_way" and gemm.mx_a_path(
-            layout, "store", 1, False, gemm.arch_path() == "wgmma", self.shape.no, gemm.mx_a_max_columns())
+        self.keeps_mx = precision == "mxfp8" and policy != "two_way" and self._mx_a_path(layout)
         tm, tn, _ = gemm.tile_counts(self.shape, self.tile_n)
         g = GatherGrid(P, world.rank, m, gemm.tile_shape()[0], tn)
         # Alone every order is the builder's raster: no table (one dependent load less per claim).
@@ -430,18 +453,14 @@ class AllGatherMatmul(_AllGatherBase):
         scales, blocks along rows); without it the plan's scratch array is used and overwritten next
         call. w: bf16, or a DeviceMX with blocks along its contracting axis."""
         x = self._gather_input(x, "x" if self.layout == "TN" else "dy", stream)
-        if self.keeps_mx:  # B of the MXFP8-A builders: permuted per 64-slab (dequantized, an MXFP8 w)
-            w = (mx.check_mx(w, "w", (self.n, self.k), stream=stream) if isinstance(w, mx.DeviceMX)
-                 else self._check(w, "w", (self.n, self.k), stream=stream))
-            w = mx.kperm_operand(w, axis=gemm.contracting_axis(self.layout, 1), stream=stream)
+        if self.keeps_mx:
+            w = self._kperm_operand(w, "w", (self.n, self.k), self.layout, stream)
         else:
             w = self._local_operand(w, "w", (self.n, self.k), self.layout, 1, stream)
         xs = _arrays(x)
         out = self._output(out, self.out_shape, bfloat16, stream)
         gathered = self._keep(gathered, "gathered", stream, **xs, w=w)
-        kept = ({"gathered": gathered.data, "gathered.scales": gathered.scales} if isinstance(gathered, mx.DeviceMX)
-                else {"gathered": gathered})
-        refuse_overlap("out", out, **xs, w=w, **kept)
+        refuse_overlap("out", out, **xs, w=w, **_arrays(gathered, "gathered"))
         a = self._gathered(x, gathered, stream)
         self._run((*xs.values(), w, out, *_arrays(a).values()), lambda: self._gather_args(a, w, out, x, a), stream)
         self._kept_bf16(a, gathered, stream)
@@ -482,8 +501,7 @@ class AllGatherMatmulNNNT(_AllGatherBase):
         self.mover_order = cupy.asarray(np.concatenate(
             [np.c_[pairs, np.full(len(pairs), j, np.int32)] for j in (0, 1)]).astype(np.int32))
         self._set_gemm(gemm.gemm_shape("NN", (P * m, n), (n, k)))
-        self.keeps_mx = gemm.mx_a_path("NN", "store", 1, False, gemm.arch_path() == "wgmma", self.shape.no,
-                                       gemm.mx_a_max_columns())
+        self.keeps_mx = self._mx_a_path("NN")
         tm, tn, _ = gemm.tile_counts(self.shape, self.tile_n)
         g = GatherGrid(P, world.rank, m, gemm.tile_shape()[0], tn)
         self.tiles = self._tile_table(self.shape, ag_tile_order(g, "local_first") if P > 1 else None)
@@ -509,10 +527,8 @@ class AllGatherMatmulNNNT(_AllGatherBase):
         P, m, n, k = self.P, self.m, self.n, self.k
         dy_rows = self._gather_input(dy_rows, "dy_rows", stream)
         dy_cols = mx.check_mx(dy_cols, "dy_cols", (m, n), axis=0, stream=stream)
-        if self.keeps_mx:  # B of the MXFP8-A dgrad: permuted per 64-slab (dequantized, an MXFP8 w)
-            w = (mx.check_mx(w, "w", (n, k), stream=stream) if isinstance(w, mx.DeviceMX)
-                 else self._check(w, "w", (n, k), stream=stream))
-            w = mx.kperm_operand(w, axis=0, stream=stream)
+        if self.keeps_mx:
+            w = self._kperm_operand(w, "w", (n, k), "NN", stream)
         else:
             w = self._local_operand(w, "w", (n, k), "NN", 1, stream)
         x = self._local_operand(x, "x", (P * m, k), "NT", 1, stream)
@@ -521,8 +537,7 @@ class AllGatherMatmulNNNT(_AllGatherBase):
         ins = dict(dy_rows=dy_rows.data, dy_rows_scales=dy_rows.scales, dy_cols=dy_cols.data,
                    dy_cols_scales=dy_cols.scales, w=w, x=x)
         gathered = self._keep(gathered, "gathered", stream, **ins)
-        kept = ({"gathered": gathered.data, "gathered.scales": gathered.scales} if isinstance(gathered, mx.DeviceMX)
-                else {"gathered": gathered})
+        kept = _arrays(gathered, "gathered")
         refuse_overlap("dx", dx, **ins, **kept)
         refuse_overlap("dw", dw, **ins, **kept, dx=dx)
         g1 = self._gathered(dy_rows, gathered, stream)
@@ -558,6 +573,10 @@ class BulkAllGatherMatmul(_AllGatherBase):
 
     kind = "bulk_ag_nn"
 
+    @property
+    def gathers_mx(self) -> bool:
+        return self.precision == "mxfp8"  # X_full is the wgrad's, not the builders': kept MXFP8 whenever gathered so
+
     def __init__(self, world: World, m: int, n: int, k: int, *, kx: int | None = None, sm_cap: int | None = None,
                  policy: str = "one_way", movers: int | None = None, mover_threads: int | None = None,
                  precision: str = "bf16"):
@@ -571,8 +590,7 @@ class BulkAllGatherMatmul(_AllGatherBase):
         self._set_gemm(gemm.gemm_shape("NN", (P * m, n), (n, k)))
         self.tiles = self._tile_table(self.shape, None)
         # An MXFP8 dY's builders (as kosmos.matmul routes it); the kernel is built on first use
-        self.dy_stays_mx = precision == "mxfp8" and gemm.mx_a_path(
-            "NN", "store", 1, False, gemm.arch_path() == "wgmma", self.shape.no, gemm.mx_a_max_columns())
+        self.dy_stays_mx = precision == "mxfp8" and self._mx_a_path("NN")
         self._launch_mx: PersistentLaunch | None = None
         self.launch = self._launch("kosmos_tp_bulk_ag_nn")
 
@@ -590,41 +608,32 @@ class BulkAllGatherMatmul(_AllGatherBase):
         launch = None
         if self.dy_stays_mx and isinstance(dy, mx.DeviceMX):  # the MXFP8-A builders (B k-permuted)
             dy = mx.check_mx(dy, "dy", (P * m, n), axis=1, stream=stream)
-            w = (mx.check_mx(w, "w", (n, k), stream=stream) if isinstance(w, mx.DeviceMX)
-                 else self._check(w, "w", (n, k), stream=stream))
-            w = mx.kperm_operand(w, axis=0, stream=stream)
+            w = self._kperm_operand(w, "w", (n, k), "NN", stream)
             if self._launch_mx is None:
                 self._launch_mx = self._launch("kosmos_tp_bulk_ag_nn", mx_a=True)
             launch = self._launch_mx
         else:
             dy = self._local_operand(dy, "dy", (P * m, n), "NN", 0, stream)
             w = self._local_operand(w, "w", (n, k), "NN", 1, stream)
-        xs, dys = _arrays(x), _arrays(dy)
-        ins = dict(**xs, dy=dys.get("x"), dy_codes=dys.get("x_codes"), dy_scales=dys.get("x_scales"), w=w)
+        xs, dys = _arrays(x), _arrays(dy, "dy")
+        ins = dict(**xs, **dys, w=w)
         dx = self._output(dx, self.shape.out_shape, bfloat16, stream, name="dx")
-        mx_full = self.precision == "mxfp8" and (x_full is None or isinstance(x_full, mx.DeviceMX))
-        if x_full is None and P == 1:
+        if x_full is not None:
+            x_full = self._keep(x_full, "x_full", stream, **ins)
+        elif P == 1:
             x_full = x  # nothing to gather (bf16 or MXFP8)
-        elif x_full is None and mx_full:
+        elif self.precision == "mxfp8":
             rows, cols = self.gathered_shape
             x_full = mx.DeviceMX(cupy.empty((rows, cols), np.uint8), cupy.empty((rows // mx.BLOCK, cols), np.uint8), 0)
-        elif x_full is None:
-            x_full = cupy.empty(self.gathered_shape, bfloat16)
-        elif mx_full:
-            x_full = mx.check_mx(x_full, "x_full", self.gathered_shape, axis=0, stream=stream, writable=True)
-            refuse_overlap("x_full", x_full.data, **ins)
-            refuse_overlap("x_full.scales", x_full.scales, **ins)
         else:
-            x_full = self._keep(x_full, "x_full", stream, **ins)
-        full = {} if x_full is x else _arrays(x_full)
-        refuse_overlap("dx", dx, **ins, **{f"x_full.{key}": a for key, a in full.items()})
+            x_full = cupy.empty(self.gathered_shape, bfloat16)
+        refuse_overlap("dx", dx, **ins, **({} if x_full is x else _arrays(x_full, "x_full")))
         if x_full is x:
             gathered = x
-        elif mx_full:
+        elif isinstance(x_full, mx.DeviceMX):  # the movers copy codes and scales
             gathered = x_full
             if P == 1:
-                copy_into(x_full.data, x.data, stream)
-                copy_into(x_full.scales, x.scales, stream)
+                _copy_mx(x_full, x, stream)
         else:
             gathered = self._gathered(x, x_full, stream)
         self._run((*xs.values(), *dys.values(), w, dx, *_arrays(gathered).values()),
