@@ -168,10 +168,11 @@ struct MxScales {
   i32 block0;      // the thread's block in the unit's first slab
   i32 blocks;      // scales per row (kr / 32)
   // The scale code of slab i; 127 (2^0) past the row's last block (zero codes there: a NaN scale
-  // would turn them into NaN).
+  // would turn them into NaN). A plain load, not __ldg: in the fused AG kernels this GPU's movers
+  // wrote these scales earlier in the same kernel, which the non-coherent path does not promise to see.
   KOSMOS_DEVICE u32 at(const u8* row, i32 i) const {
     const i32 b = block0 + 2 * i;
-    return b < blocks ? u32(__ldg(row + b)) : 127u;
+    return b < blocks ? u32(row[b]) : 127u;
   }
 };
 KOSMOS_DEVICE MxScales mx_scales_of(const Problem& p, const MxFirst& f, i32 tile_row, i32 q) {
