@@ -197,7 +197,10 @@ TP_MX_KERNELS(TP_AG_KERNEL, kosmos_tp_bulk_ag_nn, LAYOUT_NN, true)  // dY MXFP8 
 // first, the dgrad needs them first); builders run every dgrad tile, each waiting for its rows,
 // then the wgrad tiles, each waiting for the whole column-wise gather (it reduces over all rows).
 // DgradTile: the dgrad's (MxInBf16Ring: the row-wise copy kept MXFP8, AgParams::gathered_scales).
-template <class Tile, class DgradTile = Tile>
+// kStreamK: the wgrad's last waves cut into K-ranges (P.sk2), as the plain GEMM's: its few tiles
+// reduce over every gathered row, so whole tiles after the dgrad leave most CTAs idle (8B-OProj:
+// 64 tiles of 128+ slabs on 132 CTAs). No mover reads dW, so a tile may have several completion points.
+template <class Tile, class DgradTile = Tile, bool kStreamK = false>
 KOSMOS_DEVICE void ag_nn_nt(const TensorMap& tma, const TensorMap& tmb, const TensorMap& tmc, const AgNtParams& P,
                             const TensorMap& tma2, const TensorMap& tmb2, const TensorMap& tmc2) {
   const AgParams& a = P.a;
@@ -221,30 +224,37 @@ KOSMOS_DEVICE void ag_nn_nt(const TensorMap& tma, const TensorMap& tmb, const Te
   const GatherReady dgrad_ready{a.arrived, epoch, a.m, a.tiles_m_per_chunk, a.items_per_chunk, world == 1, wait};
   const DenseSchedule<DgradTile> dgrad{c.p};
   const EpiStoreBf16Tma dgrad_epi(a.epi, &tmc);
-  TableClaim wgrad_claim{&heads->join, nullptr, P.n_tiles2, nullptr, 0, c.movers == 0};
+  // (stream-K: no own first unit, queue order keeps the fix-up waits cycle-free: gemm_rs below)
+  TableClaim wgrad_claim{&heads->join, nullptr, P.n_tiles2, nullptr, 0, c.movers == 0 && !kStreamK};
   const AllGatheredReady wgrad_ready{P.arrived2, epoch, world * a.items_per_chunk, world == 1, wait};
-  const DenseSchedule<Tile> wgrad{P.p2};
   const EpiStoreBf16Tma wgrad_epi(P.epi2, &tmc2);
   // One builder call for both GEMMs (the wgrad is skipped when a dgrad wait aborted): a register
   // trade in a second builder call hung the MoE forward (notes/moe.md, session 11).
-  run_builder_jobs(smem, builder_job<LAYOUT_NN>(dgrad, &tma, &tmb, dgrad_claim, dgrad_ready, dgrad_epi),
-                   builder_job<LAYOUT_NT>(wgrad, &tma2, &tmb2, wgrad_claim, wgrad_ready, wgrad_epi));
+  auto build = [&](const auto& wgrad) {
+    run_builder_jobs(smem, builder_job<LAYOUT_NN>(dgrad, &tma, &tmb, dgrad_claim, dgrad_ready, dgrad_epi),
+                     builder_job<LAYOUT_NT>(wgrad, &tma2, &tmb2, wgrad_claim, wgrad_ready, wgrad_epi));
+  };
+  if constexpr (kStreamK) build(StreamKSchedule<Tile>{P.p2, P.sk2, wait});
+  else build(DenseSchedule<Tile>{P.p2});
 }
 
 // (The six maps first: the launch packs arguments at their NumPy alignment, and every map must
 // sit on a 64-byte boundary.)
-#define TP_AG_NN_NT_KERNEL_WITH(NAME, TILE, DGRAD_TILE)                                                 \
+#define TP_AG_NN_NT_KERNEL_WITH(NAME, TILE, DGRAD_TILE, STREAM_K)                                       \
   extern "C" __global__ void __launch_bounds__(kThreads, 1)                                             \
       NAME(TP_MAPS, const KOSMOS_GRID_CONSTANT TensorMap tma2, const KOSMOS_GRID_CONSTANT TensorMap tmb2, \
            const KOSMOS_GRID_CONSTANT TensorMap tmc2, const KOSMOS_GRID_CONSTANT AgNtParams p) {          \
-    ag_nn_nt<TILE, DGRAD_TILE>(tma, tmb, tmc, p, tma2, tmb2, tmc2);                                       \
+    ag_nn_nt<TILE, DGRAD_TILE, STREAM_K>(tma, tmb, tmc, p, tma2, tmb2, tmc2);                             \
   }
-#define TP_AG_NN_NT_KERNEL(NAME, TILE, ...) TP_AG_NN_NT_KERNEL_WITH(NAME, TILE, TILE)
+#define TP_AG_NN_NT_KERNEL(NAME, TILE, ...) TP_AG_NN_NT_KERNEL_WITH(NAME, TILE, TILE, false)
 TP_KERNELS(TP_AG_NN_NT_KERNEL, kosmos_tp_ag_nn_nt)
 #if KOSMOS_GEMM_WGMMA  // the dgrad on the MXFP8-A tiles in the bf16 tiles' ring (NAME_mx, _mx_n192, _mx_n128)
-TP_AG_NN_NT_KERNEL_WITH(kosmos_tp_ag_nn_nt_mx, DefaultTile, MxInBf16Ring<256>)
-TP_AG_NN_NT_KERNEL_WITH(kosmos_tp_ag_nn_nt_mx_n192, MidTile, MxInBf16Ring<192>)
-TP_AG_NN_NT_KERNEL_WITH(kosmos_tp_ag_nn_nt_mx_n128, PingPongTile, MxInBf16Ring<128>)
+TP_AG_NN_NT_KERNEL_WITH(kosmos_tp_ag_nn_nt_mx, DefaultTile, MxInBf16Ring<256>, false)
+TP_AG_NN_NT_KERNEL_WITH(kosmos_tp_ag_nn_nt_mx_n192, MidTile, MxInBf16Ring<192>, false)
+TP_AG_NN_NT_KERNEL_WITH(kosmos_tp_ag_nn_nt_mx_n128, PingPongTile, MxInBf16Ring<128>, false)
+// the wgrad in stream-K (128 x 256 tiles only: kosmos/tp/ops.py AllGatherMatmulNNNT chooses it as kosmos.matmul does)
+TP_AG_NN_NT_KERNEL_WITH(kosmos_tp_ag_nn_nt_sk, DefaultTile, DefaultTile, true)
+TP_AG_NN_NT_KERNEL_WITH(kosmos_tp_ag_nn_nt_mx_sk, DefaultTile, MxInBf16Ring<256>, true)
 #endif
 
 // ---------------------------------------------------------------------------------------

@@ -49,7 +49,8 @@ struct AgParams {
 };
 
 // AG+NN(+NT): the dgrad's gather and GEMM (a: the row-wise copy of dY, NN) and the wgrad's (the
-// column-wise copy, gathered the same way into gathered2; p2: NT over it and X; epi2: dW, bf16).
+// column-wise copy, gathered the same way into gathered2; p2: NT over it and X; epi2: dW, bf16;
+// sk2: the wgrad's stream-K split in the *_sk kernels, n_tiles2 then its units).
 struct AgNtParams {
   AgParams a;
   gemm::Problem p2;
@@ -60,6 +61,7 @@ struct AgNtParams {
   const u8* x2;
   const u8* x_scales2;
   i32 mx_blocks2, n_tiles2;
+  gemm::StreamK sk2;
 };
 
 // TN+RS and bulk RS || NT; Epi is the builders' epilogue record (bf16 or fp32 store).

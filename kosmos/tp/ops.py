@@ -140,7 +140,7 @@ class _FusedOp(SymmetricPlan):
         """Check the op's own switches and its policy (before the heap exists); every rank raises alike."""
 
     # ---- plumbing shared by the five ops ----
-    stream_k: gemm.StreamKSplit | None = None  # whole tiles until _set_gemm says otherwise
+    stream_k: gemm.StreamKSplit | None = None  # whole tiles unless _set_gemm (AG+NN(+NT): its wgrad) cuts K
     keeps_mx = False  # the GEMM's A is MXFP8 in the builders (the *_mx kernels: AG+TN, AG+NN)
 
     def _set_gemm(self, shape: gemm.GemmShape, stream_k_allowed: bool = False) -> None:
@@ -174,6 +174,13 @@ class _FusedOp(SymmetricPlan):
         return launch
 
     _tmap = staticmethod(gemm.tmap_of)
+
+    def _stream_k_record(self) -> np.void:
+        """The kernel's StreamK record: the split in the device's shared stream-K workspace (as the
+        plain GEMM's: the op's launches are in the same device order), or zeros (whole tiles)."""
+        if self.stream_k is None:
+            return np.zeros((), gemm.STREAM_K_DTYPE)[()]
+        return gemm.stream_k_record(self.stream_k, self.world.device_id, sm_count())
 
     def _run(self, operands: tuple, build: Callable[[], list], stream: Any, launch: Any = None) -> None:
         """Launch one call; `build` makes its arguments (_kernel_args). Every field but the epoch
@@ -480,7 +487,8 @@ class AllGatherMatmulNNNT(_AllGatherBase):
     movers dequantize it; movers dequantize the column-wise copy for the bf16 wgrad. W and X: bf16,
     or DeviceMX with blocks along their contracting axes (W along n, X along the tokens), X
     dequantized on the stream first. dX is bitwise kosmos.matmul(gathered row-wise dY, W, "NN") and
-    dW the NT GEMM on the dequantized column-wise copy (whole tiles: kosmos.matmul with tile_n).
+    dW the NT GEMM on the dequantized column-wise copy: kosmos.matmul with tile_n (whole tiles), or,
+    where `stream_k` holds the wgrad's split, with stream_k=True and sm_cap = the builders.
     """
 
     kind = "ag_nn"  # the crew rules of the AG+NN it extends
@@ -506,8 +514,13 @@ class AllGatherMatmulNNNT(_AllGatherBase):
         g = GatherGrid(P, world.rank, m, gemm.tile_shape()[0], tn)
         self.tiles = self._tile_table(self.shape, ag_tile_order(g, "local_first") if P > 1 else None)
         self.wgrad_shape = gemm.gemm_shape("NT", (P * m, n), (P * m, k))
+        # The wgrad in stream-K where kosmos.matmul would cut it on the builders: its few tiles
+        # reduce over every gathered row (8B-OProj: 64 tiles of 128+ slabs on 132 CTAs, whole ones
+        # after the dgrad cost 1.24x the plain GEMMs). 128 x 256 only: one ring for both GEMMs.
+        if self.tile_n == 256 and gemm.arch_path() == "wgmma":
+            self.stream_k = gemm.choose_tiling(self.wgrad_shape, self.builders, (256,), True)[1]
         wm, wn, _ = gemm.tile_counts(self.wgrad_shape, self.tile_n)
-        self.n_tiles2 = wm * wn
+        self.n_tiles2 = self.stream_k.units if self.stream_k is not None else wm * wn
         self.launch = self._launch("kosmos_tp_ag_nn_nt")
 
     def _validate(self, switches: dict[str, Any], policy: str) -> None:
@@ -556,7 +569,7 @@ class AllGatherMatmulNNNT(_AllGatherBase):
                      epi2=self._epi(dw, *dw.shape), shard_off2=self.shard2.offset,
                      scales_off2=self.shard2_scales.offset, gathered2=_ptr(g2), arrived2=_ptr(self.arrived2.local),
                      x2=_ptr(dy_cols.data), x_scales2=_ptr(dy_cols.scales), mx_blocks2=mx.blocks_code(dy_cols),
-                     n_tiles2=self.n_tiles2)
+                     n_tiles2=self.n_tiles2, sk2=self._stream_k_record())
         return [*ag[:3], self._tmap(g2), self._tmap(x), self._out_tmap(dw), rec]
 
 
@@ -704,13 +717,6 @@ class _ReduceScatterBase(_FusedOp):
             buffer_bytes=self.buffer_bytes, m=self.m, cols=self.cols, x=_ptr(x), out=_ptr(out),
             reduce_order=_ptr(self.reduce_order), band_rows=TILE_ROW, n_reduce_items=n_items,
             slice_log2=self.slice_cols.bit_length() - 1, max_join=self.max_join, sk=self._stream_k_record())
-
-    def _stream_k_record(self) -> np.void:
-        """The kernel's StreamK record: the split in the device's shared stream-K workspace (as the
-        plain GEMM's: the op's launches are in the same device order), or zeros (whole tiles)."""
-        if self.stream_k is None:
-            return np.zeros((), gemm.STREAM_K_DTYPE)[()]
-        return gemm.stream_k_record(self.stream_k, self.world.device_id, sm_count())
 
 
 class MatmulReduceScatter(_ReduceScatterBase):

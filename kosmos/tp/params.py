@@ -32,7 +32,7 @@ AG_PARAMS_DTYPE = np.dtype(
 AG_NT_PARAMS_DTYPE = np.dtype(
     [("a", AG_PARAMS_DTYPE), ("p2", PROBLEM_DTYPE), ("epi2", EPI_DTYPE), ("shard_off2", _u64), ("scales_off2", _u64),
      ("gathered2", _u64), ("arrived2", _u64), ("x2", _u64), ("x_scales2", _u64), ("mx_blocks2", _i32),
-     ("n_tiles2", _i32)],
+     ("n_tiles2", _i32), ("sk2", STREAM_K_DTYPE)],
     align=True,
 )
 

@@ -3,7 +3,9 @@
 # MXFP8 ops and the late-rank test had never run on a GPU) at np 1-4, np 3 new; (2) the MXFP8-A
 # consumers' scale reads as plain loads instead of __ldg (this tree: A) against __ldg (tree B,
 # notes/patches/mx_scales_plain_load.patch reversed) on bench/gemm.py --precision mxfp8 --quick;
-# (3) the two gaps of the world-1 MXFP8 table, bf16 beside mxfp8 on the same shapes.
+# (3) the two gaps of the world-1 MXFP8 table, bf16 beside mxfp8 on the same shapes; (4) the whole
+# world-1 MXFP8 table (AG+NN(+NT)'s wgrad now in stream-K where matmul would cut it: 8B-OProj was
+# 1.23-1.27 of the plain GEMMs with whole tiles).
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s45_a.sh
 source notes/debug/call_env.sh s45_a
 stamp() { echo "----- $(date +%T) $*" >> "$LOG"; }
@@ -23,7 +25,10 @@ S=70B-QKV-MBS2,405B-QKV-MBS1,70B-QKV-MBS8,8B-OProj-MBS4
 for p in bf16 mxfp8; do
   run "bench $p" timeout 150 python3 bench/tp.py --precision $p --kernels bulk_ag_nn,ag_nn --shapes $S --iters 15 --out $RUNS/$p
 done
+run "bench tp mxfp8 all" timeout 200 python3 bench/tp.py --precision mxfp8 --iters 15 --out $RUNS/all
 stamp bench
-mkdir -p $OUT/json && cp -r "$RUNS"/*.json "$RUNS"/bf16/*.json "$RUNS"/mxfp8/*.json "$OUT"/json/ 2>/dev/null
-grep -E "^=====|passed|failed|B/A|mxfp8/bf16|^(bulk_ag_nn|ag_nn) |^-----" "$LOG" | grep -v "^  job" | cut -c1-180
+mkdir -p $OUT/json && cp -r "$RUNS"/*.json "$RUNS"/bf16/*.json "$RUNS"/mxfp8/*.json "$RUNS"/all/*.json "$OUT"/json/ 2>/dev/null
+sed -n '1,/^===== bench tp mxfp8 all/p' "$LOG" | grep -E "^=====|passed|failed|B/A|mxfp8/bf16|^(bulk_ag_nn|ag_nn) |^-----" \
+  | grep -v "^  job" | cut -c1-180
+sed -n '/^===== bench tp mxfp8 all/,$p' "$LOG" | grep -E "^[a-z_]+ +[0-9]+ +[0-9.]+ |^ag_nn +8B-OProj|^-----"
 printf '%s\n' "${summary[@]}"

@@ -105,7 +105,7 @@ def test_ag_nn_nt_is_the_dgrad_and_the_wgrad(world, m, n, k, movers, route, monk
         world.synchronize()
         np.testing.assert_array_equal(bits(bf16_dx), bits(want_dx))
     full_cols = np.concatenate([c[1] for c in cols])
-    want_dw = gemm.matmul(cupy.asarray(full_cols), cupy.asarray(x), "NT", tile_n=256)
+    want_dw = wgrad_oracle(op, cupy.asarray(full_cols), cupy.asarray(x))
     world.synchronize()
     np.testing.assert_array_equal(bits(kept), np.concatenate([q[1] for q in rows]).view(np.uint16))
     np.testing.assert_array_equal(bits(op._scratch[1]), full_cols.view(np.uint16))
@@ -118,13 +118,56 @@ def test_ag_nn_nt_is_the_dgrad_and_the_wgrad(world, m, n, k, movers, route, monk
     np.testing.assert_array_equal(bits(dw2), bits(dw))
 
 
+def wgrad_oracle(op, dy_cols, x):
+    """AG+NN(+NT)'s dW on our plain NT GEMM: op's stream-K split (sm_cap = its builders), or whole tiles."""
+    if op.stream_k is not None:
+        return gemm.matmul(dy_cols, x, "NT", sm_cap=op.builders, stream_k=True)
+    return gemm.matmul(dy_cols, x, "NT", tile_n=256)
+
+
+@pytest.mark.parametrize("shape", ["tail", "waves"])
+def test_ag_nn_nt_stream_k_wgrad_is_the_plain_gemms(world, shape, monkeypatch):
+    """AG+NN(+NT) with its wgrad in stream-K (forced through gemm.choose_stream_k): dW bitwise
+    kosmos.matmul's stream-K on the gathered column-wise copy and the same builders, dX bitwise the
+    whole-tile op's, into poisoned outputs, twice (the tiles' arrival counters return to 0).
+    "tail": every wgrad tile cut into K-ranges; "waves": more than two waves (whole tiles first)."""
+    if gemm.arch_path() != "wgmma":
+        pytest.skip("stream-K is a Hopper path")
+    P, r = world.size, world.rank
+    if shape == "tail":
+        m, n, k = 128 * -(-8 // P), 448, 320  # P * m >= 1024 tokens: 16+ slabs, two ranges of 8+
+    else:
+        m, n, k = 128 * -(-12 // P), 2304, 4096  # dW: 288 tiles of 128 x 256 over 24+ slabs
+    src = arr("mxsk_dy", r, (m, n))
+    (row_mx, _), (col_mx, _) = quantize_pair(src, 1), quantize_pair(src, 0)
+    cols_full = np.concatenate([quantize_pair(arr("mxsk_dy", p, (m, n)), 0)[1] for p in range(P)])
+    w_mx = quantized("mxsk_w", 0, (n, k), axis=0, scale=0.1)[0]
+    x_mx, x = quantized("mxsk_x", r, (P * m, k), axis=0)
+    monkeypatch.setattr(gemm, "choose_tile_n", lambda tiles, ctas: 256)  # stream-K is on 128 x 256 tiles
+    monkeypatch.setattr(gemm, "choose_stream_k", lambda tiles, ctas, k_slabs: False)
+    whole = AllGatherMatmulNNNT(world, m, n, k)
+    dx_whole = whole(row_mx, col_mx, w_mx, x_mx)[0]
+    monkeypatch.setattr(gemm, "choose_stream_k", lambda tiles, ctas, k_slabs: True)
+    op = AllGatherMatmulNNNT(world, m, n, k)
+    assert whole.stream_k is None and op.stream_k is not None, op.describe()
+    assert (op.stream_k.full == 0) == (shape == "tail"), op.describe()
+    want_dw = gemm.matmul(cupy.asarray(cols_full), cupy.asarray(x), "NT", sm_cap=op.builders, stream_k=True)
+    for _ in range(2):
+        dx, dw = op(row_mx, col_mx, w_mx, x_mx, dx=poisoned((P * m, k), bfloat16), dw=poisoned((n, k), bfloat16))
+        world.synchronize()
+        np.testing.assert_array_equal(bits(dw), bits(want_dw))
+        np.testing.assert_array_equal(bits(dx), bits(dx_whole))
+    assert rel_error(cupy.asnumpy(dw), f64(cols_full).T @ f64(x)) < TOL
+
+
 @pytest.mark.parametrize("width", [192, 128])
 def test_ag_nn_nt_on_every_tile_width(world, width, monkeypatch):
     """AG+NN(+NT) with its builders forced onto each Hopper tile width (gemm.choose_tile_n): dX and
-    dW bitwise the 128 x 256 tile's, into NaN-poisoned outputs (320 output columns: a partial last
-    tile column in every width)."""
+    dW bitwise the 128 x 256 tile's (whole tiles: stream-K off), into NaN-poisoned outputs (320
+    output columns: a partial last tile column in every width)."""
     if gemm.arch_path() != "wgmma":
         pytest.skip("the narrow tiles are Hopper-only")
+    monkeypatch.setattr(gemm, "choose_stream_k", lambda tiles, ctas, k_slabs: False)
     m, n, k = 384, 448, 320
     P, r = world.size, world.rank
     src = arr("mxw_dy", r, (m, n))
