@@ -5,7 +5,8 @@
 # notes/patches/mx_scales_plain_load.patch reversed) on bench/gemm.py --precision mxfp8 --quick;
 # (3) the two gaps of the world-1 MXFP8 table, bf16 beside mxfp8 on the same shapes; (4) the whole
 # world-1 MXFP8 table (AG+NN(+NT)'s wgrad now in stream-K where matmul would cut it: 8B-OProj was
-# 1.23-1.27 of the plain GEMMs with whole tiles).
+# 1.23-1.27 of the plain GEMMs with whole tiles); bulk AG || NN's MXFP8 gap taken apart
+# (notes/debug/bulk_mx_gap.py: the op with MXFP8 / bf16 dY and W, the bf16 op, the plain GEMMs).
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s45_a.sh
 source notes/debug/call_env.sh s45_a
 stamp() { echo "----- $(date +%T) $*" >> "$LOG"; }
@@ -25,10 +26,11 @@ S=70B-QKV-MBS2,405B-QKV-MBS1,70B-QKV-MBS8,8B-OProj-MBS4
 for p in bf16 mxfp8; do
   run "bench $p" timeout 150 python3 bench/tp.py --precision $p --kernels bulk_ag_nn,ag_nn --shapes $S --iters 15 --out $RUNS/$p
 done
+run "bulk mx gap" timeout 150 python3 notes/debug/bulk_mx_gap.py --iters 20
 run "bench tp mxfp8 all" timeout 200 python3 bench/tp.py --precision mxfp8 --iters 15 --out $RUNS/all
 stamp bench
 mkdir -p $OUT/json && cp -r "$RUNS"/*.json "$RUNS"/bf16/*.json "$RUNS"/mxfp8/*.json "$RUNS"/all/*.json "$OUT"/json/ 2>/dev/null
-sed -n '1,/^===== bench tp mxfp8 all/p' "$LOG" | grep -E "^=====|passed|failed|B/A|mxfp8/bf16|^(bulk_ag_nn|ag_nn) |^-----" \
+sed -n '1,/^===== bench tp mxfp8 all/p' "$LOG" | grep -E "^=====|passed|failed|B/A|mxfp8/bf16|^(bulk_ag_nn|ag_nn) |^-----|^  |^[0-9A-Z]+-" \
   | grep -v "^  job" | cut -c1-180
 sed -n '/^===== bench tp mxfp8 all/,$p' "$LOG" | grep -E "^[a-z_]+ +[0-9]+ +[0-9.]+ |^ag_nn +8B-OProj|^-----"
 printf '%s\n' "${summary[@]}"
