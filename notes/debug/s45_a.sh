@@ -6,7 +6,8 @@
 # (3) the two gaps of the world-1 MXFP8 table, bf16 beside mxfp8 on the same shapes; (4) the whole
 # world-1 MXFP8 table (AG+NN(+NT)'s wgrad now in stream-K where matmul would cut it: 8B-OProj was
 # 1.23-1.27 of the plain GEMMs with whole tiles); bulk AG || NN's MXFP8 gap taken apart
-# (notes/debug/bulk_mx_gap.py: the op with MXFP8 / bf16 dY and W, the bf16 op, the plain GEMMs).
+# (notes/debug/bulk_mx_gap.py: the op with MXFP8 / bf16 dY and W, the bf16 op, the plain GEMMs);
+# the host's time a call of AG+NN(+NT) by cProfile (notes/debug/host_profile.py; in the log only).
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s45_a.sh
 source notes/debug/call_env.sh s45_a
 stamp() { echo "----- $(date +%T) $*" >> "$LOG"; }
@@ -27,6 +28,7 @@ for p in bf16 mxfp8; do
   run "bench $p" timeout 150 python3 bench/tp.py --precision $p --kernels bulk_ag_nn,ag_nn --shapes $S --iters 15 --out $RUNS/$p
 done
 run "bulk mx gap" timeout 150 python3 notes/debug/bulk_mx_gap.py --iters 20
+run "host profile" timeout 100 python3 notes/debug/host_profile.py
 run "bench tp mxfp8 all" timeout 200 python3 bench/tp.py --precision mxfp8 --iters 15 --out $RUNS/all
 stamp bench
 mkdir -p $OUT/json && cp -r "$RUNS"/*.json "$RUNS"/bf16/*.json "$RUNS"/mxfp8/*.json "$RUNS"/all/*.json "$OUT"/json/ 2>/dev/null
