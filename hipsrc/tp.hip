@@ -90,7 +90,9 @@ struct PoisonedReady {
   const KOSMOS_GRID_CONSTANT TensorMap tma, const KOSMOS_GRID_CONSTANT TensorMap tmb,                     \
       const KOSMOS_GRID_CONSTANT TensorMap tmc
 
-// A wgrad tile (NT: it reduces over every gathered row) waits for all of its gather's items.
+// A wgrad unit (NT: it reduces over every gathered row) waits for all of its gather's items. Every
+// unit waits, whatever its first slab: a stream-K K-range starts past slab 0 (the builder calls the
+// hook once a unit, with its first slab).
 struct AllGatheredReady {
   static constexpr bool kTrivial = false;
   const u64* arrived;
@@ -98,8 +100,8 @@ struct AllGatheredReady {
   i32 n_items;
   bool alone;
   WaitCtx wait;
-  KOSMOS_DEVICE bool operator()(const TileCoord&, i32 kb) const {
-    if (kb != 0 || alone) return true;
+  KOSMOS_DEVICE bool operator()(const TileCoord&, i32) const {
+    if (alone) return true;
     for (i32 i = 0; i < n_items; ++i)
       if (!wait_flag_sys(wait, SITE_TILE_READY, &arrived[i], epoch)) return false;
     return true;

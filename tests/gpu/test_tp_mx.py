@@ -129,8 +129,10 @@ def wgrad_oracle(op, dy_cols, x):
 def test_ag_nn_nt_stream_k_wgrad_is_the_plain_gemms(world, shape, monkeypatch):
     """AG+NN(+NT) with its wgrad in stream-K (forced through gemm.choose_stream_k): dW bitwise
     kosmos.matmul's stream-K on the gathered column-wise copy and the same builders, dX bitwise the
-    whole-tile op's, into poisoned outputs, twice (the tiles' arrival counters return to 0).
-    "tail": every wgrad tile cut into K-ranges; "waves": more than two waves (whole tiles first)."""
+    whole-tile op's, into poisoned outputs, twice (the tiles' arrival counters return to 0), then
+    (P > 1) once more with the last rank 1 s late, the gathered column-wise copy NaN-poisoned before
+    each call: every K-range, not only a tile's first, waits for the whole gather. "tail": every wgrad tile cut into K-ranges; "waves": more than two
+    waves (whole tiles first)."""
     if gemm.arch_path() != "wgmma":
         pytest.skip("stream-K is a Hopper path")
     P, r = world.size, world.rank
@@ -152,11 +154,17 @@ def test_ag_nn_nt_stream_k_wgrad_is_the_plain_gemms(world, shape, monkeypatch):
     assert whole.stream_k is None and op.stream_k is not None, op.describe()
     assert (op.stream_k.full == 0) == (shape == "tail"), op.describe()
     want_dw = gemm.matmul(cupy.asarray(cols_full), cupy.asarray(x), "NT", sm_cap=op.builders, stream_k=True)
-    for _ in range(2):
+    for late in (False, False, P > 1):
+        if 1 in op._scratch:  # the gathered column-wise copy NaN: a K-range read before its rows arrive shows
+            op._scratch[1].view(np.uint8).fill(0xFF)
+        world.synchronize()
+        world.barrier()
+        if late and r == P - 1:
+            time.sleep(1.0)
         dx, dw = op(row_mx, col_mx, w_mx, x_mx, dx=poisoned((P * m, k), bfloat16), dw=poisoned((n, k), bfloat16))
         world.synchronize()
-        np.testing.assert_array_equal(bits(dw), bits(want_dw))
-        np.testing.assert_array_equal(bits(dx), bits(dx_whole))
+        np.testing.assert_array_equal(bits(dw), bits(want_dw), err_msg=f"late rank: {late}")
+        np.testing.assert_array_equal(bits(dx), bits(dx_whole), err_msg=f"late rank: {late}")
     assert rel_error(cupy.asnumpy(dw), f64(cols_full).T @ f64(x)) < TOL
 
 
