@@ -131,8 +131,8 @@ def test_ag_nn_nt_stream_k_wgrad_is_the_plain_gemms(world, shape, monkeypatch):
     kosmos.matmul's stream-K on the gathered column-wise copy and the same builders, dX bitwise the
     whole-tile op's, into poisoned outputs, twice (the tiles' arrival counters return to 0), then
     (P > 1) once more with the last rank 1 s late, the gathered column-wise copy NaN-poisoned before
-    each call: every K-range, not only a tile's first, waits for the whole gather. "tail": every wgrad tile cut into K-ranges; "waves": more than two
-    waves (whole tiles first)."""
+    each call: every K-range, not only a tile's first, waits for the whole gather. "tail": every
+    wgrad tile cut into K-ranges; "waves": more than two waves (whole tiles first)."""
     if gemm.arch_path() != "wgmma":
         pytest.skip("stream-K is a Hopper path")
     P, r = world.size, world.rank
