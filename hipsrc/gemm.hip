@@ -60,6 +60,14 @@ KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_bf16_n192, LAYOUT_NT, EpiStoreBf16, KOSMO
 KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_nt_f32_n192, LAYOUT_NT, EpiStoreF32, KOSMOS_EPI_TMA32, MidTile)
 #endif
 
+// MXFP8 x MXFP8 (gfx950): both operands' E4M3 codes staged as they are and their E8M0 scales
+// applied by CDNA4's block-scaled MFMA (TileConfig MxB, gemm/mfma_mx.h); TN, 128 x 256 tiles. The
+// entries exist on every AMD target; kosmos.matmul runs them only where the MFMA is (gfx950).
+#if KOSMOS_GEMM_MFMA
+KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_mx2_bf16, LAYOUT_TN, EpiStoreBf16, KOSMOS_EPI_TMA, MxScaledTile)
+KOSMOS_GEMM_KERNEL_TILE(kosmos_gemm_tn_mx2_f32, LAYOUT_TN, EpiStoreF32, KOSMOS_EPI_TMA32, MxScaledTile)
+#endif
+
 // MXFP8 A (Hopper only): A's E4M3 codes dequantized in the consumers' registers (TileConfig MxA),
 // B bf16 with its reduction index permuted per slab (kosmos.mx.k_permutation); TN and NN.
 #if KOSMOS_GEMM_WGMMA

@@ -389,7 +389,7 @@ def tile_order(shape: GemmShape, tile_n: int = 256) -> list[tuple[int, int]]:
 PROBLEM_DTYPE = np.dtype(
     [("a", np.uint64), ("b", np.uint64), ("mo", np.int32), ("no", np.int32), ("kr", np.int32), ("lda", np.int32),
      ("ldb", np.int32), ("tiles_m", np.int32), ("tiles_n", np.int32), ("k_slabs", np.int32), ("swiglu_f", np.int32),
-     ("k_splits", np.int32), ("b_group_stride", np.int64), ("a_scales", np.uint64)],
+     ("k_splits", np.int32), ("b_group_stride", np.int64), ("a_scales", np.uint64), ("b_scales", np.uint64)],
     align=True,
 )
 EPI_DTYPE = np.dtype([("out", np.uint64), ("ldo", np.int32), ("mo", np.int32), ("no", np.int32)], align=True)
@@ -416,7 +416,7 @@ def job_record_dtype(epi: np.dtype) -> np.dtype:
 
 
 def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256, stream_k: bool = False,
-                mx_a: bool = False, transposed: bool = False) -> str:
+                mx_a: bool = False, transposed: bool = False, mx_b: bool = False) -> str:
     if epilogue == "swiglu":
         return "kosmos_gemm_tn_swiglu"
     if epilogue == "swiglu_backward":
@@ -424,7 +424,8 @@ def kernel_name(layout: str, epilogue: str, out_dtype: Any, tile_n: int = 256, s
     if epilogue == "accumulate":
         return f"kosmos_gemm_{layout.lower()}_f32_acc"
     suffix = "f32" if np.dtype(out_dtype) == np.float32 else "bf16"
-    return (f"kosmos_gemm_{layout.lower()}_{'mx_' if mx_a else ''}{suffix}" + ("" if tile_n == 256 else f"_n{tile_n}")
+    mx = "mx2_" if mx_b else "mx_" if mx_a else ""
+    return (f"kosmos_gemm_{layout.lower()}_{mx}{suffix}" + ("" if tile_n == 256 else f"_n{tile_n}")
             + ("_sk" if stream_k else "") + ("_t" if transposed else ""))
 
 
@@ -640,6 +641,7 @@ class GemmPlan:
     status: Any = None     # the stream-K finishers' bounded waits (kosmos.runtime.DeviceStatus)
     _sk_buffers: tuple = ()  # the workspace and counters sk_record points to
     mx_a: bool = False     # A is MXFP8 (a DeviceMX: codes + scales), dequantized in the consumers
+    mx_b: bool = False     # B is MXFP8 too (gfx950: both scales applied by the block-scaled MFMA)
     _tmaps: dict = field(default_factory=dict)
     _args: dict = field(default_factory=dict)  # args() by the arrays' addresses and shapes
     # The queue words are shared by every call, so calls must run one after another on the device,
@@ -663,16 +665,20 @@ class GemmPlan:
         """The standard kernel arguments (tma, tmb, tmc, problem, epilogue, queue words); epi_rows:
         the epilogue's rows per split (split-K's padded partials), default the output's."""
         s = self.shape
-        scales = None
+        scales = b_scales = None
         if self.mx_a:
             a, scales = a.data, a.scales
-        key = args_key(a, b, out, scales, gate_up) if words is None and epi_rows is None else None
+        if self.mx_b:
+            b, b_scales = b.data, b.scales
+        key = args_key(a, b, out, scales, b_scales, gate_up) if words is None and epi_rows is None else None
         hit = self._args.get(key)
         if hit is not None:
             return hit
         prob = problem_record(a, b, s.mo, s.no, s.kr, self.tiles, s.swiglu_f, self.splits)
         if scales is not None:
             prob["a_scales"] = scales.data.ptr
+        if b_scales is not None:
+            prob["b_scales"] = b_scales.data.ptr
         epi = epi_record(out, epi_rows or s.mo, s.swiglu_f or s.no, s.epilogue, gate_up)
         ta, tb, tc = operand_tmaps(self._tmaps, a, b, out, self.uses_tma, self.tma_store, self.mx_a)
         args = (ta, tb, tc, prob, epi, self.words if words is None else words)
@@ -752,20 +758,21 @@ def stream_k_record(sk: StreamKSplit, dev: int, sms: int) -> np.void:
 
 def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, split_k: int | None = 1,
              tile_n: int | None = None, stream_k: bool | None = None, mx_a: bool = False,
-             transposed: bool = False) -> GemmPlan:
+             transposed: bool = False, mx_b: bool = False) -> GemmPlan:
     """The cached plan for a GEMM; split_k: 1 = none, None = choose_split_k, n = n K-ranges;
     tile_n: 256, 192 or 128, None = choose_tile_n; stream_k: True, False, None = choose_stream_k (only
     when tile_n is None and split_k is 1: a caller who names the tile gets whole tiles, one who asks
     for split_k=None gets choose_split_k's choice). mx_a: A is MXFP8 (mx_a_path says when: whole
     tiles, no split). transposed (with mx_a, TN, bf16): the plan's out is the result's transpose,
-    [no, mo] (EpiStoreBf16TmaT: the swapped MXFP8 TN's)."""
+    [no, mo] (EpiStoreBf16TmaT: the swapped MXFP8 TN's). mx_b (with mx_a; gfx950): B is MXFP8 too
+    and the block-scaled MFMA applies both scales (scaled_route; 128 x 256 whole tiles)."""
     import cupy
 
     from .runtime.launch import PersistentLaunch, sm_count
 
     dev = cupy.cuda.Device().id
     # $KOSMOS_HIPSRC: a plan holds its tree's kernels (runtime.source.kernel_tree: an in-process A/B)
-    key = (shape, np.dtype(out_dtype).str, sm_cap, split_k, tile_n, stream_k, mx_a, transposed, dev, _extra_options,
+    key = (shape, np.dtype(out_dtype).str, sm_cap, split_k, tile_n, stream_k, mx_a, transposed, mx_b, dev, _extra_options,
            os.environ.get("KOSMOS_HIPSRC"))
     with _plans_lock:
         plan = _plans.get(key)
@@ -776,10 +783,15 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
     wgmma = _arch_info(dev, _extra_options)[0] == 1
     plain = shape.epilogue == "store"
     check_tile_n(tile_n, shape.epilogue, wgmma)
-    if mx_a and not mx_a_path(shape.layout, shape.epilogue, split_k, stream_k, wgmma):
+    if mx_a and not mx_b and not mx_a_path(shape.layout, shape.epilogue, split_k, stream_k, wgmma):
         raise ValueError(f"MXFP8 A in the mainloop takes {' or '.join(MX_A_LAYOUTS)}, the store epilogue, whole "
                          f"tiles (no split-K, no stream-K) on Hopper; got {shape.layout}, {shape.epilogue!r}, "
                          f"split_k={split_k}, stream_k={stream_k}")
+    if mx_b and not (mx_a and shape.layout == "TN" and plain and not wgmma and tile_n in (None, 256)):
+        raise ValueError("MXFP8 A and B in the mainloop (the block-scaled MFMA) take TN, the store epilogue and "
+                         f"128 x 256 tiles on gfx950; got {shape.layout}, {shape.epilogue!r}, tile_n={tile_n}")
+    if mx_b:
+        tile_n = 256
     if transposed and not (mx_a and shape.layout == "TN" and np.dtype(out_dtype) == _bf16()):
         raise ValueError("a transposed result is the MXFP8-A TN GEMM's, in bf16")
     if transposed and shape.mo % 8:  # out [no, mo]: its TMA map needs 16-byte rows
@@ -822,14 +834,14 @@ def get_plan(shape: GemmShape, out_dtype: np.dtype, sm_cap: int | None = None, s
         name = kernel_name(shape.layout, "store", np.float32, tile_n)  # fp32 partials into a workspace
         red = mod.get_function("kosmos_gemm_splitk_reduce_" + ("f32" if np.dtype(out_dtype) == np.float32 else "bf16"))
     else:
-        name = kernel_name(shape.layout, shape.epilogue, out_dtype, tile_n, mx_a=mx_a, transposed=transposed)
+        name = kernel_name(shape.layout, shape.epilogue, out_dtype, tile_n, mx_a=mx_a, transposed=transposed, mx_b=mx_b)
         red = None
     kern = mod.get_function(name)
     grid = grid_size(units, sms, sm_cap)
     launch = PersistentLaunch.checked(kern, grid, block_threads(), shared_mem_bytes())
     plan = GemmPlan(shape, np.dtype(out_dtype), name, grid, units, tiles, launch,
                     words=cupy.zeros(2, dtype=cupy.uint64), uses_tma=wgmma, splits=splits, reduce_kernel=red,
-                    tile_n=tile_n, mx_a=mx_a)
+                    tile_n=tile_n, mx_a=mx_a, mx_b=mx_b)
     if sk is not None:
         ws, arrived, status, order = stream_k_shared(dev, sms)
         plan.stream_k, plan.sk_record, plan.status, plan._order = sk, stream_k_record(sk, dev, sms), status, order
@@ -1017,8 +1029,11 @@ def matmul(a, b, layout: str = "TN", out=None, out_dtype=None, sm_cap: int | Non
         b_shape = tuple(b.data.shape if isinstance(b, mx.DeviceMX) else b.shape)
         shape = gemm_shape(layout, tuple(a.data.shape), b_shape, epilogue)
         out_bytes = np.dtype(out_dtype if out_dtype is not None else getattr(out, "dtype", bf16)).itemsize
-        route = mx_route(shape, isinstance(b, mx.DeviceMX), out_bytes, split_k, stream_k, tile_n,
-                         arch_path() == "wgmma", mx_a_max_columns())
+        wgmma = arch_path() == "wgmma"
+        route = mx_route(shape, isinstance(b, mx.DeviceMX), out_bytes, split_k, stream_k, tile_n, wgmma,
+                         mx_a_max_columns(), scaled_mfma=not wgmma and mx.scaled_mfma_available())
+        if route == "scaled":
+            return _matmul_mx_scaled(a, b, out, out_dtype, sm_cap, stream)
         if route == "swapped":
             return _matmul_mx_a_swapped(a, b, out, out_dtype, sm_cap, stream)
         if route == "regs":
@@ -1055,6 +1070,21 @@ def _matmul_mx_a(a, b, layout: str, out, out_dtype, sm_cap: int | None, tile_n: 
     return out
 
 
+def _matmul_mx_scaled(a, b, out, out_dtype, sm_cap: int | None, stream: Any):
+    """matmul's gfx950 path (mx_route "scaled"): a TN of two MXFP8 operands, blocks along k, whose
+    codes the builder stages as they are and whose scales the block-scaled MFMA applies
+    (hipsrc/kosmos/gemm/mfma_mx.h): no dequantize pass. Accumulated in fp32 in k order, 64 at a time."""
+    from . import mx
+
+    a = mx.check_mx(a, "a", axis=1, stream=stream)
+    b = mx.check_mx(b, "b", axis=1, stream=stream)
+    shape = gemm_shape("TN", a.shape, b.shape)
+    out, dt = checked_output(out, out_dtype, shape.out_shape, "store", stream, a=a.data, a_scales=a.scales,
+                             b=b.data, b_scales=b.scales)
+    get_plan(shape, dt, sm_cap, 1, None, False, mx_a=True, mx_b=True)(a, b, out, stream=stream)
+    return out
+
+
 def mx_swap_pays(shape: GemmShape, out_bytes: int) -> bool:
     """Whether a TN GEMM of two MXFP8 operands runs faster as (b a^T)^T. The register path keeps
     A's codes and rewrites B over HBM (~3 bytes an element: codes read, bf16 written), so A should
@@ -1072,10 +1102,14 @@ def mx_swap_fits(shape: GemmShape) -> bool:
 
 
 def mx_route(shape: GemmShape, b_is_mx: bool, out_bytes: int, split_k: int | None, stream_k: bool | None,
-             tile_n: int | None, wgmma: bool, max_columns: int) -> str:
-    """How matmul runs a GEMM whose a is MXFP8: "regs" (the MxA builder, mx_a_path), "swapped" (the
-    MxA builder on (b a^T)^T, mx_swap_pays; b MXFP8 too, no tile width named) or "pass" (the
-    MXFP8 operands dequantized to bf16 first)."""
+             tile_n: int | None, wgmma: bool, max_columns: int, scaled_mfma: bool = False) -> str:
+    """How matmul runs a GEMM whose a is MXFP8: "scaled" (gfx950, scaled_mfma: a TN of two MXFP8
+    operands in whole 128 x 256 tiles on the block-scaled MFMA, both scales applied there), "regs"
+    (the MxA builder, mx_a_path), "swapped" (the MxA builder on (b a^T)^T, mx_swap_pays; b MXFP8
+    too, no tile width named) or "pass" (the MXFP8 operands dequantized to bf16 first)."""
+    if (scaled_mfma and b_is_mx and shape.layout == "TN" and shape.epilogue == "store" and split_k in (1, None)
+            and stream_k is not True and tile_n in (None, 256)):
+        return "scaled"
     on_path = functools.partial(mx_a_path, shape.layout, shape.epilogue, split_k, stream_k, wgmma,
                                 max_columns=max_columns)
     if b_is_mx and tile_n is None and mx_swap_fits(shape) and on_path(no=shape.mo) and mx_swap_pays(shape, out_bytes):

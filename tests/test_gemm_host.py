@@ -115,7 +115,7 @@ def test_param_structs_match_the_device_layout():
     # Problem: 2 pointers + 10 int32 + one int64 + the MXFP8 A scales' pointer = 72 bytes; epilogues:
     # pointer + 3 int32 -> 24 (every offset is checked against the C structs at compile time:
     # test_compile.py).
-    assert gemm.PROBLEM_DTYPE.itemsize == 72
+    assert gemm.PROBLEM_DTYPE.itemsize == 80
     assert gemm.PROBLEM_DTYPE.fields["b_group_stride"][1] == 56
     assert gemm.PROBLEM_DTYPE.fields["a_scales"][1] == 64
     assert gemm.EPI_DTYPE.itemsize == 24

@@ -241,3 +241,27 @@ def test_mx_swap_pays_where_b_is_much_taller():
     assert pays("TN", (100, 8192), (4096, 8192))
     assert gemm.mx_route(gemm.gemm_shape("TN", (100, 8192), (4096, 8192)), True, 2, 1, None, None, True, 4096) == "regs"
     assert gemm.mx_route(gemm.gemm_shape("TN", (768, 8192), (4096, 8192)), False, 2, 1, None, None, True, 4096) == "regs"
+
+
+def test_gfx950_routes_mxfp8_tn_to_the_scaled_mfma():
+    """On gfx950 (scaled_mfma) a TN of two MXFP8 operands goes to the block-scaled MFMA builder
+    (kosmos_gemm_tn_mx2_*), whole 128 x 256 tiles; anything else keeps its route (the dequantizing
+    one off Hopper), and no other GPU takes it."""
+    from kosmos import gemm
+    from kosmos.runtime.source import hipsrc_dir
+
+    tn = gemm.gemm_shape("TN", (768, 8192), (4096, 8192))
+
+    def route(shape=tn, b_is_mx=True, split_k=1, stream_k=None, tile_n=None, scaled=True):
+        return gemm.mx_route(shape, b_is_mx, 2, split_k, stream_k, tile_n, False, 2048, scaled_mfma=scaled)
+
+    assert route() == "scaled" and route(tile_n=256) == "scaled" and route(split_k=None) == "scaled"
+    assert route(scaled=False) == "pass"
+    assert route(b_is_mx=False) == "pass"      # a bf16 B: dequantize A (no MXFP8-A layer off Hopper)
+    assert route(tile_n=128) == "pass" and route(split_k=2) == "pass" and route(stream_k=True) == "pass"
+    assert route(shape=gemm.gemm_shape("NN", (768, 8192), (8192, 4096))) == "pass"
+    assert gemm.kernel_name("TN", "store", bfloat16, mx_a=True, mx_b=True) == "kosmos_gemm_tn_mx2_bf16"
+    src = (hipsrc_dir() / "gemm.hip").read_text()
+    for dt in (bfloat16, np.float32):
+        assert gemm.kernel_name("TN", "store", dt, mx_a=True, mx_b=True) + "," in src
+    assert gemm.PROBLEM_DTYPE.fields["b_scales"][1] == 72 and gemm.PROBLEM_DTYPE.itemsize == 80

@@ -322,6 +322,35 @@ def test_scaled_mfma_gemm(m, n, k):
     assert rel_error(got, a @ b.T) < 1e-2
 
 
+@pytest.mark.parametrize("m,n,k,out_dtype", [(128, 256, 64, "bf16"), (300, 520, 544, "bf16"), (260, 512, 1024, "bf16"),
+                                             (1000, 700, 1056, "f32")])
+def test_matmul_on_the_scaled_mfma_builder(m, n, k, out_dtype):
+    """gfx950: kosmos.matmul of two MXFP8 operands (TN) runs the builder's block-scaled MFMA tiles
+    (gemm/mfma_mx.h; never run yet): bitwise the standalone kosmos.matmul_scaled_mfma in bf16 (the
+    same MFMAs, k in the same order), within the same element bound of float64 in both outputs;
+    odd shapes (partial tiles, a partial last 64-slab: k = 544, 1056), several tiles a CTA; twice."""
+    from kosmos import gemm
+
+    if not mx.scaled_mfma_available():
+        pytest.skip("CDNA4's block-scaled MFMA needs a gfx950 GPU")
+    rng = np.random.default_rng([m, n, k, 1])
+    ops = []
+    for rows in (m, n):
+        x = (rng.standard_normal((rows, k)) * np.exp2(rng.integers(-2, 3, (rows, k // 32))).repeat(32, 1))
+        t = mx.quantize(x.astype(np.float32), axis=1)
+        ops.append((mx.to_device(t), mx.dequantize(t).astype(np.float64)))
+    (a_mx, a), (b_mx, b) = ops
+    dt = bfloat16 if out_dtype == "bf16" else np.float32
+    runs = [cupy.asnumpy(gemm.matmul(a_mx, b_mx, "TN", out=poisoned((m, n), dt))) for _ in range(2)]
+    np.testing.assert_array_equal(runs[0].view(np.uint8), runs[1].view(np.uint8))
+    got = runs[0].astype(np.float64)
+    bound = 8e-3 * (np.abs(a) @ np.abs(b).T)
+    assert (np.abs(got - a @ b.T) <= bound).all()
+    if out_dtype == "bf16" and k % 64 == 0:
+        standalone = cupy.asnumpy(mx.matmul_scaled_mfma(a_mx, b_mx))
+        np.testing.assert_array_equal(runs[0].view(np.uint16), standalone.view(np.uint16))
+
+
 def test_scaled_mfma_gemm_is_refused_without_gfx950():
     if mx.scaled_mfma_available():
         pytest.skip("this GPU has the block-scaled MFMA")

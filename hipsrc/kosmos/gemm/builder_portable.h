@@ -10,6 +10,7 @@
 #include "../trace.h"
 #if KOSMOS_GEMM_MFMA
 #include "mfma.h"
+#include "mfma_mx.h"
 #else
 #include "mma_sync.h"
 #endif
@@ -42,6 +43,53 @@ KOSMOS_DEVICE void stage_operand(u16* s, const u16* g, i32 ld, i32 k0, i32 rlim,
   }
 }
 
+#if KOSMOS_GEMM_MFMA
+// An MXFP8 slab (TileConfig::kMxB, K-major operands only): rows [0, Rows) of the tile operand's
+// E4M3 codes k0 .. k0 + 63 into s[Rows][MfmaMx::kLdS] bytes and their two E8M0 scales into
+// ss[Rows][2]. Rows at or past rlim and codes at or past klim read as zero codes at scale 2^0 (127:
+// a NaN scale would make their zeros NaN); k0 and klim are multiples of 32, so a block is whole.
+template <int Rows, class RowIndex>
+KOSMOS_DEVICE void stage_mx_operand(u8* s, u8* ss, const u8* g, const u8* scales, i32 ld, i32 k0, i32 rlim,
+                                    i32 klim, RowIndex row_index) {
+  constexpr int kVecs = Rows * kTileK / 16;
+  for (int v = threadIdx.x; v < kVecs; v += kThreads) {
+    const int r = v / (kTileK / 16), kc = (v % (kTileK / 16)) * 16;
+    const i32 gr = row_index(r);
+    vec16 x = {0u, 0u, 0u, 0u};
+    if (gr < rlim && k0 + kc < klim) x = ld16(g + i64(gr) * ld + k0 + kc);
+    st16(s + r * MfmaMx::kLdS + kc, x);
+  }
+  for (int v = threadIdx.x; v < Rows * MfmaMx::kScalesPerRow; v += kThreads) {
+    const int r = v / MfmaMx::kScalesPerRow, b = v % MfmaMx::kScalesPerRow;
+    const i32 gr = row_index(r), kb = k0 / 32 + b;
+    ss[v] = gr < rlim && kb * 32 < klim ? scales[i64(gr) * (ld / 32) + kb] : u8(127);
+  }
+}
+
+// run_builder_arch's slab loop for MXFP8 x MXFP8 tiles (gfx950's block-scaled MFMA).
+template <int L, class Sched>
+KOSMOS_DEVICE void build_mx_slab(const Problem& p, const TileCoord& tc, i32 kb, u8* smem, MfmaMx& mma, bool computes,
+                                 int warp, int lane) {
+  static_assert(L == LAYOUT_TN && !Sched::kGroupedB, "MXFP8 x MXFP8 tiles: TN, one B");
+  constexpr int LdS = MfmaMx::kLdS;
+  u8* sA = smem;
+  u8* sB = sA + kTileM * LdS;
+  u8* sAs = sB + kTileN * LdS;
+  u8* sBs = sAs + kTileM * MfmaMx::kScalesPerRow;
+  const i32 k0 = tc.k_off + kb * kTileK;
+  const u8* a = reinterpret_cast<const u8*>(p.a);
+  const u8* b = reinterpret_cast<const u8*>(p.b);
+  stage_mx_operand<kTileM>(sA, sAs, a, p.a_scales, p.lda, k0, tc.a_mlim, tc.k_end, [&](int r) { return tc.a_m0 + r; });
+  stage_mx_operand<kTileN>(sB, sBs, b, p.b_scales, p.ldb, k0, p.no, tc.k_end,
+                           [&](int r) { return b_chunk_col(p, tc.tn, r / 64) + r % 64; });
+  __syncthreads();
+  if (computes) mma.slab_mx(sA, sAs, sB, sBs, warp, lane);
+  __syncthreads();
+}
+static_assert((kTileM + kTileN) * (MfmaMx::kLdS + MfmaMx::kScalesPerRow) + 128 <= kSmemBytesPortable,
+              "the MXFP8 slabs must fit the portable layer's shared memory");
+#endif
+
 // Nothing lives across calls here: each call stages its own slabs synchronously.
 KOSMOS_DEVICE void builder_init_arch(u8*) { __syncthreads(); }
 KOSMOS_DEVICE u32 lendable_bytes_arch(u8*) { return u32(kSmemBytes); }  // the slabs: restaged every slab
@@ -59,7 +107,12 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap*, const 
   __shared__ i32 s_ready;
   const int warp = threadIdx.x / kWarpSize, lane = threadIdx.x % kWarpSize;
   const bool computes = warp < ArchMma::kComputeWarps;
+#if KOSMOS_GEMM_MFMA
+  MfmaMx mma;  // the Mfma layer, with its MXFP8 x MXFP8 slab
+#else
+  static_assert(!Sched::Tile::kMxB, "MXFP8 x MXFP8 tiles: gfx950's layer");
   ArchMma mma;
+#endif
   for (;;) {
     if (threadIdx.x == 0) s_tile = claim();
     __syncthreads();
@@ -76,6 +129,12 @@ KOSMOS_DEVICE bool run_builder_arch(const Sched& sched, const TensorMap*, const 
         __syncthreads();
         if (!s_ready) return false;
       }
+#if KOSMOS_GEMM_MFMA
+      if constexpr (Sched::Tile::kMxB) {
+        build_mx_slab<L, Sched>(p, tc, kb, reinterpret_cast<u8*>(sA), mma, computes, warp, lane);
+        continue;
+      }
+#endif
       const i32 k0 = tc.k_off + kb * kTileK;
       // A: rows are the tile's M indices (zero at or past a_mlim); its reduction index runs to k_end.
       stage_operand<LayoutTraits<L>::kAKMajor, kTileM, LdS>(sA, p.a, p.lda, k0, tc.a_mlim, tc.k_end,

@@ -69,13 +69,17 @@ constexpr int kStageBytesAMx = kTileM * kTileK;    // 128 rows x 64 E4M3 codes
 // Bf16Ring (with MxA): the ring and staging of the bf16 tile of that width -- 16 KB A stages, the
 // codes' 8 KB at their start -- so an MXFP8-A job shares a builder call with bf16 jobs
 // (run_builder_jobs: one ring; AG+NN(+NT)'s dgrad on MXFP8 dY beside its bf16 wgrad).
-template <int BN, bool MxA = false, bool PingPong = false, bool Bf16Ring = false>
+// MxB (with MxA; gfx950's portable layer): B is MXFP8 too (Problem::b_scales), K-major, and the
+// block-scaled MFMA applies both operands' scales (builder_portable.h, gemm/mfma_mx.h).
+template <int BN, bool MxA = false, bool PingPong = false, bool Bf16Ring = false, bool MxB = false>
 struct TileConfig {
   static_assert(BN == 128 || BN == 192 || BN == 256, "tile widths: 128, 192 or 256");
   static_assert(!PingPong || (BN == 128 && !MxA), "ping-pong tiles: 128 x 128, bf16 operands");
   static_assert(!Bf16Ring || MxA, "the bf16 ring is a geometry for MXFP8-A tiles");
+  static_assert(!MxB || (MxA && BN == 256 && !Bf16Ring), "MXFP8 B: with MXFP8 A, 128 x 256 tiles");
   static constexpr int kTileN = BN;
   static constexpr bool kMxA = MxA;
+  static constexpr bool kMxB = MxB;
   static constexpr bool kPingPong = PingPong;
   static constexpr int kBoxesB = BN / 64;
   static constexpr bool kMxRing = MxA && !Bf16Ring;  // the MXFP8-A tile's own, denser ring
@@ -99,6 +103,7 @@ typedef TileConfig<256, true> MxTile;  // Hopper only, as the two below
 typedef TileConfig<192, true> MxMidTile;
 typedef TileConfig<128, true> MxNarrowTile;
 template <int BN> using MxInBf16Ring = TileConfig<BN, true, false, true>;  // Hopper only
+typedef TileConfig<256, true, false, false, true> MxScaledTile;              // gfx950 only
 
 // Layouts in row-major NumPy terms (named BLAS-style, as in the paper). In each, the output
 // is [Mo, No] and the reduction has depth Kr:
@@ -131,11 +136,12 @@ struct Problem {
                      // K-range and writes its own fp32 partial (EpiStoreF32 at out + s * mo * ldo)
   i64 b_group_stride;  // grouped TN/NN: elements from one group's b to the next (portable layers)
   const u8* a_scales;  // MXFP8 A (TileConfig::kMxA): E8M0 [mo, kr / 32], a row's scales contiguous
+  const u8* b_scales;  // MXFP8 B (TileConfig::kMxB): E8M0 [no, kr / 32]
 };
 
 // kosmos/gemm.py mirrors Problem as PROBLEM_DTYPE (every field checked by kosmos/runtime/mirror.py in
 // CPU CI; not here in the kernels: an older NVRTC seen on a GPU image rejected __builtin_offsetof).
-static_assert(sizeof(Problem) == 72, "Problem layout: see PROBLEM_DTYPE in kosmos/gemm.py");
+static_assert(sizeof(Problem) == 80, "Problem layout: see PROBLEM_DTYPE in kosmos/gemm.py");
 
 KOSMOS_DEVICE i32 k_splits_of(const Problem& p) { return p.k_splits > 1 ? p.k_splits : 1; }
 
