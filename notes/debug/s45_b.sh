@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # s45_a.sh cut to ~5 min for the device time left in session 45 (no __ldg A/B, no host profile):
-# test_tp_mx + test_tp np 1, the world-1 MXFP8 table, the bulk gap apart, test_tp_mx np 2-3.
+# test_tp_mx + test_tp + test_mx + test_gemm np 1 (Problem grew b_scales), the world-1 MXFP8 table, the bulk gap apart, test_tp_mx np 2-3.
 #   KOSMOS_COMMIT=<sha> bash notes/debug/s45_b.sh
 source notes/debug/call_env.sh s45_b
 stamp() { echo "----- $(date +%T) $*" >> "$LOG"; }
@@ -9,7 +9,8 @@ nvidia-smi --query-gpu=name --format=csv,noheader >> "$LOG"
 stamp start
 run "warm" timeout 200 python3 -m kosmos.runtime.warm --jobs 4 tp.hip gemm.hip mx.hip transpose.hip
 stamp warm
-run "tp_mx+tp np1" timeout 150 python3 -m pytest tests/gpu/test_tp_mx.py tests/gpu/test_tp.py $T
+run "tp_mx+tp+mx+gemm np1" timeout 200 python3 -m pytest tests/gpu/test_tp_mx.py tests/gpu/test_tp.py tests/gpu/test_mx.py \
+  tests/gpu/test_gemm.py $T
 stamp tested
 run "bench tp mxfp8 all" timeout 120 python3 bench/tp.py --precision mxfp8 --iters 15 --out $RUNS/all
 stamp bench
