@@ -298,6 +298,19 @@ def test_register_dequant_every_code_and_scale():
     assert ((flags == 1) == word_has_nan).all() and set(np.unique(flags)) <= {0, 1}
 
 
+def scaled_operands(m, n, k, seed):
+    """(A [m, k], B [n, k]) as (row-blocked MXFP8 on the GPU, float64 of its dequantization): normal
+    values under block scales 2^-2 .. 2^2 apart, so a wrong lane, row, k-group or scale mapping moves
+    elements by their own size."""
+    rng = np.random.default_rng(seed)
+    ops = []
+    for rows in (m, n):
+        x = (rng.standard_normal((rows, k)) * np.exp2(rng.integers(-2, 3, (rows, k // 32))).repeat(32, 1))
+        t = mx.quantize(x.astype(np.float32), axis=1)
+        ops.append((mx.to_device(t), mx.dequantize(t).astype(np.float64)))
+    return ops
+
+
 @pytest.mark.parametrize("m,n,k", [(128, 128, 64), (300, 200, 512)])
 def test_scaled_mfma_gemm(m, n, k):
     """gfx950's native MXFP8 GEMM (the fragment layout of hipsrc/kosmos/mx/mfma_scale.h, never run yet)
@@ -309,13 +322,7 @@ def test_scaled_mfma_gemm(m, n, k):
     if not mx.scaled_mfma_available():
         pytest.skip("CDNA4's block-scaled MFMA needs a gfx950 GPU")
 
-    rng = np.random.default_rng([m, n, k])
-    ops = []
-    for rows in (m, n):
-        x = (rng.standard_normal((rows, k)) * np.exp2(rng.integers(-2, 3, (rows, k // 32))).repeat(32, 1))
-        t = mx.quantize(x.astype(np.float32), axis=1)
-        ops.append((mx.to_device(t), mx.dequantize(t).astype(np.float64)))
-    (a_mx, a), (b_mx, b) = ops
+    (a_mx, a), (b_mx, b) = scaled_operands(m, n, k, [m, n, k])
     got = cupy.asnumpy(mx.matmul_scaled_mfma(a_mx, b_mx, out=poisoned((m, n), bfloat16))).astype(np.float64)
     bound = 8e-3 * (np.abs(a) @ np.abs(b).T)
     assert (np.abs(got - a @ b.T) <= bound).all()
@@ -333,13 +340,7 @@ def test_matmul_on_the_scaled_mfma_builder(m, n, k, out_dtype):
 
     if not mx.scaled_mfma_available():
         pytest.skip("CDNA4's block-scaled MFMA needs a gfx950 GPU")
-    rng = np.random.default_rng([m, n, k, 1])
-    ops = []
-    for rows in (m, n):
-        x = (rng.standard_normal((rows, k)) * np.exp2(rng.integers(-2, 3, (rows, k // 32))).repeat(32, 1))
-        t = mx.quantize(x.astype(np.float32), axis=1)
-        ops.append((mx.to_device(t), mx.dequantize(t).astype(np.float64)))
-    (a_mx, a), (b_mx, b) = ops
+    (a_mx, a), (b_mx, b) = scaled_operands(m, n, k, [m, n, k, 1])
     dt = bfloat16 if out_dtype == "bf16" else np.float32
     runs = [cupy.asnumpy(gemm.matmul(a_mx, b_mx, "TN", out=poisoned((m, n), dt))) for _ in range(2)]
     np.testing.assert_array_equal(runs[0].view(np.uint8), runs[1].view(np.uint8))
