@@ -39,6 +39,16 @@ def test_env_override(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     assert hipsrc_dir() == tree
 
 
+def test_the_lookup_follows_the_env_every_call(tree: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """hipsrc_dir is memoized (load_module asks on every launch) but keyed on $KOSMOS_HIPSRC."""
+    monkeypatch.delenv("KOSMOS_HIPSRC", raising=False)
+    first = hipsrc_dir()
+    monkeypatch.setenv("KOSMOS_HIPSRC", str(tree))
+    assert hipsrc_dir() == tree
+    monkeypatch.delenv("KOSMOS_HIPSRC")
+    assert hipsrc_dir() == first != tree
+
+
 def test_env_override_ignored_when_not_a_source_tree(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KOSMOS_HIPSRC", str(tmp_path))
     assert hipsrc_dir() != tmp_path

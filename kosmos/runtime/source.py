@@ -16,9 +16,15 @@ from typing import Iterator
 
 def hipsrc_dir() -> Path:
     """The kernel source tree: $KOSMOS_HIPSRC, the source checkout, or the installed copy."""
-    env = os.environ.get("KOSMOS_HIPSRC")
+    return _find_hipsrc(os.environ.get("KOSMOS_HIPSRC"), __file__)
+
+
+# Looked up once per ($KOSMOS_HIPSRC, this file's place): every kernel launch's load_module asks,
+# and the lookup's path resolution and stat calls cost ~30 us a time on the host.
+@functools.lru_cache(maxsize=None)
+def _find_hipsrc(env: str | None, this_file: str) -> Path:
     candidates = [Path(env)] if env else []
-    here = Path(__file__).resolve()
+    here = Path(this_file).resolve()
     candidates += [here.parents[2] / "hipsrc", here.parents[1] / "_hipsrc"]
     for c in candidates:
         if (c / "kosmos" / "platform.h").is_file():
