@@ -27,7 +27,7 @@ run "mx np1" timeout 60 python3 -m pytest tests/gpu/test_mx.py $T
 run "gemm mx A/B" timeout 150 python3 bench/gemm.py --quick --precision mxfp8 --caps 132 --reps 15 \
   --tree-b /tmp/tree_main/hipsrc --out $RUNS --tag ldg
 cp "$RUNS"/*.json "$OUT"/json/ 2>/dev/null
-run "host profile" timeout 60 python3 notes/debug/host_profile.py
+run "host profile" timeout 90 python3 notes/debug/host_profile.py --only 8B-OProj --profile --calls 200
 stamp end
 grep -E "^=====|passed|failed|B/A|mxfp8/bf16|^-----|^  (dy_|op_)|^[0-9A-Z]+-[A-Za-z0-9]+-MBS[0-9] +m |^== " "$LOG" \
   | grep -v "^  job" | cut -c1-200
