@@ -101,6 +101,19 @@ class DeviceMX:
         return tuple(self.data.shape)
 
 
+def scales_shape(rows: int, cols: int, axis: int) -> tuple[int, int]:
+    """The E8M0 scales' shape of a [rows, cols] MXFP8 matrix with blocks along `axis` (1 or -1: a
+    row's 32 consecutive elements, 0: a column's)."""
+    return (rows, cols // BLOCK) if axis % 2 == 1 else (rows // BLOCK, cols)
+
+
+def empty_mx(rows: int, cols: int, axis: int) -> DeviceMX:
+    """An uninitialised [rows, cols] DeviceMX on the current GPU, blocks along `axis` (1 or 0)."""
+    import cupy
+
+    return DeviceMX(cupy.empty((rows, cols), np.uint8), cupy.empty(scales_shape(rows, cols, axis), np.uint8), axis % 2)
+
+
 def to_device(t: MXTensor) -> DeviceMX:
     """A NumPy MXTensor (quantize's result) on the current GPU, as a DeviceMX (2-D)."""
     import cupy
@@ -129,11 +142,8 @@ def quantize_both(x, stream=None, *, transpose_columns: bool = False) -> tuple[D
         raise ValueError(f"x must be a non-empty [rows, cols] matrix with both multiples of {BLOCK}, "
                          f"got {tuple(x.shape)}")
     rows, cols = x.shape
-    row = DeviceMX(cupy.empty((rows, cols), np.uint8), cupy.empty((rows, cols // BLOCK), np.uint8), 1)
-    if transpose_columns:
-        col = DeviceMX(cupy.empty((cols, rows), np.uint8), cupy.empty((cols, rows // BLOCK), np.uint8), 1)
-    else:
-        col = DeviceMX(cupy.empty((rows, cols), np.uint8), cupy.empty((rows // BLOCK, cols), np.uint8), 0)
+    row = empty_mx(rows, cols, 1)
+    col = empty_mx(cols, rows, 1) if transpose_columns else empty_mx(rows, cols, 0)
     kernel = load_module("mx.hip").get_function("kosmos_mx_quantize_bf16")
     strips = -(-cols // 256)  # the kernel's 32 x 256 tiles (hipsrc/mx.hip kStrip)
     kernel(((rows // BLOCK) * strips,), (256,), (x, np.int64(rows), np.int64(cols), row.data, row.scales,
@@ -166,8 +176,7 @@ def check_mx(t: Any, name: str, shape: tuple[int, int] | None = None, axis: int 
         what = {1: "along its rows (axis 1)", 0: "along its columns (axis 0)"}
         raise ValueError(f"{name} must have its MX blocks {what[axis % 2]}, the GEMM's contracting axis; "
                          f"it has them {what[along]}: quantize it the other way (quantize_both gives both)")
-    rows, cols = data.shape
-    want = (rows, cols // BLOCK) if along == 1 else (rows // BLOCK, cols)
+    want = scales_shape(*data.shape, along)
     if scales.shape != want:
         raise ValueError(f"{name}.scales must be {want} for blocks along axis {along}, got {tuple(scales.shape)}")
     return DeviceMX(data, scales, along)

@@ -312,8 +312,7 @@ class _AllGatherBase(_FusedOp):
         self.precision, self.mx_axis = precision, mx_axis
         if precision == "mxfp8":  # codes and scales (row_elems >= 64: both fit the bf16 shard's bytes)
             self.shard = self.heap.alloc((m, row_elems), np.uint8)
-            self.shard_scales = self.heap.alloc((m, row_elems // mx.BLOCK) if mx_axis else (m // mx.BLOCK, row_elems),
-                                                np.uint8)
+            self.shard_scales = self.heap.alloc(mx.scales_shape(m, row_elems, mx_axis), np.uint8)
         else:
             self.shard = self.heap.alloc((m, row_elems), bfloat16)
         self.arrived = self.heap.alloc((P * self.grid_g.items_per_chunk,), np.uint64)
@@ -386,8 +385,6 @@ class _AllGatherBase(_FusedOp):
         """_gathered of an op that keeps_mx: the DeviceMX the movers fill (the caller's, or the plan's
         scratch); alone x itself, copied into a DeviceMX `keep`. A bf16 `keep` receives the gathered
         operand dequantized after the launch (_kept_bf16)."""
-        import cupy
-
         if self.P == 1:
             if isinstance(keep, mx.DeviceMX):
                 _copy_mx(keep, x, stream)
@@ -395,9 +392,7 @@ class _AllGatherBase(_FusedOp):
         if isinstance(keep, mx.DeviceMX):
             return keep
         if 0 not in self._scratch:
-            rows, cols = self.gathered_shape
-            self._scratch[0] = mx.DeviceMX(cupy.empty((rows, cols), np.uint8),
-                                           cupy.empty((rows, cols // mx.BLOCK), np.uint8), 1)
+            self._scratch[0] = mx.empty_mx(*self.gathered_shape, 1)
         return self._scratch[0]
 
     def _kept_bf16(self, gathered: Any, keep: Any, stream: Any) -> None:
@@ -503,7 +498,7 @@ class AllGatherMatmulNNNT(_AllGatherBase):
         P = self.P
         self._setup_gather(n, "local_first", mover_threads, "mxfp8", mx_axis=1)  # the dgrad's copy
         self.shard2 = self.heap.alloc((m, n), np.uint8)                           # the wgrad's copy
-        self.shard2_scales = self.heap.alloc((m // mx.BLOCK, n), np.uint8)
+        self.shard2_scales = self.heap.alloc(mx.scales_shape(m, n, 0), np.uint8)
         self.arrived2 = self.heap.alloc((P * self.grid_g.items_per_chunk,), np.uint64)
         pairs = ag_mover_order(self.grid_g)  # the row-wise copy's items first: the dgrad needs them first
         self.mover_order = cupy.asarray(np.concatenate(
@@ -636,8 +631,7 @@ class BulkAllGatherMatmul(_AllGatherBase):
         elif P == 1:
             x_full = x  # nothing to gather (bf16 or MXFP8)
         elif self.precision == "mxfp8":
-            rows, cols = self.gathered_shape
-            x_full = mx.DeviceMX(cupy.empty((rows, cols), np.uint8), cupy.empty((rows // mx.BLOCK, cols), np.uint8), 0)
+            x_full = mx.empty_mx(*self.gathered_shape, 0)
         else:
             x_full = cupy.empty(self.gathered_shape, bfloat16)
         refuse_overlap("dx", dx, **ins, **({} if x_full is x else _arrays(x_full, "x_full")))

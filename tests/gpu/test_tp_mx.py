@@ -256,7 +256,7 @@ def test_mxfp8_operands_are_checked_on_every_rank(world, monkeypatch):
     m, n, k = 128, 64, 64
     monkeypatch.setattr(gemm, "MX_A_MAX_COLUMNS", 0)  # a plan that gathers into bf16 refuses an MXFP8 keep
     op = AllGatherMatmul(world, m, n, k, precision="mxfp8")
-    keep = mx.DeviceMX(cupy.empty((world.size * m, k), np.uint8), cupy.empty((world.size * m, k // 32), np.uint8), 1)
+    keep = mx.empty_mx(world.size * m, k, 1)
     with pytest.raises(TypeError, match="bf16"):
         op(quantized("mxbad0", world.rank, (m, k), axis=1)[0], cupy.asarray(arr("mxbadw0", 0, (n, k))), gathered=keep)
     monkeypatch.undo()
